@@ -1,0 +1,62 @@
+"""Small input checks shared by the public entry points (numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ValidationError
+
+
+def as_float_array(value, name: str, ndim: int, shape_doc: str) -> np.ndarray:
+    """Return ``value`` as a C-contiguous float64 array with ``ndim`` axes.
+
+    Raises :class:`ValidationError` naming ``name`` and ``shape_doc`` when the value
+    is not numeric, has the wrong number of axes or holds NaN/inf.
+    """
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic objects
+        raise ValidationError(f"{name} must be an array of shape {shape_doc}: {exc}") from None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValidationError(f"{name} must be a numeric array of shape {shape_doc}, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise ValidationError(f"{name} must be real, got complex dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValidationError(f"{name} must have shape {shape_doc}, got shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def as_index_array(value, name: str, shape: tuple, upper: int, shape_doc: str) -> np.ndarray:
+    """Return ``value`` as an int64 array of exactly ``shape`` with entries in [0, upper).
+
+    Negative entries are accepted python-style (``-1`` is the last token).
+    """
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValidationError(f"{name} must hold integer token indices of shape {shape_doc}, got dtype {arr.dtype}")
+    if arr.shape != tuple(shape):
+        raise ValidationError(f"{name} must have shape {shape_doc}, got shape {arr.shape}")
+    arr = arr.astype(np.int64)
+    if np.any(arr < -upper) or np.any(arr >= upper):
+        bad = arr[(arr < -upper) | (arr >= upper)].ravel()[0]
+        raise ValidationError(f"{name} holds token index {bad}, outside [0, {upper})")
+    return np.where(arr < 0, arr + upper, arr)
+
+
+def as_mask_array(value, name: str, shape: tuple, shape_doc: str) -> np.ndarray:
+    """Return ``value`` as a bool array of exactly ``shape``."""
+    arr = np.asarray(value)
+    if arr.dtype != bool:
+        if np.issubdtype(arr.dtype, np.number) and np.all(np.isin(arr, (0, 1))):
+            arr = arr.astype(bool)
+        else:
+            raise ValidationError(f"{name} must be a boolean mask of shape {shape_doc}, got dtype {arr.dtype}")
+    if arr.shape != tuple(shape):
+        raise ValidationError(f"{name} must have shape {shape_doc}, got shape {arr.shape}")
+    return arr
