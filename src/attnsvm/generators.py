@@ -108,12 +108,14 @@ def _torch_gaussian(seed: int, shapes):
 
 def tf_visualization1() -> TokenProblem:
     """E1 'visualization1': n=2, T=3, d=2, seed 1 (optimal tokens (0, 2))."""
+    import torch
+
     n, T, d = 2, 3, 2
     v, X, Z = _torch_gaussian(1, [(d,), (n, T, d), (n, d)])
     v = v / v.norm()
     X = 0.3 * X
-    X[0] += np.array([-1.0, 0.0], dtype=np.float32)
-    X[1] += np.array([1.0, 0.0], dtype=np.float32)
+    X[0] += torch.tensor([-1.0, 0.0])
+    X[1] += torch.tensor([1.0, 0.0])
     Z = Z / Z.norm(dim=-1, keepdim=True)
     return TokenProblem(X.double().numpy(), Z.double().numpy(), Y=np.ones(n), v=v.double().numpy(), name="tf-vis1")
 

@@ -1,0 +1,169 @@
+"""Command-line interface: ``attnsvm COMMAND ...`` (see ``attnsvm --help``).
+
+User errors (bad arguments, unreadable files, invalid problems) print one line
+``attnsvm: error: ...`` to stderr and exit with status 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import numpy as np
+
+from . import __version__
+from .errors import AttnSVMError
+
+
+class UserError(click.ClickException):
+    """A user error shown as one line on stderr (exit status 2)."""
+
+    exit_code = 2
+
+    def show(self, file=None):
+        click.echo(f"attnsvm: error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    """Turn attnsvm's own errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AttnSVMError as exc:
+            raise UserError(str(exc)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="attnsvm")
+def cli():
+    """attnsvm: attention as a max-margin token selector.
+
+    Describe token-selection problems, solve the SVMs of the theory, train attention
+    models and reproduce the papers' experiments.
+    """
+
+
+# ----------------------------------------------------------------- generate
+@cli.command()
+@click.argument("name")
+@click.option("--n", "n", type=int, default=None, help="Samples (random generators).")
+@click.option("--T", "T", type=int, default=None, help="Tokens per sample (random generators).")
+@click.option("--d", "d", type=int, default=None, help="Token dimension (random generators).")
+@click.option("--seed", type=int, default=None, help="Random seed (random generators, default 0).")
+@click.option("--mode", type=click.Choice(["cross", "self"]), default=None, help="rd: cross- or self-attention (default cross).")
+@click.option("--rng", type=click.Choice(["numpy", "torch"]), default=None, help="rd: random stream; torch replays the research code (default numpy).")
+@click.option("--C", "C", type=float, default=None, help="mm-loss: score of the first input's optimal token (default 1).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output .npz file.")
+def generate(name, n, T, d, seed, mode, rng, C, output):
+    """Generate the problem instance NAME and save it as .npz.
+
+    \b
+    Random (need --n --T --d; --seed defaults to 0):
+      rd                 unit-norm Gaussian tokens, queries, head; +-1 labels
+      orthonormal        orthonormal tokens per sample (lambda-head data)
+    Fixed instances of the papers:
+      tf-vis1, tf-vis2   the 2-D pictures of Transformers as SVMs
+      mm-single-global, mm-single-local, mm-multi,
+      mm-joint-tight, mm-joint-relaxed, mm-loss [--C]
+                         the max-margin token selection examples
+
+    Example: attnsvm generate rd --n 6 --T 8 --d 10 --seed 0 -o problem.npz
+    """
+    from .generators import GENERATORS
+
+    if name not in GENERATORS:
+        raise UserError(f"unknown generator {name!r}; choose one of: {', '.join(GENERATORS)}")
+    func, sized, _ = GENERATORS[name]
+    if sized:
+        missing = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d)) if val is None]
+        if missing:
+            raise UserError(f"generator {name!r} needs {' '.join(missing)}")
+        kwargs = {"seed": 0 if seed is None else seed}
+        if name == "rd":
+            kwargs.update(mode=mode or "cross", rng=rng or "numpy")
+        elif mode is not None or rng is not None:
+            raise UserError(f"--mode and --rng apply to 'rd' only, not {name!r}")
+        if C is not None:
+            raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
+        problem = func(n, T, d, **kwargs)
+    else:
+        given = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d), ("--seed", seed), ("--mode", mode), ("--rng", rng)) if val is not None]
+        if given:
+            raise UserError(f"{name!r} is a fixed instance; {', '.join(given)} do(es) not apply")
+        if C is not None and name != "mm-loss":
+            raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
+        problem = func(C) if (name == "mm-loss" and C is not None) else func()
+    problem.save(output)
+    click.echo(f"wrote {output}: {problem!r}")
+
+
+# --------------------------------------------------------------------- info
+def describe_problem(problem, tol: float = 1e-9) -> dict:
+    """Summary of a problem as a JSON-friendly dict (used by ``attnsvm info``)."""
+    info = {
+        "name": problem.name,
+        "n": problem.n,
+        "T": problem.T,
+        "d": problem.d,
+        "mode": problem.mode,
+        "query_index": problem.query_index,
+        "labels": problem.Y is not None,
+        "head": problem.v is not None,
+        "fixed_W": problem.W is not None,
+        "overparameterized": problem.overparameterized,
+    }
+    if problem.Y is not None and problem.v is not None:
+        opt = problem.optimal_tokens(tol=tol)
+        info.update(
+            optimal_tokens=opt.index.tolist(),
+            ties=[np.flatnonzero(row).tolist() if tie else [] for row, tie in zip(opt.tied, opt.has_tie)],
+            score_gaps=[float(g) for g in opt.gap],
+        )
+    return info
+
+
+@cli.command()
+@click.argument("problem_file", type=click.Path(dir_okay=False))
+@click.option("--tol", type=float, default=1e-9, show_default=True, help="Relative tolerance for score ties.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def info(problem_file, tol, as_json):
+    """Describe a problem file: shapes, attention mode, optimal tokens, ties, score gaps."""
+    from .problem import TokenProblem
+
+    problem = TokenProblem.load(problem_file)
+    summary = describe_problem(problem, tol=tol)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    n, T, d = problem.shape
+    lines = [f"problem   {problem_file}" + (f" ({problem.name})" if problem.name else "")]
+    lines.append(f"shape     n={n} samples, T={T} tokens, d={d} dimensions")
+    mode = {"cross": "cross-attention (queries Z)", "self": f"self-attention (query = token {problem.query_index})",
+            "prompt": "prompt attention (trainable p" + (", fixed W)" if problem.W is not None else ", W = I)")}[problem.mode]
+    lines.append(f"mode      {mode}")
+    lines.append(f"labels    {'yes' if problem.Y is not None else 'no'}; head v: {'yes' if problem.v is not None else 'no'}")
+    lines.append(f"d >= max(T-1, n) = {max(T - 1, n)}: {'yes (every selection is separable for generic data)' if problem.overparameterized else 'no'}")
+    if "optimal_tokens" in summary:
+        lines.append("sample  optimal  gap        ties")
+        for i, (a, gap, ties) in enumerate(zip(summary["optimal_tokens"], summary["score_gaps"], summary["ties"])):
+            lines.append(f"{i:>6}  {a:>7}  {gap:<9.3g}  {','.join(map(str, ties)) if ties else '-'}")
+        n_ties = sum(1 for t in summary["ties"] if t)
+        lines.append(f"ties      {n_ties} sample(s) with a tied optimal token" if n_ties else "ties      none (every optimal token is unique)")
+    else:
+        lines.append("optimal tokens: need labels Y and a head v")
+    click.echo("\n".join(lines))
+
+
+def main(argv=None):
+    """Console-script entry point."""
+    try:
+        cli.main(args=argv, prog_name="attnsvm", standalone_mode=True)
+    except KeyboardInterrupt:  # pragma: no cover
+        click.echo("attnsvm: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
