@@ -156,6 +156,99 @@ def info(problem_file, tol, as_json):
     click.echo("\n".join(lines))
 
 
+# -------------------------------------------------------------- experiments
+def _run_one(experiment, config, out, workers, scheduler):
+    from .experiments import run_experiment
+
+    summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True)
+    passed = sum(c["passed"] for c in summary.checks)
+    click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
+               f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, {summary.wall_seconds:.1f} s -> {summary.outdir}")
+    for c in summary.checks:
+        if not c["passed"]:
+            click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
+    for f in summary.failed:
+        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {f['error']}", err=True)
+    return summary
+
+
+def _experiment(name):
+    from .experiments import registry
+
+    reg = registry()
+    if name not in reg:
+        raise UserError(f"unknown experiment {name!r}; 'attnsvm list' shows the {len(reg)} available")
+    return reg[name]
+
+
+_workers_opt = click.option("--workers", type=int, default=None, help="Start a local Dask cluster with N worker processes.")
+_scheduler_opt = click.option("--scheduler", default=None, help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
+
+
+@cli.command("list")
+def list_cmd():
+    """List the registered experiments."""
+    from .experiments import registry
+
+    for name, exp in registry().items():
+        click.echo(f"{name:<24} {exp.title}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--quick", is_flag=True, help="Use the small preset (seconds instead of minutes).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="YAML file of config overrides.")
+@click.option("--out", default="results", show_default=True, help="Output folder.")
+@_workers_opt
+@_scheduler_opt
+def run(name, quick, sets, config_file, out, workers, scheduler):
+    """Run (or resume) experiment NAME; results go to OUT/NAME/."""
+    from .experiments import build_config, parse_assignments, read_config_file, write_report
+
+    exp = _experiment(name)
+    config = build_config(exp, quick=quick, file_overrides=read_config_file(config_file) if config_file else None,
+                          overrides=parse_assignments(sets))
+    summary = _run_one(exp, config, out, workers, scheduler)
+    write_report(out)
+    if summary.failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Small presets of every experiment (about two minutes).")
+@click.option("--out", default="results", show_default=True, help="Output folder.")
+@click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
+@_workers_opt
+@_scheduler_opt
+def reproduce(quick, out, only, workers, scheduler):
+    """Run every experiment, then write OUT/report.html and OUT/report.md."""
+    from .experiments import build_config, registry, write_report
+
+    reg = registry()
+    names = list(only) if only else list(reg)
+    for name in names:
+        _experiment(name)
+    failed = 0
+    for name in names:
+        summary = _run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler)
+        failed += len(summary.failed)
+    html_path, _ = write_report(out)
+    click.echo(f"report: {html_path}")
+    if failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+def report(outdir):
+    """Write OUTDIR/report.html and report.md from finished experiments."""
+    from .experiments import write_report
+
+    html_path, md_path = write_report(outdir)
+    click.echo(f"report: {html_path} and {md_path}")
+
+
 def main(argv=None):
     """Console-script entry point."""
     try:

@@ -1,0 +1,1 @@
+"""Imports every built-in experiment module so that they register themselves."""
