@@ -34,12 +34,31 @@ def check_loss(kind: str) -> str:
     return kind
 
 
-def margin_loss(u: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
-    """Elementwise ``l(u)`` of a margin loss (same shape as ``u``)."""
+def _lanes(fn, u: torch.Tensor) -> torch.Tensor:
+    """Apply an elementwise transcendental ``fn`` so that every entry takes the vectorized path.
+
+    PyTorch's CPU kernels compute the tail of a tensor (its size modulo the SIMD
+    block) with a scalar routine that can differ from the vector one in the last
+    bit; padding to a multiple of 64 entries makes each entry's value independent of
+    the tensor size (and hence of the number of runs batched together).
+    """
+    flat = u.reshape(-1)
+    pad = (-flat.numel()) % 64
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return fn(flat)[: u.numel()].reshape(u.shape)
+
+
+def margin_loss(u: torch.Tensor, kind: str = "logistic", exact: bool = False) -> torch.Tensor:
+    """Elementwise ``l(u)`` of a margin loss (same shape as ``u``).
+
+    ``exact=True`` makes each entry independent of the tensor's size (see :func:`_lanes`).
+    """
+    lanes = _lanes if exact else (lambda fn, x: fn(x))
     if kind == "logistic":
-        return torch.nn.functional.softplus(-u)
+        return lanes(torch.nn.functional.softplus, -u)
     if kind == "exponential":
-        return torch.exp(-u)
+        return lanes(torch.exp, -u)
     if kind == "correlation":
         return -u
     if kind == "squared":
@@ -47,12 +66,13 @@ def margin_loss(u: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
     raise ValidationError(f"margin loss must be one of {', '.join(MARGIN_LOSSES)}, got {kind!r}")
 
 
-def margin_loss_grad(u: torch.Tensor, kind: str = "logistic") -> torch.Tensor:
+def margin_loss_grad(u: torch.Tensor, kind: str = "logistic", exact: bool = False) -> torch.Tensor:
     """Elementwise derivative ``l'(u)`` (same shape as ``u``)."""
+    lanes = _lanes if exact else (lambda fn, x: fn(x))
     if kind == "logistic":
-        return -torch.sigmoid(-u)
+        return -lanes(torch.sigmoid, -u)
     if kind == "exponential":
-        return -torch.exp(-u)
+        return -lanes(torch.exp, -u)
     if kind == "correlation":
         return -torch.ones_like(u)
     if kind == "squared":

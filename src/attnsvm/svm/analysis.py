@@ -1,0 +1,154 @@
+"""Support indices, local optimality and related tests built on the SVM solvers.
+
+All functions take a :class:`~attnsvm.problem.TokenProblem` and a selection
+``select (n,)``; prompt problems use the p-SVM, the others the Att-SVM.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..problem import TokenProblem
+from .api import _default_select, solve_svm
+from .solution import SVMSolution
+
+__all__ = [
+    "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
+    "separation_delta", "matrix_rank",
+]
+
+
+def _solution(problem: TokenProblem, select, norm: str = "fro", solution: SVMSolution | None = None) -> SVMSolution:
+    if solution is not None:
+        return solution
+    return solve_svm(problem, select, norm=norm)
+
+
+def support_indices(problem: TokenProblem, select=None, *, norm: str = "fro", tol: float = 1e-6,
+                    solution: SVMSolution | None = None) -> np.ndarray | None:
+    """Support tokens ``T_i(a)``: tokens whose margin constraint is active at the SVM solution.
+
+    Parameters
+    ----------
+    problem : TokenProblem
+    select : (n,) int or None (optimal tokens)
+    tol : relative tolerance ``|margin - 1| <= tol``
+    solution : a precomputed SVMSolution for this selection (optional)
+
+    Returns
+    -------
+    (n, T) bool mask (the selected tokens are never support tokens), or None when
+    the selection is infeasible.
+    """
+    sol = _solution(problem, select, norm, solution)
+    if not sol.feasible:
+        return None
+    cs = sol.constraints
+    n, T = cs.shape
+    rows = (np.abs(sol.margins - cs.rhs) <= tol * np.maximum(1.0, np.abs(cs.rhs))) & ~cs.is_equality
+    out = np.zeros((n, T), bool)
+    out[cs.sample[rows], cs.other[rows]] = True
+    return out
+
+
+def _scores(problem: TokenProblem) -> np.ndarray:
+    if problem.Y is None or problem.v is None:
+        raise ValidationError("local optimality compares token scores: the problem needs labels Y and a head v")
+    return problem.scores()
+
+
+def is_locally_optimal(problem: TokenProblem, select, *, norm: str = "fro", tol: float = 1e-6,
+                       solution: SVMSolution | None = None) -> bool:
+    """Whether the selection is locally optimal.
+
+    True iff the SVM of the selection is feasible and every selected token has a
+    strictly higher score than each of its support tokens.
+
+    Parameters
+    ----------
+    problem : TokenProblem with Y (n,) and v (d,)
+    select : (n,) int
+    """
+    gamma = _scores(problem)
+    sel = _default_select(problem, select)
+    sup = support_indices(problem, sel, norm=norm, tol=tol, solution=solution)
+    if sup is None:
+        return False
+    best = gamma[np.arange(problem.n), sel]
+    return bool(np.all(~sup | (best[:, None] > gamma)))
+
+
+def all_support_vectors(problem: TokenProblem, select=None, *, norm: str = "fro", tol: float = 1e-6,
+                        solution: SVMSolution | None = None) -> bool:
+    """Whether every non-selected token is a support token (all constraints active).
+
+    Returns False for an infeasible selection.
+    """
+    sel = _default_select(problem, select)
+    sup = support_indices(problem, sel, norm=norm, tol=tol, solution=solution)
+    if sup is None:
+        return False
+    expect = np.ones_like(sup)
+    expect[np.arange(problem.n), sel] = False
+    return bool(np.array_equal(sup, expect))
+
+
+def enumerate_locally_optimal(problem: TokenProblem, *, norm: str = "fro", tol: float = 1e-6,
+                              max_selections: int = 100_000) -> np.ndarray:
+    """All locally-optimal selections of a small problem (enumerates the T^n selections).
+
+    Parameters
+    ----------
+    problem : TokenProblem with Y and v
+    max_selections : refuse problems with more than this many selections
+
+    Returns
+    -------
+    (K, n) int array of the locally-optimal selections, lexicographic order.
+    """
+    _scores(problem)
+    n, T = problem.n, problem.T
+    if T**n > max_selections:
+        raise ValidationError(f"enumerating T^n = {T}^{n} selections exceeds max_selections = {max_selections}")
+    out = []
+    for sel in itertools.product(range(T), repeat=n):
+        sel = np.array(sel)
+        if is_locally_optimal(problem, sel, norm=norm, tol=tol):
+            out.append(sel)
+    return np.array(out, dtype=np.int64).reshape(len(out), n)
+
+
+def separation_delta(problem: TokenProblem, select=None, *, norm: str = "fro", tol: float = 1e-6,
+                     solution: SVMSolution | None = None) -> float:
+    """Separation between support and non-support tokens along the SVM direction.
+
+    ``delta = 1/2 min_i min_{t in T_i, tau in Tbar_i} (x_it - x_itau)^T W z_i``,
+    i.e. half the smallest excess margin ``margin - 1`` of a non-support token (over the
+    samples that have non-support tokens). ``inf`` if every token is a support token,
+    ``nan`` if the selection is infeasible.
+    """
+    sel = _default_select(problem, select)
+    sol = _solution(problem, sel, norm, solution)
+    if not sol.feasible:
+        return float("nan")
+    cs = sol.constraints
+    rows = ~cs.is_equality
+    excess = sol.margins[rows] - cs.rhs[rows]
+    non_support = excess > tol * np.maximum(1.0, np.abs(cs.rhs[rows]))
+    if not non_support.any():
+        return float("inf")
+    return 0.5 * float(excess[non_support].min())
+
+
+def matrix_rank(W, rtol: float = 1e-6) -> int:
+    """Rank with a relative threshold: ``#{sigma_k > rtol * sigma_1}``. W: (d1, d2)."""
+    W = np.asarray(W, dtype=np.float64)
+    if W.size == 0:
+        return 0
+    s = np.linalg.svd(W, compute_uv=False)
+    if s[0] == 0:
+        return 0
+    return int(np.sum(s > rtol * s[0]))

@@ -1,0 +1,372 @@
+"""Public entry points of the SVM layer.
+
+=====================  =========================================================
+function               problem
+=====================  =========================================================
+solve_svm              Att-SVM / Local-SVM (Frobenius or nuclear), cross/self
+solve_gen_svm          Gen-SVM for selected sets O_i
+solve_fin              the finite component W_fin from softmax probabilities
+svm_equivalence        the fit W_fin + R W_svm to a given W
+solve_seq_svm          sequence and causal SVM (every token is a query)
+solve_p_svm            p-SVM and relaxed p-SVM (prompt p, fixed W)
+solve_v_svm            v-SVM (hard margin, no bias)
+solve_soft_svm         soft-margin Att-SVM
+solve_svm_batch        many independent Frobenius Att-SVMs of equal size
+=====================  =========================================================
+
+Every solver returns an :class:`~attnsvm.svm.solution.SVMSolution`; an infeasible
+selection is a result (status "infeasible", ``W is None``, Farkas multipliers in
+``certificate.farkas``), never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validate import as_float_array, as_index_array, as_mask_array
+from ..errors import ValidationError
+from ..problem import TokenProblem
+from .constraints import att_constraints, fin_constraints, gen_constraints, seq_constraints
+from .frobenius import solve_frobenius, solve_frobenius_batch
+from .nuclear import solve_nuclear
+from .prompt import p_svm, v_svm
+from .soft import solve_soft
+from .solution import SVMSolution
+
+__all__ = [
+    "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
+    "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
+]
+
+_NORMS = ("fro", "nuclear")
+
+
+def _check_norm(norm) -> str:
+    if norm not in _NORMS:
+        raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
+    return norm
+
+
+def _check_problem(problem) -> TokenProblem:
+    if not isinstance(problem, TokenProblem):
+        raise ValidationError(f"problem must be a TokenProblem, got {type(problem).__name__}")
+    return problem
+
+
+def _default_select(problem: TokenProblem, select) -> np.ndarray:
+    if select is None or (isinstance(select, str) and select == "opt"):
+        if problem.Y is None or problem.v is None:
+            raise ValidationError("select=None means the optimal tokens, which need labels Y and a head v; "
+                                  "the problem has none: pass select (n,) explicitly")
+        return problem.optimal_tokens().index
+    return as_index_array(select, "select", (problem.n,), problem.T, f"(n,) = ({problem.n},)")
+
+
+def _solve(cs, norm, formulation, **kw) -> SVMSolution:
+    if norm == "fro":
+        return solve_frobenius(cs, formulation=formulation, **kw)
+    return solve_nuclear(cs, formulation=formulation, **kw)
+
+
+def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", **solver_options) -> SVMSolution:
+    """Att-SVM for a token selection: global for the optimal tokens, Local-SVM otherwise.
+
+    ``min ||W|| s.t. (x_{i,a_i} - x_{it})^T W z_i >= 1`` for all ``t != a_i``.
+
+    Parameters
+    ----------
+    problem : TokenProblem with X (n, T, d) and queries (cross: Z (n, d); self:
+        ``z_i = X[i, query_index]``). A prompt problem is solved as the p-SVM
+        (:func:`solve_p_svm` with the problem's W).
+    select : (n,) int, optional
+        Selected token per sample; None (or "opt") means the optimal tokens
+        ``argmax_t Y_i v^T x_it`` (needs Y and v).
+    norm : "fro" or "nuclear"
+    **solver_options : passed to the solver (e.g. ``tol``, ``support_tol``; nuclear:
+        ``solver``, ``time_limit``)
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)`` (``p (d,)`` for prompt problems).
+    """
+    problem = _check_problem(problem)
+    norm = _check_norm(norm)
+    sel = _default_select(problem, select)
+    if problem.mode == "prompt":
+        if norm != "fro":
+            raise ValidationError("a prompt problem (vector p) has only the Euclidean norm: use norm='fro'")
+        return solve_p_svm(problem.X, problem.W, sel, **solver_options)
+    cs = att_constraints(problem.X, problem.queries, sel)
+    return _solve(cs, norm, "att", **solver_options)
+
+
+def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", **solver_options) -> SVMSolution:
+    """Gen-SVM: selected tokens tie, and beat every unselected token by a margin >= 1.
+
+    Parameters
+    ----------
+    problem : TokenProblem (cross or self attention)
+    selected : (n, T) bool, the sets O_i (at least one token per sample)
+    norm : "fro" or "nuclear"
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)``. With one token per sample it equals :func:`solve_svm`.
+    """
+    problem = _check_problem(problem)
+    norm = _check_norm(norm)
+    cs = gen_constraints(problem.X, problem.queries, selected)
+    return _solve(cs, norm, "gen", **solver_options)
+
+
+def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solver_options) -> SVMSolution:
+    """The finite component ``W_fin``: min-norm W reproducing the softmax ratios inside O_i.
+
+    ``(x_{i tau} - x_{it})^T W z_i = log(s_{i tau} / s_{it})`` for t, tau in O_i.
+
+    Parameters
+    ----------
+    problem : TokenProblem
+    selected : (n, T) bool
+    probs : (n, T) softmax probabilities (> 0 on selected tokens)
+    norm : "fro" or "nuclear"
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)`` (formulation "fin"; W = 0 if every O_i is a singleton).
+    """
+    problem = _check_problem(problem)
+    norm = _check_norm(norm)
+    cs = fin_constraints(problem.X, problem.queries, selected, probs)
+    return _solve(cs, norm, "fin", **solver_options)
+
+
+@dataclass
+class SVMEquivalence:
+    """Result of :func:`svm_equivalence`.
+
+    Attributes
+    ----------
+    W_fin, W_svm, W_eq : (d, d), with ``W_eq = W_fin + R * W_svm``
+    R : float, the least-squares scale
+    residual : float, ``||W_eq - W||_F``
+    fin, svm : the two SVMSolution objects
+    """
+
+    W_fin: np.ndarray
+    W_svm: np.ndarray
+    W_eq: np.ndarray
+    R: float
+    residual: float
+    fin: SVMSolution
+    svm: SVMSolution
+
+
+def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro") -> SVMEquivalence:
+    """Fit the SVM-equivalence prediction ``W_fin + R W_svm`` to a given W.
+
+    Parameters
+    ----------
+    problem : TokenProblem
+    selected : (n, T) bool, the sets O_i
+    probs : (n, T) softmax probabilities (typically the final iterate's)
+    W : (d, d) the matrix to explain (e.g. the final GD iterate)
+    norm : "fro" or "nuclear" (norm of both SVMs)
+
+    Returns
+    -------
+    SVMEquivalence; ``R = <W - W_fin, W_svm> / ||W_svm||^2``.
+    Raises ValidationError if the Gen-SVM or the W_fin system is infeasible.
+    """
+    problem = _check_problem(problem)
+    d = problem.d
+    W = as_float_array(W, "W", 2, f"(d, d) = ({d}, {d})")
+    if W.shape != (d, d):
+        raise ValidationError(f"W must have shape (d, d) = ({d}, {d}), got {W.shape}")
+    svm = solve_gen_svm(problem, selected, norm)
+    fin = solve_fin(problem, selected, probs, norm)
+    if not svm.feasible or not fin.feasible:
+        raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
+    nn = float(np.sum(svm.W * svm.W))
+    R = float(np.sum((W - fin.W) * svm.W) / nn) if nn > 0 else 0.0
+    W_eq = fin.W + R * svm.W
+    return SVMEquivalence(fin.W, svm.W, W_eq, R, float(np.linalg.norm(W_eq - W)), fin, svm)
+
+
+def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", **solver_options) -> SVMSolution:
+    """Sequence / causal SVM: every token ``x_{ik}`` is a query with its own selection.
+
+    ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1`` for ``t != a_{ik}`` in the candidate set
+    (all tokens; causal: ``t <= k``, query 0 unconstrained).
+
+    Parameters
+    ----------
+    X : (n, T, d)
+    select : (n, T) int, ``select[i, k]`` selected by query k (causal: ``<= k``)
+    causal : bool
+    norm : "fro" or "nuclear"
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)``; rows labelled by (sample, query, token, other).
+    """
+    norm = _check_norm(norm)
+    cs = seq_constraints(X, select, causal)
+    return _solve(cs, norm, cs.kind, **solver_options)
+
+
+def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMSolution:
+    """p-SVM ``min ||p|| s.t. p^T (k_{i,a_i} - k_{it}) >= 1`` with keys ``k = W^T x``.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens
+    W : (d, d) fixed key-query matrix (None: identity)
+    select : (n,) int
+    relaxed : None, (n,) bool, sequence of int, or True
+        The relaxed p-SVM: the inputs given here (the ones that are *not* support
+        vectors of the head, the official code's ``zero_ids``) get ``>= 0`` instead of
+        ``>= 1``. ``True`` computes them from the v-SVM on the selected tokens (needs Y).
+    Y : (n,) labels, only for ``relaxed=True``
+
+    Returns
+    -------
+    SVMSolution with ``p (d,)``.
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    zero = None
+    if relaxed is True:
+        if Y is None:
+            raise ValidationError("relaxed=True needs the labels Y (n,) to find the support vectors of the head")
+        sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+        vs = solve_v_svm(X, Y, sel)
+        if not vs.feasible:
+            raise ValidationError("relaxed=True: the v-SVM on the selected tokens is infeasible")
+        zero = ~vs.support
+    elif relaxed is not None and relaxed is not False:
+        arr = np.asarray(relaxed)
+        if arr.dtype == bool or (arr.shape == (n,) and np.all(np.isin(arr, (0, 1))) and arr.dtype != np.int64):
+            zero = as_mask_array(arr, "relaxed", (n,), f"(n,) = ({n},)")
+        else:
+            idx = as_index_array(arr.ravel(), "relaxed", (arr.size,), n, "(k,) sample indices")
+            zero = np.zeros(n, bool)
+            zero[idx] = True
+    sol = p_svm(X, W, select, zero, **solver_options)
+    if zero is not None:
+        sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
+    return sol
+
+
+def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
+    """v-SVM ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1`` (exact hard margin, no bias).
+
+    Parameters
+    ----------
+    X : (n, T, d), Y : (n,) in {-1, +1}, select : (n,) int
+
+    Returns
+    -------
+    SVMSolution with ``v (d,)``; ``support (n,)`` marks the support vectors.
+    """
+    return v_svm(X, Y, select, **solver_options)
+
+
+def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", squared: bool = False,
+                   **solver_options) -> SVMSolution:
+    """Soft-margin Att-SVM ``min ||W|| + C sum xi s.t. margins >= 1 - xi, xi >= 0``.
+
+    Parameters
+    ----------
+    problem : TokenProblem (cross or self)
+    select : (n,) int or None (optimal tokens)
+    C : float > 0
+    norm : "fro" or "nuclear"
+    squared : objective ``||W||^2 + C sum xi`` instead
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)`` and ``slack (N,)``.
+    """
+    problem = _check_problem(problem)
+    norm = _check_norm(norm)
+    sel = _default_select(problem, select)
+    cs = att_constraints(problem.X, problem.queries, sel)
+    return solve_soft(cs, C, norm=norm, squared=squared, **solver_options)
+
+
+@dataclass
+class BatchSolution:
+    """Result of :func:`solve_svm_batch`.
+
+    Attributes
+    ----------
+    W : (R, d, d), NaN where infeasible
+    status : (R,) str
+    norm_value : (R,) ``||W_r||_F`` (inf where infeasible)
+    duals : (R, N) multipliers (Farkas multipliers where infeasible)
+    margins : (R, N)
+    """
+
+    W: np.ndarray
+    status: np.ndarray
+    norm_value: np.ndarray
+    duals: np.ndarray
+    margins: np.ndarray
+
+
+def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e-10) -> BatchSolution:
+    """Solve R independent Frobenius Att-SVMs of equal size at once.
+
+    Parameters
+    ----------
+    X : (R, n, T, d) tokens, or a sequence of R TokenProblem of equal shape
+    Z : (R, n, d) queries (cross-attention); omit with ``query_index`` or problems
+    select : (R, n) int; None only with problems (their optimal tokens)
+    query_index : int, self-attention query token
+
+    Returns
+    -------
+    BatchSolution.
+    """
+    if isinstance(X, (list, tuple)) and X and isinstance(X[0], TokenProblem):
+        probs = X
+        shapes = {p.shape for p in probs}
+        if len(shapes) != 1:
+            raise ValidationError("problems must share (n, T, d)")
+        Xa = np.stack([p.X for p in probs])
+        Za = np.stack([p.queries for p in probs])
+        if select is None:
+            sel = np.stack([_default_select(p, None) for p in probs])
+        else:
+            sel = select
+    else:
+        Xa = as_float_array(X, "X", 4, "(R, n, T, d)")
+        if Z is None:
+            if query_index is None:
+                raise ValidationError("give Z (R, n, d) or query_index")
+            Za = Xa[:, :, int(query_index)]
+        else:
+            Za = as_float_array(Z, "Z", 3, "(R, n, d)")
+        if select is None:
+            raise ValidationError("select (R, n) is required with raw arrays")
+        sel = select
+    R, n, T, d = Xa.shape
+    if Za.shape != (R, n, d):
+        raise ValidationError(f"Z must have shape (R, n, d) = ({R}, {n}, {d}), got {Za.shape}")
+    sel = as_index_array(sel, "select", (R, n), T, f"(R, n) = ({R}, {n})")
+    other = np.broadcast_to(np.arange(T), (R, n, T))
+    keep = other != sel[..., None]
+    # every (r, i) has exactly T - 1 kept tokens: reshape without ragged rows
+    t_idx = other[keep].reshape(R, n, T - 1)
+    rr = np.arange(R)[:, None, None]
+    ii = np.arange(n)[None, :, None]
+    U = (Xa[rr, ii, sel[..., None]] - Xa[rr, ii, t_idx]).reshape(R, n * (T - 1), d)
+    V = np.broadcast_to(Za[:, :, None, :], (R, n, T - 1, d)).reshape(R, n * (T - 1), d)
+    N = n * (T - 1)
+    W, lam, status = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool), tol=tol)
+    margins = np.einsum("rka,rab,rkb->rk", U, np.nan_to_num(W), V)
+    nv = np.where(status == "optimal", np.linalg.norm(np.nan_to_num(W), axis=(1, 2)), np.inf)
+    return BatchSolution(W, status, nv, lam, margins)

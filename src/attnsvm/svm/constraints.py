@@ -1,0 +1,307 @@
+"""Builders of rank-one constraint sets: one builder per SVM formulation.
+
+Every SVM of the theory constrains an unknown ``W (d1, d2)`` through terms
+``u_k^T W w_k = <W, u_k w_k^T>``. A :class:`ConstraintSet` stores
+
+* ``U (N, d1)``, ``V (N, d2)``: the rank-one factors, row k is constraint k;
+* ``rhs (N,)``: right-hand sides (constraint ``u_k^T W w_k >= rhs_k``, or ``==``);
+* ``is_equality (N,)``: which rows are equalities;
+* labels naming each row: ``sample``, ``query``, ``token`` (the selected / winning
+  token) and ``other`` (the token it is compared with), all int arrays of shape (N,),
+  ``-1`` where a label does not apply.
+
+Vector problems (p-SVM, v-SVM) are the case ``d2 = 1`` with ``V = 1``.
+Nothing of size ``d1 * d2`` per constraint is ever built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validate import as_float_array, as_index_array, as_mask_array
+from ..errors import ValidationError
+
+__all__ = [
+    "ConstraintSet",
+    "att_constraints",
+    "gen_constraints",
+    "fin_constraints",
+    "seq_constraints",
+    "prompt_constraints",
+    "v_constraints",
+]
+
+
+@dataclass(frozen=True)
+class ConstraintSet:
+    """A set of N rank-one constraints ``u_k^T W w_k >= rhs_k`` (or ``==``).
+
+    Attributes
+    ----------
+    U : (N, d1) float64
+    V : (N, d2) float64
+    rhs : (N,) float64
+    is_equality : (N,) bool
+    sample, query, token, other : (N,) int64
+        Labels: sample i, query index k (sequence SVMs; ``-1`` otherwise), the
+        selected token and the token it is compared with (``-1`` if not a token).
+    kind : str
+        Which formulation built the set ("att", "gen", "fin", "seq", "causal",
+        "prompt", "v").
+    shape : (n, T)
+        Samples and tokens of the problem (for mapping rows back to tokens).
+    """
+
+    U: np.ndarray
+    V: np.ndarray
+    rhs: np.ndarray
+    is_equality: np.ndarray
+    sample: np.ndarray
+    query: np.ndarray
+    token: np.ndarray
+    other: np.ndarray
+    kind: str
+    shape: tuple
+
+    @property
+    def N(self) -> int:
+        """Number of constraints."""
+        return self.U.shape[0]
+
+    @property
+    def d1(self) -> int:
+        return self.U.shape[1]
+
+    @property
+    def d2(self) -> int:
+        return self.V.shape[1]
+
+    def evaluate(self, W: np.ndarray) -> np.ndarray:
+        """Constraint values ``u_k^T W w_k`` for ``W (d1, d2)``: shape (N,)."""
+        return np.einsum("kd,kd->k", self.U @ W, self.V)
+
+    def gram(self) -> np.ndarray:
+        """Gram matrix ``(U U^T) * (V V^T)`` of the constraint matrices, shape (N, N)."""
+        return (self.U @ self.U.T) * (self.V @ self.V.T)
+
+    def combine(self, lam: np.ndarray) -> np.ndarray:
+        """``sum_k lam_k u_k w_k^T``, shape (d1, d2)."""
+        return (self.U * lam[:, None]).T @ self.V
+
+    def label(self, k: int) -> str:
+        """A readable name of constraint k (used by certificates)."""
+        k = int(k)
+        i, q, a, b = int(self.sample[k]), int(self.query[k]), int(self.token[k]), int(self.other[k])
+        rel = "==" if self.is_equality[k] else ">="
+        head = f"sample {i}" + (f", query {q}" if q >= 0 else "")
+        if a >= 0 and b >= 0:
+            return f"{head}: token {a} vs token {b} ({rel} {self.rhs[k]:g})"
+        if a >= 0:
+            return f"{head}: token {a} ({rel} {self.rhs[k]:g})"
+        return f"{head} ({rel} {self.rhs[k]:g})"
+
+    def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
+        """The subset of rows where ``mask`` (N,) is true."""
+        return ConstraintSet(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask], self.sample[mask],
+                             self.query[mask], self.token[mask], self.other[mask], self.kind, self.shape)
+
+
+def _make(U, V, rhs, eq, sample, query, token, other, kind, shape) -> ConstraintSet:
+    as_i = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return ConstraintSet(np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64),
+                         np.ascontiguousarray(rhs, dtype=np.float64), np.ascontiguousarray(eq, dtype=bool),
+                         as_i(sample), as_i(query), as_i(token), as_i(other), kind, tuple(shape))
+
+
+def _check_queries(Z, n: int, d: int, name: str = "Z") -> np.ndarray:
+    Z = as_float_array(Z, name, 2, f"(n, d) = ({n}, {d})")
+    if Z.shape != (n, d):
+        raise ValidationError(f"{name} must have shape (n, d) = ({n}, {d}), got {Z.shape}")
+    return Z
+
+
+def att_constraints(X, Z, select) -> ConstraintSet:
+    """Att-SVM / Local-SVM rows ``(x_{i,a_i} - x_{it})^T W z_i >= 1`` for ``t != a_i``.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens
+    Z : (n, d) queries
+    select : (n,) int, selected token per sample
+
+    Returns
+    -------
+    ConstraintSet with ``N = n (T - 1)`` rows, ``U (N, d)``, ``V (N, d)``.
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    Z = _check_queries(Z, n, d)
+    sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    ii, tt = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    U = X[ii, sel[ii]] - X[ii, tt]
+    V = Z[ii]
+    N = ii.size
+    return _make(U, V, np.ones(N), np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt, "att", (n, T))
+
+
+def gen_constraints(X, Z, selected) -> ConstraintSet:
+    """Gen-SVM rows for selected sets ``O_i`` (bool mask ``selected (n, T)``).
+
+    Ties inside ``O_i`` are the equalities ``(x_{i t_j} - x_{i t_{j+1}})^T W z_i = 0``
+    between consecutive selected tokens (a chain: equivalent to all pairs), and every
+    unselected token tau gets ``(x_{i t_1} - x_{i tau})^T W z_i >= 1`` against the
+    first selected token ``t_1`` (equivalent, given the ties, to all pairs t in O_i).
+
+    Parameters
+    ----------
+    X : (n, T, d)
+    Z : (n, d)
+    selected : (n, T) bool, at least one token per sample
+
+    Returns
+    -------
+    ConstraintSet with ``U (N, d)``, ``V (N, d)``.
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    Z = _check_queries(Z, n, d)
+    O = as_mask_array(selected, "selected", (n, T), f"(n, T) = ({n}, {T})")
+    empty = np.flatnonzero(~O.any(axis=1))
+    if empty.size:
+        raise ValidationError(f"selected must mark at least one token per sample; sample {int(empty[0])} has none")
+    rows = []  # (i, a, b, rhs, eq)
+    for i in range(n):
+        chosen = np.flatnonzero(O[i])
+        for a, b in zip(chosen[:-1], chosen[1:]):
+            rows.append((i, a, b, 0.0, True))
+        for tau in np.flatnonzero(~O[i]):
+            rows.append((i, chosen[0], tau, 1.0, False))
+    return _pairs(X, Z, rows, "gen", (n, T))
+
+
+def _pairs(X, Z, rows, kind, shape) -> ConstraintSet:
+    if not rows:
+        d = X.shape[2]
+        e = np.zeros(0, np.int64)
+        return _make(np.zeros((0, d)), np.zeros((0, Z.shape[1])), np.zeros(0), np.zeros(0, bool), e, e, e, e, kind, shape)
+    i, a, b, rhs, eq = (np.array(c) for c in zip(*rows))
+    i, a, b = i.astype(np.int64), a.astype(np.int64), b.astype(np.int64)
+    return _make(X[i, a] - X[i, b], Z[i], rhs.astype(float), eq.astype(bool), i, np.full(i.size, -1), a, b, kind, shape)
+
+
+def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
+    """Rows of the finite component ``W_fin`` (equalities only).
+
+    ``(x_{i t_1} - x_{i t})^T W z_i = log(s_{i t_1} / s_{i t})`` for every other
+    selected token t of ``O_i`` (t_1 the first selected token; all other pairs follow).
+
+    Parameters
+    ----------
+    X : (n, T, d)
+    Z : (n, d)
+    selected : (n, T) bool
+    probs : (n, T) softmax probabilities, > 0 on the selected tokens
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    Z = _check_queries(Z, n, d)
+    O = as_mask_array(selected, "selected", (n, T), f"(n, T) = ({n}, {T})")
+    s = as_float_array(probs, "probs", 2, f"(n, T) = ({n}, {T})")
+    if s.shape != (n, T):
+        raise ValidationError(f"probs must have shape (n, T) = ({n}, {T}), got {s.shape}")
+    if np.any(s[O] <= 0):
+        raise ValidationError("probs must be > 0 on every selected token")
+    rows = []
+    for i in range(n):
+        chosen = np.flatnonzero(O[i])
+        for t in chosen[1:]:
+            rows.append((i, chosen[0], t, float(np.log(s[i, chosen[0]] / s[i, t])), True))
+    return _pairs(X, Z, rows, "fin", (n, T))
+
+
+def seq_constraints(X, select, causal: bool = False) -> ConstraintSet:
+    """Sequence / causal SVM rows: every token ``x_{ik}`` is a query.
+
+    ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1`` for ``t`` in the candidate set of
+    query k other than ``a_{ik}``: all tokens (full attention) or ``t <= k`` (causal;
+    query 0 has a single candidate and no constraint).
+
+    Parameters
+    ----------
+    X : (n, T, d)
+    select : (n, T) int, ``select[i, k]`` is the token selected by query k of
+        sample i; causal requires ``select[i, k] <= k``.
+    causal : bool
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T})")
+    if causal:
+        k_idx = np.arange(T)[None, :]
+        bad = np.argwhere(sel > k_idx)
+        if bad.size:
+            i, k = (int(v) for v in bad[0])
+            raise ValidationError(f"select[{i}, {k}] = {int(sel[i, k])} is not a causal candidate: query {k} can only select tokens 0..{k}")
+    ii, kk, tt = np.meshgrid(np.arange(n), np.arange(T), np.arange(T), indexing="ij")
+    keep = tt != sel[:, :, None]
+    if causal:
+        keep &= tt <= kk
+    ii, kk, tt = ii[keep], kk[keep], tt[keep]
+    a = sel[ii, kk]
+    N = ii.size
+    return _make(X[ii, a] - X[ii, tt], X[ii, kk], np.ones(N), np.zeros(N, bool), ii, kk, a, tt,
+                 "causal" if causal else "seq", (n, T))
+
+
+def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
+    """p-SVM rows ``p^T (k_{i,a_i} - k_{it}) >= 1`` (``>= 0`` for samples in ``zero_rows``).
+
+    Parameters
+    ----------
+    K : (n, T, d) keys ``k_it = W^T x_it`` (``X @ W``)
+    select : (n,) int
+    zero_rows : (n,) bool or None, samples whose rows get right-hand side 0
+        (the relaxed p-SVM: samples that are not support vectors of the head)
+
+    Returns
+    -------
+    ConstraintSet with ``U (N, d)`` and ``V = 1 (N, 1)``.
+    """
+    K = as_float_array(K, "keys", 3, "(n, T, d)")
+    n, T, d = K.shape
+    sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    ii, tt = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    rhs = np.ones(ii.size)
+    if zero_rows is not None:
+        rhs[np.asarray(zero_rows, bool)[ii]] = 0.0
+    N = ii.size
+    return _make(K[ii, sel[ii]] - K[ii, tt], np.ones((N, 1)), rhs, np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt,
+                 "prompt", (n, T))
+
+
+def v_constraints(X, Y, select) -> ConstraintSet:
+    """v-SVM rows ``Y_i v^T x_{i,a_i} >= 1`` (hard margin, no bias).
+
+    Parameters
+    ----------
+    X : (n, T, d)
+    Y : (n,) labels in {-1, +1}
+    select : (n,) int
+
+    Returns
+    -------
+    ConstraintSet with N = n rows, ``U (n, d)``, ``V = 1 (n, 1)``.
+    """
+    X = as_float_array(X, "X", 3, "(n, T, d)")
+    n, T, d = X.shape
+    Y = as_float_array(Y, "Y", 1, f"(n,) = ({n},)")
+    if Y.shape != (n,):
+        raise ValidationError(f"Y must have shape (n,) = ({n},), got {Y.shape}")
+    if not np.all(np.abs(Y) == 1.0):
+        raise ValidationError("Y must hold labels in {-1, +1} only")
+    sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    i = np.arange(n)
+    return _make(Y[:, None] * X[i, sel], np.ones((n, 1)), np.ones(n), np.zeros(n, bool), i, np.full(n, -1), sel,
+                 np.full(n, -1), "v", (n, T))

@@ -1,0 +1,340 @@
+"""Exact solvers of the Frobenius dual QP given only the Gram matrix.
+
+The primal is ``min 1/2 ||W||_F^2  s.t.  <W, A_k> >= b_k`` (``==`` on equality rows)
+with rank-one ``A_k = u_k w_k^T``. Everything is expressed through the Gram matrix
+``G = (U U^T) * (V V^T)`` (N, N): the primal solution is ``W = sum_k lam_k A_k`` and the
+constraint values are ``G @ lam``.
+
+Two exact active-set methods:
+
+* :func:`pdas`: a primal-dual active-set (semismooth Newton) method. Each iteration
+  solves one linear system on the free set; a handful of iterations is typical. It
+  needs the free rows to be linearly independent and is the fast path, also batched
+  over many independent instances (:func:`pdas_batch`).
+* :func:`goldfarb_idnani`: the dual method of Goldfarb and Idnani (1983) specialised
+  to an identity Hessian and written with Gram entries only. It adds one violated
+  constraint at a time, keeps the active normals linearly independent, handles
+  linearly dependent constraints and equalities, and ends either optimal or with a
+  Farkas certificate of infeasibility: ``lam`` (>= 0 on inequality rows) with
+  ``sum_k lam_k A_k = 0`` and ``b^T lam = 1``.
+
+:func:`solve_gram_qp` tries the fast path and falls back to the robust one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg as sla
+
+__all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_batch"]
+
+
+@dataclass
+class QPResult:
+    """Result of a Gram-matrix QP solve.
+
+    Attributes
+    ----------
+    status : "optimal" or "infeasible"
+    lam : (N,) multipliers (optimal) ; zeros when infeasible
+    farkas : (N,) Farkas multipliers with ``sum lam_k A_k ~ 0`` and ``b^T lam = 1``
+        (infeasible only), else None
+    iterations : int
+    method : str
+    """
+
+    status: str
+    lam: np.ndarray
+    farkas: np.ndarray | None = None
+    iterations: int = 0
+    method: str = ""
+    info: dict = field(default_factory=dict)
+
+
+def _tol_b(b: np.ndarray, tol: float) -> float:
+    return tol * max(1.0, float(np.max(np.abs(b))) if b.size else 1.0)
+
+
+def _kkt_ok(G, b, eq, lam, tol) -> bool:
+    m = G @ lam
+    btol = _tol_b(b, tol)
+    ineq = ~eq
+    if np.any(lam[ineq] < -btol * 1e-3):
+        return False
+    viol = np.where(eq, np.abs(m - b), np.maximum(b - m, 0.0))
+    if np.any(viol > btol):
+        return False
+    # complementary slackness (relative to the multiplier size)
+    slack = np.where(ineq, m - b, 0.0)
+    scale = max(1.0, float(np.max(np.abs(lam))))
+    return bool(np.all(np.abs(lam * slack) <= btol * scale))
+
+
+def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int = 60):
+    """Primal-dual active-set method for ``min 1/2 lam^T G lam - b^T lam``, ``lam >= 0`` off ``eq``.
+
+    Parameters
+    ----------
+    G : (N, N) PSD Gram matrix
+    b : (N,) right-hand sides
+    eq : (N,) bool, rows with a free-sign multiplier (equality constraints)
+
+    Returns
+    -------
+    QPResult or None when the free rows become linearly dependent or it cycles
+    (the caller then uses :func:`goldfarb_idnani`).
+    """
+    N = b.size
+    if N == 0:
+        return QPResult("optimal", np.zeros(0), iterations=0, method="pdas")
+    diag = np.diag(G).copy()
+    if np.any(diag <= 0):
+        return None
+    free = eq | (b > 0)
+    seen = set()
+    for it in range(1, maxit + 1):
+        idx = np.flatnonzero(free)
+        lam = np.zeros(N)
+        if idx.size:
+            Gff = G[np.ix_(idx, idx)]
+            try:
+                c, low = sla.cho_factor(Gff, lower=True, check_finite=False)
+            except np.linalg.LinAlgError:
+                return None
+            dg = np.abs(np.diag(c))
+            if dg.min() <= 1e-7 * dg.max():  # numerically dependent free rows
+                return None
+            x = sla.cho_solve((c, low), b[idx], check_finite=False)
+            x += sla.cho_solve((c, low), b[idx] - Gff @ x, check_finite=False)  # one refinement step
+            lam[idx] = x
+        mu = G @ lam - b
+        new_free = eq | (lam - mu / diag > 0)
+        if np.array_equal(new_free, free):
+            if _kkt_ok(G, b, eq, lam, tol):
+                return QPResult("optimal", lam, iterations=it, method="pdas")
+            return None
+        key = new_free.tobytes()
+        if key in seen:
+            return None
+        seen.add(key)
+        free = new_free
+    return None
+
+
+def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int = 40):
+    """Batched :func:`pdas` over R independent instances of equal size.
+
+    Parameters
+    ----------
+    G : (R, N, N)
+    b : (R, N)
+    eq : (R, N) bool
+
+    Returns
+    -------
+    lam : (R, N) multipliers
+    ok : (R,) bool, instances that converged to a verified KKT point (the others
+        must be solved by :func:`goldfarb_idnani`)
+    """
+    R, N = b.shape
+    lam = np.zeros((R, N))
+    ok = np.zeros(R, bool)
+    if N == 0:
+        return lam, np.ones(R, bool)
+    diag = np.einsum("rkk->rk", G)
+    pending = np.flatnonzero(np.all(diag > 0, axis=1))
+    free = eq | (b > 0)
+    eye = np.eye(N)
+    for _ in range(maxit):
+        if pending.size == 0:
+            break
+        f = free[pending]
+        Gp = G[pending]
+        mask = f[:, :, None] & f[:, None, :]
+        A = np.where(mask, Gp, 0.0) + eye * (~f)[:, :, None]
+        rhs = np.where(f, b[pending], 0.0)
+        try:
+            x = np.linalg.solve(A, rhs[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            # singular somewhere: solve one by one and drop the failures
+            x = np.zeros_like(rhs)
+            good = np.ones(pending.size, bool)
+            for j in range(pending.size):
+                try:
+                    x[j] = np.linalg.solve(A[j], rhs[j])
+                except np.linalg.LinAlgError:
+                    good[j] = False
+            pending, x, f, Gp = pending[good], x[good], f[good], Gp[good]
+            if pending.size == 0:
+                break
+            rhs = np.where(f, b[pending], 0.0)
+            A = np.where(f[:, :, None] & f[:, None, :], Gp, 0.0) + eye * (~f)[:, :, None]
+        x += np.linalg.solve(A, (rhs - np.einsum("rij,rj->ri", A, x))[..., None])[..., 0]
+        x = np.where(f, x, 0.0)
+        mu = np.einsum("rij,rj->ri", Gp, x) - b[pending]
+        new_free = eq[pending] | (x - mu / diag[pending] > 0)
+        same = np.all(new_free == f, axis=1)
+        lam[pending] = x
+        done = pending[same]
+        for r in done:
+            ok[r] = _kkt_ok(G[r], b[r], eq[r], lam[r], tol)
+        free[pending] = new_free
+        pending = pending[~same]
+    return lam, ok
+
+
+def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int | None = None) -> QPResult:
+    """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
+
+    Solves ``min 1/2 ||W||^2 s.t. <W, A_k> >= b_k`` (``==`` on ``eq``) where only
+    ``G[k, l] = <A_k, A_l>`` is known. Exact up to rounding; linearly dependent
+    constraints are handled; infeasibility ends with a Farkas certificate.
+
+    Parameters
+    ----------
+    G : (N, N), b : (N,), eq : (N,) bool
+
+    Returns
+    -------
+    QPResult with ``lam (N,)`` such that ``W = sum lam_k A_k``; or status
+    "infeasible" with ``farkas (N,)``: ``lam >= 0`` on inequality rows,
+    ``sum lam_k A_k = 0`` (up to rounding), ``b^T lam = 1``.
+    """
+    N = b.size
+    maxit = maxit or (20 * N + 100)
+    diag = np.diag(G).copy()
+    btol = _tol_b(b, tol)
+    gscale = float(diag.max()) if N else 1.0
+
+    # constraints with a zero matrix A_k: 0 >= b_k (or 0 == b_k)
+    zero = diag <= 1e-28 * max(gscale, 1e-300)
+    bad0 = zero & np.where(eq, np.abs(b) > btol, b > btol)
+    if np.any(bad0):
+        k = int(np.flatnonzero(bad0)[np.argmax(np.abs(b[bad0]))])
+        f = np.zeros(N)
+        f[k] = 1.0 / b[k]
+        return QPResult("infeasible", np.zeros(N), farkas=f, iterations=0, method="goldfarb-idnani",
+                        info={"offending": [k]})
+    usable = ~zero
+    sg = np.ones(N)
+    u = np.zeros(N)  # multipliers of the sign-adjusted constraints
+    m = np.zeros(N)  # current constraint values <W, A_k> (original signs)
+    active: list[int] = []
+    is_active = np.zeros(N, bool)
+    L = np.zeros((max(N, 1), max(N, 1)))
+    it = 0
+
+    def refactor():
+        s = len(active)
+        if s:
+            a = np.array(active)
+            Ge = G[np.ix_(a, a)] * np.outer(sg[a], sg[a])
+            L[:s, :s] = np.linalg.cholesky(Ge)
+
+    while True:
+        viol = m - b
+        cand = eq & usable & ~is_active & (np.abs(viol) > btol)
+        if cand.any():
+            idx = np.flatnonzero(cand)
+            p = int(idx[np.argmax(np.abs(viol[idx]) / np.sqrt(diag[idx]))])
+            if viol[p] > 0:
+                sg[p] = -1.0
+        else:
+            cand = ~eq & usable & ~is_active & (viol < -btol)
+            if not cand.any():
+                break
+            idx = np.flatnonzero(cand)
+            p = int(idx[np.argmin(viol[idx] / np.sqrt(diag[idx]))])
+        s_p = sg[p] * (m[p] - b[p])
+        while True:
+            it += 1
+            if it > maxit:
+                raise RuntimeError("Goldfarb-Idnani did not terminate (numerical cycling)")
+            s = len(active)
+            a = np.array(active, dtype=np.int64)
+            if s:
+                g = G[a, p] * sg[a] * sg[p]
+                lvec = sla.solve_triangular(L[:s, :s], g, lower=True, check_finite=False)
+                r = sla.solve_triangular(L[:s, :s], lvec, lower=True, trans="T", check_finite=False)
+                zz = diag[p] - lvec @ lvec
+            else:
+                lvec = r = np.zeros(0)
+                zz = diag[p]
+            # dual step length (blocking inequality multipliers)
+            t1, kpos = np.inf, -1
+            if s:
+                rtol = 1e-11 * max(1.0, float(np.max(np.abs(r))))
+                cand_j = (~eq[a]) & (r > rtol)
+                if cand_j.any():
+                    jj = np.flatnonzero(cand_j)
+                    ratios = u[a[jj]] / r[jj]
+                    q = int(np.argmin(ratios))
+                    t1, kpos = max(float(ratios[q]), 0.0), int(jj[q])
+            dependent = zz <= 1e-12 * diag[p]
+            t2 = np.inf if dependent else -s_p / zz
+            t = min(t1, t2)
+            if not np.isfinite(t):
+                f = np.zeros(N)
+                f[p] = 1.0
+                if s:
+                    f[a] = -r
+                f = f * sg
+                bf = float(b @ f)
+                f = f / bf if bf > 0 else f / max(np.abs(f).sum(), 1e-300)
+                offending = [int(k) for k in np.flatnonzero(np.abs(f) > 1e-9 * np.abs(f).max())]
+                return QPResult("infeasible", np.zeros(N), farkas=f, iterations=it, method="goldfarb-idnani",
+                                info={"offending": offending})
+            if not dependent:
+                dc = np.zeros(s + 1)
+                dc[:s] = -r * sg[a]
+                dc[s] = sg[p]
+                rows = np.append(a, p)
+                m += t * (dc @ G[rows])
+            if s:
+                u[a] -= t * r
+            u[p] += t
+            if t == t2:
+                active.append(p)
+                is_active[p] = True
+                L[s, :s] = lvec
+                L[s, s] = np.sqrt(zz)
+                break
+            k = active.pop(kpos)
+            is_active[k] = False
+            u[k] = 0.0
+            refactor()
+            s_p += t * zz if not dependent else 0.0
+    lam = u * sg
+    # polish: exact solve of the active system, one refinement step
+    if active:
+        a = np.array(active)
+        Gaa = G[np.ix_(a, a)]
+        try:
+            c = sla.cho_factor(Gaa, lower=True, check_finite=False)
+            x = sla.cho_solve(c, b[a], check_finite=False)
+            x += sla.cho_solve(c, b[a] - Gaa @ x, check_finite=False)
+            if np.all((x * sg[a] >= 0) | eq[a]):
+                lam = np.zeros(N)
+                lam[a] = x
+        except np.linalg.LinAlgError:
+            pass
+    return QPResult("optimal", lam, iterations=it, method="goldfarb-idnani")
+
+
+def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, method: str = "auto") -> QPResult:
+    """Solve the Frobenius dual QP given its Gram matrix (see module docstring).
+
+    Parameters
+    ----------
+    G : (N, N), b : (N,), eq : (N,) bool
+    method : "auto" (fast path, then the robust one), "pdas" or "goldfarb-idnani"
+    """
+    if method in ("auto", "pdas"):
+        res = pdas(G, b, eq, tol=tol)
+        if res is not None or method == "pdas":
+            if res is None:
+                raise RuntimeError("pdas failed (dependent constraints or cycling)")
+            return res
+    return goldfarb_idnani(G, b, eq, tol=tol)

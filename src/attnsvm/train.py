@@ -1,0 +1,677 @@
+"""Batched training of attention models: many independent runs, one set of tensor ops.
+
+:func:`train` trains R runs at once (different inits and/or different problem
+instances of equal shape). Every per-step operation acts on tensors with a leading
+runs axis; nothing loops over runs or samples in Python. A run's result depends only
+on its own seed (run r of a call with ``seed=s`` uses seed ``s + r``; pass a list
+of seeds to choose them freely) and on its own problem.
+
+Conventions reproducing the research code (transformers-as-svms spec 1.3, 1.6):
+
+* float64; logistic loss, mean over samples;
+* default init ``U(-1/sqrt(d), 1/sqrt(d))`` entrywise (``nn.Linear`` default) for W,
+  K and Q, drawn from ``torch.Generator().manual_seed(seed_r)`` in the order W, or
+  K then Q; the prompt p defaults to ``0.01 * N(0, I)`` like ``PromptAttn``;
+* normalized GD ``x <- x - lr * g / (||g|| + eps)`` with ``eps`` = float64 machine
+  epsilon, each parameter of each run normalized separately;
+* (K, Q): tiny ridge ``eps * (||K||^2 + ||Q||^2)`` added to the loss (``ridge=None``
+  means on for KQ, off otherwise), hidden width ``m = d`` by default.
+
+The linear-head model with a margin loss uses closed-form gradients (pairwise
+softmax-Jacobian form, exact in saturation); any other head uses autograd through
+:class:`attnsvm.models.AttentionModel`. A run whose loss gradient is exactly zero is
+flagged ``saturated``; with a zero total gradient it does not move (never NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .errors import ValidationError
+from .losses import MARGIN_LOSSES, check_loss, sample_losses
+from .models import DTYPE, AttentionModel, MatrixHead, causal_mask, closed_form_step, combine, fsum, token_scores
+from .problem import ProblemBatch, TokenProblem
+
+EPS = float(np.finfo(np.float64).eps)  # 2.220446049250313e-16
+OPTIMIZERS = ("ngd", "gd", "adam")
+
+
+# ------------------------------------------------------------------------ result
+
+
+@dataclass
+class TrainResult:
+    """Trajectories of R runs recorded at C checkpoints (numpy float64).
+
+    Attributes
+    ----------
+    steps : (C,) int -- number of updates done at each checkpoint (0 = init)
+    loss : (R, C) -- mean training loss
+    softmax : (R, C, n, T) -- attention maps (sequence training: (R, C, n, T, T), [query, key])
+    norm : (R, C) -- ``||W||_F`` (param W / KQ) or ``||p||`` (param p)
+    grad_norm : (R, C) -- norm of the loss gradient in W (or p), ridge excluded
+    W : (R, C, d, d) combined weights (``K Q^T`` for KQ); None for param "p"
+    K, Q : (R, C, d, m) for param "KQ", else None
+    p : (R, C, d) for param "p", else None
+    v : (R, C, d) when v is trained, else None
+    saturated : (R,) bool -- the loss gradient was exactly zero at the last step
+    saturated_step : (R,) int -- first step with an exactly-zero loss gradient (-1: never)
+    selection : (R, n) int -- argmax of the final attention (sequence: (R, n, T))
+    seeds : (R,) int -- the per-run seeds
+    problems : tuple of TokenProblem (empty for array input)
+    """
+
+    steps: np.ndarray
+    loss: np.ndarray
+    softmax: np.ndarray
+    norm: np.ndarray
+    grad_norm: np.ndarray
+    saturated: np.ndarray
+    saturated_step: np.ndarray
+    selection: np.ndarray
+    seeds: np.ndarray
+    param: str
+    optimizer: str
+    lr: float
+    W: np.ndarray | None = None
+    K: np.ndarray | None = None
+    Q: np.ndarray | None = None
+    p: np.ndarray | None = None
+    v: np.ndarray | None = None
+    problems: tuple = field(default_factory=tuple)
+
+    @property
+    def runs(self) -> int:
+        return self.loss.shape[0]
+
+    @property
+    def final(self) -> np.ndarray:
+        """Final trained parameter: W (R, d, d), or p (R, d) for the prompt model."""
+        return self.p[:, -1] if self.param == "p" else self.W[:, -1]
+
+    def at(self, step: int) -> int:
+        """Checkpoint index of a step (raises if the step was not recorded)."""
+        hit = np.flatnonzero(self.steps == step)
+        if hit.size == 0:
+            raise ValidationError(f"step {step} was not recorded; recorded steps: {self.steps[:5]}...{self.steps[-3:]}")
+        return int(hit[0])
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _check_int(x, name, minimum):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < minimum:
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    return int(x)
+
+
+def _seeds(seed, R):
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        seeds = [int(s) for s in seed]
+        if len(seeds) != R:
+            raise ValidationError(f"seed list must give one seed per run ({R}), got {len(seeds)}")
+        return seeds
+    return [_check_int(seed, "seed", 0) + r for r in range(R)]
+
+
+def _checkpoints(steps, record_every, checkpoints):
+    if checkpoints is not None:
+        cps = sorted({int(c) for c in checkpoints})
+        if not cps or cps[0] < 0 or cps[-1] > steps:
+            raise ValidationError(f"checkpoints must lie in [0, steps={steps}]")
+        return np.array(cps, dtype=np.int64)
+    every = _check_int(record_every, "record_every", 1)
+    cps = list(range(0, steps + 1, every))
+    if cps[-1] != steps:
+        cps.append(steps)
+    return np.array(cps, dtype=np.int64)
+
+
+def _per_run(arr, R, shape, name):
+    """Explicit initial array: ``shape`` (shared by all runs) or ``(R, *shape)``."""
+    t = torch.as_tensor(np.asarray(arr, dtype=np.float64), dtype=DTYPE)
+    if tuple(t.shape) == tuple(shape):
+        return t.unsqueeze(0).expand(R, *shape).clone()
+    if tuple(t.shape) == (R, *shape):
+        return t.clone()
+    raise ValidationError(f"{name} must have shape {tuple(shape)} or {(R, *shape)}, got {tuple(t.shape)}")
+
+
+def _init_params(param, init, seeds, d, m):
+    """Initial parameters, each (R, ...) float64."""
+    R = len(seeds)
+    shapes = {"W": {"W": (d, d)}, "KQ": {"K": (d, m), "Q": (d, m)}, "p": {"p": (d,)}}[param]
+    if isinstance(init, str):
+        if init == "zero":
+            return {k: torch.zeros((R, *s), dtype=DTYPE) for k, s in shapes.items()}
+        if init != "default":
+            raise ValidationError(f"init must be 'default', 'zero', an array or a dict of arrays, got {init!r}")
+        out = {k: torch.empty((R, *s), dtype=DTYPE) for k, s in shapes.items()}
+        bound = 1.0 / np.sqrt(d)
+        for r, sd in enumerate(seeds):
+            g = torch.Generator()
+            g.manual_seed(sd)
+            for k, s in shapes.items():
+                if param == "p":
+                    out[k][r] = 0.01 * torch.randn(s, generator=g, dtype=DTYPE)
+                else:
+                    out[k][r] = (torch.rand(s, generator=g, dtype=DTYPE) * 2.0 - 1.0) * bound
+        return out
+    if isinstance(init, dict):
+        if set(init) != set(shapes):
+            raise ValidationError(f"init dict for param {param!r} needs keys {sorted(shapes)}, got {sorted(init)}")
+        return {k: _per_run(init[k], R, s, f"init[{k!r}]") for k, s in shapes.items()}
+    if isinstance(init, (tuple, list)) and param == "KQ" and len(init) == 2:
+        return {"K": _per_run(init[0], R, shapes["K"], "init K"), "Q": _per_run(init[1], R, shapes["Q"], "init Q")}
+    if param == "KQ":
+        raise ValidationError("init for param 'KQ' must be 'default', 'zero', a (K, Q) pair or {'K':..., 'Q':...}")
+    (k, s), = shapes.items()
+    return {k: _per_run(init, R, s, "init")}
+
+
+def run_norm(x: torch.Tensor) -> torch.Tensor:
+    """Euclidean/Frobenius norm of each run's tensor: (R, ...) -> (R,), batch-independent rounding."""
+    f = x.reshape(x.shape[0], -1)
+    return torch.sqrt(fsum(f * f))
+
+
+class _Optimizer:
+    """GD / normalized GD / Adam acting in place on (R, ...) tensors, per run and per parameter."""
+
+    def __init__(self, kind, lr, eps, betas, adam_eps, bitwise=False):
+        if kind not in OPTIMIZERS:
+            raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+        if not (np.isfinite(lr) and lr > 0):
+            raise ValidationError(f"lr must be a finite number > 0, got {lr!r}")
+        self.kind, self.lr, self.eps, self.betas, self.adam_eps = kind, float(lr), float(eps), betas, adam_eps
+        self.state = {}
+        self.t = 0
+        self.norm = run_norm if bitwise else (lambda g: torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1))
+
+    def _run_norm(self, g):
+        return self.norm(g).reshape((-1,) + (1,) * (g.ndim - 1))
+
+    def step(self, params, grads, lr=None, norms=None):
+        lr = self.lr if lr is None else lr
+        self.t += 1
+        for name, g in grads.items():
+            x = params[name]
+            if self.kind == "gd":
+                x.sub_(lr * g)
+            elif self.kind == "ngd":
+                x.sub_(g * (lr / (self._run_norm(g) + self.eps)))
+            else:
+                b1, b2 = self.betas
+                if name not in self.state:
+                    self.state[name] = (torch.zeros_like(x), torch.zeros_like(x))
+                m1, m2 = self.state[name]
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                upd = (m1 / (1 - b1 ** self.t)) / ((m2 / (1 - b2 ** self.t)).sqrt() + self.adam_eps)
+                moving = (self._run_norm(g) > 0).to(DTYPE)
+                x.sub_(lr * upd * moving)
+
+
+@dataclass
+class _Data:
+    """Flattened training data, all (R, N, ...) float64 tensors."""
+
+    X: torch.Tensor  # (R, N, T, d)
+    Y: torch.Tensor  # (R, N) labels or int targets
+    v: torch.Tensor | None  # (R, d)
+    queries: torch.Tensor | None = None  # (R, N, d)
+    keys: torch.Tensor | None = None  # (R, N, T, d)
+    mask: torch.Tensor | None = None  # (1, N, T) bool
+
+
+def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwise=False):
+    """Returns (grad_fn, main_name, model): grad_fn() -> dict(loss (R,), s, grads {name: tensor}).
+
+    ``params`` maps names to the tensors that the optimizer updates in place.
+    """
+    main = "p" if param == "p" else "W"
+    closed_ok = head is None and loss in MARGIN_LOSSES
+    if engine == "auto":
+        engine = "closed" if closed_ok else "autograd"
+    if engine == "closed" and not closed_ok:
+        raise ValidationError("engine='closed' needs the linear head (head=None) and a margin loss")
+    if engine not in ("closed", "autograd"):
+        raise ValidationError(f"engine must be 'auto', 'closed' or 'autograd', got {engine!r}")
+
+    if engine == "closed":
+        fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
+        if data.queries is not None and bitwise:
+            fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
+        if data.keys is not None and bitwise:
+            R_, n_, T_, d_ = data.keys.shape
+            fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
+        if not train_v:
+            gamma = token_scores(data.X, data.Y, data.v) if bitwise else data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
+            if data.mask is not None:
+                gamma = gamma.masked_fill(~data.mask, 0.0)
+            fixed.update(gamma=gamma, D=gamma.unsqueeze(-1) - gamma.unsqueeze(-2))
+
+        def grad_fn():
+            v = params["v"] if train_v else data.v
+            out = closed_form_step(
+                data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
+                p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=loss,
+                want_v=train_v, bitwise=bitwise, **fixed,
+            )
+            grads = {}
+            if param == "W":
+                grads["W"] = out["G"]
+            elif param == "KQ":
+                grads["K"], grads["Q"] = out["gK"], out["gQ"]
+            else:
+                grads["p"] = out["gp"]
+            if train_v:
+                grads["v"] = out["gv"]
+            return {"loss": out["loss"], "s": out["s"], "grads": grads, "main_grad": out.get("G", out.get("gp"))}
+
+        return grad_fn, None
+
+    model = AttentionModel(param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"), p=params.get("p"),
+                           v=data.v if (head is None or train_v) else None, head=head, train_v=train_v)
+    # the optimizer updates the module's own storage
+    for name, prm in model.named_parameters():
+        params[name] = prm.data
+    names = [n for n, _ in model.named_parameters()]
+
+    def grad_fn():
+        for prm in model.parameters():
+            prm.grad = None
+        with torch.enable_grad():
+            out = model(data.X, queries=data.queries, keys=data.keys, mask=data.mask)
+            per_run = sample_losses(out, data.Y, loss).mean(-1)
+            per_run.sum().backward()
+        prms = dict(model.named_parameters())
+        grads = {k: (prms[k].grad if prms[k].grad is not None else torch.zeros_like(prms[k])) for k in names}
+        if param == "KQ":
+            G = model.last_W.grad
+            main_grad = G if G is not None else torch.zeros_like(model.last_W)
+        else:
+            main_grad = grads[main]
+        return {"loss": per_run.detach(), "s": model.softmax.detach(), "grads": grads, "main_grad": main_grad}
+
+    return grad_fn, model
+
+
+def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v, bitwise):
+    """The training loop; returns recorded torch tensors."""
+    R, N, T, _ = data.X.shape
+    C = len(cps)
+    record = np.zeros(steps + 1, dtype=bool)
+    record[cps] = True
+    opt = _Optimizer(optimizer, lr, eps, betas, adam_eps, bitwise)
+    rec = {
+        "loss": torch.empty(R, C, dtype=DTYPE),
+        "softmax": torch.empty(R, C, N, T, dtype=DTYPE),
+        "grad_norm": torch.empty(R, C, dtype=DTYPE),
+    }
+    for k, x in params.items():
+        if k != "v" or record_v:
+            rec[k] = torch.empty((R, C) + tuple(x.shape[1:]), dtype=DTYPE)
+    sat_step = torch.full((R,), -1, dtype=torch.int64)
+    zero_now = torch.zeros(R, dtype=torch.bool)
+    c = 0
+    with torch.no_grad():
+        for k in range(steps + 1):
+            res = grad_fn()
+            grads = res["grads"]
+            gsq = None
+            for g in grads.values():
+                nrm = opt.norm(g)
+                gsq = nrm if gsq is None else gsq + nrm
+            zero_now = gsq == 0
+            if bool(zero_now.any()):
+                sat_step = torch.where((sat_step < 0) & zero_now, torch.full_like(sat_step, k), sat_step)
+            if record[k]:
+                rec["loss"][:, c] = res["loss"]
+                rec["softmax"][:, c] = res["s"]
+                rec["grad_norm"][:, c] = opt.norm(res["main_grad"])
+                for name, x in params.items():
+                    if name in rec:
+                        rec[name][:, c] = x
+                c += 1
+            if k == steps:
+                break
+            if ridge:
+                grads = dict(grads)
+                for name in ("K", "Q"):
+                    grads[name] = grads[name] + (2.0 * ridge) * params[name]
+            opt.step(params, grads)
+    rec["saturated"] = zero_now
+    rec["saturated_step"] = sat_step
+    return rec
+
+
+def _prepare(problems, runs, param, head, train_v, loss):
+    if isinstance(problems, ProblemBatch):
+        batch = problems
+    else:
+        if isinstance(problems, TokenProblem):
+            problems = [problems] * (1 if runs is None else _check_int(runs, "runs", 1))
+        elif runs is not None and runs != len(problems):
+            raise ValidationError(f"runs={runs} does not match the {len(problems)} problems given")
+        batch = TokenProblem.stack(problems)
+    if param not in ("W", "KQ", "p"):
+        raise ValidationError(f"param must be 'W', 'KQ' or 'p', got {param!r}")
+    if batch.mode == "prompt" and param != "p":
+        raise ValidationError("a prompt problem (no Z, no query_index) trains the prompt: use param='p'")
+    if batch.mode != "prompt" and param == "p":
+        raise ValidationError(f"param='p' needs a prompt problem (no Z / query_index); this problem is {batch.mode!r}")
+    if batch.Y is None:
+        raise ValidationError("training needs labels Y")
+    if (head is None or train_v) and batch.v is None:
+        raise ValidationError("training with the linear head (or train_v=True) needs a head v in the problem")
+    if loss == "cross_entropy":
+        raise ValidationError("cross_entropy is for next-token prediction: use train_sequence(..., H=...)")
+    t = lambda a: None if a is None else torch.as_tensor(a, dtype=DTYPE)
+    X = t(batch.X)
+    data = _Data(X=X, Y=t(batch.Y), v=t(batch.v), queries=t(batch.queries))
+    if param == "p":
+        data.keys = X if batch.W is None else torch.matmul(X, t(batch.W).unsqueeze(1))
+    return batch, data
+
+
+def _finish(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None):
+    npy = lambda x: None if x is None else x.detach().numpy().astype(np.float64, copy=False)
+    W = None
+    if param == "W":
+        W = rec["W"]
+    elif param == "KQ":
+        W = combine(rec["K"].flatten(0, 1), rec["Q"].flatten(0, 1)).reshape(rec["K"].shape[:2] + (rec["K"].shape[2],) * 2)
+    if param == "p":
+        norm = torch.linalg.vector_norm(rec["p"], dim=-1)
+    else:
+        norm = torch.linalg.vector_norm(W.flatten(-2), dim=-1)
+    s = rec["softmax"]
+    if seq_shape is not None:
+        s = s.reshape(s.shape[0], s.shape[1], *seq_shape)
+    return TrainResult(
+        steps=cps, loss=npy(rec["loss"]), softmax=npy(s), norm=npy(norm), grad_norm=npy(rec["grad_norm"]),
+        saturated=rec["saturated"].numpy().copy(), saturated_step=rec["saturated_step"].numpy().copy(),
+        selection=s[:, -1].argmax(-1).numpy(), seeds=np.array(seeds, dtype=np.int64), param=param,
+        optimizer=optimizer, lr=float(lr), W=npy(W), K=npy(rec.get("K")), Q=npy(rec.get("Q")),
+        p=npy(rec.get("p")), v=npy(rec.get("v")), problems=tuple(problems),
+    )
+
+
+# ------------------------------------------------------------------------ public
+
+
+def train(
+    problems,
+    param: str = "W",
+    head=None,
+    steps: int = 2000,
+    lr: float = 0.1,
+    optimizer: str = "ngd",
+    seed=0,
+    record_every: int = 10,
+    *,
+    checkpoints: Sequence[int] | None = None,
+    runs: int | None = None,
+    loss: str = "logistic",
+    init="default",
+    m: int | None = None,
+    ridge: float | None = None,
+    train_v: bool = False,
+    engine: str = "auto",
+    bitwise: bool = False,
+    eps: float = EPS,
+    betas: tuple = (0.9, 0.999),
+    adam_eps: float = 1e-8,
+) -> TrainResult:
+    """Train R attention runs together.
+
+    Parameters
+    ----------
+    problems : TokenProblem, list of TokenProblem of equal shape and mode, or ProblemBatch
+        One run per problem; a single problem with ``runs=k`` gives k runs on it.
+    param : "W" | "KQ" | "p"
+        W-parameterization, (K, Q) with ``W = K Q^T``, or the prompt model (p trained, the
+        problem's W fixed; needs a prompt problem).
+    head : None (linear head v of the problem, frozen unless ``train_v``) or any callable
+        mapping the attended vectors (R, n, d) to outputs (R, n), e.g.
+        :class:`~attnsvm.models.ReLUHead`, :class:`~attnsvm.models.LambdaHead`.
+    steps, lr, optimizer : number of updates, step size, "ngd" | "gd" | "adam"
+    seed : int (run r uses ``seed + r``) or a list of per-run seeds
+    record_every / checkpoints : record every k steps (plus the last), or at the given steps
+    loss : "logistic" | "exponential" | "correlation" | "squared"
+    init : "default" (nn.Linear-like uniform; p: 0.01 N(0,I)), "zero", an array (d,d) / (R,d,d)
+        (W), (d,) / (R,d) (p), a pair (K, Q) or a dict of arrays
+    m : hidden width of (K, Q) (default d)
+    ridge : coefficient of ``ridge * (||K||^2 + ||Q||^2)``; None = machine epsilon for KQ, 0 otherwise
+    train_v : also train the linear head v (joint (v, p) / (v, W) training); v starts at the problem's v
+    engine : "auto" (closed form for the linear head, autograd otherwise), "closed", "autograd"
+    bitwise : closed-form engine only. True: every contraction is an elementwise product with a
+        fixed-order sum, so a run's trajectory is bitwise identical whatever runs it is batched
+        with (about 2x slower). False (default): BLAS contractions; batched and one-by-one runs
+        then agree to rounding (~1e-13 relative after 2000 steps), not bitwise.
+    eps : NGD denominator epsilon; betas, adam_eps : Adam constants
+
+    Returns
+    -------
+    TrainResult
+    """
+    batch, data = _prepare(problems, runs, param, head, train_v, loss)
+    check_loss(loss)
+    steps = _check_int(steps, "steps", 0)
+    R, n, T, d = data.X.shape
+    seeds = _seeds(seed, R)
+    m = d if m is None else _check_int(m, "m", 1)
+    ridge = (EPS if param == "KQ" else 0.0) if ridge is None else float(ridge)
+    if ridge and param != "KQ":
+        raise ValidationError("ridge applies to the (K, Q) parameterization only")
+    cps = _checkpoints(steps, record_every, checkpoints)
+    params = _init_params(param, init, seeds, d, m)
+    if train_v:
+        params["v"] = data.v.clone()
+    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
+    rec = _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
+                    betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
+    return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems)
+
+
+def train_sequence(
+    X,
+    Y,
+    v=None,
+    *,
+    causal: bool = True,
+    H=None,
+    head=None,
+    param: str = "W",
+    loss: str | None = None,
+    steps: int = 2000,
+    lr: float = 0.1,
+    optimizer: str = "ngd",
+    seed=0,
+    runs: int | None = None,
+    record_every: int = 10,
+    checkpoints=None,
+    init="default",
+    m: int | None = None,
+    ridge: float | None = None,
+    train_v: bool = False,
+    engine: str = "auto",
+    bitwise: bool = False,
+    eps: float = EPS,
+) -> TrainResult:
+    """Sequence / causal attention: every token is a query with its own label.
+
+    Output k of sequence i is ``h(X_i^T softmax(X_i W x_{ik}))``; with ``causal`` the
+    query k attends to tokens ``t <= k`` only. The loss is the mean over all (i, k).
+
+    Parameters
+    ----------
+    X : (n, T, d) or (R, n, T, d) tokens (R instances, one run each)
+    Y : (n, T) or (R, n, T): labels in {-1, +1} (margin losses) or, with ``H``, int64
+        next-token targets in [0, V) (-1 = ignored position) for the cross-entropy
+    v : (d,) or (R, d) linear head (margin losses)
+    H : (d, V) output embedding for next-token prediction (logits ``H^T o``)
+    loss : default "logistic", or "cross_entropy" when H is given
+
+    Returns
+    -------
+    TrainResult with ``softmax`` (R, C, n, T, T) (axis -2 = query position, -1 = key)
+    and ``selection`` (R, n, T) (argmax key per query).
+    """
+    if loss is None:
+        loss = "cross_entropy" if H is not None else "logistic"
+    check_loss(loss)
+    if param not in ("W", "KQ"):
+        raise ValidationError(f"sequence training supports param 'W' or 'KQ', got {param!r}")
+    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=DTYPE)
+    if Xt.ndim == 3:
+        Xt = Xt.unsqueeze(0)
+    if Xt.ndim != 4 or not torch.isfinite(Xt).all():
+        raise ValidationError("X must be a finite array (n, T, d) or (R, n, T, d)")
+    if runs is not None:
+        if Xt.shape[0] != 1:
+            raise ValidationError("runs= replicates a single instance; X already has a runs axis")
+        Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
+    R, n, T, d = Xt.shape
+    Yarr = np.asarray(Y)
+    if loss == "cross_entropy":
+        if H is None:
+            raise ValidationError("cross_entropy needs the output embedding H (d, V)")
+        Yt = torch.as_tensor(Yarr.astype(np.int64))
+        head = MatrixHead(H)
+    else:
+        Yt = torch.as_tensor(Yarr.astype(np.float64), dtype=DTYPE)
+        if not torch.all(Yt.abs() == 1):
+            raise ValidationError("Y must hold labels in {-1, +1} for margin losses")
+    if Yt.ndim == 2:
+        Yt = Yt.unsqueeze(0)
+    Yt = Yt.expand(R, -1, -1) if Yt.shape[0] == 1 else Yt
+    if tuple(Yt.shape) != (R, n, T):
+        raise ValidationError(f"Y must have shape (n, T) = ({n}, {T}) or (R, n, T), got {tuple(Yarr.shape)}")
+    vt = None
+    if v is not None:
+        vt = torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=DTYPE)
+        vt = vt.expand(R, -1).clone() if vt.ndim == 1 else vt
+        if tuple(vt.shape) != (R, d):
+            raise ValidationError(f"v must have shape (d,) = ({d},) or (R, d)")
+    elif head is None:
+        raise ValidationError("give a head v, H or a head callable")
+    N = n * T
+    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
+    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
+    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
+    data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
+    steps = _check_int(steps, "steps", 0)
+    seeds = _seeds(seed, R)
+    m = d if m is None else _check_int(m, "m", 1)
+    ridge = (EPS if param == "KQ" else 0.0) if ridge is None else float(ridge)
+    cps = _checkpoints(steps, record_every, checkpoints)
+    params = _init_params(param, init, seeds, d, m)
+    if train_v:
+        params["v"] = data.v.clone()
+    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
+    rec = _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
+                    betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
+    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T))
+
+
+# -------------------------------------------------------------- regularization path
+
+
+@dataclass
+class PathResult:
+    """Regularization path: approximate minimizers of the loss over growing balls.
+
+    radii : (P,); W : (R, P, d, d) (``K Q^T`` for KQ); loss : (R, P); norm : (R, P)
+    K, Q : (R, P, d, m) for KQ
+    """
+
+    radii: np.ndarray
+    W: np.ndarray
+    loss: np.ndarray
+    norm: np.ndarray
+    K: np.ndarray | None = None
+    Q: np.ndarray | None = None
+
+
+def regularization_path(
+    problems,
+    radii,
+    param: str = "W",
+    *,
+    steps_per_radius: int = 500,
+    lr: float = 0.1,
+    seed=0,
+    runs: int | None = None,
+    init="zero",
+    m: int | None = None,
+    loss: str = "logistic",
+) -> PathResult:
+    """Minimize the loss over ``||W||_F <= R`` (param "W") or ``||K||^2 + ||Q||^2 <= 2R``
+    (param "KQ") for an increasing list of radii, each warm-started from the previous one.
+
+    Projected normalized GD with step ``lr * R / sqrt(j + 1)`` at inner step j (each
+    parameter normalized separately), projecting onto the ball after every step.
+    The minimizers are approximate (first-order method); for large ``R * margin``
+    (beyond ~35 in float64) the loss underflows and the path loses meaning.
+
+    Returns
+    -------
+    PathResult
+    """
+    if param not in ("W", "KQ"):
+        raise ValidationError(f"regularization_path supports param 'W' or 'KQ', got {param!r}")
+    radii = np.asarray(radii, dtype=np.float64)
+    if radii.ndim != 1 or radii.size == 0 or np.any(radii <= 0) or np.any(np.diff(radii) <= 0):
+        raise ValidationError("radii must be a non-empty increasing list of positive numbers")
+    check_loss(loss)
+    batch, data = _prepare(problems, runs, param, None, False, loss)
+    R, n, T, d = data.X.shape
+    seeds = _seeds(seed, R)
+    m = d if m is None else _check_int(m, "m", 1)
+    if isinstance(init, str) and init == "zero" and param == "KQ":
+        raise ValidationError("(K, Q) = 0 is a stationary point; use init='default' or explicit (K, Q)")
+    params = _init_params(param, init, seeds, d, m)
+    grad_fn, _ = _make_grad_fn(data, param, None, loss, False, "closed", params)
+    opt = _Optimizer("ngd", lr, EPS, None, None)
+    P = len(radii)
+    outW = torch.empty(R, P, d, d, dtype=DTYPE)
+    outK = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
+    outQ = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
+    outL = torch.empty(R, P, dtype=DTYPE)
+
+    def project(rad):
+        if param == "W":
+            W = params["W"]
+            nrm = torch.linalg.vector_norm(W.reshape(R, -1), dim=1).reshape(R, 1, 1)
+            W.mul_(torch.clamp(rad / torch.clamp(nrm, min=1e-300), max=1.0))
+        else:
+            K, Q = params["K"], params["Q"]
+            sq = (K * K).sum((1, 2)) + (Q * Q).sum((1, 2))
+            f = torch.clamp(torch.sqrt(2 * rad / torch.clamp(sq, min=1e-300)), max=1.0).reshape(R, 1, 1)
+            K.mul_(f)
+            Q.mul_(f)
+
+    with torch.no_grad():
+        for j, rad in enumerate(radii):
+            project(rad)
+            for k in range(steps_per_radius):
+                res = grad_fn()
+                opt.step(params, res["grads"], lr=lr * rad / np.sqrt(k + 1))
+                project(rad)
+            res = grad_fn()
+            outL[:, j] = res["loss"]
+            if param == "W":
+                outW[:, j] = params["W"]
+            else:
+                outK[:, j], outQ[:, j] = params["K"], params["Q"]
+                outW[:, j] = combine(params["K"], params["Q"])
+    npy = lambda x: None if x is None else x.numpy()
+    return PathResult(radii=radii, W=npy(outW), loss=npy(outL),
+                      norm=npy(torch.linalg.vector_norm(outW.flatten(-2), dim=-1)), K=npy(outK), Q=npy(outQ))
