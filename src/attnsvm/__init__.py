@@ -10,6 +10,15 @@ from .errors import AttnSVMError, ProblemFileError, ValidationError
 from .problem import ProblemBatch, TokenProblem
 from .tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scores
 from .generators import random_problem
+from .svm import (
+    Certificate, ConstraintSet, SVMSolution, all_support_vectors, enumerate_locally_optimal, is_locally_optimal,
+    matrix_rank, separation_delta, solve_fin, solve_gen_svm, solve_p_svm, solve_seq_svm, solve_soft_svm, solve_svm,
+    solve_svm_batch, solve_v_svm, support_indices, svm_equivalence,
+)
+from .metrics import (
+    convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
+)
+from .train import PathResult, TrainResult, regularization_path, train, train_sequence
 
 __all__ = [
     "__version__",
@@ -23,4 +32,35 @@ __all__ = [
     "optimal_tokens",
     "nonlinear_scores",
     "random_problem",
+    "SVMSolution",
+    "Certificate",
+    "ConstraintSet",
+    "solve_svm",
+    "solve_gen_svm",
+    "solve_seq_svm",
+    "solve_p_svm",
+    "solve_v_svm",
+    "solve_soft_svm",
+    "solve_fin",
+    "svm_equivalence",
+    "solve_svm_batch",
+    "support_indices",
+    "is_locally_optimal",
+    "all_support_vectors",
+    "enumerate_locally_optimal",
+    "separation_delta",
+    "matrix_rank",
+    "correlation",
+    "one_minus_correlation",
+    "selected_mass",
+    "read_selection",
+    "margins",
+    "rank",
+    "softmax_of",
+    "convergence_type",
+    "train",
+    "train_sequence",
+    "regularization_path",
+    "TrainResult",
+    "PathResult",
 ]

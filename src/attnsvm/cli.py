@@ -156,6 +156,27 @@ def info(problem_file, tol, as_json):
     click.echo("\n".join(lines))
 
 
+# -------------------------------------------------------------------- solve
+@cli.command()
+@click.argument("problem_file", type=click.Path(dir_okay=False))
+@click.option("--select", default="opt", show_default=True,
+              help="'opt' (optimal tokens) or a file: int (n,) selection -> Att-SVM, bool (n, T) sets -> Gen-SVM "
+                   "(.npy, .npz with key 'select'/'selected', or whitespace/comma separated text).")
+@click.option("--norm", type=click.Choice(["fro", "nuclear"]), default="fro", show_default=True,
+              help="Frobenius (W-parameterization) or nuclear ((K,Q)-parameterization) norm.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the solution to this .npz file.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of a table.")
+def solve(problem_file, select, norm, output, as_json):
+    """Solve the max-margin SVM of a problem file, with its certificate.
+
+    An infeasible selection is a result (status 'infeasible' with the multipliers that
+    prove it), not an error.
+    """
+    from .svm.cli_support import run_solve
+
+    click.echo(run_solve(problem_file, select=select, norm=norm, output=output, as_json=as_json))
+
+
 # -------------------------------------------------------------- experiments
 def _run_one(experiment, config, out, workers, scheduler):
     from .experiments import run_experiment

@@ -199,6 +199,33 @@ def orthonormal_problem(n: int, T: int, d: int, seed: int = 0) -> TokenProblem:
     return TokenProblem(X, Z, Y=np.ones(n), v=v, name=f"orthonormal(n={n},T={T},d={d},seed={seed})")
 
 
+def relu_head_instance(n: int, T: int, d: int, seed: int = 1) -> tuple[TokenProblem, np.ndarray]:
+    """Multi-token (ReLU head) data of Transformers-as-SVMs E5.
+
+    Draws, from ``torch.Generator().manual_seed(seed)`` in this order: the head matrix
+    V (d, d) normalized to ``||V||_F = 1``, unit-norm tokens X (n, T, d), labels Y (n,)
+    (+-1 with probability 1/2) and unit-norm queries Z (n, d).
+
+    Returns
+    -------
+    (TokenProblem without a linear head, V (d, d)); the head is ``h(a) = 1^T ReLU(V^T a)``.
+    """
+    import torch
+
+    n, T, d = _check_size(n, "n", 1), _check_size(T, "T", 2), _check_size(d, "d", 1)
+    g = torch.Generator()
+    g.manual_seed(_check_seed(seed))
+    V = torch.randn((d, d), generator=g)
+    V = V / V.norm()
+    X = torch.randn((n, T, d), generator=g)
+    X = X / X.norm(dim=-1, keepdim=True)
+    Y = 2 * torch.ones(n) * (torch.randn(n, generator=g) > 0) - 1
+    Z = torch.randn((n, d), generator=g)
+    Z = Z / Z.norm(dim=-1, keepdim=True)
+    problem = TokenProblem(X.double().numpy(), Z.double().numpy(), Y=Y.double().numpy(), name=f"relu-head(n={n},T={T},d={d},seed={seed})")
+    return problem, V.double().numpy()
+
+
 #: Generators reachable from ``attnsvm generate NAME``: name -> (function, takes sizes, description).
 GENERATORS: dict[str, tuple[Callable, bool, str]] = {
     "rd": (random_problem, True, "random unit-norm Gaussian tokens, queries and head, +-1 labels"),

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import ValidationError
 from .problem import TokenProblem
+from .svm import SVMSolution, is_locally_optimal, matrix_rank
 
 
 def _np(x) -> np.ndarray:
@@ -122,33 +123,14 @@ def margins(W, X, Z, select) -> np.ndarray:
     return np.where(is_sel, np.inf, out)
 
 
-def rank(W, rtol: float = 1e-6) -> np.ndarray:
-    """Numerical rank ``#{k : sigma_k > rtol * sigma_1}`` of each matrix in W (..., d1, d2); 0 for W = 0."""
-    sv = np.linalg.svd(_np(W), compute_uv=False)
-    top = sv[..., :1]
-    return np.where(top[..., 0] > 0, np.sum(sv > rtol * top, axis=-1), 0)
+#: Numerical rank with a relative threshold (batched), see :func:`attnsvm.svm.matrix_rank`.
+rank = matrix_rank
 
 
 def _default_solver(problem: TokenProblem, select, norm):
-    try:
-        from .svm import solve_svm
-    except ImportError as exc:  # pragma: no cover - depends on the solver package
-        raise ValidationError("convergence_type needs the solver package attnsvm.svm (or pass solver=...)") from exc
+    from .svm import solve_svm
+
     return solve_svm(problem, select=select, norm=norm)
-
-
-def is_locally_optimal(problem: TokenProblem, select, W_svm, tol: float = 1e-3) -> bool:
-    """Local optimality of a selection given its SVM solution (transformers-as-svms spec 3.3).
-
-    Every support token t (margin within ``tol`` of 1) must score strictly below the
-    selected token: ``gamma_{i,a_i} > gamma_{it}``.
-    """
-    gamma = problem.scores()
-    sel = np.asarray(select, dtype=np.int64)
-    marg = margins(W_svm, problem.X, problem.queries, sel)
-    support = np.abs(marg - 1.0) <= tol
-    best = gamma[np.arange(problem.n), sel][:, None]
-    return bool(np.all(~support | (best > gamma)))
 
 
 def convergence_type(
@@ -193,4 +175,10 @@ def convergence_type(
     sol = (solver or _default_solver)(problem, select, norm)
     if getattr(sol, "status", "optimal") != "optimal" or getattr(sol, "W", None) is None:
         return "neither"
-    return "local" if is_locally_optimal(problem, select, sol.W, tol=tol) else "neither"
+    if not isinstance(sol, SVMSolution):  # a custom solver: judge its W directly
+        marg = margins(sol.W, problem.X, problem.queries, select)
+        support = np.abs(marg - 1.0) <= tol
+        gamma = problem.scores()
+        best = gamma[np.arange(problem.n), select][:, None]
+        return "local" if bool(np.all(~support | (best > gamma))) else "neither"
+    return "local" if is_locally_optimal(problem, select, norm=norm, tol=tol, solution=sol) else "neither"

@@ -159,3 +159,31 @@ def lambda_head(v, lam: float) -> Callable[[np.ndarray], np.ndarray]:
         return A @ v - lam * np.einsum("...d,...d->...", A, A)
 
     return h
+
+
+def simplex_projection(y) -> np.ndarray:
+    """Euclidean projection of each row onto the probability simplex (sparsemax).
+
+    Parameters
+    ----------
+    y : array_like (..., T)
+
+    Returns
+    -------
+    (..., T) float64, rows non-negative and summing to 1.
+
+    With orthonormal tokens the lambda head gives ``h(X^T s) = gamma^T s - lam ||s||^2``,
+    whose maximizer over the simplex is ``simplex_projection(gamma / (2 lam))``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim < 1 or y.shape[-1] < 1:
+        raise ValidationError("y must have shape (..., T) with T >= 1")
+    if not np.all(np.isfinite(y)):
+        raise ValidationError("y must be finite")
+    u = -np.sort(-y, axis=-1)
+    css = np.cumsum(u, axis=-1) - 1.0
+    k = np.arange(1, y.shape[-1] + 1)
+    cond = u - css / k > 0
+    rho = cond.shape[-1] - 1 - np.argmax(cond[..., ::-1], axis=-1)
+    theta = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1)
+    return np.maximum(y - theta, 0.0)

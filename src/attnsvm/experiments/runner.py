@@ -43,7 +43,10 @@ class RunSummary:
 
 
 def config_hash(config) -> str:
-    return hashlib.sha256(config_to_yaml(config).encode()).hexdigest()[:12]
+    """Hash of the config and the attnsvm version: shards of another config or release are never reused."""
+    from .. import __version__
+
+    return hashlib.sha256((config_to_yaml(config) + __version__).encode()).hexdigest()[:12]
 
 
 def _set_threads():

@@ -143,12 +143,17 @@ def separation_delta(problem: TokenProblem, select=None, *, norm: str = "fro", t
     return 0.5 * float(excess[non_support].min())
 
 
-def matrix_rank(W, rtol: float = 1e-6) -> int:
-    """Rank with a relative threshold: ``#{sigma_k > rtol * sigma_1}``. W: (d1, d2)."""
+def matrix_rank(W, rtol: float = 1e-6):
+    """Rank with a relative threshold ``#{k : sigma_k > rtol * sigma_1}`` (0 for W = 0).
+
+    W : (d1, d2) -> int, or a stack (..., d1, d2) -> int array (...).
+    """
     W = np.asarray(W, dtype=np.float64)
+    if W.ndim < 2:
+        raise ValidationError(f"W must have shape (..., d1, d2), got {W.shape}")
     if W.size == 0:
-        return 0
+        return 0 if W.ndim == 2 else np.zeros(W.shape[:-2], dtype=np.int64)
     s = np.linalg.svd(W, compute_uv=False)
-    if s[0] == 0:
-        return 0
-    return int(np.sum(s > rtol * s[0]))
+    top = s[..., :1]
+    r = np.where(top[..., 0] > 0, np.sum(s > rtol * top, axis=-1), 0)
+    return int(r) if W.ndim == 2 else r.astype(np.int64)

@@ -1,0 +1,143 @@
+"""E1 of Transformers as SVMs: 2-D trajectories of W(k) z_i against the two SVM directions."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import PositiveFloat, PositiveInt
+
+from ..generators import tf_visualization1, tf_visualization2
+from ..metrics import correlation, rank
+from ..svm import solve_svm
+from ..train import train
+from .base import Experiment, ExperimentConfig, Task, check, register
+from .common import final_rows, save_figure, subplots
+
+INSTANCES = {"vis1": tf_visualization1, "vis2": tf_visualization2}
+#: plot windows of the research notebooks
+WINDOWS = {"vis1": ((-30, 40), (-100, 100)), "vis2": ((-2, 10), (-5, 5))}
+
+
+class Config(ExperimentConfig):
+    instances: list[Literal["vis1", "vis2"]] = ["vis1", "vis2"]
+    steps: PositiveInt = 2000
+    lr: PositiveFloat = 0.1
+    record_every: PositiveInt = 10
+    kq_init_scale: PositiveFloat = 0.1
+    seed: int = 0
+
+
+def _svms(problem):
+    fro = solve_svm(problem, norm="fro")
+    nuc = solve_svm(problem, norm="nuclear")
+    return fro, nuc
+
+
+@register
+class Trajectories(Experiment):
+    name = "tf-trajectories"
+    title = "E1: W and (K,Q) gradient paths follow the Frobenius and nuclear SVM directions (2-D)"
+    paper = "Transformers as Support Vector Machines, directional-convergence pictures (visualization1/2)"
+    Config = Config
+    quick = {"steps": 2000, "record_every": 50}
+
+    def tasks(self, config):
+        return [Task(name, 2, {"instance": name}) for name in config.instances]
+
+    def run_task(self, config, task):
+        name = task.params["instance"]
+        problem = INSTANCES[name]()
+        fro, nuc = _svms(problem)
+        d = problem.d
+        g = torch.Generator().manual_seed(config.seed)
+        K0 = config.kq_init_scale * torch.randn(d, d, generator=g, dtype=torch.float64)
+        runs = {
+            "W": train(problem, param="W", init="zero", steps=config.steps, lr=config.lr, record_every=config.record_every),
+            "KQ": train(problem, param="KQ", init=(K0.numpy(), np.zeros((d, d))), steps=config.steps, lr=config.lr,
+                        record_every=config.record_every),
+        }
+        rows = []
+        for param, res in runs.items():
+            W = res.W[0]  # (C, d, d)
+            WZ = np.einsum("cij,nj->cni", W, problem.Z)  # (C, n, d)
+            c_fro, c_nuc = correlation(W, fro.W), correlation(W, nuc.W)
+            for c, step in enumerate(res.steps):
+                row = {"instance": name, "param": param, "step": int(step), "corr_fro": c_fro[c], "corr_nuc": c_nuc[c],
+                       "norm": res.norm[0, c], "max_softmax": res.softmax[0, c].max(axis=-1).mean()}
+                for i in range(problem.n):
+                    row[f"wz{i}_x"], row[f"wz{i}_y"] = WZ[c, i, 0], WZ[c, i, 1]
+                rows.append(row)
+        table = pd.DataFrame(rows)
+        table["rank_fro"] = int(rank(fro.W))
+        table["rank_nuc"] = int(rank(nuc.W))
+        table["corr_svms"] = float(correlation(fro.W, nuc.W))
+        return table
+
+    def checks(self, config, table):
+        out = []
+        final = final_rows(table, by=("instance", "param"))
+        for name in config.instances:
+            f = final[final.instance == name].set_index("param")
+            out.append(check(f"{name}: corr(W(k), W^mm) at the last step", f.loc["W", "corr_fro"], ">=", 0.999))
+            out.append(check(f"{name}: corr(KQ^T(k), W^mm_*) at the last step", f.loc["KQ", "corr_nuc"], ">=", 0.999))
+            out.append(check(f"{name}: W path closer to W^mm than to W^mm_* (corr gap)",
+                             f.loc["W", "corr_fro"] - f.loc["W", "corr_nuc"], ">", 0))
+            out.append(check(f"{name}: (K,Q) path closer to W^mm_* than to W^mm (corr gap)",
+                             f.loc["KQ", "corr_nuc"] - f.loc["KQ", "corr_fro"], ">", 0))
+        if "vis1" in config.instances:
+            v1 = table[table.instance == "vis1"].iloc[0]
+            out.append(check("vis1: rank W^mm_* (below rank W^mm = 2)", v1.rank_nuc, "<", v1.rank_fro))
+            out.append(check("vis1: corr(W^mm, W^mm_*) (the two SVMs differ)", v1.corr_svms, "<", 0.95))
+        return out
+
+    def plot(self, config, table, outdir):
+        paths = []
+        fig, axes = subplots(1, len(config.instances), width=5.2, height=4.6)
+        for ax, name in zip(axes[0], config.instances):
+            problem = INSTANCES[name]()
+            fro, nuc = _svms(problem)
+            opt = problem.optimal_tokens().index
+            colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+            (x0, x1), (y0, y1) = WINDOWS[name]
+            scale = 0.9 * max(x1 - x0, y1 - y0)
+            for i in range(problem.n):
+                col = colors[i % len(colors)]
+                ax.scatter(problem.X[i, :, 0], problem.X[i, :, 1], color=col, s=25, zorder=3)
+                ax.scatter(*problem.X[i, opt[i]], marker="*", s=220, color=col, edgecolor="k", zorder=4)
+                for sol, style, label in ((fro, "-", "W^mm z_i"), (nuc, "--", "W^mm_* z_i")):
+                    ray = sol.W @ problem.Z[i]
+                    ray = ray / np.linalg.norm(ray) * scale
+                    ax.plot([0, ray[0]], [0, ray[1]], style, color="gray", lw=1, label=label if i == 0 else None)
+                if name == "vis2":  # separating line p^T x = p^T x_opt - 1/2 with p = W^mm z_i
+                    p = fro.W @ problem.Z[i]
+                    level = p @ problem.X[i, opt[i]] - 0.5
+                    xs = np.linspace(x0, x1, 50)
+                    if abs(p[1]) > 1e-12:
+                        ax.plot(xs, (level - p[0] * xs) / p[1], ":", color=col, lw=1)
+                for param, style in (("W", "-"), ("KQ", "--")):
+                    sub = table[(table.instance == name) & (table.param == param)].sort_values("step")
+                    ax.plot(sub[f"wz{i}_x"], sub[f"wz{i}_y"], style, color=col, lw=1.6,
+                            label=f"{param} path" if i == 0 else None)
+            ax.set_xlim(x0, x1)
+            ax.set_ylim(y0, y1)
+            ax.set_xlabel("coordinate 1")
+            ax.set_ylabel("coordinate 2")
+            ax.set_title(f"{name}: tokens (star = optimal) and W(k) z_i")
+            ax.legend(fontsize=7, loc="lower right")
+        paths += save_figure(fig, outdir, "trajectories")
+
+        fig, axes = subplots(1, len(config.instances))
+        for ax, name in zip(axes[0], config.instances):
+            for param, col in (("W", "tab:blue"), ("KQ", "tab:red")):
+                sub = table[(table.instance == name) & (table.param == param)].sort_values("step")
+                ax.semilogy(sub.step, np.maximum(1 - sub.corr_fro, 1e-12), "-", color=col, label=f"{param} vs W^mm")
+                ax.semilogy(sub.step, np.maximum(1 - sub.corr_nuc, 1e-12), "--", color=col, label=f"{param} vs W^mm_*")
+            ax.set_xlabel("iteration")
+            ax.set_ylabel("1 - correlation")
+            ax.set_title(name)
+            ax.legend(fontsize=7)
+        paths += save_figure(fig, outdir, "correlation")
+        return paths

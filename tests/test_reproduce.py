@@ -1,0 +1,94 @@
+"""The main job: every registered experiment's quick preset, its checks, the report; CLI errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from attnsvm.experiments import build_config, registry, run_experiment
+
+
+def attnsvm_cli(*args, cwd=None, timeout=600):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "attnsvm", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce")
+    r = attnsvm_cli("reproduce", "--quick", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out
+
+
+def test_every_experiment_runs_quick_and_passes_its_checks(quick_results):
+    names = list(registry())
+    assert len(names) >= 8
+    for name in names:
+        expdir = quick_results / name
+        for f in ("results.parquet", "checks.json", "config.yaml", "meta.json"):
+            assert (expdir / f).exists(), (name, f)
+        checks = json.loads((expdir / "checks.json").read_text())
+        assert checks, f"{name} states no checks"
+        failed = [c for c in checks if not c["passed"]]
+        assert not failed, (name, failed)
+        assert not pd.read_parquet(expdir / "results.parquet").empty
+        pngs = [p for p in os.listdir(expdir) if p.endswith(".png")]
+        pdfs = [p for p in os.listdir(expdir) if p.endswith(".pdf")]
+        assert pngs and len(pngs) == len(pdfs), name
+
+
+def test_report_lists_every_experiment_and_check(quick_results):
+    html = (quick_results / "report.html").read_text()
+    md = (quick_results / "report.md").read_text()
+    for name in registry():
+        assert name in html and name in md
+        for c in json.loads((quick_results / name / "checks.json").read_text()):
+            assert c["name"].replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#x27;") in html or c["name"] in md
+    assert "torch" in html and "Environment" in html
+
+
+def test_rerun_resumes_without_recomputing(quick_results):
+    r = attnsvm_cli("run", "tf-feasibility", "--quick", "--out", str(quick_results))
+    assert r.returncode == 0, r.stderr
+    assert "0 computed" in r.stdout and "failed" in r.stdout
+
+
+def test_dask_local_cluster_on_a_real_experiment(tmp_path):
+    exp = registry()["tf-feasibility"]
+    cfg = build_config(exp, quick=True)
+    serial = run_experiment(exp, cfg, str(tmp_path / "serial"), progress=False)
+    dask = run_experiment(exp, cfg, str(tmp_path / "dask"), workers=2, progress=False)
+    assert serial.ok and dask.ok and dask.computed == serial.tasks
+    key = ["n", "T", "d", "seed"]
+    a = pd.read_parquet(tmp_path / "serial" / "tf-feasibility" / "results.parquet").drop(columns="task").sort_values(key)
+    b = pd.read_parquet(tmp_path / "dask" / "tf-feasibility" / "results.parquet").drop(columns="task").sort_values(key)
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+@pytest.mark.parametrize("args, match", [
+    (["run", "tf-local-convergence", "--quick", "--set", "bogus=1"], "unknown config key"),
+    (["run", "tf-local-convergence", "--quick", "--set", "runs=-5"], "runs"),
+    (["run", "tf-local-convergence", "--quick", "--set", "lr=fast"], "lr"),
+    (["run", "no-such-experiment"], "unknown experiment"),
+    (["run", "tf-feasibility", "--config", "missing.yaml"], "no such config file"),
+    (["report", "empty"], "no experiment results"),
+])
+def test_bad_configs_give_one_line_errors(tmp_path, args, match):
+    (tmp_path / "empty").mkdir()
+    r = attnsvm_cli(*args, cwd=tmp_path, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and match in lines[0], r.stderr
+
+
+def test_list_names_every_experiment():
+    r = attnsvm_cli("list", timeout=120)
+    assert r.returncode == 0
+    for name in ("tf-trajectories", "tf-local-convergence", "tf-svm-rank", "tf-convergence-types", "tf-multi-token",
+                 "tf-lambda-head", "tf-seq-causal", "tf-feasibility"):
+        assert name in r.stdout
