@@ -13,6 +13,10 @@ def save_figure(fig, outdir: str, stem: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     paths = []
+    try:
+        fig.tight_layout()
+    except Exception:  # noqa: BLE001 - layout is cosmetic; never lose a figure over it
+        pass
     for ext in ("png", "pdf"):
         path = os.path.join(outdir, f"{stem}.{ext}")
         fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")

@@ -15,6 +15,7 @@ import os
 import platform
 import time
 import traceback
+from functools import partial
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -129,22 +130,20 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     config_json = config.model_dump(mode="json")
 
     bar = _progress(total_runs, done_runs, name, progress)
+    outcomes = _outcomes(experiment, config_json, todo, workers, scheduler)
     try:
-        if scheduler or (workers is not None and workers > 1):
-            _run_dask(experiment, config_json, todo, shard, bar, failures, workers, scheduler, task_hook)
-        else:
-            _set_threads()
-            for task in todo:
-                try:
-                    table = execute_task(experiment, config_json, task)
-                except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
-                    failures.append(_failure(task, exc))
-                else:
-                    _atomic_parquet(table, shard[task.key])
-                    if task_hook is not None:
-                        task_hook(task.key)
-                bar.update(task.runs)
+        for task, result in outcomes:
+            try:
+                table = result()
+            except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
+                failures.append(_failure(task, exc))
+            else:
+                _atomic_parquet(table, shard[task.key])
+                if task_hook is not None:
+                    task_hook(task.key)
+            bar.update(task.runs)
     finally:
+        outcomes.close()
         bar.close()
 
     _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
@@ -179,7 +178,16 @@ def _failure(task: Task, exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
 
 
-def _run_dask(experiment, config_json, todo, shard, bar, failures, workers, scheduler, task_hook):
+def _outcomes(experiment, config_json, todo, workers, scheduler):
+    """Yield ``(task, result)`` as tasks finish; ``result()`` returns the task's table or raises.
+
+    In this process when neither ``workers > 1`` nor ``scheduler`` is given, else on Dask.
+    """
+    if not (scheduler or (workers is not None and workers > 1)):
+        _set_threads()
+        for task in todo:
+            yield task, partial(execute_task, experiment, config_json, task)
+        return
     from dask.distributed import Client, LocalCluster, as_completed
 
     cluster = None
@@ -189,20 +197,10 @@ def _run_dask(experiment, config_json, todo, shard, bar, failures, workers, sche
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
     try:
-        name = experiment.name
-        futures = {client.submit(execute_task, experiment, config_json, task, pure=False, key=f"{name}-{task.key}-{time.time_ns()}"): task
-                   for task in todo}
+        futures = {client.submit(execute_task, experiment, config_json, task, pure=False,
+                                 key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task for task in todo}
         for future in as_completed(futures):
-            task = futures[future]
-            try:
-                table = future.result()
-            except Exception as exc:  # noqa: BLE001
-                failures.append(_failure(task, exc))
-            else:
-                _atomic_parquet(table, shard[task.key])
-                if task_hook is not None:
-                    task_hook(task.key)
-            bar.update(task.runs)
+            yield futures[future], future.result
     finally:
         client.close()
         if cluster is not None:
