@@ -8,3 +8,5 @@ from . import tf_lambda_head  # noqa: F401
 from . import tf_feasibility  # noqa: F401
 from . import tf_multi_token  # noqa: F401
 from . import tf_seq_causal  # noqa: F401
+from . import mm  # noqa: F401
+from . import lm  # noqa: F401

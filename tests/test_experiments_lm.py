@@ -1,0 +1,199 @@
+"""The causal language modeling experiments: quick presets, the synthetic language, SVMs and training."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import attnsvm.experiments.lm as lm
+from attnsvm.errors import ValidationError
+from attnsvm.experiments import build_config, registry, run_experiment
+
+LM_NAMES = ["lm-cosine", "lm-margins", "lm-stability"]
+
+
+@pytest.mark.parametrize("name", LM_NAMES)
+def test_quick_preset_runs_and_checks_pass(name, tmp_path):
+    exp = registry()[name]
+    build_config(exp)
+    summary = run_experiment(exp, build_config(exp, quick=True), str(tmp_path), progress=False)
+    assert not summary.failed, summary.failed
+    failing = [c for c in summary.checks if not c["passed"]]
+    assert not failing, failing
+    assert len(summary.checks) >= 3
+    files = os.listdir(tmp_path / name)
+    assert any(f.endswith(".png") for f in files) and any(f.endswith(".pdf") for f in files)
+
+
+# ------------------------------------------------------------------ the synthetic language
+
+
+def test_language_is_seeded_and_deterministic():
+    a = lm.markov_language(7, 16, successors=3, seed=4)
+    b = lm.markov_language(7, 16, successors=3, seed=4)
+    c = lm.markov_language(7, 16, successors=3, seed=5)
+    for f in ("start", "trans1", "E"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert not np.array_equal(a.trans1, c.trans1)
+    np.testing.assert_array_equal(a.sample(6, 9, seed=1), b.sample(6, 9, seed=1))
+    assert not np.array_equal(a.sample(6, 9, seed=1), a.sample(6, 9, seed=2))
+
+
+def test_language_structure_and_sampling_frequencies():
+    lang = lm.markov_language(6, 10, successors=2, seed=0)
+    assert np.allclose(lang.trans1.sum(1), 1) and np.allclose(lang.start.sum(), 1)
+    assert np.all((lang.trans1 > 0).sum(1) == 2)
+    assert np.allclose(np.linalg.norm(lang.E, axis=1), 1)
+    seqs = lang.sample(20000, 2, seed=0)
+    # empirical first transitions match the chain
+    for a in range(6):
+        nxt = seqs[seqs[:, 0] == a, 1]
+        if nxt.size > 500:
+            freq = np.bincount(nxt, minlength=6) / nxt.size
+            assert np.max(np.abs(freq - lang.trans1[a])) < 0.05
+    assert np.isfinite(lang.log_prob(seqs[:50]))
+    two = lm.markov_language(5, 8, successors=2, order=2, seed=1)
+    s2 = two.sample(50, 6, seed=3)
+    assert s2.shape == (50, 6) and np.isfinite(two.log_prob(s2))
+    with pytest.raises(ValidationError):
+        lm.markov_language(1, 4)
+    with pytest.raises(ValidationError):
+        lm.markov_language(4, 4, successors=5)
+
+
+def test_scores_and_constraints():
+    lang = lm.markov_language(5, 300, successors=2, seed=2)
+    data = lm.make_lm_data(lang, 8, 6, seed=0)
+    gamma = lm.prefix_scores(data, "logistic")
+    m, n = data.tokens.shape
+    assert gamma.shape == (m, n, n)
+    assert np.all(np.isinf(gamma[:, -1]))  # the last position has no target
+    assert np.all(np.isinf(gamma[:, 2, 3:])) and np.all(np.isfinite(gamma[:, 2, :3]))
+    sel = lm.optimal_prefix_tokens(gamma)
+    # nearly orthogonal embeddings: a token of the target type is optimal whenever the prefix has one
+    for l in range(m):
+        for k in range(n - 1):
+            present = np.flatnonzero(data.tokens[l, :k + 1] == data.targets[l, k])
+            if present.size:
+                assert data.tokens[l, sel[l, k]] == data.targets[l, k]
+    cs = lm.lm_constraints(data, "logistic")
+    assert cs.kind == "causal" and cs.N > 0
+    A = data.A
+    np.testing.assert_allclose(cs.U, A[cs.sample, cs.token] - A[cs.sample, cs.other])
+    np.testing.assert_allclose(cs.V, A[cs.sample, cs.query])
+    assert np.all(cs.other <= cs.query) and np.all(cs.query <= n - 2)
+    assert np.all(data.tokens[cs.sample, cs.token] != data.tokens[cs.sample, cs.other])
+
+
+def test_soft_margin_objective_is_the_norm_plus_slack_and_optimal():
+    import cvxpy as cp
+
+    lang = lm.markov_language(4, 5, successors=2, seed=0)
+    data = lm.make_lm_data(lang, 4, 5, seed=1)
+    cs = lm.lm_constraints(data)
+    assert cs.N >= 5
+    for squared in (False, True):
+        sol = lm.soft_margin_svm(data, C=10.0, squared=squared, cs=cs)
+        W = sol.W
+        xi = np.maximum(0.0, 1.0 - cs.evaluate(W))
+        reg = np.linalg.norm(W) ** (2 if squared else 1)
+        assert sol.objective == pytest.approx(reg + 10.0 * xi.sum(), rel=1e-6, abs=1e-7)
+        # brute force over the full d x d matrix
+        X = cp.Variable((5, 5))
+        marg = cp.hstack([cs.U[k] @ X @ cs.V[k] for k in range(cs.N)])
+        r = cp.sum_squares(X) if squared else cp.norm(cp.vec(X, order="F"), 2)
+        prob = cp.Problem(cp.Minimize(r + 10.0 * cp.sum(cp.pos(1 - marg))))
+        prob.solve(solver="CLARABEL")
+        assert sol.objective == pytest.approx(prob.value, rel=1e-5, abs=1e-6)
+    # a language stuck on one type has no rows at all: a clear error, not a solver crash
+    stuck = lm.markov_language(4, 5, successors=2, seed=3)
+    flat = lm.make_lm_data(stuck, 4, 5, seed=1)
+    assert np.all(flat.tokens == flat.tokens[0, 0])
+    with pytest.raises(ValidationError, match="no rows"):
+        lm.soft_margin_svm(flat)
+
+
+# ------------------------------------------------------------------ model and training
+
+
+@pytest.mark.parametrize("loss", lm.LOSSES)
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+def test_closed_form_gradient_matches_autograd(loss, attention):
+    lang = lm.markov_language(6, 7, seed=1)
+    data = lm.make_lm_data(lang, 3, 5, seed=2)
+    A = torch.tensor(data.A[None])
+    tg = torch.tensor(data.targets[None])
+    E = torch.tensor(data.E[None])
+    W = (0.7 * torch.randn(1, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).requires_grad_()
+    L, G = lm.lm_loss_grad(W.detach(), A, tg, E, loss=loss, attention=attention)
+    # autograd through a direct implementation
+    mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    logits = torch.einsum("rltd,rde,rlke->rlkt", A, W, A)
+    s = torch.softmax(logits.masked_fill(~mask, float("-inf")), -1) if attention == "softmax" else logits * mask
+    Z = torch.einsum("rlkt,rltd,rvd->rlkv", s, A, E)
+    valid = tg >= 0
+    oh = torch.nn.functional.one_hot(torch.where(valid, tg, 0), 6).double()
+    if loss == "logistic":
+        per = torch.nn.functional.softplus(-(2 * oh - 1) * Z).sum(-1)
+    elif loss == "cross_entropy":
+        per = torch.logsumexp(Z, -1) - (Z * oh).sum(-1)
+    else:
+        per = ((Z - oh) ** 2).sum(-1)
+    ref = (per * valid).sum() / valid.sum()
+    (g,) = torch.autograd.grad(ref, W)
+    assert float(L[0]) == pytest.approx(float(ref.detach()), rel=1e-12)
+    torch.testing.assert_close(G, g, rtol=1e-9, atol=1e-12)
+
+
+def test_training_matches_engine_train_sequence_for_cross_entropy():
+    from attnsvm.train import train_sequence
+
+    lang = lm.markov_language(5, 9, seed=0)
+    data = lm.make_lm_data(lang, 4, 5, seed=1)
+    W0 = 0.01 * np.random.default_rng(0).standard_normal((9, 9))
+    own = lm.train_lm(data.A[None], data.targets[None], data.E[None], W0[None], steps=40, lr=3.0,
+                      loss="cross_entropy", checkpoints=[0, 40])
+    eng = train_sequence(data.A, data.targets, H=data.E.T, causal=True, loss="cross_entropy", optimizer="gd",
+                         lr=3.0 * 5 / 4, steps=40, init=W0, checkpoints=[0, 40])
+    np.testing.assert_allclose(own["W"][0], eng.W[0], atol=1e-12)
+    np.testing.assert_allclose(own["loss"][0], eng.loss[0] * 5 / 4, rtol=1e-12)
+
+
+def test_linear_attention_diverges_past_two_over_L():
+    lang = lm.markov_language(5, 6, seed=0)
+    data = lm.make_lm_data(lang, 3, 4, seed=0)
+    L, _ = lm.lipschitz_estimates(data, loss="l2", attention="linear", radius=1.0, centers=2, power_iters=30, pairs=2)
+    # exact Hessian of the quadratic objective (36 parameters)
+    A = torch.tensor(data.A[None])
+    tg = torch.tensor(data.targets[None])
+    E = torch.tensor(data.E[None])
+
+    H = torch.autograd.functional.hessian(lambda w: _autograd_l2(w, A, tg, E), torch.zeros(36, dtype=torch.float64))
+    lam = float(torch.linalg.eigvalsh(H).max())
+    assert L == pytest.approx(lam, rel=1e-3)
+    B = 2
+    res = lm.train_lm(np.repeat(data.A[None], B, 0), np.repeat(data.targets[None], B, 0), np.repeat(data.E[None], B, 0),
+                      np.zeros((B, 6, 6)), steps=60, lr=np.array([1.8 / lam, 2.2 / lam]), loss="l2", attention="linear")
+    assert res["loss"][0, -1] < res["loss"][0, 0]
+    assert not res["finite"][1] or res["loss"][1, -1] > 10 * res["loss"][1, 0]
+
+
+def _autograd_l2(w, A, tg, E):
+    W = w.reshape(1, 6, 6)
+    n = A.shape[2]
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    s = torch.einsum("rltd,rde,rlke->rlkt", A, W, A) * mask
+    Z = torch.einsum("rlkt,rltd,rvd->rlkv", s, A, E)
+    valid = tg >= 0
+    oh = torch.nn.functional.one_hot(torch.where(valid, tg, 0), E.shape[1]).double()
+    return ((((Z - oh) ** 2).sum(-1)) * valid).sum() / valid.sum()
+
+
+def test_train_runs_uses_the_engine_for_cross_entropy():
+    cfg = build_config(registry()["lm-cosine"], overrides={"loss": "cross_entropy", "steps": 20, "d": 12})
+    datas, W0 = lm.build_runs(cfg, 4, 5, 12, 1)
+    res = lm.train_runs(cfg, datas, W0, [0, 20])
+    own = lm.train_lm(datas[0].A[None], datas[0].targets[None], datas[0].E[None], W0, steps=20, lr=cfg.lr,
+                      loss="cross_entropy", checkpoints=[0, 20])
+    np.testing.assert_allclose(res["W"], own["W"], atol=1e-12)
