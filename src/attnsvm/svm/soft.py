@@ -41,6 +41,13 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     if np.any(cs.is_equality):
         raise ValidationError("soft margin applies to inequality constraints only")
     t0 = time.perf_counter()
+    if cs.N == 0:  # nothing to separate: W = 0 is optimal with objective 0
+        d1, d2 = cs.U.shape[1], cs.V.shape[1]
+        empty = np.zeros(0)
+        cert = Certificate(max_violation=0.0, duality_gap=0.0, stationarity_residual=0.0, dual_infeasibility=0.0,
+                           complementarity=0.0)
+        return SVMSolution("optimal", "soft", norm, np.zeros((d1, d2)), 0.0, 0.0, empty, empty, np.zeros(0, bool), cs,
+                           cert, slack=empty, support_tol=support_tol, info={"solver": "none", "C": float(C)})
     P, B = row_basis(cs.U), row_basis(cs.V)
     Ua, Vb = cs.U @ P, cs.V @ B
     r1, r2 = P.shape[1], B.shape[1]
@@ -67,7 +74,7 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     viol = np.maximum(cs.rhs - slack - margins, 0.0)
     nrm = float(np.linalg.norm(W)) if norm == "fro" else float(np.linalg.svd(W, compute_uv=False).sum())
     cert = Certificate(max_violation=float(viol.max()) if viol.size else 0.0,
-                       duality_gap=float("nan"),
+                       duality_gap=_duality_gap(cs, lam, C, norm, squared, float(prob.value)),
                        stationarity_residual=float("nan"),
                        dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))),
                        complementarity=float(np.abs(lam * (margins - cs.rhs + slack)).max()) if cs.N else 0.0)
@@ -81,3 +88,22 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
             "seconds": time.perf_counter() - t0}
     return SVMSolution("optimal", "soft", norm, W, nrm, float(prob.value), margins, lam, support, cs, cert,
                        slack=slack, support_tol=support_tol, info=info)
+
+
+def _duality_gap(cs: ConstraintSet, lam: np.ndarray, C: float, norm: str, squared: bool, primal: float) -> float:
+    """Primal objective minus the value of a dual-feasible point built from ``lam``.
+
+    Dual of ``min ||W|| + C sum xi``: ``max rhs^T lam`` s.t. ``||S||_dual <= 1``, ``0 <= lam <= C``;
+    of ``min ||W||^2 + C sum xi``: ``max rhs^T lam - ||S||_dual^2 / 4``, ``0 <= lam <= C``;
+    with ``S = sum lam_k u_k w_k^T`` and the dual norm Frobenius (fro) or spectral (nuclear).
+    ``lam`` is clipped to [0, C] and, for the norm objective, scaled into the dual ball.
+    """
+    lam = np.clip(lam, 0.0, C)
+    S = cs.combine(lam)
+    dual_norm = float(np.linalg.norm(S)) if norm == "fro" else float(np.linalg.norm(S, 2)) if S.size else 0.0
+    if squared:
+        dual = float(cs.rhs @ lam) - 0.25 * dual_norm ** 2
+    else:
+        scale = 1.0 / dual_norm if dual_norm > 1.0 else 1.0
+        dual = scale * float(cs.rhs @ lam)
+    return primal - dual
