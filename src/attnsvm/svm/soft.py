@@ -74,7 +74,8 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     viol = np.maximum(cs.rhs - slack - margins, 0.0)
     nrm = float(np.linalg.norm(W)) if norm == "fro" else float(np.linalg.svd(W, compute_uv=False).sum())
     cert = Certificate(max_violation=float(viol.max()) if viol.size else 0.0,
-                       duality_gap=_duality_gap(cs, lam, C, norm, squared, float(prob.value)),
+                       duality_gap=_duality_gap(cs, lam, C, norm, squared,
+                                                (nrm ** 2 if squared else nrm) + C * float(np.maximum(slack, cs.rhs - margins).sum())),
                        stationarity_residual=float("nan"),
                        dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))),
                        complementarity=float(np.abs(lam * (margins - cs.rhs + slack)).max()) if cs.N else 0.0)
