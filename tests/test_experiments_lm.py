@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-import attnsvm.experiments.lm as lm
 from attnsvm.errors import ValidationError
 from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments.lm_language import build_runs, make_lm_data, markov_language
+from attnsvm.experiments.lm_model import LOSSES, lipschitz_estimates, lm_loss_grad, train_lm, train_runs
+from attnsvm.experiments.lm_svm import lm_constraints, optimal_prefix_tokens, prefix_scores, soft_margin_svm
 
 LM_NAMES = ["lm-cosine", "lm-margins", "lm-stability"]
 
@@ -30,9 +32,9 @@ def test_quick_preset_runs_and_checks_pass(name, tmp_path):
 
 
 def test_language_is_seeded_and_deterministic():
-    a = lm.markov_language(7, 16, successors=3, seed=4)
-    b = lm.markov_language(7, 16, successors=3, seed=4)
-    c = lm.markov_language(7, 16, successors=3, seed=5)
+    a = markov_language(7, 16, successors=3, seed=4)
+    b = markov_language(7, 16, successors=3, seed=4)
+    c = markov_language(7, 16, successors=3, seed=5)
     for f in ("start", "trans1", "E"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
     assert not np.array_equal(a.trans1, c.trans1)
@@ -41,7 +43,7 @@ def test_language_is_seeded_and_deterministic():
 
 
 def test_language_structure_and_sampling_frequencies():
-    lang = lm.markov_language(6, 10, successors=2, seed=0)
+    lang = markov_language(6, 10, successors=2, seed=0)
     assert np.allclose(lang.trans1.sum(1), 1) and np.allclose(lang.start.sum(), 1)
     assert np.all((lang.trans1 > 0).sum(1) == 2)
     assert np.allclose(np.linalg.norm(lang.E, axis=1), 1)
@@ -53,31 +55,31 @@ def test_language_structure_and_sampling_frequencies():
             freq = np.bincount(nxt, minlength=6) / nxt.size
             assert np.max(np.abs(freq - lang.trans1[a])) < 0.05
     assert np.isfinite(lang.log_prob(seqs[:50]))
-    two = lm.markov_language(5, 8, successors=2, order=2, seed=1)
+    two = markov_language(5, 8, successors=2, order=2, seed=1)
     s2 = two.sample(50, 6, seed=3)
     assert s2.shape == (50, 6) and np.isfinite(two.log_prob(s2))
     with pytest.raises(ValidationError):
-        lm.markov_language(1, 4)
+        markov_language(1, 4)
     with pytest.raises(ValidationError):
-        lm.markov_language(4, 4, successors=5)
+        markov_language(4, 4, successors=5)
 
 
 def test_scores_and_constraints():
-    lang = lm.markov_language(5, 300, successors=2, seed=2)
-    data = lm.make_lm_data(lang, 8, 6, seed=0)
-    gamma = lm.prefix_scores(data, "logistic")
+    lang = markov_language(5, 300, successors=2, seed=2)
+    data = make_lm_data(lang, 8, 6, seed=0)
+    gamma = prefix_scores(data, "logistic")
     m, n = data.tokens.shape
     assert gamma.shape == (m, n, n)
     assert np.all(np.isinf(gamma[:, -1]))  # the last position has no target
     assert np.all(np.isinf(gamma[:, 2, 3:])) and np.all(np.isfinite(gamma[:, 2, :3]))
-    sel = lm.optimal_prefix_tokens(gamma)
+    sel = optimal_prefix_tokens(gamma)
     # nearly orthogonal embeddings: a token of the target type is optimal whenever the prefix has one
     for l in range(m):
         for k in range(n - 1):
             present = np.flatnonzero(data.tokens[l, :k + 1] == data.targets[l, k])
             if present.size:
                 assert data.tokens[l, sel[l, k]] == data.targets[l, k]
-    cs = lm.lm_constraints(data, "logistic")
+    cs = lm_constraints(data, "logistic")
     assert cs.kind == "causal" and cs.N > 0
     A = data.A
     np.testing.assert_allclose(cs.U, A[cs.sample, cs.token] - A[cs.sample, cs.other])
@@ -89,12 +91,12 @@ def test_scores_and_constraints():
 def test_soft_margin_objective_is_the_norm_plus_slack_and_optimal():
     import cvxpy as cp
 
-    lang = lm.markov_language(4, 5, successors=2, seed=0)
-    data = lm.make_lm_data(lang, 4, 5, seed=1)
-    cs = lm.lm_constraints(data)
+    lang = markov_language(4, 5, successors=2, seed=0)
+    data = make_lm_data(lang, 4, 5, seed=1)
+    cs = lm_constraints(data)
     assert cs.N >= 5
     for squared in (False, True):
-        sol = lm.soft_margin_svm(data, C=10.0, squared=squared, cs=cs)
+        sol = soft_margin_svm(data, C=10.0, squared=squared, cs=cs)
         W = sol.W
         xi = np.maximum(0.0, 1.0 - cs.evaluate(W))
         reg = np.linalg.norm(W) ** (2 if squared else 1)
@@ -107,26 +109,26 @@ def test_soft_margin_objective_is_the_norm_plus_slack_and_optimal():
         prob.solve(solver="CLARABEL")
         assert sol.objective == pytest.approx(prob.value, rel=1e-5, abs=1e-6)
     # a language stuck on one type has no rows at all: a clear error, not a solver crash
-    stuck = lm.markov_language(4, 5, successors=2, seed=3)
-    flat = lm.make_lm_data(stuck, 4, 5, seed=1)
+    stuck = markov_language(4, 5, successors=2, seed=3)
+    flat = make_lm_data(stuck, 4, 5, seed=1)
     assert np.all(flat.tokens == flat.tokens[0, 0])
     with pytest.raises(ValidationError, match="no rows"):
-        lm.soft_margin_svm(flat)
+        soft_margin_svm(flat)
 
 
 # ------------------------------------------------------------------ model and training
 
 
-@pytest.mark.parametrize("loss", lm.LOSSES)
+@pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("attention", ["softmax", "linear"])
 def test_closed_form_gradient_matches_autograd(loss, attention):
-    lang = lm.markov_language(6, 7, seed=1)
-    data = lm.make_lm_data(lang, 3, 5, seed=2)
+    lang = markov_language(6, 7, seed=1)
+    data = make_lm_data(lang, 3, 5, seed=2)
     A = torch.tensor(data.A[None])
     tg = torch.tensor(data.targets[None])
     E = torch.tensor(data.E[None])
     W = (0.7 * torch.randn(1, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).requires_grad_()
-    L, G = lm.lm_loss_grad(W.detach(), A, tg, E, loss=loss, attention=attention)
+    L, G = lm_loss_grad(W.detach(), A, tg, E, loss=loss, attention=attention)
     # autograd through a direct implementation
     mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))
     logits = torch.einsum("rltd,rde,rlke->rlkt", A, W, A)
@@ -149,11 +151,11 @@ def test_closed_form_gradient_matches_autograd(loss, attention):
 def test_training_matches_engine_train_sequence_for_cross_entropy():
     from attnsvm.train import train_sequence
 
-    lang = lm.markov_language(5, 9, seed=0)
-    data = lm.make_lm_data(lang, 4, 5, seed=1)
+    lang = markov_language(5, 9, seed=0)
+    data = make_lm_data(lang, 4, 5, seed=1)
     W0 = 0.01 * np.random.default_rng(0).standard_normal((9, 9))
-    own = lm.train_lm(data.A[None], data.targets[None], data.E[None], W0[None], steps=40, lr=3.0,
-                      loss="cross_entropy", checkpoints=[0, 40])
+    own = train_lm(data.A[None], data.targets[None], data.E[None], W0[None], steps=40, lr=3.0,
+                   loss="cross_entropy", checkpoints=[0, 40])
     eng = train_sequence(data.A, data.targets, H=data.E.T, causal=True, loss="cross_entropy", optimizer="gd",
                          lr=3.0 * 5 / 4, steps=40, init=W0, checkpoints=[0, 40])
     np.testing.assert_allclose(own["W"][0], eng.W[0], atol=1e-12)
@@ -161,9 +163,9 @@ def test_training_matches_engine_train_sequence_for_cross_entropy():
 
 
 def test_linear_attention_diverges_past_two_over_L():
-    lang = lm.markov_language(5, 6, seed=0)
-    data = lm.make_lm_data(lang, 3, 4, seed=0)
-    L, _ = lm.lipschitz_estimates(data, loss="l2", attention="linear", radius=1.0, centers=2, power_iters=30, pairs=2)
+    lang = markov_language(5, 6, seed=0)
+    data = make_lm_data(lang, 3, 4, seed=0)
+    L, _ = lipschitz_estimates(data, loss="l2", attention="linear", radius=1.0, centers=2, power_iters=30, pairs=2)
     # exact Hessian of the quadratic objective (36 parameters)
     A = torch.tensor(data.A[None])
     tg = torch.tensor(data.targets[None])
@@ -173,8 +175,8 @@ def test_linear_attention_diverges_past_two_over_L():
     lam = float(torch.linalg.eigvalsh(H).max())
     assert L == pytest.approx(lam, rel=1e-3)
     B = 2
-    res = lm.train_lm(np.repeat(data.A[None], B, 0), np.repeat(data.targets[None], B, 0), np.repeat(data.E[None], B, 0),
-                      np.zeros((B, 6, 6)), steps=60, lr=np.array([1.8 / lam, 2.2 / lam]), loss="l2", attention="linear")
+    res = train_lm(np.repeat(data.A[None], B, 0), np.repeat(data.targets[None], B, 0), np.repeat(data.E[None], B, 0),
+                   np.zeros((B, 6, 6)), steps=60, lr=np.array([1.8 / lam, 2.2 / lam]), loss="l2", attention="linear")
     assert res["loss"][0, -1] < res["loss"][0, 0]
     assert not res["finite"][1] or res["loss"][1, -1] > 10 * res["loss"][1, 0]
 
@@ -192,8 +194,8 @@ def _autograd_l2(w, A, tg, E):
 
 def test_train_runs_uses_the_engine_for_cross_entropy():
     cfg = build_config(registry()["lm-cosine"], overrides={"loss": "cross_entropy", "steps": 20, "d": 12})
-    datas, W0 = lm.build_runs(cfg, 4, 5, 12, 1)
-    res = lm.train_runs(cfg, datas, W0, [0, 20])
-    own = lm.train_lm(datas[0].A[None], datas[0].targets[None], datas[0].E[None], W0, steps=20, lr=cfg.lr,
-                      loss="cross_entropy", checkpoints=[0, 20])
+    datas, W0 = build_runs(cfg, 4, 5, 12, 1)
+    res = train_runs(cfg, datas, W0, [0, 20])
+    own = train_lm(datas[0].A[None], datas[0].targets[None], datas[0].E[None], W0, steps=20, lr=cfg.lr,
+                   loss="cross_entropy", checkpoints=[0, 20])
     np.testing.assert_allclose(res["W"], own["W"], atol=1e-12)

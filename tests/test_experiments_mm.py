@@ -5,9 +5,12 @@ import os
 import numpy as np
 import pytest
 
-import attnsvm.experiments.mm as mm
 from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments.mm_common import engine_train, notebook_float32, p_svm
+from attnsvm.experiments.mm_multi_input import E2_APPENDIX, lemma_l2_max
+from attnsvm.experiments.mm_paths import joint_path_2d, prompt_path_2d, split_loss
 from attnsvm.generators import mm_joint, mm_multi_input, mm_single_input
+from attnsvm.metrics import correlation
 
 MM_NAMES = ["mm-single-input", "mm-multi-input", "mm-joint", "mm-loss-functions", "mm-regularization-path"]
 
@@ -47,12 +50,12 @@ def test_split_loss_matches_naive_and_keeps_precision():
         s = np.exp(A - A.max(-1, keepdims=True))
         s /= s.sum(-1, keepdims=True)
         ref = naive((s * G).sum(-1)).mean(-1)
-        base, exc = mm.split_loss(A, G, loss)
+        base, exc = split_loss(A, G, loss)
         np.testing.assert_allclose(base + exc, ref, rtol=1e-12, atol=1e-14)
     # deep saturation: the naive total rounds to the hard-selection loss, the excess does not
     A = np.array([[[80.0, 0.0, 5.0]]])
     G = np.array([[[1.0, 0.0, 0.5]]])
-    base, exc = mm.split_loss(A, G)
+    base, exc = split_loss(A, G)
     assert base[0] == np.logaddexp(0, -1.0)
     delta = np.exp(-80.0) * 1.0 + np.exp(-75.0) * 0.5
     assert exc[0] == pytest.approx(delta / (1 + np.e), rel=1e-6)
@@ -60,36 +63,36 @@ def test_split_loss_matches_naive_and_keeps_precision():
 
 def test_prompt_path_reaches_pmm_and_respects_cone():
     prob = mm_multi_input()
-    pmm = mm._p_svm(prob, np.zeros(3, dtype=np.int64)).p
-    P, _ = mm.prompt_path_2d(prob, [2.0, 20.0])
-    c = mm._cos(P, pmm)
+    pmm = p_svm(prob, np.zeros(3, dtype=np.int64)).p
+    P, _ = prompt_path_2d(prob, [2.0, 20.0])
+    c = correlation(P, pmm)
     assert c[0] == pytest.approx(0.9747, abs=5e-4)
     assert c[1] > 0.999998
     assert np.allclose(np.linalg.norm(P, axis=1), [2.0, 20.0])
     loc = mm_single_input("local")
-    P, _ = mm.prompt_path_2d(loc, [40.0], cone=(np.array([1.0, 0.0, 0.0]), np.deg2rad(5)))
-    assert mm._cos(P[0], [1.0, 0.0, 0.0]) > 0.99999
+    P, _ = prompt_path_2d(loc, [40.0], cone=(np.array([1.0, 0.0, 0.0]), np.deg2rad(5)))
+    assert correlation(P[0], [1.0, 0.0, 0.0]) > 0.99999
 
 
 def test_joint_path_relaxed_goes_to_prelax():
     prob = mm_joint("relaxed")
-    V, P, _ = mm.joint_path_2d(prob, [(40.0, 10.0)], grid=120)
+    V, P, _ = joint_path_2d(prob, [(40.0, 10.0)], grid=120)
     assert abs(P[0, 1] / P[0, 0]) < 1e-4
-    assert mm._cos(V[0], [0.0, 1.0]) > 0.999
+    assert correlation(V[0], [0.0, 1.0]) > 0.999
 
 
 def test_float32_replay_matches_engine_before_saturation():
     prob = mm_multi_input()
-    f32 = mm.notebook_float32(prob, np.zeros(3), steps=30, lr=1.0, eps=1e-12, optimizer="gd")
-    res = mm._engine_train(prob, np.zeros((1, 3)), steps=30, lr=1.0, optimizer="gd", eps=0.0, checkpoints=[0, 10, 30])
+    f32 = notebook_float32(prob, np.zeros(3), steps=30, lr=1.0, eps=1e-12, optimizer="gd")
+    res = engine_train(prob, np.zeros((1, 3)), steps=30, lr=1.0, optimizer="gd", eps=0.0, checkpoints=[0, 10, 30])
     np.testing.assert_allclose(f32["p"][[0, 10, 30]], res.p[0], atol=2e-5)
     # the spec's float32 fact at iteration 200 (fact 8, GD)
-    f32 = mm.notebook_float32(prob, np.zeros(3), steps=199, lr=1.0, eps=1e-12, optimizer="gd")
+    f32 = notebook_float32(prob, np.zeros(3), steps=199, lr=1.0, eps=1e-12, optimizer="gd")
     assert np.linalg.norm(f32["p"][199]) == pytest.approx(3.85, abs=0.01)
 
 
 def test_lemma_l2_negative_on_random_instances():
-    mx, skipped = mm.lemma_l2_max(40, seed=3)
+    mx, skipped = lemma_l2_max(40, seed=3)
     assert mx < 0 and skipped == 0
 
 
@@ -105,4 +108,4 @@ def test_checks_can_fail_on_wrong_results(tmp_path):
 
 
 def test_e2_appendix_matches_generator():
-    assert np.max(np.abs(mm_multi_input().X - mm.E2_APPENDIX)) <= 5.01e-5
+    assert np.max(np.abs(mm_multi_input().X - E2_APPENDIX)) <= 5.01e-5

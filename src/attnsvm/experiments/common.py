@@ -1,4 +1,4 @@
-"""Small helpers shared by the experiments: figures, seed chunks, table lookups."""
+"""Small helpers shared by the experiments: figures, checkpoints, seed chunks, table lookups."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ import numpy as np
 import pandas as pd
 
 
-def save_figure(fig, outdir: str, stem: str) -> list[str]:
-    """Save ``fig`` as ``outdir/stem.png`` and ``.pdf``; close it; return both paths."""
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (unless a backend is already in use)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig, outdir: str, stem: str) -> list[str]:
+    """Lay out ``fig``, save it as ``outdir/stem.png`` and ``.pdf``, close it; return both paths."""
     paths = []
     try:
         fig.tight_layout()
@@ -21,23 +29,25 @@ def save_figure(fig, outdir: str, stem: str) -> list[str]:
         path = os.path.join(outdir, f"{stem}.{ext}")
         fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
         paths.append(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return paths
 
 
 def subplots(nrows: int = 1, ncols: int = 1, width: float = 4.6, height: float = 3.6, **kw):
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    """``(fig, axes)`` with ``axes`` always 2-D (nrows, ncols), each panel ``width x height`` inches."""
+    return pyplot().subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
 
 
 def seed_chunks(seeds, size: int) -> list[list[int]]:
     """Split a list of seeds into consecutive chunks of at most ``size``."""
     seeds = [int(s) for s in seeds]
     return [seeds[i:i + size] for i in range(0, len(seeds), size)]
+
+
+def log_steps(total: int, count: int, extra=()) -> list[int]:
+    """0, ``total``, ``count`` log-spaced steps in [1, total] (rounded, deduplicated) and ``extra`` (all <= total)."""
+    pts = np.round(np.logspace(0, np.log10(max(total, 1)), count)).astype(int)
+    return sorted({0, int(total), *(int(p) for p in pts if p <= total), *(int(e) for e in extra if 0 <= e <= total)})
 
 
 def final_rows(table: pd.DataFrame, by=("seed",)) -> pd.DataFrame:

@@ -1,0 +1,220 @@
+"""The causal one-layer model of the ``lm-*`` experiments: losses, gradients, GD and Lipschitz estimates.
+
+Softmax or linear attention over each prefix with the tied head ``H = E^T``; the logit of key
+t for query k is ``a_t^T W a_k`` (paper convention ``x^T W z``). Per-vocabulary logistic (the
+paper's loss), cross-entropy or l2 loss, closed-form float64 gradients batched over runs,
+plain GD (the engine's ``train_sequence`` where it covers the setting).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ValidationError
+from ..train import train_sequence
+from .lm_language import LMData
+
+LOSSES = ("logistic", "cross_entropy", "l2")
+
+
+def token_loss(Z, y, loss: str):
+    """Per-position loss of logits ``Z (..., V)`` for targets ``y (...)`` (numpy)."""
+    V = Z.shape[-1]
+    oh = np.eye(V)[y]
+    if loss == "logistic":
+        b = 2.0 * oh - 1.0
+        return np.logaddexp(0.0, -b * Z).sum(-1)
+    if loss == "cross_entropy":
+        mx = Z.max(-1, keepdims=True)
+        return (mx[..., 0] + np.log(np.exp(Z - mx).sum(-1))) - np.take_along_axis(Z, y[..., None], -1)[..., 0]
+    if loss == "l2":
+        return ((Z - oh) ** 2).sum(-1)
+    raise ValidationError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+
+
+def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "softmax", want_coef: bool = False):
+    """Mean loss and its gradient in W of the causal one-layer model, batched over runs.
+
+    Parameters
+    ----------
+    W : (R, d, d) torch float64; A : (R, m, n, d); targets : (R, m, n) int64 (-1 = no target);
+    E : (R, V, d) tied head (logits ``E o``)
+    loss : "logistic" (per vocabulary entry, label +1 for the true type and -1 otherwise),
+        "cross_entropy" or "l2" (``||E o - onehot||^2``)
+    attention : "softmax" (``s = softmax(a_t^T W a_k, t <= k)``) or "linear" (``s = a_t^T W a_k``, t <= k)
+    want_coef : also return the logit coefficients ``c (R, m, n, n)`` (dL/dlogit)
+
+    Returns
+    -------
+    (L (R,), G (R, d, d)[, c])
+    """
+    torch.set_num_threads(1)
+    R, m, n, d = A.shape
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    Af = A.reshape(R, m * n, d)
+    Q = torch.bmm(Af, W.transpose(1, 2)).reshape(R, m, n, d)  # row k = W a_k
+    logits = torch.matmul(Q, A.transpose(-1, -2))  # [.., k, t] = a_t^T W a_k
+    if attention == "softmax":
+        s = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+    elif attention == "linear":
+        s = logits * mask
+    else:
+        raise ValidationError(f"attention must be 'softmax' or 'linear', got {attention!r}")
+    o = torch.matmul(s, A)  # (R, m, n, d)
+    V = E.shape[1]
+    Z = torch.bmm(o.reshape(R, m * n, d), E.transpose(1, 2)).reshape(R, m, n, V)
+    valid = targets >= 0
+    y = torch.where(valid, targets, torch.zeros_like(targets))
+    oh = torch.nn.functional.one_hot(y, V).to(Z.dtype)
+    if loss == "logistic":
+        b = 2.0 * oh - 1.0
+        per = torch.nn.functional.softplus(-b * Z).sum(-1)
+        gZ = -b * torch.sigmoid(-b * Z)
+    elif loss == "cross_entropy":
+        lse = torch.logsumexp(Z, -1)
+        per = lse - (Z * oh).sum(-1)
+        gZ = torch.softmax(Z, -1) - oh
+    elif loss == "l2":
+        diff = Z - oh
+        per = (diff * diff).sum(-1)
+        gZ = 2.0 * diff
+    else:
+        raise ValidationError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    vf = valid.to(Z.dtype)
+    cnt = vf.sum((1, 2)).clamp(min=1.0)
+    L = (per * vf).sum((1, 2)) / cnt
+    gZ = gZ * (vf / cnt[:, None, None]).unsqueeze(-1)
+    gO = torch.bmm(gZ.reshape(R, m * n, V), E).reshape(R, m, n, d)
+    beta = torch.matmul(gO, A.transpose(-1, -2))  # [.., k, t] = dL/ds_kt
+    if attention == "softmax":
+        # pairwise form c_t = s_t sum_tau s_tau (beta_t - beta_tau): exact when s is saturated
+        D = beta.unsqueeze(-1) - beta.unsqueeze(-2)
+        c = s * torch.matmul(D, s.unsqueeze(-1)).squeeze(-1)
+    else:
+        c = beta * mask
+    U = torch.matmul(c, A)  # (R, m, n, d): sum_t c_kt a_t
+    G = torch.bmm(U.reshape(R, m * n, d).transpose(1, 2), Af)
+    return (L, G, c) if want_coef else (L, G)
+
+
+def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", attention: str = "softmax",
+             checkpoints=None, track_lipschitz: bool = False):
+    """Plain GD ``W <- W - lr grad L(W)`` on R independent runs (float64, closed-form gradients).
+
+    Parameters
+    ----------
+    A : (R, m, n, d); targets : (R, m, n); E : (R, V, d) (numpy or torch); W0 : (R, d, d)
+    lr : float or (R,) per-run step sizes
+    checkpoints : steps to record W and the loss at (default: 0 and ``steps``)
+    track_lipschitz : record ``max_k ||g_{k+1} - g_k|| / ||W_{k+1} - W_k||`` along the run
+
+    Returns
+    -------
+    dict: ``steps`` (C,), ``W`` (R, C, d, d), ``loss`` (R, C), ``finite`` (R,) bool (no overflow),
+    ``lip_traj`` (R,) (if tracked), ``max_loss`` (R,) the largest loss along the run.
+    """
+    torch.set_num_threads(1)
+    t = lambda x, dt=torch.float64: torch.as_tensor(np.array(x), dtype=dt) if not torch.is_tensor(x) else x  # noqa: E731
+    A, E, W = t(A), t(E), t(W0).clone()
+    targets = t(targets, torch.int64)
+    R = A.shape[0]
+    lr_t = torch.as_tensor(np.broadcast_to(np.asarray(lr, dtype=np.float64), (R,)).copy()).reshape(R, 1, 1)
+    cps = sorted({0, int(steps)} if checkpoints is None else {int(c) for c in checkpoints if 0 <= c <= steps})
+    rec = np.zeros(steps + 1, bool)
+    rec[cps] = True
+    Ws = np.empty((R, len(cps)) + tuple(W.shape[1:]))
+    Ls = np.empty((R, len(cps)))
+    finite = torch.ones(R, dtype=torch.bool)
+    lip = torch.zeros(R, dtype=torch.float64)
+    max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
+    prev_g = prev_W = None
+    c = 0
+    with torch.no_grad():
+        for k in range(steps + 1):
+            L, G = lm_loss_grad(W, A, targets, E, loss=loss, attention=attention)
+            ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
+            finite &= ok
+            max_loss = torch.maximum(max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
+            if track_lipschitz and prev_g is not None:
+                dW = torch.linalg.vector_norm((W - prev_W).reshape(R, -1), dim=1)
+                dg = torch.linalg.vector_norm((G - prev_g).reshape(R, -1), dim=1)
+                ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
+                lip = torch.maximum(lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
+            if rec[k]:
+                Ws[:, c] = W.numpy()
+                Ls[:, c] = L.numpy()
+                c += 1
+            if k == steps:
+                break
+            # a diverged run is frozen (its later values stay non-finite / unchanged)
+            G = torch.where(finite.reshape(R, 1, 1), G, torch.zeros_like(G))
+            if track_lipschitz:
+                prev_g, prev_W = G.clone(), W.clone()
+            W = W - lr_t * G
+    out = {"steps": np.array(cps), "W": Ws, "loss": Ls, "finite": finite.numpy().copy(),
+           "max_loss": max_loss.numpy().copy()}
+    if track_lipschitz:
+        out["lip_traj"] = lip.numpy().copy()
+    return out
+
+
+def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):
+    """GD on every run of ``datas`` at once (the engine's ``train_sequence`` for the cross-entropy loss)."""
+    A = np.stack([x.A for x in datas])
+    tg = np.stack([x.targets for x in datas])
+    E = np.stack([x.E for x in datas])
+    if cfg.loss == "cross_entropy" and attention == "softmax" and len({x.E.tobytes() for x in datas}) == 1:
+        n = A.shape[2]
+        # train_sequence averages over all n positions including the one without target: rescale the step
+        res = train_sequence(A, tg, H=E[0].T, causal=True, loss="cross_entropy", optimizer="gd",
+                             lr=cfg.lr * n / (n - 1), steps=cfg.steps, init=W0, checkpoints=checkpoints)
+        return {"steps": res.steps, "W": res.W, "loss": res.loss * n / (n - 1)}
+    return train_lm(A, tg, E, W0, steps=cfg.steps, lr=cfg.lr, loss=cfg.loss, attention=attention,
+                    checkpoints=checkpoints)
+
+
+# ------------------------------------------------------------------ gradient Lipschitz estimates
+
+
+def _ball(g, count, d, R):
+    """Uniform samples in the Frobenius ball of radius R in R^{d x d}."""
+    X = g.standard_normal((count, d * d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    rad = R * g.random(count) ** (1.0 / (d * d))
+    return (X * rad[:, None]).reshape(count, d, d)
+
+
+def lipschitz_estimates(data: LMData, *, loss, attention, radius, centers, power_iters, pairs, seed=0):
+    """Gradient Lipschitz estimates of the mean loss in the ball ``||W||_F <= radius``.
+
+    * ``power``: max over random centers W of the local constant, estimated by power iteration on
+      finite-difference Hessian-vector products ``(grad(W + h u) - grad(W)) / h``;
+    * ``pairs``: max over random pairs (x, y) in the ball of ``||grad x - grad y|| / ||x - y||``.
+    """
+    torch.set_num_threads(1)
+    g = np.random.default_rng(np.random.SeedSequence([seed, 5]))
+    d = data.A.shape[-1]
+    k = centers
+
+    def grad(Ws):
+        Ws = torch.as_tensor(Ws)
+        B = Ws.shape[0]
+        A = torch.as_tensor(data.A).unsqueeze(0).expand(B, -1, -1, -1)
+        tg = torch.as_tensor(data.targets).unsqueeze(0).expand(B, -1, -1)
+        E = torch.as_tensor(data.E).unsqueeze(0).expand(B, -1, -1)
+        return lm_loss_grad(Ws, A, tg, E, loss=loss, attention=attention)[1].numpy()
+
+    Wc = _ball(g, k, d, radius)
+    u = g.standard_normal((k, d, d))
+    u /= np.linalg.norm(u.reshape(k, -1), axis=1).reshape(k, 1, 1)
+    h = 1e-5 * max(1.0, radius)
+    g0 = grad(Wc)
+    est = np.zeros(k)
+    for _ in range(power_iters):
+        Hu = (grad(Wc + h * u) - g0) / h
+        est = np.linalg.norm(Hu.reshape(k, -1), axis=1)
+        u = Hu / np.maximum(est, 1e-300).reshape(k, 1, 1)
+    X, Y = _ball(g, pairs, d, radius), _ball(g, pairs, d, radius)
+    ratio = np.linalg.norm((grad(X) - grad(Y)).reshape(pairs, -1), axis=1) / np.linalg.norm((X - Y).reshape(pairs, -1), axis=1)
+    return float(est.max()), float(ratio.max())
