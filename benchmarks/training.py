@@ -10,7 +10,15 @@ the (K, Q) parameterizations.
     ``log(1 + exp(-Y f))``. To keep the benchmark short, (b) is timed on
     ``--reference-runs`` runs and extrapolated linearly to all runs (printed).
 
+(c) The multi-token (ReLU head) workload of transformers-as-svms E5: n=3, T=4, d=10,
+    ``h(a) = 1^T ReLU(V^T a)``, W-parameterization, 2000 NGD steps, recorded every 100
+    steps, instances ``relu_head_instance(3, 4, 10, seed)``. The closed-form head engine
+    (default since the token-form heads) is timed at several batch sizes; the autograd
+    engine (the default for nonlinear heads before) is timed on ``--relu-autograd-steps``
+    steps of the first batch size and extrapolated linearly (its cost per step is constant).
+
 Usage: python benchmarks/training.py [--runs 100] [--steps 2000] [--reference-runs 5]
+       [--relu-runs 800,2000,5000] [--relu-autograd-steps 200] [--sections W,KQ,relu]
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import numpy as np
 import torch
 
 from attnsvm.train import train as attnsvm_train
-from attnsvm.generators import random_problem
+from attnsvm.generators import random_problem, relu_head_instance
+from attnsvm.models import ReLUHead
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -79,18 +88,60 @@ def reference_run(problem, univariate, steps, lr=0.1):
     return Ws
 
 
+def relu_section(batch_sizes, steps, autograd_steps):
+    """(c): run-steps/s of the ReLU-head workload, closed-form head engine vs autograd engine."""
+    n, T, d = 3, 4, 10
+    R_max = max(batch_sizes)
+    pairs = [relu_head_instance(n, T, d, seed) for seed in range(1, R_max + 1)]
+    problems = [p for p, _ in pairs]
+    V = np.stack([v for _, v in pairs])
+
+    def run(R, S, engine):
+        return attnsvm_train(problems[:R], param="W", head=ReLUHead(V[:R]), seed=list(range(1, R + 1)), steps=S,
+                             lr=0.1, optimizer="ngd", record_every=100, engine=engine)
+
+    print(f"workload (c): ReLU head h(a) = 1^T ReLU(V^T a), n={n}, T={T}, d={d}, W, {steps} NGD steps, record every 100,"
+          " float64, 1 torch thread")
+    run(8, 5, "autograd"), run(8, 5, "auto")  # warm-up
+    R0 = batch_sizes[0]
+    S_ag = max(1, min(autograd_steps, steps))
+    t0 = time.perf_counter()
+    ag = run(R0, S_ag, "autograd")
+    t_ag = time.perf_counter() - t0
+    rate_ag = R0 * S_ag / t_ag
+    print(f"[ReLU] autograd engine (before), {R0:5d} runs: {t_ag / S_ag * steps:8.2f} s  {rate_ag:12.0f} runs x steps / s"
+          f"  (EXTRAPOLATED from {S_ag} of {steps} steps measured in {t_ag:.2f} s)")
+    for R in batch_sizes:
+        t0 = time.perf_counter()
+        res = run(R, steps, "auto")
+        t = time.perf_counter() - t0
+        rate = R * steps / t
+        print(f"[ReLU] closed-form engine,     {R:5d} runs: {t:8.2f} s  {rate:12.0f} runs x steps / s"
+              f"  ({rate / rate_ag:5.1f}x the autograd rate; final mean max-softmax {res.softmax[:, -1].max(-1).mean():.4f})")
+    short = run(R0, S_ag, "auto")
+    diff = np.abs(short.W[:, -1] - ag.W[:, -1]).max() / np.abs(ag.W[:, -1]).max()
+    print(f"[ReLU] closed-form vs autograd after {S_ag} steps ({R0} runs): max |W difference| / max |W| = {diff:.1e}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--reference-runs", type=int, default=5, help="runs of the per-run loop actually timed (extrapolated)")
     ap.add_argument("--record-every", type=int, default=10)
+    ap.add_argument("--relu-runs", default="800,2000,5000", help="batch sizes of the ReLU-head workload (c)")
+    ap.add_argument("--relu-autograd-steps", type=int, default=200, help="steps of the autograd engine actually timed in (c)")
+    ap.add_argument("--sections", default="W,KQ,relu", help="comma-separated subset of W, KQ, relu")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    sections = {x.strip() for x in args.sections.split(",")}
     R, S = args.runs, args.steps
     problems = [random_problem(6, 8, 10, seed=s, rng="torch") for s in range(R)]
-    print(f"workload: {R} runs x {S} normalized-GD steps, n=6, T=8, d=10, float64, 1 torch thread")
+    if sections & {"W", "KQ"}:
+        print(f"workload: {R} runs x {S} normalized-GD steps, n=6, T=8, d=10, float64, 1 torch thread")
     for param, univariate in (("W", True), ("KQ", False)):
+        if param not in sections:
+            continue
         attnsvm_train(problems[:2], param=param, steps=5)  # warm-up
         t0 = time.perf_counter()
         res = attnsvm_train(problems, param=param, steps=S, lr=0.1, optimizer="ngd", record_every=args.record_every)
@@ -109,6 +160,8 @@ def main(argv=None):
         print(f"[{param}] per-run loop   : {t_ref:8.2f} s  {rate_r:12.0f} runs x steps / s"
               f"  (EXTRAPOLATED from {k} of {R} runs measured in {t_ref_k:.2f} s)")
         print(f"[{param}] speed-up       : {t_ref / t_batched:8.1f}x")
+    if "relu" in sections:
+        relu_section([int(x) for x in args.relu_runs.split(",")], S, args.relu_autograd_steps)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from attnsvm.generators import random_problem
-from attnsvm.losses import MARGIN_LOSSES, cross_entropy, margin_loss, margin_loss_grad
+from attnsvm.losses import MARGIN_LOSSES, cross_entropy, margin_loss, margin_loss_grad, sample_losses
 from attnsvm.models import (
     AttentionModel, LambdaHead, LinearHead, ReLUHead, attention_logits, causal_mask, closed_form_step,
-    linear_head_loss, pair_weights, softmax, token_scores,
+    linear_head_loss, pair_weights, softmax, token_form, token_scores,
 )
 from attnsvm.tokens import lambda_head, relu_head
 
@@ -170,3 +170,82 @@ def test_causal_mask_and_cross_entropy():
     ce = cross_entropy(logits, tgt)
     ref = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), tgt.reshape(-1), ignore_index=-1, reduction="none").reshape(2, 5)
     assert torch.allclose(ce, ref, atol=1e-10) and ce[0, 0] == 0
+
+
+def _tanh_head(a):
+    """A per-sample head without a token form (closed engine: autograd on the head alone)."""
+    return torch.tanh(a).sum(-1) - 0.3 * a[..., 0] ** 2
+
+
+def _heads(b, d):
+    g = np.random.default_rng(5)
+    V = torch.tensor(g.standard_normal((b["X"].shape[0], d, d))) / d
+    return {"relu": ReLUHead(V), "lambda": LambdaHead(b["v"], 0.4), "linear": LinearHead(b["v"]), "callable": _tanh_head}
+
+
+def _head_autograd(b, param, head, loss, mask=None):
+    wrt = {"W": ["W"], "KQ": ["K", "Q"], "p": ["p"]}[param]
+    model = AttentionModel(param, W=b["W"], K=b["K"], Q=b["Q"], p=b["p"], head=head)
+    out = model(b["X"], queries=b["Z"], keys=b["keys"], mask=mask)
+    L = sample_losses(out, b["Y"], loss).mean(-1)
+    grads = torch.autograd.grad(L.sum(), [getattr(model, k) for k in wrt])
+    return L.detach(), dict(zip(wrt, grads)), model.softmax.detach()
+
+
+@pytest.mark.parametrize("bitwise", [False, True])
+@pytest.mark.parametrize("loss", MARGIN_LOSSES)
+@pytest.mark.parametrize("param", ["W", "KQ", "p"])
+@pytest.mark.parametrize("kind", ["relu", "lambda", "linear", "callable"])
+def test_head_closed_form_matches_autograd(kind, param, loss, bitwise):
+    """f = h(X^T s): the closed form with token scores q_it = grad h(a_i)^T x_it equals autograd."""
+    b = _batch(R=3, n=4, T=5, d=6, seed=11)
+    head = _heads(b, 6)[kind]
+    L, ag, s = _head_autograd(b, param, head, loss)
+    form = token_form(head, b["X"], bitwise=bitwise)
+    assert (form.fixed is not None) == (kind == "linear")
+    cf = closed_form_step(b["X"], b["Y"], None, param=param, W=b["W"], K=b["K"], Q=b["Q"], p=b["p"], queries=b["Z"],
+                          keys=b["keys"], loss=loss, bitwise=bitwise, form=form)
+    assert torch.allclose(cf["loss"], L, rtol=1e-13, atol=0)
+    assert torch.allclose(cf["s"], s, rtol=1e-13, atol=1e-300)
+    names = {"W": "G", "K": "gK", "Q": "gQ", "p": "gp"}
+    for k, g in ag.items():
+        assert _rel(cf[names[k]], g) <= 1e-10, k
+
+
+def test_head_closed_form_masked_and_saturated():
+    b = _batch(R=2, n=4, T=5, d=6, seed=2)
+    head = _heads(b, 6)["relu"]
+    mask = torch.ones(1, 4, 5, dtype=torch.bool)
+    mask[0, 1, 3:] = False
+    mask[0, 2, 1] = False
+    L, ag, s = _head_autograd(b, "W", head, "logistic", mask=mask)
+    for bitwise in (False, True):
+        cf = closed_form_step(b["X"], b["Y"], None, param="W", W=b["W"], queries=b["Z"], mask=mask, bitwise=bitwise,
+                              form=token_form(head, b["X"], bitwise=bitwise))
+        assert torch.all(cf["s"][0][~mask[0]] == 0)
+        assert _rel(cf["G"], ag["W"]) <= 1e-10
+    # exactly one-hot attention: the gradient is exactly zero, never NaN
+    big = _batch(R=2, n=4, T=5, d=6, seed=2, scale=1e5)
+    for bitwise in (False, True):
+        cf = closed_form_step(big["X"], big["Y"], None, param="W", W=big["W"], queries=big["Z"], bitwise=bitwise,
+                              form=token_form(head, big["X"], bitwise=bitwise))
+        assert torch.all(torch.isfinite(cf["G"]))
+        assert torch.all((cf["s"] == 0) | (cf["s"] == 1)) and torch.all(cf["G"] == 0)
+
+
+def test_token_forms_of_the_heads():
+    """q_it = grad h(a_i)^T x_it: ReLU g = V 1[V^T a > 0], lambda g = v - 2 lam a."""
+    b = _batch(R=2, n=3, T=4, d=5, seed=4)
+    s = softmax(torch.randn(2, 3, 4, dtype=D, generator=torch.Generator().manual_seed(1)))
+    a = torch.einsum("rnt,rntd->rnd", s, b["X"])
+    V = torch.randn(2, 5, 7, dtype=D, generator=torch.Generator().manual_seed(2))
+    pre = torch.einsum("rnd,rdk->rnk", a, V)
+    g = torch.einsum("rdk,rnk->rnd", V, (pre > 0).to(D))
+    for bitwise in (False, True):
+        f, q = token_form(ReLUHead(V), b["X"], bitwise=bitwise)(s)
+        assert torch.allclose(f, torch.relu(pre).sum(-1), atol=1e-13)
+        assert torch.allclose(q, torch.einsum("rntd,rnd->rnt", b["X"], g), atol=1e-13)
+        f, q = token_form(LambdaHead(b["v"], 0.7), b["X"], bitwise=bitwise)(s)
+        gl = b["v"].unsqueeze(1) - 1.4 * a
+        assert torch.allclose(f, torch.einsum("rnd,rd->rn", a, b["v"]) - 0.7 * (a * a).sum(-1), atol=1e-13)
+        assert torch.allclose(q, torch.einsum("rntd,rnd->rnt", b["X"], gl), atol=1e-13)

@@ -1,5 +1,7 @@
 """Batched training engine: invariants, batching, saturation and the papers' small instances."""
 
+import sys
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import torch
 from attnsvm import generators as G
 from attnsvm.generators import random_problem
 from attnsvm.metrics import correlation, rank
-from attnsvm.models import ReLUHead
+from attnsvm.models import LambdaHead, ReLUHead
 from attnsvm.train import regularization_path, train, train_sequence
 
 
@@ -166,3 +168,96 @@ def test_regularization_path():
     kq = regularization_path(p, [1.0, 4.0], param="KQ", init="default", steps_per_radius=200)
     sq = np.sum(kq.K[0] ** 2, axis=(-2, -1)) + np.sum(kq.Q[0] ** 2, axis=(-2, -1))
     assert np.all(sq <= 2 * np.array([1.0, 4.0]) + 1e-9)
+
+
+def _relu_probs(R, n=3, T=4, d=6):
+    pairs = [G.relu_head_instance(n, T, d, s) for s in range(1, R + 1)]
+    return [p for p, _ in pairs], np.stack([v for _, v in pairs])
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _tanh_head(a):
+    return torch.tanh(a).sum(-1) - 0.3 * a[..., 0] ** 2
+
+
+@pytest.mark.parametrize("param,optimizer", [("W", "ngd"), ("W", "gd"), ("KQ", "ngd"), ("KQ", "gd"), ("W", "adam")])
+def test_head_closed_form_engine_matches_autograd(param, optimizer):
+    """ReLU / lambda heads train with closed-form gradients by default (token-space W loop, direct KQ loop,
+    generic loop for Adam); the trajectories equal the autograd engine's to rounding."""
+    probs, V = _relu_probs(3)
+    lam_probs = _probs(3, n=4, T=5, d=6)
+    cases = [(probs, ReLUHead(V)), (lam_probs, LambdaHead(np.stack([p.v for p in lam_probs]), 0.3))]
+    for ps, head in cases:
+        kw = dict(param=param, head=head, steps=60, record_every=20, optimizer=optimizer, lr=0.05 if optimizer == "adam" else 0.1)
+        a = train(ps, engine="autograd", **kw)
+        b = train(ps, **kw)
+        assert _rel(b.W, a.W) <= 1e-10
+        assert _rel(b.softmax, a.softmax) <= 1e-10
+        assert np.allclose(b.loss, a.loss, rtol=1e-10, atol=0)
+        assert np.allclose(b.grad_norm, a.grad_norm, rtol=1e-10, atol=0)
+        assert not b.saturated.any()
+
+
+def test_token_space_direct_and_generic_loops_agree(monkeypatch):
+    """The token-space W loop (logits moved by H c, W rebuilt at records) equals the W-space loops."""
+    train_mod = sys.modules["attnsvm.train"]
+    probs, V = _relu_probs(4)
+    lin = _probs(4)
+    runs = {}
+    for name, patch in (("tokens", None), ("direct", ("TOKEN_SPACE_MAX_TOKENS", 0)), ("generic", ("_fast_kind", lambda *a: None))):
+        if patch is not None:
+            monkeypatch.setattr(train_mod, *patch)
+        runs[name] = (train(probs, param="W", head=ReLUHead(V), steps=300, record_every=100),
+                      train(lin, param="W", steps=300, record_every=100))
+        monkeypatch.undo()
+    for k in range(2):
+        ref = runs["generic"][k]
+        for name in ("tokens", "direct"):
+            r = runs[name][k]
+            assert _rel(r.W, ref.W) <= 1e-12 and _rel(r.softmax, ref.softmax) <= 1e-12
+            assert np.allclose(r.grad_norm, ref.grad_norm, rtol=1e-10, atol=0)
+            assert np.array_equal(r.saturated_step, ref.saturated_step)
+
+
+def test_head_runs_depend_only_on_their_seed():
+    probs, V = _relu_probs(4)
+    for param in ("W", "KQ"):
+        full = train(probs, param=param, head=ReLUHead(V), seed=[7, 8, 9, 10], steps=300, record_every=100)
+        one = train(probs[2], param=param, head=ReLUHead(V[2]), seed=9, steps=300, record_every=100)
+        assert _rel(full.W[2], one.W[0]) <= 1e-12
+        fullb = train(probs, param=param, head=ReLUHead(V), seed=[7, 8, 9, 10], steps=100, record_every=100, bitwise=True)
+        oneb = train(probs[2], param=param, head=ReLUHead(V[2]), seed=9, steps=100, record_every=100, bitwise=True)
+        assert np.array_equal(fullb.W[2], oneb.W[0]) and np.array_equal(fullb.softmax[2], oneb.softmax[0])
+        assert _rel(fullb.W, full.W[:, :2]) <= 1e-12
+
+
+def test_head_saturation_flag_and_zero_gradient():
+    probs, V = _relu_probs(2)
+    g = np.random.default_rng(0)
+    W0 = 1e5 * g.standard_normal((2, 6, 6))
+    for optimizer in ("ngd", "gd"):
+        r = train(probs, param="W", head=ReLUHead(V), init=W0, steps=20, record_every=10, optimizer=optimizer)
+        assert r.saturated.all() and np.all(r.saturated_step == 0)
+        assert np.array_equal(r.W[:, -1], r.W[:, 0]) and np.all(r.grad_norm == 0)
+        assert np.all(np.isfinite(r.loss))
+    K0 = 300 * g.standard_normal((2, 6, 6))
+    rk = train(probs, param="KQ", head=ReLUHead(V), init={"K": K0, "Q": K0[:, ::-1].copy()}, steps=20, record_every=10)
+    assert rk.saturated.all() and np.all(np.isfinite(rk.W))
+
+
+def test_head_sequence_training_and_callable_head():
+    g = np.random.default_rng(1)
+    X = g.standard_normal((3, 5, 4)); X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    Y = np.where(g.standard_normal((3, 5)) > 0, 1.0, -1.0)
+    head = ReLUHead(g.standard_normal((4, 4)) / 4)
+    for param in ("W", "KQ"):
+        a = train_sequence(X, Y, head=head, param=param, causal=True, steps=50, record_every=25, engine="autograd")
+        b = train_sequence(X, Y, head=head, param=param, causal=True, steps=50, record_every=25)
+        assert _rel(b.W, a.W) <= 1e-10 and np.all(b.softmax[..., np.triu(np.ones((5, 5), bool), 1)] == 0)
+    probs = _probs(2, n=4, T=5, d=6)
+    a = train(probs, head=_tanh_head, steps=50, record_every=25)  # auto: full autograd for an unknown callable
+    b = train(probs, head=_tanh_head, steps=50, record_every=25, engine="closed")  # autograd on the head alone
+    assert _rel(b.W, a.W) <= 1e-10

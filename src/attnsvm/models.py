@@ -26,6 +26,12 @@ Two ways to get gradients:
   pairwise form of the softmax Jacobian (max-margin spec section 2) so that the
   gradient keeps its direction when the attention is saturated;
 * :class:`AttentionModel` is an ``nn.Module`` for autograd with any head.
+
+Nonlinear heads reuse the closed form: for ``f_i = h(a_i)``, ``a_i = X_i^T s_i``,
+``df_i/dW = X_i^T (diag(s_i) - s_i s_i^T) X_i g_i z_i^T`` with ``g_i = grad h(a_i)``, i.e.
+the linear-head formula with per-sample, per-step token scores ``q_it = g_i^T x_it``.
+A :class:`TokenForm` (see :func:`token_form`) maps the attention ``s`` to the outputs
+``f`` and these scores.
 """
 
 from __future__ import annotations
@@ -118,6 +124,18 @@ def softmax(a: torch.Tensor) -> torch.Tensor:
     return torch.softmax(a, dim=-1)
 
 
+def softmax_fast(a: torch.Tensor) -> torch.Tensor:
+    """Same as :func:`softmax` (``exp(a - max) / sum``) from elementwise ops into a new tensor.
+
+    For the short rows of these models (T of 2 to ~50) this measured several times
+    faster than ``torch.softmax`` on CPU (torch 2.13, float64). The vectorized
+    ``exp`` may round a tensor's tail differently, so this is not used in bitwise mode.
+    """
+    e = a - a.amax(-1, keepdim=True)
+    e.exp_()
+    return e.div_(e.sum(-1, keepdim=True))
+
+
 def causal_mask(T: int, causal: bool = True) -> torch.Tensor:
     """(T, T) bool mask, row k = query position k: ``t <= k`` if causal, all True otherwise."""
     full = torch.ones(T, T, dtype=torch.bool)
@@ -137,6 +155,9 @@ class LinearHead:
         v = self.v if self.v.ndim == 2 else self.v.expand(a.shape[0], -1)
         return torch.einsum("r...d,rd->r...", a, v)
 
+    def token_form(self, X, bitwise=False):
+        return _LinearTokens(X, self.v, bitwise)
+
 
 class ReLUHead:
     """``h(a) = 1^T ReLU(V^T a)`` (multi-token experiment); V (d, k) or (R, d, k)."""
@@ -149,6 +170,9 @@ class ReLUHead:
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         V = self.V if self.V.ndim == 3 else self.V.expand(a.shape[0], -1, -1)
         return torch.relu(torch.einsum("r...d,rdk->r...k", a, V)).sum(-1)
+
+    def token_form(self, X, bitwise=False):
+        return _ReLUTokens(X, self.V, bitwise)
 
 
 class LambdaHead:
@@ -164,6 +188,9 @@ class LambdaHead:
         v = self.v if self.v.ndim == 2 else self.v.expand(a.shape[0], -1)
         return torch.einsum("r...d,rd->r...", a, v) - self.lam * (a * a).sum(-1)
 
+    def token_form(self, X, bitwise=False):
+        return _LambdaTokens(X, self.v, self.lam, bitwise)
+
 
 class MatrixHead:
     """Vector output ``H^T a`` (next-token logits), H (d, V) or (R, d, V)."""
@@ -174,6 +201,136 @@ class MatrixHead:
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         H = self.H if self.H.ndim == 3 else self.H.expand(a.shape[0], -1, -1)
         return torch.einsum("r...d,rdk->r...k", a, H)
+
+
+# ----------------------------------------------------------------- token forms
+
+
+class TokenForm:
+    """A head seen through the tokens of each sample, for the closed-form gradients.
+
+    ``form(s)`` maps the attention ``s`` (R, n, T) to ``(f, q)``: the outputs
+    ``f_i = h(X_i^T s_i)`` (R, n) and the token scores ``q_it = grad h(X_i^T s_i)^T x_it``
+    (R, n, T). ``fixed`` holds q when it does not depend on s (linear head), else None.
+    Built by :func:`token_form`; the data of the samples is bound at construction.
+    """
+
+    fixed: torch.Tensor | None = None
+
+    def __call__(self, s: torch.Tensor):
+        raise NotImplementedError
+
+
+def _bmv(A: torch.Tensor, x: torch.Tensor, bitwise: bool) -> torch.Tensor:
+    """Batched matrix-vector products ``A[..., :, :] @ x[..., :]``: A (B..., p, k), x (B..., k) -> (B..., p)."""
+    if bitwise:
+        return _dot(A, x.unsqueeze(-2))
+    lead = A.shape[:-2]
+    p, k = A.shape[-2:]
+    return torch.bmm(A.reshape(-1, p, k), x.reshape(-1, k, 1)).reshape(*lead, p)
+
+
+class _LinearTokens(TokenForm):
+    """``h(a) = v^T a``: q_it = v^T x_it does not depend on s."""
+
+    def __init__(self, X, v, bitwise):
+        v = v if v.ndim == 2 else v.expand(X.shape[0], -1)
+        self.fixed = _dot(X, v[:, None, None, :]) if bitwise else _bmv(X.reshape(X.shape[0], -1, X.shape[-1]), v, False).reshape(X.shape[:-1])
+        self.bitwise = bitwise
+
+    def __call__(self, s):
+        f = fsum(s * self.fixed) if self.bitwise else (s * self.fixed).sum(-1)
+        return f, self.fixed
+
+
+class _ReLUTokens(TokenForm):
+    """``h(a) = 1^T ReLU(V^T a)`` from the projections ``P_it = V^T x_it`` (R, n, T, k):
+    ``V^T a_i = P_i^T s_i``, ``q_it = P_it^T 1[V^T a_i > 0]``."""
+
+    def __init__(self, X, V, bitwise):
+        R, n, T, d = X.shape
+        V = V if V.ndim == 3 else V.expand(R, -1, -1)
+        if V.shape[0] != R or V.shape[1] != d:
+            raise ValidationError(f"ReLUHead V has shape {tuple(V.shape)}; the data needs ({R}, {d}, k) or ({d}, k)")
+        self.bitwise = bitwise
+        if bitwise:
+            self.P = _dot(X.unsqueeze(-2), V.transpose(1, 2)[:, None, None])  # (R, n, T, k)
+        else:
+            self.P = torch.bmm(X.reshape(R, n * T, d), V).reshape(R, n, T, -1)
+        self.PT = self.P.transpose(-1, -2).contiguous()  # (R, n, k, T)
+
+    def __call__(self, s):
+        pre = _bmv(self.PT, s, self.bitwise)  # (R, n, k) = V^T a_i
+        act = torch.empty_like(pre)
+        torch.gt(pre, 0, out=act)  # 1[V^T a_i > 0], torch's ReLU derivative (0 at the kink)
+        pos = pre * act
+        f = fsum(pos) if self.bitwise else pos.sum(-1)
+        return f, _bmv(self.P, act, self.bitwise)
+
+
+class _LambdaTokens(TokenForm):
+    """``h(a) = v^T a - lam ||a||^2`` from ``X_i v`` and the Gram matrices ``X_i X_i^T``:
+    ``f_i = s_i^T X_i v - lam s_i^T X_i X_i^T s_i``, ``q_i = X_i v - 2 lam X_i X_i^T s_i``."""
+
+    def __init__(self, X, v, lam, bitwise):
+        v = v if v.ndim == 2 else v.expand(X.shape[0], -1)
+        self.bitwise, self.lam = bitwise, lam
+        self.q0 = _LinearTokens(X, v, bitwise).fixed
+        if bitwise:
+            self.gram = _dot(X.unsqueeze(-2), X.unsqueeze(-3))  # (R, n, T, T)
+        else:
+            self.gram = torch.matmul(X, X.transpose(-1, -2))
+
+    def __call__(self, s):
+        Gs = _bmv(self.gram, s, self.bitwise)  # X_i X_i^T s_i = X_i a_i
+        lin = s * (self.q0 - self.lam * Gs)
+        f = fsum(lin) if self.bitwise else lin.sum(-1)
+        return f, self.q0 - (2.0 * self.lam) * Gs
+
+
+class _AutogradTokens(TokenForm):
+    """Any per-sample head: ``a = X^T s``, then ``h`` and its gradient by autograd on the head alone.
+
+    Valid when output i depends on ``a_i`` only (the gradient of ``sum(h(a))`` is used).
+    """
+
+    def __init__(self, X, head, bitwise):
+        self.X, self.head, self.bitwise = X, head, bitwise
+        self.XT = X.transpose(-1, -2).contiguous()
+
+    def __call__(self, s):
+        a = _bmv(self.XT, s, self.bitwise)  # (R, n, d) = X_i^T s_i
+        with torch.enable_grad():
+            a = a.detach().requires_grad_(True)
+            f = self.head(a)
+            if f.shape != a.shape[:-1]:
+                raise ValidationError(f"the head must map (R, n, d) to (R, n); got {tuple(f.shape)}")
+            g = torch.autograd.grad(f.sum(), a, allow_unused=True)[0] if f.requires_grad else None
+        g = torch.zeros_like(a) if g is None else g
+        return f.detach(), _bmv(self.X, g, self.bitwise)
+
+
+def has_token_form(head) -> bool:
+    """True for the heads with a closed-form token form (None = linear head, LinearHead, ReLUHead, LambdaHead, or
+    any object with a ``token_form(X, bitwise)`` method)."""
+    return head is None or hasattr(head, "token_form")
+
+
+def token_form(head, X: torch.Tensor, v: torch.Tensor | None = None, bitwise: bool = False) -> TokenForm:
+    """The :class:`TokenForm` of a head on tokens X (R, n, T, d).
+
+    ``head=None`` is the linear head v (R, d); heads with a ``token_form`` method use it;
+    any other callable gets the gradient of the head by autograd on the head alone
+    (cheap: the head acts on (R, n, d)), which needs output i to depend on ``a_i`` only.
+    ``bitwise``: contractions as elementwise products with fixed-order sums.
+    """
+    if head is None:
+        if v is None:
+            raise ValidationError("the linear head needs v")
+        return _LinearTokens(X, v, bitwise)
+    if hasattr(head, "token_form"):
+        return head.token_form(X, bitwise)
+    return _AutogradTokens(X, as_head(head), bitwise)
 
 
 def as_head(head) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -290,14 +447,15 @@ def closed_form_step(
     Zt=None,
     keysT=None,
     bitwise: bool = True,
+    form: TokenForm | None = None,
 ):
     """Loss, softmax and gradients of the linear-head model in closed form.
 
-    ``L_r = (1/n) sum_i l(Y_i f_i)``, ``f_i = v^T X_i^T s_i``.
+    ``L_r = (1/n) sum_i l(Y_i f_i)``, ``f_i = v^T X_i^T s_i`` (or ``f_i = h(X_i^T s_i)`` with ``form``).
 
     Parameters
     ----------
-    X : (R, n, T, d); Y : (R, n); v : (R, d)
+    X : (R, n, T, d); Y : (R, n); v : (R, d) (may be None with ``form``)
     param : "W" (give W (R,d,d)), "KQ" (K, Q (R,d,m)), "p" (p (R,d) and keys (R,n,T,d))
     queries : (R, n, d) for "W" / "KQ"
     mask : (R|1, n, T) bool or None
@@ -306,7 +464,10 @@ def closed_form_step(
     bitwise : True: contractions as elementwise products with fixed-order sums, so each
         run's numbers are bitwise independent of R; False: BLAS (bmm), about 2x faster,
         results depend on R at the rounding level (~1e-16 relative per step)
-    want_v : also return the gradient in v
+    want_v : also return the gradient in v (linear head only)
+    form : optional :class:`TokenForm` of a nonlinear head (from :func:`token_form` with the same
+        ``bitwise``); the token scores ``gamma = Y q`` are then recomputed from ``s`` at each call
+        (``gamma`` / ``D`` must not be given)
 
     Returns
     -------
@@ -314,12 +475,12 @@ def closed_form_step(
     ``gK``, ``gQ`` (R,d,m) for "KQ", ``gp`` (R,d) for "p", ``gv`` (R,d) if ``want_v``.
     """
     R, n, T, d = X.shape
+    if form is not None and (want_v or gamma is not None or D is not None):
+        raise ValidationError("closed_form_step with a head form takes no gamma / D and has no v-gradient")
     if not bitwise:
-        return _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v)
-    if gamma is None:
+        return _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form)
+    if gamma is None and form is None:
         gamma = token_scores(X, Y, v)
-    if mask is not None:
-        gamma = gamma.masked_fill(~mask, 0.0)
     if param == "p":
         a = prompt_logits(keys, p, mask)
     else:
@@ -327,7 +488,16 @@ def closed_form_step(
             W = combine(K, Q)
         a = attention_logits(X, queries, W, mask)
     s = softmax(a)
-    u = fsum(s * gamma)
+    if form is None:
+        if mask is not None:
+            gamma = gamma.masked_fill(~mask, 0.0)
+        u = fsum(s * gamma)
+    else:
+        f, q = form(s)
+        u = Y * f
+        gamma = Y.unsqueeze(-1) * q
+        if mask is not None:
+            gamma = gamma.masked_fill(~mask, 0.0)
     out = {"s": s, "loss": fsum(margin_loss(u, loss, exact=True)) / n}
     lp = margin_loss_grad(u, loss, exact=True) / n  # (R, n)
     c = pair_weights(s, gamma, D) * lp.unsqueeze(-1)  # (R, n, T)
@@ -348,12 +518,12 @@ def closed_form_step(
     return out
 
 
-def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v):
+def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form=None):
     """Same as :func:`closed_form_step` with BLAS contractions (fast; rounding may depend on R)."""
     R, n, T, d = X.shape
-    if gamma is None:
+    if gamma is None and form is None:
         gamma = Y.unsqueeze(-1) * torch.bmm(X.reshape(R, n * T, d), v.unsqueeze(-1)).reshape(R, n, T)
-    if mask is not None:
+    if mask is not None and gamma is not None:
         gamma = gamma.masked_fill(~mask, 0.0)
     if param == "p":
         a = torch.bmm(keys.reshape(R, n * T, d), p.unsqueeze(-1)).reshape(R, n, T)
@@ -364,8 +534,15 @@ def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gam
         a = torch.bmm(X.reshape(R * n, T, d), Wz.reshape(R * n, d, 1)).reshape(R, n, T)
     if mask is not None:
         a = a.masked_fill(~mask, float("-inf"))
-    s = torch.softmax(a, dim=-1)
-    u = (s * gamma).sum(-1)
+    s = softmax_fast(a)
+    if form is None:
+        u = (s * gamma).sum(-1)
+    else:
+        f, q = form(s)
+        u = Y * f
+        gamma = Y.unsqueeze(-1) * q
+        if mask is not None:
+            gamma = gamma.masked_fill(~mask, 0.0)
     out = {"s": s, "loss": margin_loss(u, loss).mean(-1)}
     lp = margin_loss_grad(u, loss) / n
     if D is None:

@@ -17,10 +17,23 @@ Conventions reproducing the research code (transformers-as-svms spec 1.3, 1.6):
 * (K, Q): tiny ridge ``eps * (||K||^2 + ||Q||^2)`` added to the loss (``ridge=None``
   means on for KQ, off otherwise), hidden width ``m = d`` by default.
 
-The linear-head model with a margin loss uses closed-form gradients (pairwise
-softmax-Jacobian form, exact in saturation); any other head uses autograd through
-:class:`attnsvm.models.AttentionModel`. A run whose loss gradient is exactly zero is
-flagged ``saturated``; with a zero total gradient it does not move (never NaN).
+With a margin loss, the linear head and the heads with a token form (``ReLUHead``,
+``LambdaHead``, ``LinearHead``) use closed-form gradients (pairwise softmax-Jacobian
+form, exact in saturation; a nonlinear head enters through the per-step token scores
+``q_it = grad h(a_i)^T x_it``, see :mod:`attnsvm.models`); any other head uses autograd
+through :class:`attnsvm.models.AttentionModel` (or, with ``engine="closed"``, autograd on
+the head alone). A run whose loss gradient is exactly zero is flagged ``saturated``;
+with a zero total gradient it does not move (never NaN).
+
+Fast paths (closed form, ``bitwise=False``, GD / NGD, v frozen, param W or KQ):
+
+* W with few tokens in all (``n T`` small) runs in *token space*: since every gradient
+  is ``G = sum_it c_it x_it z_i^T``, the logits move by ``-lr' H c`` with the fixed
+  matrix ``H[(i,t),(j,u)] = (x_it^T x_ju)(z_i^T z_j)`` and ``||G||^2 = c^T H c``; W is
+  rebuilt from the accumulated ``c`` only at the recorded steps. Same iterates as the
+  W-space update up to rounding (~1e-13 relative after 2000 steps).
+* KQ (and W with many tokens) updates the parameters with a few batched products per
+  step (``Q^T z`` reused for ``grad_K = U^T Z Q``, no ``K Q^T`` except at records).
 """
 
 from __future__ import annotations
@@ -32,8 +45,11 @@ import numpy as np
 import torch
 
 from .errors import ValidationError
-from .losses import MARGIN_LOSSES, check_loss, sample_losses
-from .models import DTYPE, AttentionModel, MatrixHead, causal_mask, closed_form_step, combine, fsum, token_scores
+from .losses import MARGIN_LOSSES, check_loss, margin_loss, margin_loss_grad, sample_losses
+from .models import (
+    DTYPE, AttentionModel, MatrixHead, causal_mask, closed_form_step, combine, fsum, has_token_form,
+    token_form, token_scores,
+)
 from .problem import ProblemBatch, TokenProblem
 
 EPS = float(np.finfo(np.float64).eps)  # 2.220446049250313e-16
@@ -235,22 +251,18 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
     ``params`` maps names to the tensors that the optimizer updates in place.
     """
     main = "p" if param == "p" else "W"
-    closed_ok = head is None and loss in MARGIN_LOSSES
-    if engine == "auto":
-        engine = "closed" if closed_ok else "autograd"
-    if engine == "closed" and not closed_ok:
-        raise ValidationError("engine='closed' needs the linear head (head=None) and a margin loss")
-    if engine not in ("closed", "autograd"):
-        raise ValidationError(f"engine must be 'auto', 'closed' or 'autograd', got {engine!r}")
+    engine = _resolve_engine(engine, head, loss, train_v)
 
     if engine == "closed":
         fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
+        if head is not None:
+            fixed["form"] = token_form(head, data.X, bitwise=bitwise)
         if data.queries is not None and bitwise:
             fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
         if data.keys is not None and bitwise:
             R_, n_, T_, d_ = data.keys.shape
             fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
-        if not train_v:
+        if not train_v and head is None:
             gamma = token_scores(data.X, data.Y, data.v) if bitwise else data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
             if data.mask is not None:
                 gamma = gamma.masked_fill(~data.mask, 0.0)
@@ -302,24 +314,70 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
     return grad_fn, model
 
 
+def _resolve_engine(engine, head, loss, train_v):
+    """'auto' -> 'closed' (margin loss and the linear head or a head with a token form) or 'autograd'."""
+    if engine not in ("auto", "closed", "autograd"):
+        raise ValidationError(f"engine must be 'auto', 'closed' or 'autograd', got {engine!r}")
+    closed_ok = loss in MARGIN_LOSSES and (head is None or not train_v)
+    if engine == "auto":
+        return "closed" if closed_ok and has_token_form(head) else "autograd"
+    if engine == "closed" and not closed_ok:
+        raise ValidationError("engine='closed' needs a margin loss, and the linear head (head=None) when train_v=True")
+    return engine
+
+
+class _Recorder:
+    """Preallocated checkpoint buffers and the saturation bookkeeping of a training loop.
+
+    Buffers are checkpoint-major (C, R, ...) so that recording is a contiguous copy;
+    :meth:`result` returns them run-major (R, C, ...).
+    """
+
+    def __init__(self, steps, cps, R, N, T, params, record_v):
+        C = len(cps)
+        self.want = np.zeros(steps + 1, dtype=bool)
+        self.want[cps] = True
+        self.rec = {
+            "loss": torch.empty(C, R, dtype=DTYPE),
+            "softmax": torch.empty(C, R, N, T, dtype=DTYPE),
+            "grad_norm": torch.empty(C, R, dtype=DTYPE),
+        }
+        for k, x in params.items():
+            if k != "v" or record_v:
+                self.rec[k] = torch.empty((C, R) + tuple(x.shape[1:]), dtype=DTYPE)
+        self.sat_step = torch.full((R,), -1, dtype=torch.int64)
+        self.nonzero = torch.ones(R, dtype=torch.bool)
+        self.c = 0
+
+    def moving(self, k, nonzero):
+        """``nonzero`` (R,) bool: the loss gradient of the run is not exactly zero at step k."""
+        self.nonzero = nonzero
+        if not bool(nonzero.all()):
+            zero_now = ~nonzero
+            self.sat_step = torch.where((self.sat_step < 0) & zero_now, torch.full_like(self.sat_step, k), self.sat_step)
+
+    def put(self, loss, s, grad_norm, params):
+        c = self.c
+        self.rec["loss"][c] = loss
+        self.rec["softmax"][c] = s
+        self.rec["grad_norm"][c] = grad_norm
+        for name, x in params.items():
+            if name in self.rec:
+                self.rec[name][c] = x
+        self.c += 1
+
+    def result(self):
+        out = {k: x.transpose(0, 1).contiguous() for k, x in self.rec.items()}
+        out["saturated"] = ~self.nonzero
+        out["saturated_step"] = self.sat_step
+        return out
+
+
 def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v, bitwise):
-    """The training loop; returns recorded torch tensors."""
+    """The generic training loop (any engine, optimizer, parameterization); returns recorded torch tensors."""
     R, N, T, _ = data.X.shape
-    C = len(cps)
-    record = np.zeros(steps + 1, dtype=bool)
-    record[cps] = True
     opt = _Optimizer(optimizer, lr, eps, betas, adam_eps, bitwise)
-    rec = {
-        "loss": torch.empty(R, C, dtype=DTYPE),
-        "softmax": torch.empty(R, C, N, T, dtype=DTYPE),
-        "grad_norm": torch.empty(R, C, dtype=DTYPE),
-    }
-    for k, x in params.items():
-        if k != "v" or record_v:
-            rec[k] = torch.empty((R, C) + tuple(x.shape[1:]), dtype=DTYPE)
-    sat_step = torch.full((R,), -1, dtype=torch.int64)
-    zero_now = torch.zeros(R, dtype=torch.bool)
-    c = 0
+    rec = _Recorder(steps, cps, R, N, T, params, record_v)
     with torch.no_grad():
         for k in range(steps + 1):
             res = grad_fn()
@@ -328,17 +386,9 @@ def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas,
             for g in grads.values():
                 nrm = opt.norm(g)
                 gsq = nrm if gsq is None else gsq + nrm
-            zero_now = gsq == 0
-            if bool(zero_now.any()):
-                sat_step = torch.where((sat_step < 0) & zero_now, torch.full_like(sat_step, k), sat_step)
-            if record[k]:
-                rec["loss"][:, c] = res["loss"]
-                rec["softmax"][:, c] = res["s"]
-                rec["grad_norm"][:, c] = opt.norm(res["main_grad"])
-                for name, x in params.items():
-                    if name in rec:
-                        rec[name][:, c] = x
-                c += 1
+            rec.moving(k, gsq != 0)
+            if rec.want[k]:
+                rec.put(res["loss"], res["s"], opt.norm(res["main_grad"]), params)
             if k == steps:
                 break
             if ridge:
@@ -346,9 +396,190 @@ def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas,
                 for name in ("K", "Q"):
                     grads[name] = grads[name] + (2.0 * ridge) * params[name]
             opt.step(params, grads)
-    rec["saturated"] = zero_now
-    rec["saturated_step"] = sat_step
-    return rec
+    return rec.result()
+
+
+# ------------------------------------------------------------------ fast loops
+
+#: token-space W loop: at most this many tokens n*T in all, and R * (n T)^2 entries of H
+TOKEN_SPACE_MAX_TOKENS = 64
+TOKEN_SPACE_MAX_ENTRIES = 2**24
+
+
+def _softmax_top(a):
+    """Softmax over the last axis and the index (..., 1) of the largest logit (the most attended token)."""
+    top, idx = a.max(-1, keepdim=True)
+    e = (a - top).exp_()
+    return e.div_(e.sum(-1, keepdim=True)), idx
+
+
+class _Weights:
+    """Per-token gradient weights ``c_it = l'(u_i)/n * [(diag(s_i) - s_i s_i^T) gamma_i]_t``, saturation-exact.
+
+    ``gamma_i = Y_i q_i`` with the token scores q of the head's :class:`TokenForm`.
+    The pairwise form ``c_t = s_t sum_tau s_tau (gamma_t - gamma_tau)`` is evaluated as
+    ``s_t (g_t - sum_tau s_tau g_tau)`` with ``g = gamma - gamma_top``, the differences to
+    the most attended token (the same sum: ``sum_tau s_tau = 1``). The top token's weight
+    is then built from the small terms only (its own term is exactly 0), as in the
+    pairwise form, at O(T) instead of O(T^2) cost; when s is exactly one-hot, c is exactly 0.
+    """
+
+    def __init__(self, form, Y, mask, loss):
+        self.form, self.Y, self.mask, self.loss = form, Y, mask, loss
+        self.Yc = Y.unsqueeze(-1)
+        self.gamma = None if form.fixed is None else self._masked(self.Yc * form.fixed)
+
+    def _masked(self, gamma):
+        return gamma if self.mask is None else gamma.masked_fill(~self.mask, 0.0)
+
+    def __call__(self, s, top):
+        """s (R, n, T), top (R, n, 1) index of the largest s -> (u (R, n) signed outputs, c (R, n, T))."""
+        if self.gamma is None:
+            f, q = self.form(s)
+            u = self.Y * f
+            gamma = self._masked(self.Yc * q)
+            g = gamma - gamma.gather(-1, top)
+            m = (s * g).sum(-1, keepdim=True)
+        else:
+            gtop = self.gamma.gather(-1, top)
+            g = self.gamma - gtop
+            m = (s * g).sum(-1, keepdim=True)
+            u = (gtop + m).squeeze(-1)  # s^T gamma (to rounding, sum(s) = 1)
+        n = s.shape[1]
+        if self.loss == "logistic":
+            lp = torch.sigmoid(-u).mul_(-1.0 / n)
+        else:
+            lp = margin_loss_grad(u, self.loss).div_(n)
+        return u, g.sub_(m).mul_(s).mul_(lp.unsqueeze(-1))
+
+
+def _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
+    """'tokens' / 'direct' when a fast loop applies, else None (generic loop)."""
+    if bitwise or train_v or param not in ("W", "KQ") or optimizer not in ("gd", "ngd") or data.queries is None:
+        return None
+    if _resolve_engine(engine, head, loss, train_v) != "closed":
+        return None
+    R, N, T, _ = data.X.shape
+    if param == "W" and N * T <= TOKEN_SPACE_MAX_TOKENS and R * (N * T) ** 2 <= TOKEN_SPACE_MAX_ENTRIES:
+        return "tokens"
+    return "direct"
+
+
+def _logits(Xb, Wz, R, N, T, d, hidden):
+    """``a_it = x_it^T (W z_i)`` from the rows ``W z_i`` (R, N, d); ``hidden`` (negated mask) tokens get -inf."""
+    a = torch.bmm(Xb, Wz.reshape(R * N, d, 1)).reshape(R, N, T)
+    if hidden is not None:
+        a.masked_fill_(hidden, float("-inf"))
+    return a
+
+
+def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, eps, ridge, cps):
+    """GD / NGD with closed-form gradients and frozen head: token-space W loop or direct W / KQ loop."""
+    X, Y, Z, mask = data.X.contiguous(), data.Y, data.queries.contiguous(), data.mask
+    R, N, T, d = X.shape
+    weights = _Weights(token_form(head, X, data.v), Y, mask, loss)
+    Xb = X.reshape(R * N, T, d)
+    XbT = Xb.transpose(1, 2).contiguous()  # (R N, d, T): U = X^T c as matrix-vector products (faster in MKL)
+    hidden = None if mask is None else ~mask
+    ngd = optimizer == "ngd"
+    rec = _Recorder(steps, cps, R, N, T, params, False)
+
+    def record(u, s, grad_norm, values):
+        rec.put(margin_loss(u, loss).mean(-1), s, grad_norm, values)
+
+    def run_norm_(g, shape):
+        return torch.linalg.vector_norm(g.reshape(*shape, -1), dim=-1)
+
+    with torch.no_grad():
+        if kind == "tokens":
+            W0 = params["W"]
+            NT = N * T
+            Xf = X.reshape(R, NT, d)
+            H = torch.bmm(Xf, Xf.transpose(1, 2)).reshape(R, N, T, N, T)
+            H = H.mul_(torch.bmm(Z, Z.transpose(1, 2)).reshape(R, N, 1, N, 1)).reshape(R, NT, NT)
+            a = _logits(Xb, torch.bmm(Z, W0.transpose(1, 2)), R, N, T, d, hidden)
+            acc = torch.zeros(R, N, T, dtype=DTYPE)  # sum over steps of (step size) * c: W = W0 - sum_it acc_it x_it z_i^T
+            # H is symmetric: H c = (c^T H)^T; MKL's batched kernels are much faster for c^T H once NT > 16
+            row = NT > 16
+            for k in range(steps + 1):
+                s, top = _softmax_top(a)
+                u, c = weights(s, top)
+                if row:
+                    Hc = torch.bmm(c.reshape(R, 1, NT), H).reshape(R, N, T)
+                else:
+                    Hc = torch.bmm(H, c.reshape(R, NT, 1)).reshape(R, N, T)
+                nrm = (c * Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F
+                rec.moving(k, nrm != 0)
+                if rec.want[k]:
+                    U = torch.bmm(XbT, acc.reshape(R * N, T, 1)).reshape(R, N, d)
+                    record(u, s, nrm, {"W": W0 - torch.bmm(U.transpose(1, 2), Z)})
+                if k == steps:
+                    break
+                fac = (lr / (nrm + eps)).reshape(R, 1, 1) if ngd else lr
+                a.sub_(Hc.mul_(fac))
+                acc.add_(c.mul_(fac))
+            return rec.result()
+
+        if param == "W":
+            W = params["W"]
+            G = torch.empty_like(W)
+            for k in range(steps + 1):
+                s, top = _softmax_top(_logits(Xb, torch.bmm(Z, W.transpose(1, 2)), R, N, T, d, hidden))
+                u, c = weights(s, top)
+                U = torch.bmm(XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
+                torch.bmm(U.transpose(1, 2), Z, out=G)  # sum_i u_i z_i^T
+                nrm = run_norm_(G, (R,))
+                rec.moving(k, nrm != 0)
+                if rec.want[k]:
+                    record(u, s, nrm, params)
+                if k == steps:
+                    break
+                if ngd:
+                    W.addcdiv_(G, nrm.add_(eps).reshape(R, 1, 1), value=-lr)
+                else:
+                    W.add_(G, alpha=-lr)
+            return rec.result()
+
+        # KQ: K and Q live in one (2, R, d, m) tensor so the update is one set of ops
+        KQ = torch.stack([params["K"], params["Q"]])
+        params["K"], params["Q"] = K, Q = KQ[0], KQ[1]
+        g = torch.empty_like(KQ)
+        gK, gQ = g[0], g[1]
+        Zt = Z.transpose(1, 2).contiguous()
+        for k in range(steps + 1):
+            ZQ = torch.bmm(Z, Q)  # rows Q^T z_i
+            s, top = _softmax_top(_logits(Xb, torch.bmm(ZQ, K.transpose(1, 2)), R, N, T, d, hidden))
+            u, c = weights(s, top)
+            U = torch.bmm(XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
+            torch.bmm(U.transpose(1, 2), ZQ, out=gK)  # G Q = U^T Z Q
+            torch.bmm(Zt, torch.bmm(U, K), out=gQ)  # G^T K = Z^T U K
+            nrm = run_norm_(g, (2, R))
+            rec.moving(k, nrm.any(0))  # loss gradient in K or in Q nonzero
+            if rec.want[k]:
+                record(u, s, run_norm_(torch.bmm(U.transpose(1, 2), Z), (R,)), params)
+            if k == steps:
+                break
+            if ridge:
+                g.add_(KQ, alpha=2.0 * ridge)
+                if ngd:
+                    nrm = run_norm_(g, (2, R))
+            if ngd:
+                KQ.addcdiv_(g, nrm.add_(eps).reshape(2, R, 1, 1), value=-lr)
+            else:
+                KQ.add_(g, alpha=-lr)
+        return rec.result()
+
+
+def _train_loop(data, params, head, loss, train_v, engine, bitwise, *, param, steps, lr, optimizer, eps, betas,
+                adam_eps, ridge, cps):
+    """Picks the fast loop when it applies, else the generic grad_fn loop."""
+    kind = _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise)
+    if kind is not None:
+        return _fast_loop(kind, data, params, head, loss, param=param, steps=steps, lr=lr, optimizer=optimizer,
+                          eps=eps, ridge=ridge, cps=cps)
+    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
+    return _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
+                     betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
 
 
 def _prepare(problems, runs, param, head, train_v, loss):
@@ -380,13 +611,15 @@ def _prepare(problems, runs, param, head, train_v, loss):
     return batch, data
 
 
-def _finish(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None):
+def _finish(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None, bitwise=False):
     npy = lambda x: None if x is None else x.detach().numpy().astype(np.float64, copy=False)
     W = None
     if param == "W":
         W = rec["W"]
     elif param == "KQ":
-        W = combine(rec["K"].flatten(0, 1), rec["Q"].flatten(0, 1)).reshape(rec["K"].shape[:2] + (rec["K"].shape[2],) * 2)
+        K, Q = rec["K"].flatten(0, 1), rec["Q"].flatten(0, 1)
+        W = combine(K, Q) if bitwise else torch.bmm(K, Q.transpose(1, 2))  # fixed-order sums only when bitwise
+        W = W.reshape(rec["K"].shape[:2] + (rec["K"].shape[2],) * 2)
     if param == "p":
         norm = torch.linalg.vector_norm(rec["p"], dim=-1)
     else:
@@ -440,7 +673,8 @@ def train(
         problem's W fixed; needs a prompt problem).
     head : None (linear head v of the problem, frozen unless ``train_v``) or any callable
         mapping the attended vectors (R, n, d) to outputs (R, n), e.g.
-        :class:`~attnsvm.models.ReLUHead`, :class:`~attnsvm.models.LambdaHead`.
+        :class:`~attnsvm.models.ReLUHead`, :class:`~attnsvm.models.LambdaHead` (these two and
+        :class:`~attnsvm.models.LinearHead` train with closed-form gradients by default).
     steps, lr, optimizer : number of updates, step size, "ngd" | "gd" | "adam"
     seed : int (run r uses ``seed + r``) or a list of per-run seeds
     record_every / checkpoints : record every k steps (plus the last), or at the given steps
@@ -450,11 +684,16 @@ def train(
     m : hidden width of (K, Q) (default d)
     ridge : coefficient of ``ridge * (||K||^2 + ||Q||^2)``; None = machine epsilon for KQ, 0 otherwise
     train_v : also train the linear head v (joint (v, p) / (v, W) training); v starts at the problem's v
-    engine : "auto" (closed form for the linear head, autograd otherwise), "closed", "autograd"
+    engine : "auto" (closed form for margin losses with the linear head or a head with a token
+        form -- ReLUHead, LambdaHead, LinearHead; autograd otherwise), "closed" (also any other
+        per-sample head callable, whose gradient then comes from autograd on the head alone),
+        "autograd" (autograd through the whole model; its softmax Jacobian loses accuracy once
+        the attention saturates, where the closed form stays exact)
     bitwise : closed-form engine only. True: every contraction is an elementwise product with a
         fixed-order sum, so a run's trajectory is bitwise identical whatever runs it is batched
-        with (about 2x slower). False (default): BLAS contractions; batched and one-by-one runs
-        then agree to rounding (~1e-13 relative after 2000 steps), not bitwise.
+        with (about 2x slower). False (default): BLAS contractions (and, for W with GD / NGD,
+        the token-space loop); batched and one-by-one runs then agree to rounding (~1e-13
+        relative after 2000 steps), not bitwise.
     eps : NGD denominator epsilon; betas, adam_eps : Adam constants
 
     Returns
@@ -474,10 +713,9 @@ def train(
     params = _init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
-    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
-    rec = _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
-                    betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
-    return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems)
+    rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
+                      optimizer=optimizer, eps=eps, betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps)
+    return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
 
 
 def train_sequence(
@@ -575,10 +813,9 @@ def train_sequence(
     params = _init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
-    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
-    rec = _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
-                    betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
-    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T))
+    rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
+                      optimizer=optimizer, eps=eps, betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps)
+    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
 
 
 # -------------------------------------------------------------- regularization path
