@@ -19,7 +19,8 @@ def kkt_ok(sol, tol=1e-9):
     assert sol.status == "optimal"
     assert c.max_violation <= tol
     assert c.dual_infeasibility <= tol
-    assert c.complementarity <= 1e-8
+    # lam_k * (margin_k - rhs_k): the margins carry rounding of order eps * ||W||, so judge per unit of multiplier mass
+    assert c.complementarity <= 1e-9 * max(1.0, float(np.abs(sol.duals).sum()))
     assert c.duality_gap <= 1e-9
     # stationarity, checked independently: W = sum lam u w^T
     S = sum(sol.duals[k] * np.outer(cs.U[k], cs.V[k]) for k in range(cs.N))

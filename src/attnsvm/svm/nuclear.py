@@ -1,11 +1,23 @@
-"""Nuclear-norm SVMs through subspace reduction and a small conic solve.
+"""Nuclear-norm SVMs through subspace reduction and a structured interior-point method.
 
 The optimal W lies in ``span(U) x span(V)``: with orthonormal bases ``P (d1, r1)`` of
 the rows of U and ``B (d2, r2)`` of the rows of V, ``W = P M B^T`` and
-``||W||_* = ||M||_*``, so the SDP in ``(d1 + d2)`` shrinks to ``(r1 + r2)``. The
-reduced problem ``min ||M||_* s.t. a_k^T M b_k >= rhs_k`` is solved with cvxpy and
-Clarabel (interior point) or with SCS at tight tolerances (default); the
-result is certified through the dual: ``S = sum_k lam_k u_k w_k^T`` must have
+``||W||_* = ||M||_*``. The reduced problem ``min ||M||_* s.t. a_k^T M b_k >= rhs_k``
+is solved by
+
+* ``solver="auto"`` / ``"ipm"`` (default): the primal-dual interior-point method of
+  :mod:`attnsvm.svm.barrier`, numpy / scipy only. Its only large matrix is the
+  N x N Schur complement, built from Gram-type products: (n, T, d) = (64, 32, 768),
+  N = 1984 rows and a reduced size ``r1 + r2 = 832``, takes ~25 iterations and 10-20 s
+  on one core (the 832 x 832 SDP through cvxpy does not fit in memory). Relative
+  duality gap <= 1e-9 (typically 1e-10), violations ~1e-15. Memory grows as N^2
+  (a few N x N arrays), time as N^3 + N^2 (r1 + r2) per iteration.
+  It starts from the Frobenius solution and multipliers.
+* ``solver="cvxpy"`` (Clarabel up to a reduced size of 150, SCS beyond), ``"CLARABEL"``
+  or ``"SCS"``: the reduced SDP through cvxpy (slow and memory-hungry beyond a reduced
+  size of a few hundred; kept as a fallback and for cross-checks).
+
+The result is certified through the dual: ``S = sum_k lam_k u_k w_k^T`` must have
 spectral norm <= 1 and ``rhs^T lam = ||W||_*`` (zero gap).
 
 Feasibility does not depend on the norm: it is decided first by the exact
@@ -18,22 +30,20 @@ import time
 
 import numpy as np
 
+from ..errors import ValidationError
+from .barrier import nuclear_ipm, row_space_basis
 from .constraints import ConstraintSet
 from .frobenius import solve_frobenius
 from .solution import Certificate, SVMSolution
 
 __all__ = ["row_basis", "solve_nuclear", "nuclear_certificate"]
 
+_SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
+
+
 def row_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     """Orthonormal basis of the row space of ``A (N, d)``: shape (d, r)."""
-    if A.size == 0:
-        return np.zeros((A.shape[1], 0))
-    # the Gram route is cheaper when N is large; use SVD of the smaller side
-    _, s, vt = np.linalg.svd(A, full_matrices=False)
-    if s.size == 0 or s[0] == 0:
-        return np.zeros((A.shape[1], 0))
-    r = int(np.sum(s > rtol * s[0]))
-    return vt[:r].T.copy()
+    return row_space_basis(A, rtol)
 
 
 def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray) -> tuple[Certificate, np.ndarray]:
@@ -43,7 +53,7 @@ def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray) -> tu
     viol = np.where(eq, np.abs(margins - b), np.maximum(b - margins, 0.0))
     S = cs.combine(lam)
     spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum())
+    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
     align = abs(float(np.sum(W * S)) - nuc) / max(1.0, nuc)
     dual = float(b @ lam)
     cert = Certificate(
@@ -98,6 +108,24 @@ def _solve_reduced_cvxpy(Ua, Vb, rhs, eq, solver, eps=1e-9, time_limit=None):
     return np.asarray(M.value), lam, prob.status
 
 
+def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
+    """The conic route: explicit bases, reduced SDP through cvxpy. Returns W, lam, info."""
+    P = row_basis(cs.U)
+    B = row_basis(cs.V)
+    size = P.shape[1] + B.shape[1]
+    if solver == "cvxpy":
+        solver = "CLARABEL" if size <= 150 else "SCS"
+    info = {"method": f"reduced SDP via cvxpy/{solver}", "solver": solver,
+            "reduced_shape": [int(P.shape[1]), int(B.shape[1])]}
+    if P.shape[1] == 0 or B.shape[1] == 0:
+        return np.zeros((cs.d1, cs.d2)), np.zeros(cs.N), dict(info, solver_status="optimal")
+    eps = 1e-9 if size <= 300 else 1e-7
+    M, lam, status = _solve_reduced_cvxpy(cs.U @ P, cs.V @ B, cs.rhs, cs.is_equality, solver, eps=eps,
+                                          time_limit=time_limit)
+    info["solver_status"] = status
+    return P @ M @ B.T, lam, info
+
+
 def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
                   support_tol: float = 1e-5, time_limit: float | None = None) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
@@ -106,38 +134,54 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    solver : "auto" (SCS with tight tolerances on the reduced problem), "SCS" or "CLARABEL"
-        (interior point; accurate but memory-hungry beyond a reduced size of ~100)
-    time_limit : seconds, optional cap for SCS (the certificate then reports the accuracy reached)
+    solver : "auto" (default) or "ipm": the structured interior-point method (relative
+        duality gap <= 1e-9; "auto" falls back to cvxpy on small problems if it does not
+        converge); "cvxpy", "CLARABEL" or "SCS": the reduced SDP through cvxpy
+    time_limit : seconds, optional cap (the certificate then reports the accuracy reached)
     support_tol : margins within this (relative) distance of rhs count as support
 
     Returns
     -------
     SVMSolution with ``W (d1, d2)`` and ``norm = "nuclear"`` or status "infeasible"
-    (Farkas certificate from the exact Frobenius solver).
+    (Farkas certificate from the exact Frobenius solver). ``info["solver_status"]`` is
+    "optimal" or "inaccurate" (stopped at a limit; see the certificate).
     """
+    if solver not in _SOLVERS:
+        raise ValidationError(f"solver must be one of {', '.join(map(repr, _SOLVERS))}, got {solver!r}")
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
     fro = solve_frobenius(cs, formulation=formulation)
     if fro.status == "infeasible":
         fro.norm = "nuclear"
         return fro
-    P = row_basis(cs.U)
-    B = row_basis(cs.V)
-    Ua, Vb = cs.U @ P, cs.V @ B
-    size = P.shape[1] + B.shape[1]
-    if solver == "auto":
-        solver = "SCS"
-    info = {"reduced_shape": [int(P.shape[1]), int(B.shape[1])], "solver": solver}
-    if P.shape[1] == 0 or B.shape[1] == 0:
-        M, lam, status = np.zeros((P.shape[1], B.shape[1])), np.zeros(cs.N), "optimal"
+    if solver in ("auto", "ipm"):
+        try:
+            res = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, lam_init=fro.duals, W_init=fro.W,
+                              time_limit=time_limit)
+        except Exception as exc:  # numerical breakdown the method could not absorb
+            if solver == "ipm":
+                raise
+            res, err = None, f"{type(exc).__name__}: {exc}"
+        if res is not None:
+            W, lam = res.W, res.lam
+            info = dict(res.info, solver="ipm", solver_status=res.status)
+            good = res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)
+        else:
+            info, good = {"solver": "ipm", "ipm_error": err}, False
+        small = min(cs.d1, cs.N) + min(cs.d2, cs.N) <= 300
+        if solver == "auto" and not good and (res is None or (small and time_limit is None)):
+            try:
+                W, lam, info2 = _solve_cvxpy(cs, "cvxpy", time_limit)
+            except Exception as exc:
+                if res is None:
+                    raise
+                info["fallback_error"] = f"{type(exc).__name__}: {exc}"
+            else:
+                info = dict(info2, ipm=info)
     else:
-        eps = 1e-9 if size <= 300 else 1e-7
-        M, lam, status = _solve_reduced_cvxpy(Ua, Vb, cs.rhs, cs.is_equality, solver, eps=eps, time_limit=time_limit)
-        info["solver_status"] = status
-    W = P @ M @ B.T
+        W, lam, info = _solve_cvxpy(cs, solver, time_limit)
     cert, margins = nuclear_certificate(cs, W, lam)
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum())
+    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
     b = cs.rhs
     support = (np.abs(margins - b) <= support_tol * np.maximum(1.0, np.abs(b))) & ~cs.is_equality
     info["seconds"] = time.perf_counter() - t0
