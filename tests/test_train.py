@@ -261,3 +261,27 @@ def test_head_sequence_training_and_callable_head():
     a = train(probs, head=_tanh_head, steps=50, record_every=25)  # auto: full autograd for an unknown callable
     b = train(probs, head=_tanh_head, steps=50, record_every=25, engine="closed")  # autograd on the head alone
     assert _rel(b.W, a.W) <= 1e-10
+
+
+def test_eps_must_be_positive_and_ignored_positions_do_not_dilute_the_loss():
+    import pytest as _pytest
+
+    from attnsvm.errors import ValidationError as _VE
+    from attnsvm.generators import random_problem as _rp
+    from attnsvm.train import train as _train, train_sequence as _train_seq
+
+    with _pytest.raises(_VE, match="eps"):
+        _train(_rp(2, 3, 4, 0), steps=1, eps=0.0)
+    g = np.random.default_rng(0)
+    X = g.standard_normal((2, 4, 3))
+    H = g.standard_normal((3, 5))
+    targets = g.integers(0, 5, size=(2, 4))
+    targets[:, 0] = -1  # the first position has no target
+    res = _train_seq(X, targets, H=H, causal=True, steps=0, init="zero", seed=0)
+    # by hand: W = 0 gives uniform causal attention, o_k = mean of x_t for t <= k
+    losses = []
+    for i in range(2):
+        for k in range(1, 4):
+            logits = H.T @ X[i, : k + 1].mean(axis=0)
+            losses.append(np.log(np.exp(logits - logits.max()).sum()) + logits.max() - logits[targets[i, k]])
+    np.testing.assert_allclose(res.loss[0, 0], np.mean(losses), rtol=1e-12)

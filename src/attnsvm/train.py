@@ -120,6 +120,12 @@ class TrainResult:
 # --------------------------------------------------------------------- helpers
 
 
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not (np.isfinite(eps) and eps > 0):
+        raise ValidationError(f"eps must be a finite number > 0 (it guards normalized GD against a zero gradient), got {eps!r}")
+    return float(eps)
+
+
 def _check_int(x, name, minimum):
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < minimum:
         raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
@@ -300,7 +306,11 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
             prm.grad = None
         with torch.enable_grad():
             out = model(data.X, queries=data.queries, keys=data.keys, mask=data.mask)
-            per_run = sample_losses(out, data.Y, loss).mean(-1)
+            per_pos = sample_losses(out, data.Y, loss)
+            if loss == "cross_entropy":  # mean over the positions that have a target (-1 = ignored)
+                per_run = per_pos.sum(-1) / (data.Y != -1).sum(-1).clamp(min=1)
+            else:
+                per_run = per_pos.mean(-1)
             per_run.sum().backward()
         prms = dict(model.named_parameters())
         grads = {k: (prms[k].grad if prms[k].grad is not None else torch.zeros_like(prms[k])) for k in names}
@@ -703,6 +713,7 @@ def train(
     batch, data = _prepare(problems, runs, param, head, train_v, loss)
     check_loss(loss)
     steps = _check_int(steps, "steps", 0)
+    eps = _check_eps(eps) if optimizer == "ngd" else float(eps)
     R, n, T, d = data.X.shape
     seeds = _seeds(seed, R)
     m = d if m is None else _check_int(m, "m", 1)
@@ -746,7 +757,8 @@ def train_sequence(
     """Sequence / causal attention: every token is a query with its own label.
 
     Output k of sequence i is ``h(X_i^T softmax(X_i W x_{ik}))``; with ``causal`` the
-    query k attends to tokens ``t <= k`` only. The loss is the mean over all (i, k).
+    query k attends to tokens ``t <= k`` only. The loss is the mean over all (i, k)
+    (cross-entropy: over the positions that have a target).
 
     Parameters
     ----------
@@ -806,6 +818,7 @@ def train_sequence(
     mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
     data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
     steps = _check_int(steps, "steps", 0)
+    eps = _check_eps(eps) if optimizer == "ngd" else float(eps)
     seeds = _seeds(seed, R)
     m = d if m is None else _check_int(m, "m", 1)
     ridge = (EPS if param == "KQ" else 0.0) if ridge is None else float(ridge)

@@ -165,11 +165,9 @@ def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):
     tg = np.stack([x.targets for x in datas])
     E = np.stack([x.E for x in datas])
     if cfg.loss == "cross_entropy" and attention == "softmax" and len({x.E.tobytes() for x in datas}) == 1:
-        n = A.shape[2]
-        # train_sequence averages over all n positions including the one without target: rescale the step
         res = train_sequence(A, tg, H=E[0].T, causal=True, loss="cross_entropy", optimizer="gd",
-                             lr=cfg.lr * n / (n - 1), steps=cfg.steps, init=W0, checkpoints=checkpoints)
-        return {"steps": res.steps, "W": res.W, "loss": res.loss * n / (n - 1)}
+                             lr=cfg.lr, steps=cfg.steps, init=W0, checkpoints=checkpoints)
+        return {"steps": res.steps, "W": res.W, "loss": res.loss}
     return train_lm(A, tg, E, W0, steps=cfg.steps, lr=cfg.lr, loss=cfg.loss, attention=attention,
                     checkpoints=checkpoints)
 

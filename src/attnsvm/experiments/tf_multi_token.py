@@ -24,7 +24,7 @@ class Config(ExperimentConfig):
     #: seeds tried per d (acceptance falls with d: about 19%, 9%, 4.4% and 1.6% at d = 4, 6, 8, 10)
     attempts: dict[PositiveInt, PositiveInt] = {4: 3200, 6: 6400, 8: 13600, 10: 36000}
     default_attempts: PositiveInt = 4000
-    chunk: PositiveInt = 1600
+    chunk: PositiveInt = 2000
     steps: PositiveInt = 2000
     lr: PositiveFloat = 0.1
     record_every: PositiveInt = 100
