@@ -36,7 +36,10 @@ def collect(outdir: str) -> list[dict]:
                 found.append(meta)
     if not found:
         raise ValidationError(f"{outdir!r} holds no experiment results (run 'attnsvm run NAME --out {outdir}' first)")
-    return found
+    from .base import registry
+
+    order = {name: k for k, name in enumerate(registry())}
+    return sorted(found, key=lambda e: (order.get(e["name"], len(order)), e["name"]))
 
 
 def _fmt(value) -> str:
