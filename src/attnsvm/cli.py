@@ -177,6 +177,45 @@ def solve(problem_file, select, norm, output, as_json):
     click.echo(run_solve(problem_file, select=select, norm=norm, output=output, as_json=as_json))
 
 
+# -------------------------------------------------------------------- probe
+def _int_list(text, name):
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise UserError(f"{name} expects comma-separated integers, got {text!r}") from None
+
+
+@cli.command()
+@click.option("--layers", default=None, help="Comma-separated layer indices (default: all 6).")
+@click.option("--heads", default=None, help="Comma-separated head indices (default: all 12).")
+@click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
+              help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
+@click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
+@click.option("--svm-sentences", type=int, default=32, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
+@click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
+@click.option("--query", type=click.Choice(["word", "cls"]), default="word", show_default=True,
+              help="Query token per sentence: a random word token or [CLS].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
+@click.option("--out", default=None, help="Folder for probe.csv, probe.json and the heat map.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json):
+    """Probe the pretrained MiniLM's attention heads against the max-margin picture.
+
+    For each layer and head: W_h from the key and query weights, the tokens the head
+    selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
+    correlation of W_h with it against random selections of the same sizes.
+    Needs the extra: pip install 'attnsvm[real]'.
+    """
+    from .real.cli_support import run_probe
+
+    click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
+                         as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
+                         max_length=max_length))
+
+
 # -------------------------------------------------------------- experiments
 def _run_one(experiment, config, out, workers, scheduler):
     from .experiments import run_experiment
@@ -228,6 +267,8 @@ def run(name, quick, sets, config_file, out, workers, scheduler):
     from .experiments import build_config, parse_assignments, read_config_file, write_report
 
     exp = _experiment(name)
+    if exp.missing():
+        raise UserError(f"{name} needs {', '.join(exp.missing())}, which is not installed: {exp.install_hint}")
     config = build_config(exp, quick=quick, file_overrides=read_config_file(config_file) if config_file else None,
                           overrides=parse_assignments(sets))
     summary = _run_one(exp, config, out, workers, scheduler)
@@ -252,6 +293,9 @@ def reproduce(quick, out, only, workers, scheduler):
         _experiment(name)
     failed = 0
     for name in names:
+        if reg[name].missing():
+            click.echo(f"{name}: skipped, needs {', '.join(reg[name].missing())} ({reg[name].install_hint})", err=True)
+            continue
         summary = _run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler)
         failed += len(summary.failed)
     html_path, _ = write_report(out)

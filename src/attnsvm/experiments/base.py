@@ -85,6 +85,16 @@ class Experiment:
     Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
     quick: ClassVar[dict[str, Any]] = {}
     notes: ClassVar[str] = ""
+    #: import names of optional packages the experiment needs (e.g. the ``real`` extra)
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: how to install them
+    install_hint: ClassVar[str] = ""
+
+    def missing(self) -> list[str]:
+        """The required packages that cannot be imported here."""
+        import importlib.util
+
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
     def tasks(self, config) -> list[Task]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -16,3 +16,4 @@ from . import mm_regularization_path  # noqa: F401
 from . import lm_cosine  # noqa: F401
 from . import lm_margins  # noqa: F401
 from . import lm_stability  # noqa: F401
+from . import real  # noqa: F401

