@@ -185,6 +185,27 @@ def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-
     return lam, ok
 
 
+def _cholesky_delete(L: np.ndarray, k: int) -> np.ndarray:
+    """Cholesky factor after deleting row and column k of ``L L^T``: L (s, s) -> (s - 1, s - 1).
+
+    Deleting row k of L keeps ``M M^T`` equal to the reduced Gram matrix; Givens rotations
+    on column pairs (j, j + 1), j >= k, restore the triangle. Unlike a fresh Cholesky of a
+    nearly dependent active set, this never takes the square root of a rounding error.
+    """
+    s = L.shape[0]
+    M = np.delete(L, k, axis=0)
+    for j in range(k, s - 1):
+        a, b = M[j, j], M[j, j + 1]
+        r = float(np.hypot(a, b))
+        if r == 0.0:
+            continue
+        c, sn = a / r, b / r
+        cj, cj1 = M[j:, j].copy(), M[j:, j + 1].copy()
+        M[j:, j] = c * cj + sn * cj1
+        M[j:, j + 1] = c * cj1 - sn * cj
+    return M[:, : s - 1]
+
+
 def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int | None = None) -> QPResult:
     """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
 
@@ -225,13 +246,6 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     is_active = np.zeros(N, bool)
     L = np.zeros((max(N, 1), max(N, 1)))
     it = 0
-
-    def refactor():
-        s = len(active)
-        if s:
-            a = np.array(active)
-            Ge = G[np.ix_(a, a)] * np.outer(sg[a], sg[a])
-            L[:s, :s] = np.linalg.cholesky(Ge)
 
     while True:
         viol = m - b
@@ -304,7 +318,7 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
             k = active.pop(kpos)
             is_active[k] = False
             u[k] = 0.0
-            refactor()
+            L[: s - 1, : s - 1] = _cholesky_delete(L[:s, :s], kpos)
             s_p += t * zz if not dependent else 0.0
     lam = u * sg
     # polish: exact solve of the active system, one refinement step
