@@ -1,4 +1,5 @@
-"""Batched nuclear-norm Gen-SVMs, the head probe, the CLI helper and quick experiment runs."""
+"""The head probe's nuclear-norm Gen-SVM (exact IPM on padded sentences), the probe, the CLI helper
+and quick experiment runs."""
 
 import json
 
@@ -9,53 +10,88 @@ pytest.importorskip("transformers")
 pytest.importorskip("sklearn")
 
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.problem import TokenProblem  # noqa: E402
-from attnsvm.real.lowrank import solve_gen_nuclear_batch  # noqa: E402
-from attnsvm.real.probe import probe_heads, random_like, select_tokens  # noqa: E402
-from attnsvm.svm import solve_gen_svm  # noqa: E402
+from attnsvm.real.probe import head_svm, probe_heads, random_like, select_tokens  # noqa: E402
+from attnsvm.svm.constraints import gen_constraints  # noqa: E402
+from attnsvm.svm.nuclear import solve_nuclear  # noqa: E402
 
 
 def _corr(A, B):
     return float(np.sum(A * B) / np.linalg.norm(A) / np.linalg.norm(B))
 
 
-def test_lowrank_solver_matches_the_conic_solver():
-    rng = np.random.default_rng(0)
-    n, T, d = 5, 4, 6
+def _padded_instance(seed=0, n=5, T=6, d=6):
+    rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, T, d))
     Z = rng.standard_normal((n, d))
-    sel = np.zeros((2, n, T), bool)
-    sel[0, np.arange(n), rng.integers(0, T, n)] = True
-    sel[1, :, :2] = True  # two tied tokens per sample (equality rows)
-    res = solve_gen_nuclear_batch(X, np.ones((n, T), bool), Z, sel, tol=1e-6, gap_tol=1e-5, max_rounds=40)
-    assert list(res.status) == ["optimal", "optimal"]
-    for k in range(2):
-        ref = solve_gen_svm(TokenProblem(X, Z), sel[k], norm="nuclear")
-        assert ref.status == "optimal"
-        ref_nuc = np.linalg.svd(ref.W, compute_uv=False).sum()
-        assert res.nuclear[k] == pytest.approx(ref_nuc, rel=1e-4)
-        assert _corr(res.W[k], ref.W) > 0.999
-    assert res.max_violation.max() <= 1e-6 and np.all(res.spec <= 1 + 1e-4)
-
-
-def test_lowrank_padding_is_ignored_and_bad_input_rejected():
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((4, 5, 6))
-    mask = np.ones((4, 5), bool)
+    mask = np.ones((n, T), bool)
     mask[0, 3:] = False
-    Z = rng.standard_normal((4, 6))
-    sel = np.zeros((4, 5), bool)
+    mask[3, 4:] = False
+    X[~mask] = 0.0
+    sel = np.zeros((n, T), bool)
     sel[:, 1] = True
-    res = solve_gen_nuclear_batch(X, mask, Z, sel, tol=1e-6, gap_tol=1e-5, max_rounds=40)
+    sel[[1, 4], 2] = True  # two tied tokens (equality rows)
+    return X, Z, mask, sel
+
+
+def _check_certificate(sol):
+    cert = sol.certificate
+    assert sol.status == "optimal" and sol.info["solver_status"] == "optimal"
+    assert cert.duality_gap <= 1e-8 and cert.max_violation <= 1e-9 and cert.dual_infeasibility <= 1e-12
+    S = sol.constraints.combine(sol.duals)
+    assert np.linalg.norm(S, 2) <= 1 + 1e-9
+
+
+def test_head_svm_matches_the_conic_solver():
+    X, Z, mask, sel = _padded_instance()
+    sol = head_svm(X, Z, mask, sel)
+    _check_certificate(sol)
+    ref = solve_nuclear(gen_constraints(X, Z, sel, valid=mask), solver="cvxpy")
+    assert ref.status == "optimal" and ref.info["solver"] == "CLARABEL"
+    assert sol.norm_value == pytest.approx(ref.norm_value, rel=1e-6)
+    np.testing.assert_allclose(sol.W, ref.W, atol=1e-5 * np.abs(ref.W).max())
+    # no padded token enters a row
+    cs = sol.constraints
+    assert mask[cs.sample, cs.token].all() and mask[cs.sample, cs.other].all()
+
+
+def test_head_svm_ignores_padding_and_rejects_bad_input():
+    X, Z, mask, sel = _padded_instance(seed=1)
+    sol = head_svm(X, Z, mask, sel)
     Xp = X.copy()
-    Xp[0, 3:] = 100.0  # garbage on padding must not matter
-    res2 = solve_gen_nuclear_batch(Xp, mask, Z, sel, tol=1e-6, gap_tol=1e-5, max_rounds=40)
-    assert _corr(res.W[0], res2.W[0]) > 0.9999
-    assert np.all(res.margins[0][mask & ~sel] >= 1 - 1e-5)
+    Xp[~mask] = 100.0  # garbage on padding must not matter
+    sol2 = head_svm(Xp, Z, mask, sel)
+    np.testing.assert_allclose(sol2.W, sol.W, atol=1e-9 * np.abs(sol.W).max())
+    # the margins of the real unselected tokens are >= 1, the selected ones tie
+    logits = np.einsum("ntd,de,ne->nt", X, sol.W, Z)
+    ref = logits[np.arange(len(X)), sel.argmax(axis=1)]
+    assert np.all((ref[:, None] - logits)[mask & ~sel] >= 1 - 1e-9)
+    assert np.allclose((ref[:, None] - logits)[sel], 0, atol=1e-9)
+    bad = sel.copy()
+    bad[0, 4] = True  # padding selected
+    with pytest.raises(ValidationError, match="padding"):
+        head_svm(X, Z, mask, bad)
     bad = sel.copy()
     bad[2] = False
     with pytest.raises(ValidationError, match="at least one"):
-        solve_gen_nuclear_batch(X, mask, Z, bad)
+        head_svm(X, Z, mask, bad)
+
+
+def test_head_svm_on_real_states_matches_the_conic_solver():
+    """Three real sentences of different lengths (d = 385, padded): IPM == Clarabel."""
+    from attnsvm.real.minilm import augment, load_minilm
+
+    fw = load_minilm().forward(["The cat sat.", "Margins decide which token wins here.", "A short one."],
+                               attentions=False)
+    X = augment(fw.hidden[2]) * fw.mask[:, :, None]
+    Z = X[:, 1]
+    sel = np.zeros(fw.mask.shape, bool)
+    sel[:, 0] = True
+    sel[1, 2] = True
+    sol = head_svm(X, Z, fw.mask, sel)
+    _check_certificate(sol)
+    ref = solve_nuclear(gen_constraints(X, Z, sel, valid=fw.mask), solver="cvxpy")
+    assert sol.norm_value == pytest.approx(ref.norm_value, rel=1e-6)
+    assert _corr(sol.W, ref.W) > 1 - 1e-8
 
 
 def test_selection_helpers():
@@ -74,7 +110,8 @@ def test_probe_heads_small():
                        "Every head reads its own tokens here."], layers=[1], heads=[0, 5], svm_sentences=4)
     t = res.table
     assert len(t) == 2 and {"corr", "corr_restricted", "corr_random_restricted", "advantage", "svm_status"} <= set(t)
-    assert t["svm_status"].eq("optimal").all()
+    assert t["svm_status"].eq("optimal").all() and t["random_status"].eq("optimal").all()
+    assert t["svm_gap"].max() <= 1e-8 and t["svm_violation"].max() <= 1e-9
     assert np.all(np.abs(t[["corr", "corr_restricted"]].to_numpy()) <= 1)
     assert res.selected[(1, 0)].shape == (4, len(res.tokens[3]))
     with pytest.raises(ValidationError, match="layers"):

@@ -193,7 +193,7 @@ def _int_list(text, name):
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
 @click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
-@click.option("--svm-sentences", type=int, default=32, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
+@click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls"]), default="word", show_default=True,
               help="Query token per sentence: a random word token or [CLS].")

@@ -64,12 +64,16 @@ def _corr_curve(Ws: np.ndarray, W) -> np.ndarray:
 
 
 def _safe(fn, *args, **kw):
-    """Solve an SVM; return its W (None if infeasible or if the solver fails) and a status string."""
+    """Solve an SVM; return its W (None if infeasible or if the solver fails) and a status string
+    ("optimal", "infeasible", "error: ..." or, for the nuclear solver, "inaccurate" when it stopped
+    at a limit: W is then kept and the certificate says how close it is)."""
     try:
         sol = fn(*args, **kw)
     except Exception as exc:  # noqa: BLE001 - a failing solve is reported, not fatal
         return None, f"error: {type(exc).__name__}"
-    return (sol.W if sol.status == "optimal" else None), sol.status
+    if sol.status != "optimal":
+        return None, sol.status
+    return sol.W, str(sol.info.get("solver_status", "optimal"))
 
 
 def _selection_sets(s: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
@@ -284,15 +288,14 @@ class RealMinilmEmbeddings(Experiment):
              "(T = 10 with [CLS] and [SEP]), divided by their median norm; the query is the [CLS] state "
              "(self-attention, query index 0); v is a logistic regression on the mean token. The label is the "
              "polarity of the one sentiment adjective, so the token to select is known: `keyword_rate` is the "
-             "fraction of sentences whose argmax attention falls on it. The nuclear Att-SVM is solved with "
-             "attnsvm.real.lowrank (d = 384 is beyond the conic solver).")
+             "fraction of sentences whose argmax attention falls on it. The nuclear Att-SVM (d = 384) is solved "
+             "exactly by the interior-point solver of attnsvm.svm.nuclear.")
 
     def tasks(self, config):
         return [Task(f"seed-{s:03d}", 1, {"seed": int(s)}) for s in config.seeds]
 
     def run_task(self, config, task):
         from ..real.digits import fit_head
-        from ..real.lowrank import solve_gen_nuclear_batch
         from ..real.minilm import load_minilm
         from ..real.sentences import sentiment_task
 
@@ -315,13 +318,9 @@ class RealMinilmEmbeddings(Experiment):
             s = res.softmax[0, -1]
             alpha, O = _selection_sets(s, config.select_threshold)
             W_fro, st_fro = _safe(solve_svm, train_p, alpha, "fro")
-            onehot = np.zeros_like(O)
-            onehot[np.arange(len(alpha)), alpha] = True
-            nuc = solve_gen_nuclear_batch(train_p.X, np.ones(O.shape, bool), train_p.queries, onehot,
-                                          tol=1e-4, gap_tol=1e-3)
-            W_nuc = nuc.W[0]
+            W_nuc, st_nuc = _safe(solve_svm, train_p, alpha, "nuclear")
             att_te = _attention(test_p, res.W[0])
-            extra = {"svm_status": f"att-fro {st_fro}; att-nuc {nuc.status[0]} (gap {nuc.gap[0]:.1e})",
+            extra = {"svm_status": f"att-fro {st_fro}; att-nuc {st_nuc}",
                      "keyword_rate_train": np.mean(res.softmax[0].argmax(axis=2) == kw_tr[None], axis=1),
                      "keyword_rate_test": np.mean(att_te.argmax(axis=2) == kw_te[None], axis=1),
                      "head_test_acc": uniform, "mean_selected": float(O.sum(axis=1).mean())}
@@ -411,7 +410,7 @@ class RealMinilmEmbeddings(Experiment):
 
 class HeadsConfig(ExperimentConfig):
     n_sentences: PositiveInt = 256
-    svm_sentences: PositiveInt = 32
+    svm_sentences: PositiveInt = 48
     layers: list[int] = [0, 1, 2, 3, 4, 5]
     heads: list[int] = list(range(12))
     query: str = "word"
@@ -419,8 +418,6 @@ class HeadsConfig(ExperimentConfig):
     baseline_draws: PositiveInt = 1
     max_length: PositiveInt = 128
     seed: int = 0
-    tol: PositiveFloat = 1e-3
-    gap_tol: PositiveFloat = 1e-2
 
 
 @register
@@ -434,7 +431,8 @@ class RealMinilmHeads(Experiment):
     quick = {"n_sentences": 24, "svm_sentences": 10, "layers": [0, 3], "heads": [0, 1, 2]}
     notes = ("Per head: selections O_i = tokens with attention >= threshold (plus the argmax) of one query per "
              "sentence; nuclear-norm Gen-SVM of those selections on the first svm_sentences sentences (tokens = "
-             "hidden states entering the layer, augmented with a constant 1 for the key bias); corr_restricted "
+             "hidden states entering the layer, augmented with a constant 1 for the key bias; padding tokens give "
+             "no rows), solved exactly by the interior-point solver of attnsvm.svm.nuclear; corr_restricted "
              "compares W_h projected on the span of the token differences x queries with the SVM; the baseline "
              "is the same SVM for random selections of the same sizes.")
 
@@ -446,8 +444,7 @@ class RealMinilmHeads(Experiment):
 
         res = probe_heads(n_sentences=config.n_sentences, layers=[task.params["layer"]], heads=config.heads,
                           query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
-                          baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
-                          tol=config.tol, gap_tol=config.gap_tol)
+                          baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length)
         out = res.table.copy()
         out["seconds_svm"] = res.seconds["svm"]
         return out
@@ -463,9 +460,17 @@ class RealMinilmHeads(Experiment):
         return paths + [csv]
 
     def checks(self, config, table):
-        # measured (all 72 heads, 256 sentences, SVMs on 32): mean corr_restricted 0.147 vs 0.002 for random
-        # selections of the same sizes; 89% of the 144 SVMs certified within tol / gap_tol in 15 rounds
-        ok = table["svm_status"] == "optimal"
+        # The thresholds of the first two checks date from the first-order solver (mean corr_restricted
+        # 0.147 vs 0.002 at 32 SVM sentences); re-measured with the exact interior-point solver (all 72
+        # heads, 256 sentences): 0.147 vs -0.002 (advantage 0.149, 72/72 heads above baseline) with SVMs
+        # on 32 sentences, 0.146 vs 0.001 (0.145, 67/72; 2 head and 3 baseline SVMs infeasible) on 48.
+        # An infeasible SVM (layer 0: tokens and queries that repeat across sentences with different
+        # selections; certified by Farkas multipliers) has NaN correlations and counts as not above.
+        # Gaps: every feasible SVM ends at a relative duality gap <= 1.2e-9 (solver tolerance 1e-9; the
+        # few "inaccurate" ones stall just above it), so the third bound is 1e-8.
+        status = list(table["svm_status"]) + [s for r in table["random_status"] for s in str(r).split(",")]
+        counts = ", ".join(f"{status.count(k)} {k}" for k in ("optimal", "inaccurate", "infeasible") if k in status)
+        gaps = np.concatenate([table["svm_gap"].to_numpy(float), table["random_gap"].to_numpy(float)])
         return [
             check("mean corr_restricted(W_h, nuclear Gen-SVM) minus random-selection baseline",
                   table["advantage"].mean(), ">", 0.05,
@@ -473,5 +478,7 @@ class RealMinilmHeads(Experiment):
                   f"baseline {table['corr_random_restricted'].mean():.3f}"),
             check("fraction of heads closer to their own selections' SVM than to the baseline's",
                   float(np.mean(table["advantage"] > 0)), ">=", 0.8),
-            check("fraction of head SVMs solved to the certified tolerance", float(ok.mean()), ">=", 0.8),
+            check("largest relative duality gap of the feasible SVMs (heads and baselines)",
+                  float(np.nanmax(gaps)) if np.isfinite(gaps).any() else float("nan"), "<=", 1e-8,
+                  f"{len(status)} SVMs: {counts}"),
         ]

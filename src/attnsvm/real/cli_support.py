@@ -47,7 +47,7 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
 
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
-              as_json: bool = False, *, svm_sentences: int = 32, threshold: float = 0.1, query: str = "word",
+              as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int = 128, progress=None) -> str:
     """Probe MiniLM's heads and return the text to print.
 

@@ -11,8 +11,10 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
    constant 1 (the key-bias convention of :mod:`attnsvm.real.minilm`), the query is
    ``z_i = x~_{i q_i}``. The nuclear-norm Gen-SVM of the selections (the implicit
    bias of the (K, Q) parameterization) is solved on the first ``svm_sentences``
-   sentences with :func:`attnsvm.real.lowrank.solve_gen_nuclear_batch`, all heads of
-   a layer together with their baselines.
+   sentences by :func:`head_svm`: the Gen-SVM rows of the real tokens only
+   (:func:`attnsvm.svm.constraints.gen_constraints` with ``valid`` = the attention
+   mask) and the exact interior-point solver :func:`attnsvm.svm.nuclear.solve_nuclear`
+   (relative duality gap ~1e-10, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
@@ -22,10 +24,20 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
 
-Why a subset for the SVM: with d = 385 and one query per sentence the spans fill
-the whole space once there are a few hundred sentences; the nuclear-norm problem is
-then an SDP of size ~640 per head (see :mod:`attnsvm.real.lowrank`). Selections and
-their statistics always use all sentences.
+Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m
+rows and the interior-point method costs ~30 iterations of O(N^2 (385 + m) + N^3 / 3)
+(one Schur complement each), so its time grows faster than m^2 (measured, one core:
+~0.75 s per SVM at m = 32, ~1.5 s at m = 48, ~3.1 s at m = 64). The default m = 48
+probes all 72 heads and their 72 baselines in under 4 minutes on one core. The heads of
+a layer share only the tokens, queries and the bases P, B; each selection is its own
+SDP (>95% of the time is spent in its interior-point iterations). Selections and their
+statistics always use all sentences.
+
+Infeasible selections: in layer 0 a token's state depends only on its id and position,
+so two sentences that start alike repeat tokens *and* queries exactly; when the head
+(or a random baseline) selects differently in them, no W separates the selections.
+The SVM is then reported "infeasible" (Farkas certificate from the exact solver) and
+its correlations are NaN.
 """
 
 from __future__ import annotations
@@ -36,7 +48,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ValidationError
-from .lowrank import orthonormal_basis, solve_gen_nuclear_batch
+from ..svm.constraints import gen_constraints
+from ..svm.nuclear import row_basis, solve_nuclear
 from .minilm import augment, check_sentences, load_minilm
 from .sentences import corpus_sentences
 
@@ -44,7 +57,10 @@ QUERIES = ("word", "cls")
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
 
 
-def _corr(A: np.ndarray, B: np.ndarray) -> float:
+def _corr(A: np.ndarray, B) -> float:
+    """Cosine of two matrices; NaN if either is zero or B is None (an infeasible SVM)."""
+    if B is None:
+        return float("nan")
     na, nb = np.linalg.norm(A), np.linalg.norm(B)
     if na == 0 or nb == 0:
         return float("nan")
@@ -63,7 +79,10 @@ class ProbeResult:
         (mean |O_i| over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
         frac_next`` (where the argmax goes), ``max_attention`` (mean of the largest
         attention weight), ``svm_status, svm_gap, svm_violation, svm_rank,
-        svm_nuclear, random_status``
+        svm_nuclear`` (the head's SVM: solver status "optimal" / "inaccurate" /
+        "infeasible", relative duality gap, largest constraint violation, numerical rank,
+        nuclear norm), ``random_status`` (statuses of the baseline SVMs, comma-separated)
+        and ``random_gap`` (their largest relative duality gap)
     sentences : list of str
     queries : (n,) int query token of each sentence
     tokens : list of token lists
@@ -126,10 +145,38 @@ def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
     return (ranks < sizes[..., None]) & mask
 
 
+def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, **solver_options):
+    """Nuclear-norm Gen-SVM of one head's selections on padded sentences.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens (padded positions are ignored but must be finite)
+    Z : (n, d) queries
+    mask : (n, T) bool, real tokens
+    selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
+    **solver_options : passed to :func:`attnsvm.svm.nuclear.solve_nuclear`
+
+    Returns
+    -------
+    SVMSolution (``W (d, d)``, formulation "gen", norm "nuclear"; status "infeasible" with
+    a Farkas certificate if no W separates the selections).
+    """
+    return solve_nuclear(gen_constraints(X, Z, selected, valid=mask), formulation="gen", **solver_options)
+
+
+def _summary(sol) -> dict:
+    """What the table keeps of an SVMSolution (not its rows): W (NaN if infeasible), status
+    ("optimal" / "inaccurate" as the solver reports it, or "infeasible"), gap, violation, norm."""
+    cert = sol.certificate
+    status = str(sol.info.get("solver_status", sol.status)) if sol.feasible else sol.status
+    W = sol.W if sol.feasible else None
+    return {"W": W, "status": status, "gap": float(cert.duality_gap), "violation": float(cert.max_violation),
+            "nuclear": float(sol.norm_value)}
+
+
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
-                threshold: float = 0.1, svm_sentences: int = 32, baseline_draws: int = 1, seed: int = 0,
-                max_length: int = 128, tol: float = 1e-3, gap_tol: float = 1e-2, max_rounds: int = 15,
-                model=None, progress=None) -> ProbeResult:
+                threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
+                max_length: int = 128, model=None, progress=None) -> ProbeResult:
     """Probe the heads of MiniLM-L6 (see the module docstring).
 
     Parameters
@@ -139,10 +186,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     layers, heads : indices to probe (default all: 0..5, 0..11)
     query : "word" (a random word token per sentence) or "cls"
     threshold : attention weight that counts as selected
-    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs
+    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
+        faster than quadratically with it (see the module docstring)
     baseline_draws : random selections per head
     max_length : truncation length (warns when a sentence is cut)
-    tol, gap_tol, max_rounds : solver accuracy (see :func:`solve_gen_nuclear_batch`)
     progress : optional callable ``progress(message)``
 
     Returns
@@ -197,18 +244,17 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         am = np.where(fw.mask, A, -1.0).argmax(axis=-1)  # (h, n)
         for k, h in enumerate(heads):
             selected[(l, h)] = sel[k]
-        svm = None
+        sols = None
         if m_svm >= 1:
             say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
             t1 = time.perf_counter()
             Xs, ms, Zs = X[:m_svm], fw.mask[:m_svm], Z[:m_svm]
             first = np.argmax(ms, axis=1)
             diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
-            P, B = orthonormal_basis(diffs), orthonormal_basis(Zs)
+            P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
             rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
-            allsel = np.concatenate([sel[:, :m_svm], rand])
-            svm = solve_gen_nuclear_batch(Xs, ms, Zs, allsel, bases=(P, B), tol=tol, gap_tol=gap_tol,
-                                          max_rounds=max_rounds, seed=seed)
+            # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
+            sols = [_summary(head_svm(Xs, Zs, ms, o)) for o in np.concatenate([sel[:, :m_svm], rand])]
             t_svm += time.perf_counter() - t1
         for k, h in enumerate(heads):
             Wh = model.head_weights(l, h)
@@ -221,22 +267,23 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             row["frac_prev"] = float(np.mean(a_k == q - 1))
             row["frac_next"] = float(np.mean(a_k == q + 1))
             row["max_attention"] = float(np.where(fw.mask, A[k], 0).max(axis=1).mean())
-            if svm is not None:
+            if sols is not None:
                 Wr = P @ (P.T @ Wh @ B) @ B.T
-                W = svm.W[k]
-                row["corr"] = _corr(Wh, W)
-                row["corr_restricted"] = _corr(Wr, W)
-                draws = [len(heads) * (j + 1) + k for j in range(baseline_draws)]
-                row["corr_random"] = float(np.mean([_corr(Wh, svm.W[j]) for j in draws]))
-                row["corr_random_restricted"] = float(np.mean([_corr(Wr, svm.W[j]) for j in draws]))
+                sol = sols[k]
+                draws = [sols[len(heads) * (j + 1) + k] for j in range(baseline_draws)]
+                row["corr"] = _corr(Wh, sol["W"])
+                row["corr_restricted"] = _corr(Wr, sol["W"])
+                row["corr_random"] = float(np.mean([_corr(Wh, d["W"]) for d in draws]))
+                row["corr_random_restricted"] = float(np.mean([_corr(Wr, d["W"]) for d in draws]))
                 row["advantage"] = row["corr_restricted"] - row["corr_random_restricted"]
-                row["svm_status"] = str(svm.status[k])
-                row["svm_gap"] = float(svm.gap[k])
-                row["svm_violation"] = float(svm.max_violation[k])
-                sv = np.linalg.svd(W, compute_uv=False)
+                row["svm_status"] = sol["status"]
+                row["svm_gap"] = sol["gap"]
+                row["svm_violation"] = sol["violation"]
+                sv = np.linalg.svd(sol["W"], compute_uv=False) if sol["W"] is not None else np.zeros(1)
                 row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0
-                row["svm_nuclear"] = float(svm.nuclear[k])
-                row["random_status"] = ",".join(str(svm.status[j]) for j in draws)
+                row["svm_nuclear"] = sol["nuclear"]
+                row["random_status"] = ",".join(d["status"] for d in draws)
+                row["random_gap"] = float(np.max([d["gap"] for d in draws]))
             rows.append(row)
     table = pd.DataFrame(rows)
     cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
@@ -256,6 +303,9 @@ def format_table(table, columns=None) -> str:
         cells = []
         for c in columns:
             v = r[c]
-            cells.append(f"{v:>12.4f}" if isinstance(v, float) else f"{str(v):>12}")
+            if isinstance(v, float):
+                cells.append(f"{v:>12.1e}" if c in ("svm_gap", "svm_violation", "random_gap") else f"{v:>12.4f}")
+            else:
+                cells.append(f"{str(v):>12}")
         lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def _solve(cs, norm, formulation, **kw) -> SVMSolution:
     return solve_nuclear(cs, formulation=formulation, **kw)
 
 
-def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", **solver_options) -> SVMSolution:
+def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Att-SVM for a token selection: global for the optimal tokens, Local-SVM otherwise.
 
     ``min ||W|| s.t. (x_{i,a_i} - x_{it})^T W z_i >= 1`` for all ``t != a_i``.
@@ -84,6 +84,9 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", **solver_op
         Selected token per sample; None (or "opt") means the optimal tokens
         ``argmax_t Y_i v^T x_it`` (needs Y and v).
     norm : "fro" or "nuclear"
+    valid : (n, T) bool, optional real tokens when the sequences are padded (None: all
+        tokens); padded tokens get no row and selected tokens must be valid. Not for
+        prompt problems.
     **solver_options : passed to the solver (e.g. ``tol``, ``support_tol``; nuclear:
         ``solver``, ``time_limit``)
 
@@ -97,12 +100,14 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", **solver_op
     if problem.mode == "prompt":
         if norm != "fro":
             raise ValidationError("a prompt problem (vector p) has only the Euclidean norm: use norm='fro'")
+        if valid is not None:
+            raise ValidationError("valid (padding) is not supported for prompt problems")
         return solve_p_svm(problem.X, problem.W, sel, **solver_options)
-    cs = att_constraints(problem.X, problem.queries, sel)
+    cs = att_constraints(problem.X, problem.queries, sel, valid)
     return _solve(cs, norm, "att", **solver_options)
 
 
-def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", **solver_options) -> SVMSolution:
+def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Gen-SVM: selected tokens tie, and beat every unselected token by a margin >= 1.
 
     Parameters
@@ -110,6 +115,8 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", **solver_o
     problem : TokenProblem (cross or self attention)
     selected : (n, T) bool, the sets O_i (at least one token per sample)
     norm : "fro" or "nuclear"
+    valid : (n, T) bool, optional real tokens when the sequences are padded (None: all
+        tokens); padded tokens get no row and must not be selected
 
     Returns
     -------
@@ -117,7 +124,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", **solver_o
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = gen_constraints(problem.X, problem.queries, selected)
+    cs = gen_constraints(problem.X, problem.queries, selected, valid)
     return _solve(cs, norm, "gen", **solver_options)
 
 

@@ -12,6 +12,12 @@ Every SVM of the theory constrains an unknown ``W (d1, d2)`` through terms
 
 Vector problems (p-SVM, v-SVM) are the case ``d2 = 1`` with ``V = 1``.
 Nothing of size ``d1 * d2`` per constraint is ever built.
+
+Padded sequences: :func:`att_constraints` and :func:`gen_constraints` take an optional
+``valid (n, T) bool`` (the real tokens, e.g. a tokenizer's attention mask). A padded
+token then produces no row (neither as the selected token nor as the token it is
+compared with), so the rows and the solution are those of the unpadded sequences
+(token indices keep their padded positions). Padded entries of X must still be finite.
 """
 
 from __future__ import annotations
@@ -122,7 +128,19 @@ def _check_queries(Z, n: int, d: int, name: str = "Z") -> np.ndarray:
     return Z
 
 
-def att_constraints(X, Z, select) -> ConstraintSet:
+def _check_valid(valid, n: int, T: int, chosen: np.ndarray, what: str) -> np.ndarray:
+    """The real-token mask ``valid (n, T)`` (all True when None); ``chosen (n, T)`` must lie inside it."""
+    if valid is None:
+        return np.ones((n, T), bool)
+    valid = as_mask_array(valid, "valid", (n, T), f"(n, T) = ({n}, {T})")
+    bad = np.argwhere(chosen & ~valid)
+    if bad.size:
+        i, t = (int(v) for v in bad[0])
+        raise ValidationError(f"{what} token {t} of sample {i} is padding (valid[{i}, {t}] is False)")
+    return valid
+
+
+def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     """Att-SVM / Local-SVM rows ``(x_{i,a_i} - x_{it})^T W z_i >= 1`` for ``t != a_i``.
 
     Parameters
@@ -130,23 +148,28 @@ def att_constraints(X, Z, select) -> ConstraintSet:
     X : (n, T, d) tokens
     Z : (n, d) queries
     select : (n,) int, selected token per sample
+    valid : (n, T) bool, optional real tokens of padded sequences (None: all). Only valid
+        tokens ``t`` get a row; every selected token must be valid.
 
     Returns
     -------
-    ConstraintSet with ``N = n (T - 1)`` rows, ``U (N, d)``, ``V (N, d)``.
+    ConstraintSet with ``N = n (T - 1)`` rows (``sum(valid) - n`` with ``valid``),
+    ``U (N, d)``, ``V (N, d)``.
     """
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    ii, tt = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    others = np.arange(T)[None, :] != sel[:, None]
+    ok = _check_valid(valid, n, T, ~others, "selected")
+    ii, tt = np.nonzero(others & ok)
     U = X[ii, sel[ii]] - X[ii, tt]
     V = Z[ii]
     N = ii.size
     return _make(U, V, np.ones(N), np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt, "att", (n, T))
 
 
-def gen_constraints(X, Z, selected) -> ConstraintSet:
+def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     """Gen-SVM rows for selected sets ``O_i`` (bool mask ``selected (n, T)``).
 
     Ties inside ``O_i`` are the equalities ``(x_{i t_j} - x_{i t_{j+1}})^T W z_i = 0``
@@ -159,10 +182,14 @@ def gen_constraints(X, Z, selected) -> ConstraintSet:
     X : (n, T, d)
     Z : (n, d)
     selected : (n, T) bool, at least one token per sample
+    valid : (n, T) bool, optional real tokens of padded sequences (None: all). Only valid
+        unselected tokens get a row; selected tokens must be valid.
 
     Returns
     -------
-    ConstraintSet with ``U (N, d)``, ``V (N, d)``.
+    ConstraintSet with ``U (N, d)``, ``V (N, d)``; ``N = sum(valid) - n`` (``n (T - 1)``
+    without ``valid``): ``|O_i| - 1`` equalities and ``sum_t valid_it - |O_i|``
+    inequalities per sample.
     """
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
@@ -171,12 +198,13 @@ def gen_constraints(X, Z, selected) -> ConstraintSet:
     empty = np.flatnonzero(~O.any(axis=1))
     if empty.size:
         raise ValidationError(f"selected must mark at least one token per sample; sample {int(empty[0])} has none")
+    ok = _check_valid(valid, n, T, O, "selected")
     rows = []  # (i, a, b, rhs, eq)
     for i in range(n):
         chosen = np.flatnonzero(O[i])
         for a, b in zip(chosen[:-1], chosen[1:]):
             rows.append((i, a, b, 0.0, True))
-        for tau in np.flatnonzero(~O[i]):
+        for tau in np.flatnonzero(ok[i] & ~O[i]):
             rows.append((i, chosen[0], tau, 1.0, False))
     return _pairs(X, Z, rows, "gen", (n, T))
 
