@@ -46,8 +46,10 @@ def main():
           f"CPU {time.process_time() - c0:.1f} s ({args.threads} thread(s))")
     status = list(t["svm_status"]) + [s for r in t["random_status"] for s in r.split(",")]
     print(f"SVMs reported optimal by the solver: {sum(s == 'optimal' for s in status)}/{len(status)} "
-          f"(heads: max relative gap {t['svm_gap'].max():.1e}, max violation {t['svm_violation'].max():.1e}); "
-          f"mean corr_restricted {t['corr_restricted'].mean():.3f} vs baseline {t['corr_random_restricted'].mean():.3f}")
+          f"(heads: max relative gap {t['svm_gap'].max():.1e}, max violation {t['svm_violation'].max():.1e}), "
+          f"{sum(s == 'infeasible' for s in status)} infeasible")
+    print(f"mean corr_restricted {t['corr_restricted'].mean():.3f} vs baseline {t['corr_random_restricted'].mean():.3f} "
+          f"(advantage {t['advantage'].mean():.3f}; {int((t['advantage'] > 0).sum())}/{len(t)} heads above baseline)")
 
 
 if __name__ == "__main__":
