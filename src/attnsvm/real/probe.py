@@ -14,7 +14,7 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
    sentences by :func:`head_svm`: the Gen-SVM rows of the real tokens only
    (:func:`attnsvm.svm.constraints.gen_constraints` with ``valid`` = the attention
    mask) and the exact interior-point solver :func:`attnsvm.svm.nuclear.solve_nuclear`
-   (relative duality gap ~1e-10, certified by the dual multipliers).
+   (relative duality gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
@@ -27,10 +27,11 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
 Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m
 rows and the interior-point method costs ~30 iterations of O(N^2 (385 + m) + N^3 / 3)
 (one Schur complement each), so its time grows faster than m^2 (measured, one core:
-~0.75 s per SVM at m = 32, ~1.5 s at m = 48, ~3.1 s at m = 64). The default m = 48
-probes all 72 heads and their 72 baselines in under 4 minutes on one core. The heads of
-a layer share only the tokens, queries and the bases P, B; each selection is its own
-SDP (>95% of the time is spent in its interior-point iterations). Selections and their
+~0.8 s per SVM at m = 32, ~1.6 s at m = 48, ~3.1 s at m = 64). The default m = 48
+probes all 72 heads and their 72 baselines (256 sentences) in about 4 minutes on one
+core (3.7 to 4.3 minutes measured on a 2-core machine). The heads of a layer share
+only the tokens, queries and the bases P, B; each selection is its own SDP (~95% of
+the time is spent in its interior-point iterations, profiled at m = 32). Selections and their
 statistics always use all sentences.
 
 Infeasible selections: in layer 0 a token's state depends only on its id and position,
