@@ -1,6 +1,7 @@
 """Benchmark of the SVM solvers against the full-variable cvxpy formulation (research-code style).
 
 Usage: python benchmarks/solvers.py [--quick] [--skip-reference-above SECONDS] [--nuclear-time-limit S]
+       python benchmarks/solvers.py --scale [...]   (dense vs working set up to 1e6 rows: solvers_scale.py)
 
 Prints one row per case: ours (s), reference (s), ratio, relative objective difference.
 The reference (tests/svm_reference.py: a d x d cvxpy variable, one constraint per row)
@@ -36,6 +37,11 @@ def row(case, ours, ref, agree):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--scale" in argv:                       # dense vs working set up to 1e6 rows: benchmarks/solvers_scale.py
+        from solvers_scale import main as scale_main
+
+        return scale_main([a for a in argv if a != "--scale"])
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--skip-reference-above", type=float, default=None,

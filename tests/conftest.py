@@ -7,3 +7,34 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 threadpool_limits(limits=1)
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def attnsvm_cli(*args, cwd=None, timeout=600):
+    """Run ``python -m attnsvm ARGS`` in a subprocess (one BLAS thread, warnings off)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "attnsvm", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def quick_reproduce(tmp_path_factory):
+    """``attnsvm reproduce --quick`` run once per session: (output folder, CompletedProcess).
+
+    The check tests resume from this folder (``run_experiment`` on the same quick config
+    finds every task stored), so each quick preset is computed once per test session.
+    """
+    out = tmp_path_factory.mktemp("reproduce")
+    return out, attnsvm_cli("reproduce", "--quick", "--out", str(out))
+
+
+@pytest.fixture(scope="session")
+def quick_out(quick_reproduce):
+    """The folder of a successful ``reproduce --quick`` (fails the test if the command failed)."""
+    out, r = quick_reproduce
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out

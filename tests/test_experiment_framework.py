@@ -53,7 +53,8 @@ class Toy(Experiment):
         return [path]
 
     def checks(self, config, table):
-        return [check("runs stored", len(table), "==", config.runs)]
+        return [check("runs stored", len(table), "==", config.runs, source="test toy", reason="every run is stored",
+                      kind="integrity")]
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -104,7 +105,9 @@ def test_outputs_and_resume_after_crash(tmp_path):
     table = pd.read_parquet(expdir / "results.parquet")
     assert sorted(table["seed"]) == list(range(6))
     checks = json.loads((expdir / "checks.json").read_text())
-    assert checks == [{"name": "runs stored", "value": 6.0, "threshold": "== 6", "passed": True, "detail": ""}]
+    assert [{k: c[k] for k in ("name", "value", "threshold", "passed", "source", "kind", "finding")} for c in checks] == [
+        {"name": "runs stored", "value": 6.0, "threshold": "== 6", "passed": True, "source": "test toy",
+         "kind": "integrity", "finding": False}]
     assert (expdir / "config.yaml").read_text().startswith("runs: 6")
     assert (expdir / "toy.png").exists()
     # a third run recomputes nothing
@@ -113,7 +116,7 @@ def test_outputs_and_resume_after_crash(tmp_path):
     html_path, md_path = write_report(str(tmp_path / "out"))
     text = open(html_path).read()
     assert "toy/toy.png" in text and "runs stored" in text and "numpy" in text
-    assert "| runs stored | 6 | == 6 | pass |" in open(md_path).read()
+    assert "| runs stored | test toy | integrity | 6 | == 6 | every run is stored | pass |" in open(md_path).read()
 
 
 def test_failing_task_is_reported_and_others_complete(tmp_path):

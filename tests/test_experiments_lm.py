@@ -1,31 +1,18 @@
 """The causal language modeling experiments: quick presets, the synthetic language, SVMs and training."""
 
-import os
-
 import numpy as np
 import pytest
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments import build_config, registry
 from attnsvm.experiments.lm_language import build_runs, make_lm_data, markov_language
-from attnsvm.experiments.lm_model import LOSSES, lipschitz_estimates, lm_loss_grad, train_lm, train_runs
-from attnsvm.experiments.lm_svm import lm_constraints, optimal_prefix_tokens, prefix_scores, soft_margin_svm
+from attnsvm.experiments.lm_model import (LOSSES, lipschitz_estimates, lm_loss_grad, paper_lipschitz_bound,
+                                          token_basis, train_lm, train_runs)
+from attnsvm.experiments.lm_svm import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores,
+                                        prefix_softmax, soft_margin_svm)
 
-LM_NAMES = ["lm-cosine", "lm-margins", "lm-stability"]
-
-
-@pytest.mark.parametrize("name", LM_NAMES)
-def test_quick_preset_runs_and_checks_pass(name, tmp_path):
-    exp = registry()[name]
-    build_config(exp)
-    summary = run_experiment(exp, build_config(exp, quick=True), str(tmp_path), progress=False)
-    assert not summary.failed, summary.failed
-    failing = [c for c in summary.checks if not c["passed"]]
-    assert not failing, failing
-    assert len(summary.checks) >= 3
-    files = os.listdir(tmp_path / name)
-    assert any(f.endswith(".png") for f in files) and any(f.endswith(".pdf") for f in files)
+# The quick presets, their checks and the findings are tested in tests/test_checks_lm.py.
 
 
 # ------------------------------------------------------------------ the synthetic language
@@ -199,3 +186,90 @@ def test_train_runs_uses_the_engine_for_cross_entropy():
     own = train_lm(datas[0].A[None], datas[0].targets[None], datas[0].E[None], W0, steps=20, lr=cfg.lr,
                    loss="cross_entropy", checkpoints=[0, 20])
     np.testing.assert_allclose(res["W"], own["W"], atol=1e-12)
+
+
+# ------------------------------------------------------------------ reduced coordinates, bounds, Gen-SVM fit, step search
+
+
+@pytest.mark.parametrize("attention,loss", [("softmax", "logistic"), ("linear", "l2"), ("softmax", "cross_entropy")])
+def test_gd_in_token_span_coordinates_equals_full_gd(attention, loss):
+    """GD in the coordinates P^T W P of the token span is exactly GD on the d x d matrix."""
+    datas, W0 = build_runs(build_config(registry()["lm-cosine"]), 6, 5, 30, 2)
+    A, tg, E = (np.stack([getattr(x, f) for x in datas]) for f in ("A", "targets", "E"))
+    P = token_basis(A)
+    r = P.shape[-1]
+    assert P.shape[:2] == (2, 30) and r <= 8  # at most V = 8 types span the tokens
+    np.testing.assert_allclose(np.transpose(P, (0, 2, 1)) @ P, np.broadcast_to(np.eye(r), (2, r, r)), atol=1e-12)
+    np.testing.assert_allclose(A @ (P @ np.transpose(P, (0, 2, 1)))[:, None], A, atol=1e-12)
+    lr = 5.0 if attention == "softmax" else 1e-2
+    kw = dict(steps=40, lr=lr, loss=loss, attention=attention, checkpoints=[0, 7, 40], track_lipschitz=True)
+    red = train_lm(A, tg, E, W0, **kw)
+    full = train_lm(A, tg, E, W0, basis=np.broadcast_to(np.eye(30), (2, 30, 30)), **kw)  # r = d: no reduction
+    np.testing.assert_allclose(red["W"], full["W"], atol=1e-12)
+    np.testing.assert_allclose(red["loss"], full["loss"], rtol=1e-12)
+    np.testing.assert_allclose(red["lip_traj"], full["lip_traj"], rtol=1e-9)
+    with pytest.raises(ValidationError, match="basis"):
+        train_lm(A, tg, E, W0, basis=P[:1], **kw)
+
+
+def test_paper_bound_formula():
+    """log10(V * 3 n^3 R^7 exp(13 R^2)) with R = max(4, norms of the Kronecker blocks and value vectors)."""
+    lang = markov_language(5, 12, seed=0)
+    data = make_lm_data(lang, 3, 4, seed=0)  # unit tokens: block norm ||a_k|| ||A_<=k||_2 <= sqrt(3)
+    b, R = paper_lipschitz_bound(data, 1.0)
+    assert R == 4.0
+    assert b == pytest.approx(np.log10(3 * 5 * 4 ** 3 * 4.0 ** 7) + 13 * 16 / np.log(10))
+    big = make_lm_data(lang, 3, 4, seed=0, scale=5.0)
+    b2, R2 = paper_lipschitz_bound(big, 2.0)
+    k = 2  # the longest prefix with a target
+    pre = big.A[:, :k + 1]
+    block = max(float(np.linalg.norm(big.A[l, j]) * np.linalg.norm(big.A[l, :j + 1], 2)) for l in range(3) for j in range(3))
+    assert R2 == pytest.approx(max(2 * block, float(np.linalg.norm(pre @ big.E.T, axis=1).max())))
+    assert b2 > b
+
+
+def test_linear_l2_stable_step_is_two_over_L():
+    """The bisected largest stable step of a quadratic loss is 2 / lambda_max (within the bracket)."""
+    from attnsvm.experiments.lm_stability import stable_step_search
+
+    exp = registry()["lm-stability"]
+    cfg = build_config(exp, quick=True, overrides={"d": 6, "m": 3, "n": 4, "runs": 1, "sweep_steps": 60})
+    datas, W0 = build_runs(cfg, 3, 4, 6, 1)
+    A = torch.tensor(datas[0].A[None])
+    tg = torch.tensor(datas[0].targets[None])
+    E = torch.tensor(datas[0].E[None])
+    H = torch.autograd.functional.hessian(lambda w: _autograd_l2(w, A, tg, E), torch.zeros(36, dtype=torch.float64))
+    lam = float(torch.linalg.eigvalsh(H).max())
+    _, lo, hi, _ = stable_step_search(cfg, datas, W0, "linear", "l2")
+    assert np.log10(hi[0] / lo[0]) <= cfg.bisect_tol + 1e-12
+    assert lo[0] * lam / 2 == pytest.approx(1.0, abs=0.05)
+
+
+def test_gen_svm_fit_recovers_an_exact_gen_svm_form():
+    """W = W_fin + R W_svm of its own selection is fitted exactly; W_fin is W's projection onto the tie rows."""
+    lang = markov_language(6, 20, seed=1)
+    data = make_lm_data(lang, 4, 5, seed=2)
+    # tiny W: every prefix token is selected, so the Gen-SVM has no margin rows
+    assert gen_svm_fit(data, 1e-3 * np.eye(20))["status"] == "no_margin_rows"
+    # W = 10 I selects the query's own type in every prefix: a consistent selection, W_fin = 0
+    fit = gen_svm_fit(data, 10.0 * np.eye(20))
+    assert fit["status"] == "ok" and fit["gen"].certified and fit["dim"] >= 1
+    W2 = fit["W_fin"] + 7.5 * fit["W_svm"]
+    fit2 = gen_svm_fit(data, W2)
+    assert fit2["status"] == "ok"
+    np.testing.assert_allclose(fit2["W_svm"], fit["W_svm"], atol=1e-9)
+    assert fit2["R"] == pytest.approx(7.5, rel=1e-9)
+    np.testing.assert_allclose(fit2["W_eq"], W2, atol=1e-8)
+    # random W with ties between types: W_fin is the projection of W onto the tie rows, W_svm orthogonal to them
+    g = np.random.default_rng(0)
+    fits = [gen_svm_fit(data, 4.0 * g.standard_normal((20, 20)), seed=k) for k in range(20)]
+    ok = [f for f in fits if f["status"] == "ok" and f["fin"].constraints.N]
+    assert ok, [f["status"] for f in fits]
+    for f in ok[:3]:
+        tie = f["fin"].constraints
+        W = f["W_fin"] + f["R"] * f["W_svm"]
+        np.testing.assert_allclose(tie.evaluate(f["W_svm"]), 0.0, atol=1e-9)
+        np.testing.assert_allclose(tie.evaluate(W), tie.rhs, atol=1e-8)  # reproduces the log-ratios on the ties
+        assert f["W_rand_eq"].shape == (16, 20, 20)
+    s = prefix_softmax(data, 10.0 * np.eye(20))
+    assert np.allclose(s.sum(1), 1.0) and np.all(s[:, -1] == 0)  # the last position is never a key of a target prefix

@@ -6,7 +6,7 @@ attention models and measure the theory against the training.
 
 __version__ = "0.1.0"
 
-from .errors import AttnSVMError, ProblemFileError, ValidationError
+from .errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
 from .problem import ProblemBatch, TokenProblem
 from .tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scores
 from .generators import random_problem
@@ -25,6 +25,8 @@ __all__ = [
     "AttnSVMError",
     "ValidationError",
     "ProblemFileError",
+    "ResourceLimitError",
+    "NonFiniteError",
     "TokenProblem",
     "ProblemBatch",
     "OptimalTokens",

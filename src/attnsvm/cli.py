@@ -33,6 +33,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except AttnSVMError as exc:
             raise UserError(str(exc)) from None
+        except KeyboardInterrupt as exc:
+            # Ctrl-C: say what is kept and how to resume (a sweep's RunInterrupted says it), exit 130
+            click.echo(f"attnsvm: {getattr(exc, 'message', None) or 'interrupted'}", err=True)
+            raise click.exceptions.Exit(130) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -217,19 +221,53 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
 
 # -------------------------------------------------------------- experiments
-def _run_one(experiment, config, out, workers, scheduler):
+def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None):
     from .experiments import run_experiment
 
-    summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True)
+    summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
+                             connect_timeout=connect_timeout, max_memory=max_memory)
     passed = sum(c["passed"] for c in summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
                f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, {summary.wall_seconds:.1f} s -> {summary.outdir}")
     for c in summary.checks:
         if not c["passed"]:
-            click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
+            label = "finding (listed, does not fail the run)" if c.get("finding") else "FAILED check"
+            click.echo(f"  {label} {c['name']}: value {c['value']} {c['threshold']}", err=True)
+        elif c.get("finding_resolved"):
+            click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
         click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {f['error']}", err=True)
+    for r in summary.recomputed:
+        click.echo(f"  recomputed task {r['key']}: its stored shard was unreadable ({r['error']}); "
+                   f"set aside as {r['moved_to']}", err=True)
     return summary
+
+
+def _finish(summaries, skipped, allow_failures: bool) -> None:
+    """Print "N checks, K failed, S experiments skipped" and exit 1 on a failure that is not a listed finding."""
+    from .experiments.checks import count_failures
+
+    checks = [c for s in summaries for c in s.checks]
+    failed, found = count_failures(checks)
+    tasks = sum(len(s.failed) for s in summaries)
+    line = f"{len(checks)} checks, {failed} failed, {len(skipped)} experiments skipped"
+    if found:
+        line += f" ({found} listed finding(s) also fail; see the report's findings)"
+    if tasks:
+        line += f"; {tasks} task(s) failed"
+    click.echo(line)
+    if (failed or tasks) and not allow_failures:
+        click.echo("attnsvm: checks or tasks failed (exit status 1; --allow-failures exits 0)", err=True)
+        sys.exit(1)
+
+
+def _outdir(out: str) -> str:
+    """--out must name a folder (an empty path would scatter results in the working directory)."""
+    if not out or not out.strip():
+        raise UserError("--out must name a folder, got an empty path ''")
+    if "\0" in out:
+        raise UserError(f"--out must be a folder path without NUL characters, got {out!r}")
+    return out
 
 
 def _experiment(name):
@@ -241,8 +279,22 @@ def _experiment(name):
     return reg[name]
 
 
+def _max_memory(text):
+    if text is None:
+        return None
+    from .memory import parse_size
+
+    return parse_size(text, "--max-memory")
+
+
 _workers_opt = click.option("--workers", type=int, default=None, help="Start a local Dask cluster with N worker processes.")
 _scheduler_opt = click.option("--scheduler", default=None, help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
+_timeout_opt = click.option("--connect-timeout", type=float, default=20.0, show_default=True,
+                            help="Seconds to wait for the Dask scheduler before giving up with an error.")
+_memory_opt = click.option("--max-memory", default=None,
+                           help="Memory limit per task, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% of available).")
+_allow_opt = click.option("--allow-failures", is_flag=True,
+                          help="Exit 0 even when checks fail (by default a failed check that is not a listed finding exits 1).")
 
 
 @cli.command("list")
@@ -262,46 +314,67 @@ def list_cmd():
 @click.option("--out", default="results", show_default=True, help="Output folder.")
 @_workers_opt
 @_scheduler_opt
-def run(name, quick, sets, config_file, out, workers, scheduler):
-    """Run (or resume) experiment NAME; results go to OUT/NAME/."""
+@_timeout_opt
+@_memory_opt
+@_allow_opt
+def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, max_memory, allow_failures):
+    """Run (or resume) experiment NAME; results go to OUT/NAME/.
+
+    Exits 1 when a check fails (other than a listed finding) or a task fails.
+    """
     from .experiments import build_config, parse_assignments, read_config_file, write_report
 
+    out = _outdir(out)
     exp = _experiment(name)
     if exp.missing():
         raise UserError(f"{name} needs {', '.join(exp.missing())}, which is not installed: {exp.install_hint}")
-    config = build_config(exp, quick=quick, file_overrides=read_config_file(config_file) if config_file else None,
-                          overrides=parse_assignments(sets))
-    summary = _run_one(exp, config, out, workers, scheduler)
+    try:
+        file_overrides = read_config_file(config_file) if config_file else None
+    except UnicodeDecodeError as exc:  # config.read_config_file opens the YAML as UTF-8 text
+        raise UserError(f"--config: {config_file!r} is not UTF-8 text (byte offset {exc.start}); expected a YAML "
+                        "mapping of config overrides") from None
+    config = build_config(exp, quick=quick, file_overrides=file_overrides, overrides=parse_assignments(sets))
+    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory))
     write_report(out)
-    if summary.failed:
-        sys.exit(1)
+    _finish([summary], [], allow_failures)
 
 
 @cli.command()
-@click.option("--quick", is_flag=True, help="Small presets of every experiment (about two minutes).")
+@click.option("--quick", is_flag=True, help="Small presets of every experiment (under a minute).")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
 @click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
 @_workers_opt
 @_scheduler_opt
-def reproduce(quick, out, only, workers, scheduler):
-    """Run every experiment, then write OUT/report.html and OUT/report.md."""
-    from .experiments import build_config, registry, write_report
+@_timeout_opt
+@_memory_opt
+@_allow_opt
+def reproduce(quick, out, only, workers, scheduler, connect_timeout, max_memory, allow_failures):
+    """Run every experiment, then write OUT/report.html and OUT/report.md.
 
+    Exits 1 when a check fails (other than a listed finding) or a task fails.
+    """
+    from .experiments import build_config, registry, write_report
+    from .experiments.report import record_skipped
+
+    out = _outdir(out)
     reg = registry()
     names = list(only) if only else list(reg)
     for name in names:
         _experiment(name)
-    failed = 0
+    limit = _max_memory(max_memory)
+    summaries, skipped = [], []
     for name in names:
         if reg[name].missing():
-            click.echo(f"{name}: skipped, needs {', '.join(reg[name].missing())} ({reg[name].install_hint})", err=True)
+            reason = f"needs {', '.join(reg[name].missing())}, which is not installed"
+            click.echo(f"{name}: skipped, {reason} ({reg[name].install_hint})", err=True)
+            skipped.append({"name": name, "title": reg[name].title, "reason": reason, "hint": reg[name].install_hint})
             continue
-        summary = _run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler)
-        failed += len(summary.failed)
+        summaries.append(_run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler,
+                                  connect_timeout, limit))
+    record_skipped(out, skipped, ran=[s.name for s in summaries])
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
-    if failed:
-        sys.exit(1)
+    _finish(summaries, skipped, allow_failures)
 
 
 @cli.command()
@@ -310,6 +383,7 @@ def report(outdir):
     """Write OUTDIR/report.html and report.md from finished experiments."""
     from .experiments import write_report
 
+    outdir = _outdir(outdir)
     html_path, md_path = write_report(outdir)
     click.echo(f"report: {html_path} and {md_path}")
 

@@ -16,3 +16,18 @@ class ValidationError(AttnSVMError, ValueError):
 
 class ProblemFileError(ValidationError):
     """A problem or solution file is missing, corrupt, truncated or not ours."""
+
+
+class ResourceLimitError(AttnSVMError, MemoryError):
+    """Work that would need more memory than the package's ``max_memory`` limit allows."""
+
+
+class NonFiniteError(AttnSVMError, FloatingPointError):
+    """A computation's state became NaN or infinite (e.g. a training run diverged).
+
+    ``run`` and ``step`` (when known) locate the first non-finite value found.
+    """
+
+    def __init__(self, message: str, *, run: int | None = None, step: int | None = None):
+        super().__init__(message)
+        self.run, self.step = run, step

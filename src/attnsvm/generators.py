@@ -239,3 +239,69 @@ GENERATORS: dict[str, tuple[Callable, bool, str]] = {
     "mm-joint-relaxed": (lambda: mm_joint("relaxed"), False, "max-margin joint (v, p), relaxed data"),
     "mm-loss": (mm_loss, False, "max-margin loss comparison (parameter C)"),
 }
+
+
+def planted_problem(n: int, T: int, d: int, seed: int = 0, gap: float = 0.1):
+    """Random tokens with a *planted* selection, separable with a margin by construction.
+
+    Unit-norm Gaussian tokens ``X`` and queries ``Z`` as in :func:`random_problem`; a
+    Gaussian ``W0 (d, d)`` (standard normal entries, so the scores ``x_t^T W0 z_i`` of
+    unit vectors have unit variance) selects per sample the token with the largest
+    score. Only samples whose winner beats the runner-up by at least ``gap`` are kept;
+    samples are drawn (in batches from one seeded stream) until ``n`` are kept. Then
+    ``W0 / gap`` satisfies every Att-SVM row with margin >= 1, so the Att-SVM of
+    ``select`` is feasible with ``||W_svm|| <= ||W0 / gap||`` in every norm.
+
+    Parameters
+    ----------
+    n, T, d : int
+        Kept samples (>= 1), tokens per sample (>= 2), dimension (>= 1).
+    seed : int >= 0
+    gap : float > 0, the smallest winner - runner-up score difference kept
+
+    Returns
+    -------
+    PlantedProblem ``(problem, select, W0)``: a cross-attention TokenProblem with
+    X (n, T, d) and Z (n, d) (no labels or head), ``select (n,)`` the planted tokens and
+    ``W0 (d, d)``.
+    """
+    n, T, d = _check_size(n, "n", 1), _check_size(T, "T", 2), _check_size(d, "d", 1)
+    seed = _check_seed(seed)
+    if isinstance(gap, (bool, np.bool_)) or not isinstance(gap, (int, float, np.integer, np.floating)) \
+            or not (np.isfinite(gap) and gap > 0):
+        raise ValidationError(f"gap must be a finite number > 0, got {gap!r}")
+    gen = np.random.Generator(np.random.PCG64(seed))
+    W0 = gen.standard_normal((d, d))
+    X = np.empty((n, T, d))
+    Z = np.empty((n, d))
+    select = np.empty(n, np.int64)
+    kept, draws = 0, 0
+    while kept < n:
+        m = min(max(2 * (n - kept), 64), 4096)      # batches of at most 4096 samples: bounded memory
+        draws += 1
+        if draws > 10_000:
+            raise ValidationError(f"gap = {gap} keeps almost no samples at T = {T}: choose a smaller gap")
+        Xb = gen.standard_normal((m, T, d))
+        Xb /= np.linalg.norm(Xb, axis=-1, keepdims=True)
+        Zb = _unit_rows(gen.standard_normal((m, d)))
+        scores = np.einsum("mtd,md->mt", Xb, Zb @ W0.T)      # x_t^T W0 z_i
+        top2 = -np.partition(-scores, 1, axis=1)[:, :2]
+        ok = np.flatnonzero(top2[:, 0] - top2[:, 1] >= gap)[: n - kept]
+        X[kept:kept + ok.size] = Xb[ok]
+        Z[kept:kept + ok.size] = Zb[ok]
+        select[kept:kept + ok.size] = np.argmax(scores[ok], axis=1)
+        kept += ok.size
+        del Xb
+    problem = TokenProblem(X, Z, name=f"planted(n={n},T={T},d={d},seed={seed},gap={gap:g})")
+    return PlantedProblem(problem, select, W0)
+
+
+class PlantedProblem(tuple):
+    """``(problem, select, W0)`` returned by :func:`planted_problem` (also by attribute)."""
+
+    def __new__(cls, problem: TokenProblem, select: np.ndarray, W0: np.ndarray):
+        return super().__new__(cls, (problem, select, W0))
+
+    problem = property(lambda self: self[0])
+    select = property(lambda self: self[1])
+    W0 = property(lambda self: self[2])

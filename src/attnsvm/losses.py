@@ -15,6 +15,14 @@ name             l(u)                         l'(u)
 
 ``cross_entropy`` is the softmax cross-entropy of next-token prediction, written
 with log-sum-exp.
+
+Overflow. Only the exponential loss can overflow: ``e^{-u}`` exceeds the float64 range
+once ``u < -709.78``. Its value is then ``+inf`` (the IEEE answer for a number beyond
+the range, never NaN). Its derivative is available overflow-free through
+:func:`margin_loss_grad_scaled`, which returns ``l'(u)`` as a scaled row and a per-row
+log-scale: ``l'(u) = lp * exp(log_scale)``. Normalized GD only needs the direction, so it
+trains exactly at any margin; :func:`apply_log_scale` recovers the true derivative
+(``+-inf`` where it does not fit float64).
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ from .errors import ValidationError
 
 MARGIN_LOSSES = ("logistic", "exponential", "correlation", "squared")
 LOSSES = MARGIN_LOSSES + ("cross_entropy",)
+
+#: the exponential loss's derivative is moved to log space once ``max(-u)`` of a row exceeds this
+#: exponent: ``e^600 ~ 4e260`` leaves a factor ~1e47 of headroom for the products that build a gradient
+#: from it (score differences, tokens, queries); rows above it are computed exactly as the plain formula
+EXP_SHIFT_AT = 600.0
 
 
 def check_loss(kind: str) -> str:
@@ -52,6 +65,8 @@ def _lanes(fn, u: torch.Tensor) -> torch.Tensor:
 def margin_loss(u: torch.Tensor, kind: str = "logistic", exact: bool = False) -> torch.Tensor:
     """Elementwise ``l(u)`` of a margin loss (same shape as ``u``).
 
+    The exponential loss is ``+inf`` where ``-u > 709.78`` (its value exceeds float64).
+
     ``exact=True`` makes each entry independent of the tensor's size (see :func:`_lanes`).
     """
     lanes = _lanes if exact else (lambda fn, x: fn(x))
@@ -67,7 +82,11 @@ def margin_loss(u: torch.Tensor, kind: str = "logistic", exact: bool = False) ->
 
 
 def margin_loss_grad(u: torch.Tensor, kind: str = "logistic", exact: bool = False) -> torch.Tensor:
-    """Elementwise derivative ``l'(u)`` (same shape as ``u``)."""
+    """Elementwise derivative ``l'(u)`` (same shape as ``u``).
+
+    The exponential loss's derivative is ``-inf`` where ``-u > 709.78``; use
+    :func:`margin_loss_grad_scaled` for a form that cannot overflow.
+    """
     lanes = _lanes if exact else (lambda fn, x: fn(x))
     if kind == "logistic":
         return -lanes(torch.sigmoid, -u)
@@ -78,6 +97,47 @@ def margin_loss_grad(u: torch.Tensor, kind: str = "logistic", exact: bool = Fals
     if kind == "squared":
         return -2.0 * (1.0 - u)
     raise ValidationError(f"margin loss must be one of {', '.join(MARGIN_LOSSES)}, got {kind!r}")
+
+
+def exp_shift(u: torch.Tensor, kind: str) -> torch.Tensor | None:
+    """Per-row log-scale of the exponential loss, or None for the losses whose derivative is bounded.
+
+    u : (..., n) signed outputs; returns (...,) float64: ``max_i(-u_i)`` for the rows where it
+    exceeds :data:`EXP_SHIFT_AT` (there ``e^{-u}`` would overflow or nearly), else exactly 0, so that
+    ``exp(-u - shift) <= 1`` in the shifted rows and the other rows are computed exactly as before.
+    """
+    if kind != "exponential":
+        return None
+    top = u.amin(-1).neg_()
+    return top.masked_fill_(top <= EXP_SHIFT_AT, 0.0)  # NaN stays NaN (and is reported by the caller)
+
+
+def margin_loss_grad_scaled(u: torch.Tensor, kind: str = "logistic", exact: bool = False):
+    """Overflow-free derivative: ``(lp, log_scale)`` with ``l'(u) = lp * exp(log_scale[..., None])``.
+
+    u : (..., n). ``log_scale`` (...,) comes from :func:`exp_shift` (None, meaning 0, for every
+    loss but the exponential). Where ``log_scale`` is 0 (every row whose margins are above
+    ``-EXP_SHIFT_AT`` = -600), ``lp`` is bitwise :func:`margin_loss_grad`; in a shifted row the largest
+    entry of ``|lp|`` is exactly 1. The scale is shared by the row (one training run), so the
+    direction of any gradient built linearly from ``lp`` is exact.
+    """
+    shift = exp_shift(u, kind)
+    if shift is None:
+        return margin_loss_grad(u, kind, exact), None
+    lanes = _lanes if exact else (lambda fn, x: fn(x))
+    return -lanes(torch.exp, (-u) - shift.unsqueeze(-1)), shift
+
+
+def apply_log_scale(x: torch.Tensor, log_scale: torch.Tensor | None) -> torch.Tensor:
+    """``x * exp(log_scale)`` per leading index, keeping exact zeros zero (never ``0 * inf = NaN``).
+
+    x : (R, ...); log_scale : (R,) or None (returns x itself). Entries whose true value exceeds
+    the float64 range become ``+-inf``.
+    """
+    if log_scale is None:
+        return x
+    f = torch.exp(log_scale).reshape(log_scale.shape + (1,) * (x.ndim - log_scale.ndim))
+    return torch.where(x == 0, x, x * f)
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -1) -> torch.Tensor:

@@ -38,12 +38,34 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .errors import ValidationError
-from .losses import margin_loss, margin_loss_grad, sample_losses
+from .losses import apply_log_scale, margin_loss, margin_loss_grad_scaled, sample_losses
 
 DTYPE = torch.float64
+
+
+def finite_tensor(x, name: str, ndims: tuple, shape_doc: str) -> torch.Tensor:
+    """``x`` as a float64 tensor with ``ndim`` in ``ndims`` and only finite entries (public-boundary check).
+
+    Tensors keep their autograd graph; anything else goes through numpy. Raises
+    :class:`ValidationError` naming ``name`` and ``shape_doc``.
+    """
+    if isinstance(x, torch.Tensor):
+        t = x.to(DTYPE)
+    else:
+        try:
+            arr = np.array(x, dtype=np.float64)  # a copy: the tensor must not alias (or warn about) a read-only array
+        except (TypeError, ValueError):
+            raise ValidationError(f"{name} must be a real array of shape {shape_doc}, got {type(x).__name__}") from None
+        t = torch.as_tensor(arr, dtype=DTYPE)
+    if t.ndim not in ndims:
+        raise ValidationError(f"{name} must have shape {shape_doc}, got shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t.detach()).all()):
+        raise ValidationError(f"{name} must be finite (no NaN or inf)")
+    return t
 
 # ----------------------------------------------------------------------- logits
 
@@ -149,7 +171,7 @@ class LinearHead:
     """``h(a) = v^T a`` with v (R, d) or (d,) (broadcast over runs)."""
 
     def __init__(self, v):
-        self.v = torch.as_tensor(v, dtype=DTYPE)
+        self.v = finite_tensor(v, "v", (1, 2), "(d,) or (R, d)")
 
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         v = self.v if self.v.ndim == 2 else self.v.expand(a.shape[0], -1)
@@ -163,9 +185,7 @@ class ReLUHead:
     """``h(a) = 1^T ReLU(V^T a)`` (multi-token experiment); V (d, k) or (R, d, k)."""
 
     def __init__(self, V):
-        self.V = torch.as_tensor(V, dtype=DTYPE)
-        if self.V.ndim not in (2, 3):
-            raise ValidationError(f"V must have shape (d, k) or (R, d, k), got {tuple(self.V.shape)}")
+        self.V = finite_tensor(V, "V", (2, 3), "(d, k) or (R, d, k)")
 
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         V = self.V if self.V.ndim == 3 else self.V.expand(a.shape[0], -1, -1)
@@ -179,10 +199,14 @@ class LambdaHead:
     """``h(a) = v^T a - lam ||a||^2``; v (d,) or (R, d)."""
 
     def __init__(self, v, lam: float):
-        self.v = torch.as_tensor(v, dtype=DTYPE)
-        if not (float(lam) >= 0 and torch.isfinite(torch.tensor(float(lam)))):
+        self.v = finite_tensor(v, "v", (1, 2), "(d,) or (R, d)")
+        try:
+            lam_f = None if isinstance(lam, (bool, np.bool_, str, bytes)) else float(lam)
+        except (TypeError, ValueError):
+            lam_f = None
+        if lam_f is None or not (np.isfinite(lam_f) and lam_f >= 0):
             raise ValidationError(f"lam must be a finite number >= 0, got {lam!r}")
-        self.lam = float(lam)
+        self.lam = lam_f
 
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         v = self.v if self.v.ndim == 2 else self.v.expand(a.shape[0], -1)
@@ -196,7 +220,7 @@ class MatrixHead:
     """Vector output ``H^T a`` (next-token logits), H (d, V) or (R, d, V)."""
 
     def __init__(self, H):
-        self.H = torch.as_tensor(H, dtype=DTYPE)
+        self.H = finite_tensor(H, "H", (2, 3), "(d, V) or (R, d, V)")
 
     def __call__(self, a: torch.Tensor) -> torch.Tensor:
         H = self.H if self.H.ndim == 3 else self.H.expand(a.shape[0], -1, -1)
@@ -366,14 +390,14 @@ class AttentionModel(torch.nn.Module):
         self.param = param
         P = torch.nn.Parameter
         if param == "W":
-            self.W = P(torch.as_tensor(W, dtype=DTYPE).clone())
+            self.W = P(finite_tensor(W, "W", (3,), "(R, d, d)").detach().clone())
         elif param == "KQ":
-            self.K = P(torch.as_tensor(K, dtype=DTYPE).clone())
-            self.Q = P(torch.as_tensor(Q, dtype=DTYPE).clone())
+            self.K = P(finite_tensor(K, "K", (3,), "(R, d, m)").detach().clone())
+            self.Q = P(finite_tensor(Q, "Q", (3,), "(R, d, m)").detach().clone())
         else:
-            self.p = P(torch.as_tensor(p, dtype=DTYPE).clone())
+            self.p = P(finite_tensor(p, "p", (2,), "(R, d)").detach().clone())
         if v is not None:
-            v = torch.as_tensor(v, dtype=DTYPE).clone()
+            v = finite_tensor(v, "v", (2,), "(R, d)").detach().clone()
             if train_v:
                 self.v = P(v)
             else:
@@ -448,6 +472,7 @@ def closed_form_step(
     keysT=None,
     bitwise: bool = True,
     form: TokenForm | None = None,
+    scaled: bool = False,
 ):
     """Loss, softmax and gradients of the linear-head model in closed form.
 
@@ -468,17 +493,26 @@ def closed_form_step(
     form : optional :class:`TokenForm` of a nonlinear head (from :func:`token_form` with the same
         ``bitwise``); the token scores ``gamma = Y q`` are then recomputed from ``s`` at each call
         (``gamma`` / ``D`` must not be given)
+    scaled : the exponential loss only (other losses ignore it). False (default): the gradients are
+        the true ones (``+-inf`` in a run whose gradient exceeds float64, margins below about -709;
+        never NaN). True: each run's gradients are divided by ``exp(log_scale)`` (see
+        :func:`attnsvm.losses.margin_loss_grad_scaled`) so that they cannot overflow, and the dict
+        has ``log_scale`` (R,); their direction is exact.
+
+    Inputs are not validated (this is the inner step of training); pass finite tensors.
 
     Returns
     -------
-    dict with ``loss`` (R,), ``s`` (R,n,T), ``G`` (R,d,d) gradient in W (for "W"/"KQ"),
-    ``gK``, ``gQ`` (R,d,m) for "KQ", ``gp`` (R,d) for "p", ``gv`` (R,d) if ``want_v``.
+    dict with ``loss`` (R,) (``+inf`` where the exponential loss exceeds float64), ``s`` (R,n,T),
+    ``G`` (R,d,d) gradient in W (for "W"/"KQ"), ``gK``, ``gQ`` (R,d,m) for "KQ", ``gp`` (R,d) for
+    "p", ``gv`` (R,d) if ``want_v``; ``log_scale`` (R,) with ``scaled`` and the exponential loss.
     """
     R, n, T, d = X.shape
     if form is not None and (want_v or gamma is not None or D is not None):
         raise ValidationError("closed_form_step with a head form takes no gamma / D and has no v-gradient")
     if not bitwise:
-        return _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form)
+        out = _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form)
+        return _scale_out(out, scaled)
     if gamma is None and form is None:
         gamma = token_scores(X, Y, v)
     if param == "p":
@@ -499,7 +533,9 @@ def closed_form_step(
         if mask is not None:
             gamma = gamma.masked_fill(~mask, 0.0)
     out = {"s": s, "loss": fsum(margin_loss(u, loss, exact=True)) / n}
-    lp = margin_loss_grad(u, loss, exact=True) / n  # (R, n)
+    lp, log_scale = margin_loss_grad_scaled(u, loss, exact=True)
+    lp = lp / n  # (R, n), true l'(u)/n = lp * exp(log_scale)
+    out["log_scale"] = log_scale
     c = pair_weights(s, gamma, D) * lp.unsqueeze(-1)  # (R, n, T)
     if param == "p":
         keysT = keys.reshape(R, n * T, d).transpose(1, 2) if keysT is None else keysT
@@ -515,6 +551,20 @@ def closed_form_step(
     if want_v:
         att = attend(s, X, Xt)
         out["gv"] = _dot(att.transpose(1, 2), (lp * Y).unsqueeze(1))
+    return _scale_out(out, scaled)
+
+
+def _scale_out(out: dict, scaled: bool) -> dict:
+    """Drop ``log_scale`` when it is None; unless ``scaled``, multiply the gradients back (true values)."""
+    log_scale = out.pop("log_scale")
+    if log_scale is None:
+        return out
+    if scaled:
+        out["log_scale"] = log_scale
+        return out
+    for k in ("G", "gK", "gQ", "gp", "gv"):
+        if k in out:
+            out[k] = apply_log_scale(out[k], log_scale)
     return out
 
 
@@ -544,7 +594,9 @@ def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gam
         if mask is not None:
             gamma = gamma.masked_fill(~mask, 0.0)
     out = {"s": s, "loss": margin_loss(u, loss).mean(-1)}
-    lp = margin_loss_grad(u, loss) / n
+    lp, log_scale = margin_loss_grad_scaled(u, loss)
+    lp = lp / n
+    out["log_scale"] = log_scale
     if D is None:
         D = gamma.unsqueeze(-1) - gamma.unsqueeze(-2)
     c = s * torch.matmul(D, s.unsqueeze(-1)).squeeze(-1) * lp.unsqueeze(-1)

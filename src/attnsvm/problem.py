@@ -39,7 +39,11 @@ FILE_VERSION = 1
 
 
 class TokenProblem:
-    """A token-selection problem (validated, float64, immutable by convention).
+    """A token-selection problem (validated, float64, immutable).
+
+    The problem keeps its own read-only float64 copies of the arrays it is given: the
+    caller's arrays are left as they were (still writable), and changing them (or a view
+    of them) later does not change the problem.
 
     Parameters
     ----------
@@ -104,9 +108,9 @@ class TokenProblem:
                 raise ValidationError(f"W must have shape (d, d) = ({d}, {d}), got {W.shape}")
         if not isinstance(name, str):
             raise ValidationError(f"name must be a string, got {type(name).__name__}")
-        for arr in (X, Z, Y, v, W):
-            if arr is not None:
-                arr.setflags(write=False)
+        # own read-only copies: the caller's arrays (and any view of them) stay writable and
+        # can change afterwards without changing the problem
+        X, Z, Y, v, W = (None if arr is None else _frozen_copy(arr) for arr in (X, Z, Y, v, W))
         self.X, self.Z, self.query_index, self.Y, self.v, self.W, self.name = X, Z, query_index, Y, v, W, name
 
     # ------------------------------------------------------------------ shapes
@@ -221,12 +225,27 @@ class TokenProblem:
                 arrays[key] = value
         if self.query_index is not None:
             arrays["query_index"] = np.array(self.query_index, dtype=np.int64)
-        path = os.fspath(path)
+        path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+        if not isinstance(path, str) or not path.strip() or "\0" in path:
+            raise ProblemFileError(f"cannot write problem file {path!r}: expected a file path")
+        # written whole to a temporary file, then renamed: a full disk never leaves a truncated problem file
+        tmp = f"{path}.tmp-{os.getpid()}"
         try:
-            with open(path, "wb") as fh:
+            with open(tmp, "wb") as fh:
                 np.savez(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
         except OSError as exc:
-            raise ProblemFileError(f"cannot write problem file {path!r}: {exc.strerror or exc}") from None
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            why = exc.strerror or str(exc)
+            blocker = file_in_path(path) if isinstance(exc, (NotADirectoryError, FileNotFoundError)) else None
+            if blocker:
+                why = f"{blocker!r} is a file, not a folder"
+            raise ProblemFileError(f"cannot write problem file {path!r}: {why}") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TokenProblem":
@@ -236,7 +255,7 @@ class TokenProblem:
         is missing, not an ``.npz`` archive, truncated, holds pickled objects, or
         does not describe a valid problem. Never unpickles anything.
         """
-        path = os.fspath(path)
+        path = input_file(path)
         data = _read_npz(path)
         fmt = data.get("format")
         if fmt is None or fmt.shape != () or str(fmt) != FILE_FORMAT:
@@ -332,23 +351,218 @@ class ProblemBatch:
         return cls(np.stack([p.X for p in problems]), queries, stacked("Y"), stacked("v"), stacked("W"), first.mode, problems)
 
 
-def _read_npz(path: str) -> dict:
-    """Read every array of an ``.npz`` file without pickle, mapping failures to ProblemFileError."""
-    if not os.path.exists(path):
-        raise ProblemFileError(f"no such file: {path!r}")
+def _frozen_copy(arr: np.ndarray) -> np.ndarray:
+    """A private C-contiguous copy of ``arr``, marked read-only (never a view of the caller's data)."""
+    out = np.array(arr, dtype=np.float64, order="C", copy=True)
+    out.setflags(write=False)
+    return out
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _prefix(label: str) -> str:
+    return f"{label}: " if label else ""
+
+
+def file_in_path(path: str) -> str | None:
+    """The first existing ancestor folder of ``path`` when it is a regular file (a path through a file), else None."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and parent != os.path.dirname(parent) and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return parent if os.path.isfile(parent) else None
+
+
+def input_file(path, label: str = "", what: str = "file") -> str:
+    """Check that ``path`` names an existing regular file; :class:`ProblemFileError` saying what is wrong otherwise.
+
+    ``label`` (e.g. ``"--select"``) starts the message, ``what`` names the file in it. Catches an empty path, a NUL
+    character, a folder, a missing file and a path that runs through a regular file.
+    """
+    pre = _prefix(label)
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise ProblemFileError(f"{pre}expected a file path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not path.strip():
+        raise ProblemFileError(f"{pre}expected a file path, got an empty path ''")
+    if "\0" in path:
+        raise ProblemFileError(f"{pre}expected a file path without NUL characters, got {path!r}")
     if os.path.isdir(path):
-        raise ProblemFileError(f"{path!r} is a directory, expected an .npz file")
+        raise ProblemFileError(f"{pre}{path!r} is a directory, expected a file")
+    if not os.path.exists(path):
+        blocker = file_in_path(path)
+        if blocker:
+            raise ProblemFileError(f"{pre}no such {what}: {path!r} ({blocker!r} is a file, not a folder)")
+        raise ProblemFileError(f"{pre}no such {what}: {path!r}")
+    if not os.path.isfile(path):
+        raise ProblemFileError(f"{pre}{path!r} is not a regular file")
+    return path
+
+
+def _npy_header(fh, where: str, pre: str) -> tuple[tuple, np.dtype, int, int]:
+    """``(shape, dtype, data bytes, header bytes)`` of the ``.npy`` stream ``fh``, read without its data.
+
+    Refuses object dtypes (they would need unpickling) and sizes that do not fit in
+    memory arithmetic, with :class:`ProblemFileError` naming ``where``.
+    """
+    fmt = np.lib.format
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not hasattr(archive, "files"):
-                raise ProblemFileError(f"{path!r} is a bare .npy array, expected an .npz archive")
-            return {key: archive[key] for key in archive.files}
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(fh)
+        else:
+            from numpy.lib import _format_impl
+
+            shape, _, dtype = _format_impl._read_array_header(fh, version)
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError, AttributeError) as exc:
+        raise ProblemFileError(f"{pre}{where} is corrupt, truncated or not a NumPy array: {exc}") from None
+    if dtype.hasobject:
+        raise ProblemFileError(f"{pre}{where} holds Python objects: reading it would need unpickling, which attnsvm "
+                               "refuses (expected an .npz archive of plain arrays)")
+    if any(int(k) < 0 for k in shape):
+        raise ProblemFileError(f"{pre}{where} declares a negative dimension in its shape {shape}")
+    count = 1
+    for k in shape:
+        count *= int(k)  # Python integers: a shape whose product overflows int64 is caught below
+    nbytes = count * dtype.itemsize
+    if count >= 2**63 or nbytes >= 2**63:
+        raise ProblemFileError(f"{pre}{where} declares the shape {shape}, whose size overflows 64-bit integers")
+    return tuple(int(k) for k in shape), dtype, nbytes, fh.tell()
+
+
+def _require_file_memory(nbytes: float, path: str, pre: str, detail: str) -> None:
+    from .memory import require_memory
+
+    require_memory(nbytes, f"{pre}reading {path!r} ({detail})",
+                   hint="the file declares more data than fits; check that it is the right file, or raise "
+                        "--max-memory / ATTNSVM_MAX_MEMORY")
+
+
+def _zip_errors():
+    import zlib
+
+    return (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, KeyError, ValueError,
+            NotImplementedError, RuntimeError)
+
+
+def npz_headers(path: str, label: str = "") -> dict:
+    """Shapes and sizes declared by the members of an ``.npz`` archive, read without their data.
+
+    Returns ``{name: (shape, dtype, nbytes)}`` (``name`` without ``.npy``). Raises
+    :class:`ProblemFileError` if the archive is corrupt, holds something else than ``.npy``
+    members, pickled objects, or a member whose declared data exceeds what it holds.
+    """
+    pre = _prefix(label)
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                if not info.filename.endswith(".npy"):
+                    raise ProblemFileError(f"{pre}{path!r} holds {info.filename!r}, which is not a .npy array member")
+                name = info.filename[:-4]
+                if name in out:
+                    raise ProblemFileError(f"{pre}{path!r} holds the member {info.filename!r} twice")
+                where = f"{path!r} member {info.filename!r}"
+                with zf.open(info) as fh:
+                    shape, dtype, nbytes, header = _npy_header(fh, where, pre)
+                if info.file_size < header + nbytes:
+                    raise ProblemFileError(f"{pre}{where} is truncated or corrupt: it declares the shape {shape} "
+                                           f"({header + nbytes} bytes) but holds {info.file_size} bytes")
+                out[name] = (shape, dtype, nbytes)
     except ProblemFileError:
         raise
-    except ValueError as exc:
-        msg = str(exc)
-        if "pickle" in msg.lower():
-            raise ProblemFileError(f"{path!r} is not an .npz archive of plain arrays (reading it would need unpickling, which attnsvm refuses)") from None
-        raise ProblemFileError(f"{path!r} is corrupt or not an .npz archive: {msg}") from None
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
-        raise ProblemFileError(f"{path!r} is corrupt, truncated or not an .npz archive: {exc}") from None
+    except _zip_errors() as exc:
+        raise ProblemFileError(f"{pre}{path!r} is corrupt, truncated or not an .npz archive: {exc}") from None
+    return out
+
+
+def _npz_read(path: str, names, label: str = "") -> dict:
+    """Read the members ``names`` of an ``.npz`` archive (headers already checked by :func:`npz_headers`)."""
+    pre = _prefix(label)
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for name in names:
+                with zf.open(name + ".npy") as fh:
+                    out[name] = np.lib.format.read_array(fh, allow_pickle=False)
+    except _zip_errors() as exc:
+        raise ProblemFileError(f"{pre}{path!r} is corrupt or truncated: {exc}") from None
+    return out
+
+
+def read_npy(path: str, label: str = "", factor: float = 1.0) -> np.ndarray:
+    """Read a bare ``.npy`` file safely (no pickle; declared size checked against the memory limit first)."""
+    pre = _prefix(label)
+    with open(path, "rb") as fh:
+        shape, dtype, nbytes, header = _npy_header(fh, repr(path), pre)
+        size = os.fstat(fh.fileno()).st_size
+        if size < header + nbytes:
+            raise ProblemFileError(f"{pre}{path!r} is truncated or corrupt: it declares the shape {shape} "
+                                   f"({header + nbytes} bytes) but holds {size} bytes")
+        _require_file_memory(factor * nbytes, path, pre, f"an array of shape {shape}")
+        fh.seek(0)
+        try:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise ProblemFileError(f"{pre}{path!r} is corrupt or truncated: {exc}") from None
+
+
+def file_kind(path: str) -> str:
+    """``"npz"``, ``"npy"`` or ``"other"`` from the file's first bytes (never from its name)."""
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    if head[:4] in _ZIP_MAGICS:
+        return "npz"
+    if head == _NPY_MAGIC:
+        return "npy"
+    return "other"
+
+
+def read_npz(path, label: str = "", factor: float = 1.0, first=(), check_first=None) -> dict:
+    """Every array of an ``.npz`` file, read safely, mapping every failure to :class:`ProblemFileError`.
+
+    Never unpickles; checks the declared sizes (times ``factor``: copies the caller will
+    make) against the package's memory limit before decompressing anything, so a zip bomb
+    or a header declaring 1e12 elements is refused with a clear error. The members ``first``
+    are read before the others and passed to ``check_first`` (e.g. to check a format tag
+    before decompressing large arrays).
+    """
+    path = input_file(path, label)
+    pre = _prefix(label)
+    try:
+        kind = file_kind(path)
+    except OSError as exc:
+        raise ProblemFileError(f"{pre}cannot read {path!r}: {exc.strerror or exc}") from None
+    if kind == "npy":
+        raise ProblemFileError(f"{pre}{path!r} is a bare .npy array, expected an .npz archive")
+    if kind != "npz":
+        raise ProblemFileError(f"{pre}{path!r} is corrupt, truncated or not an .npz archive (it does not start "
+                               "with the zip signature)")
+    headers = npz_headers(path, label)
+    early = [k for k in first if k in headers and headers[k][2] <= 1 << 20]
+    data = _npz_read(path, early, label)
+    if check_first is not None:
+        check_first(data)
+    total = sum(h[2] for h in headers.values())
+    _require_file_memory(factor * total, path, pre, f"arrays declared: {', '.join(f'{k} {h[0]}' for k, h in headers.items())}")
+    data.update(_npz_read(path, [k for k in headers if k not in data], label))
+    return data
+
+
+def _read_npz(path: str) -> dict:
+    """Every array of a problem file (see :func:`read_npz`); 2 x the declared size must fit (the
+    arrays and the problem's own float64 copies)."""
+    return read_npz(path, factor=2.0, first=("format", "version"), check_first=lambda d: _check_tag(path, d))
+
+
+def _check_tag(path: str, data: dict) -> None:
+    fmt = data.get("format")
+    if fmt is None or fmt.shape != () or str(fmt) != FILE_FORMAT:
+        raise ProblemFileError(f"{path!r} is not an attnsvm problem file (missing format tag {FILE_FORMAT!r})")

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validate import as_float_array
+from ._validate import as_float_array, check_number
 from .errors import ValidationError
 from .problem import TokenProblem
 
@@ -50,7 +50,32 @@ def scores(problem_or_X, Y=None, v=None) -> np.ndarray:
     gamma : ndarray (n, T), float64
     """
     X, Y, v = _resolve(problem_or_X, Y, v)
-    return Y[:, None] * (X @ v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gamma = Y[:, None] * (X @ v)
+    if not np.all(np.isfinite(gamma)):
+        raise ValidationError(
+            f"the scores Y_i v^T x_it overflow float64 (largest |x| = {float(np.abs(X).max()):.3g}, "
+            f"largest |v| = {float(np.abs(v).max()):.3g}): rescale X or v (optimal_tokens compares the "
+            "scores in a scaled space and still works)")
+    return gamma
+
+
+#: rows whose largest |score| is below this are recomputed in a scaled space (subnormal range)
+_TINY_SCORE = float(np.ldexp(1.0, -960))
+
+
+def _scaled_rows(X: np.ndarray, Y: np.ndarray, v: np.ndarray, rows: np.ndarray):
+    """Scores of ``rows`` computed with power-of-two scalings (exact, no overflow or underflow).
+
+    Returns ``gamma_s (k, T)`` and the integer exponents ``e (k,)`` with
+    ``gamma[rows] = gamma_s * 2**e`` in exact arithmetic.
+    """
+    Xr = X[rows]
+    _, ex = np.frexp(np.abs(Xr).max(axis=(1, 2)))
+    _, ev = np.frexp(np.abs(v).max())
+    Xs = np.ldexp(Xr, -ex[:, None, None])
+    vs = np.ldexp(v, -ev)
+    return Y[rows, None] * (Xs @ vs), ex.astype(np.int64) + int(ev)
 
 
 @dataclass(frozen=True)
@@ -67,9 +92,14 @@ class OptimalTokens:
         Whether more than one token is (numerically) optimal.
     gap : (n,) float
         Best score minus the best score among the non-tied tokens
-        (``inf`` if every token is tied). Positive whenever the maximum is unique.
+        (``inf`` if every token is tied, or if the gap exceeds the float64 range).
+        Positive whenever the maximum is unique.
     tol : float
-        The tolerance used: t is tied when ``gamma_max - gamma_t <= tol * max(1, |gamma_max|)``.
+        The tolerance used: t is tied when ``gamma_max - gamma_t <= tol * max(1, |gamma_max|)``
+        (an absolute tolerance for scores below 1 in magnitude).
+
+    Scores that overflow float64 (or underflow to the subnormal range) are compared in a
+    scaled space ``gamma_i / 2**e_i`` (power-of-two scaling, exact), with the same rule.
     """
 
     index: np.ndarray
@@ -98,20 +128,37 @@ def optimal_tokens(problem_or_gamma, tol: float = 1e-9) -> OptimalTokens:
     tol : float, >= 0
         Relative tolerance for ties (see :class:`OptimalTokens`).
     """
-    if not (isinstance(tol, (int, float, np.floating)) and np.isfinite(tol) and tol >= 0):
-        raise ValidationError(f"tol must be a finite number >= 0, got {tol!r}")
+    tol = check_number(tol, "tol", low=0.0)
     if isinstance(problem_or_gamma, TokenProblem):
-        gamma = scores(problem_or_gamma)
+        X, Y, v = _resolve(problem_or_gamma, None, None)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            gamma = Y[:, None] * (X @ v)
+        # rows whose scores overflow, or underflow towards the subnormal range, are compared
+        # in a scaled space: gamma_i = gamma_s_i * 2**e_i (power-of-two scaling is exact)
+        big = np.abs(gamma).max(axis=1)
+        redo = np.flatnonzero(~np.isfinite(big) | ((big < _TINY_SCORE) & (np.abs(X).max(axis=(1, 2)) > 0)
+                                                   & (np.abs(v).max() > 0)))
     else:
         gamma = as_float_array(problem_or_gamma, "gamma", 2, "(n, T)")
         if gamma.shape[1] < 1:
             raise ValidationError("gamma must have at least one token: shape (n, T) with T >= 1")
+        redo = np.zeros(0, np.int64)
+    unit = np.ones(gamma.shape[0])          # 2**-e_i: the documented floor 1 in scaled units
+    expo = np.zeros(gamma.shape[0], np.int64)
+    if redo.size:
+        gamma = gamma.copy()
+        gamma[redo], expo[redo] = _scaled_rows(X, Y, v, redo)
+        with np.errstate(over="ignore"):
+            unit[redo] = np.ldexp(1.0, -expo[redo])
     best = gamma.max(axis=1)
-    slack = tol * np.maximum(1.0, np.abs(best))
+    with np.errstate(over="ignore", invalid="ignore"):
+        slack = tol * np.maximum(unit, np.abs(best)) if tol > 0 else np.zeros_like(best)   # 0 * inf is not 0
     tied = (best[:, None] - gamma) <= slack[:, None]
     index = np.argmax(gamma, axis=1)
     rest = np.where(tied, -np.inf, gamma).max(axis=1)
-    gap = best - rest
+    with np.errstate(over="ignore", invalid="ignore"):
+        gap = np.ldexp(best - rest, expo)   # an overflowing gap is +inf (IEEE rounding)
+    gap = np.where(np.isinf(rest), np.inf, gap)
     return OptimalTokens(index=index, tied=tied, has_tie=tied.sum(axis=1) > 1, gap=gap, tol=float(tol))
 
 
@@ -133,9 +180,17 @@ def nonlinear_scores(X, Y, h: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     Y = as_float_array(Y, "Y", 1, f"(n,) = ({n},)")
     if Y.shape != (n,):
         raise ValidationError(f"Y must have shape (n,) = ({n},), got {Y.shape}")
-    out = np.asarray(h(X.reshape(n * T, d)), dtype=np.float64)
+    if not callable(h):
+        raise ValidationError(f"h must be a callable mapping an array (N, d) to (N,), got {type(h).__name__}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        try:
+            out = np.asarray(h(X.reshape(n * T, d)), dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"h must map an array (N, d) to (N,) real values: {exc}") from None
     if out.shape not in ((n * T,), (n * T, 1)):
         raise ValidationError(f"h must map an array (N, d) to (N,), got output shape {out.shape} for N = {n * T}")
+    if not np.all(np.isfinite(out)):
+        raise ValidationError("h returned NaN or inf for some tokens (overflow?): rescale X or the head")
     return Y[:, None] * out.reshape(n, T)
 
 
@@ -152,8 +207,7 @@ def relu_head(V) -> Callable[[np.ndarray], np.ndarray]:
 def lambda_head(v, lam: float) -> Callable[[np.ndarray], np.ndarray]:
     """The lambda head ``h(a) = v^T a - lam ||a||^2``; v: (d,)."""
     v = as_float_array(v, "v", 1, "(d,)")
-    if not (np.isfinite(lam) and lam >= 0):
-        raise ValidationError(f"lam must be a finite number >= 0, got {lam!r}")
+    lam = check_number(lam, "lam", low=0.0)
 
     def h(A):
         return A @ v - lam * np.einsum("...d,...d->...", A, A)
@@ -175,11 +229,19 @@ def simplex_projection(y) -> np.ndarray:
     With orthonormal tokens the lambda head gives ``h(X^T s) = gamma^T s - lam ||s||^2``,
     whose maximizer over the simplex is ``simplex_projection(gamma / (2 lam))``.
     """
-    y = np.asarray(y, dtype=np.float64)
+    try:
+        y = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValidationError("y must be a real array of shape (..., T)") from None
     if y.ndim < 1 or y.shape[-1] < 1:
         raise ValidationError("y must have shape (..., T) with T >= 1")
     if not np.all(np.isfinite(y)):
         raise ValidationError("y must be finite")
+    # the projection is invariant to shifting a row: subtract the row maximum; entries more
+    # than 1 below it are never in the support (theta >= max - 1), so clipping them to -2
+    # changes nothing and keeps every sum finite whatever the magnitudes
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.maximum(y - y.max(axis=-1, keepdims=True), -2.0)
     u = -np.sort(-y, axis=-1)
     css = np.cumsum(u, axis=-1) - 1.0
     k = np.arange(1, y.shape[-1] + 1)

@@ -34,6 +34,16 @@ Fast paths (closed form, ``bitwise=False``, GD / NGD, v frozen, param W or KQ):
   W-space update up to rounding (~1e-13 relative after 2000 steps).
 * KQ (and W with many tokens) updates the parameters with a few batched products per
   step (``Q^T z`` reused for ``grad_K = U^T Z Q``, no ``K Q^T`` except at records).
+
+Nothing silently non-finite: every numeric argument is checked at the boundary (finite, in
+range; :class:`~attnsvm.errors.ValidationError` naming it), and every step checks the
+gradient norms the optimizer uses (in the same host sync as the saturation flag, so no extra
+sync): the first non-finite one stops training with :class:`~attnsvm.errors.NonFiniteError`
+naming the run, its seed and the step. The exponential loss's gradient is carried with a
+per-run log-scale (:func:`attnsvm.losses.margin_loss_grad_scaled`), so normalized GD trains
+exactly at margins far below -709 where ``e^{-u}`` overflows; GD and Adam need the true
+gradient and stop with NonFiniteError once it exceeds float64. Recorded ``loss`` and
+``grad_norm`` are ``+inf`` where their true value exceeds float64 (never NaN).
 """
 
 from __future__ import annotations
@@ -41,13 +51,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import math
+
 import numpy as np
 import torch
 
-from .errors import ValidationError
-from .losses import MARGIN_LOSSES, check_loss, margin_loss, margin_loss_grad, sample_losses
+from .errors import NonFiniteError, ValidationError
+from . import losses as _losses
+from .losses import (
+    MARGIN_LOSSES, apply_log_scale, check_loss, exp_shift, margin_loss, margin_loss_grad,
+    margin_loss_grad_scaled, sample_losses,
+)
 from .models import (
-    DTYPE, AttentionModel, MatrixHead, causal_mask, closed_form_step, combine, fsum, has_token_form,
+    DTYPE, AttentionModel, MatrixHead, causal_mask, closed_form_step, combine, finite_tensor, fsum, has_token_form,
     token_form, token_scores,
 )
 from .problem import ProblemBatch, TokenProblem
@@ -66,10 +82,11 @@ class TrainResult:
     Attributes
     ----------
     steps : (C,) int -- number of updates done at each checkpoint (0 = init)
-    loss : (R, C) -- mean training loss
+    loss : (R, C) -- mean training loss (``+inf`` where it exceeds float64: exponential loss)
     softmax : (R, C, n, T) -- attention maps (sequence training: (R, C, n, T, T), [query, key])
     norm : (R, C) -- ``||W||_F`` (param W / KQ) or ``||p||`` (param p)
-    grad_norm : (R, C) -- norm of the loss gradient in W (or p), ridge excluded
+    grad_norm : (R, C) -- norm of the loss gradient in W (or p), ridge excluded (``+inf`` where it
+        exceeds float64)
     W : (R, C, d, d) combined weights (``K Q^T`` for KQ); None for param "p"
     K, Q : (R, C, d, m) for param "KQ", else None
     p : (R, C, d) for param "p", else None
@@ -120,10 +137,62 @@ class TrainResult:
 # --------------------------------------------------------------------- helpers
 
 
-def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not (np.isfinite(eps) and eps > 0):
-        raise ValidationError(f"eps must be a finite number > 0 (it guards normalized GD against a zero gradient), got {eps!r}")
-    return float(eps)
+def _real(x, name, expected) -> float:
+    """``x`` as a float (Python / numpy / 0-d numbers; no bool, str or complex), else ValidationError."""
+    try:
+        f = None if isinstance(x, (bool, np.bool_, str, bytes)) else float(x)
+    except (TypeError, ValueError):
+        f = None
+    if f is None:
+        raise ValidationError(f"{name} must be {expected}, got {x!r}")
+    return f
+
+
+def _check_positive(x, name, why="") -> float:
+    """A finite number > 0."""
+    f = _real(x, name, f"a finite number > 0{why}")
+    if not (np.isfinite(f) and f > 0):
+        raise ValidationError(f"{name} must be a finite number > 0{why}, got {x!r}")
+    return f
+
+
+def _check_lr(lr) -> float:
+    return _check_positive(lr, "lr", " (the step size)")
+
+
+def _check_eps(eps, optimizer="ngd") -> float:
+    """NGD's epsilon: finite > 0; the other optimizers do not use it (finite >= 0 accepted)."""
+    if optimizer == "ngd":
+        return _check_positive(eps, "eps", " (it guards normalized GD against a zero gradient)")
+    f = _real(eps, "eps", "a finite number >= 0")
+    if not (np.isfinite(f) and f >= 0):
+        raise ValidationError(f"eps must be a finite number >= 0, got {eps!r}")
+    return f
+
+
+def _check_ridge(ridge, param) -> float:
+    """None -> machine epsilon for KQ, 0 otherwise; else a finite number >= 0 (only KQ may be nonzero)."""
+    if ridge is None:
+        return EPS if param == "KQ" else 0.0
+    f = _real(ridge, "ridge", "None or a finite number >= 0")
+    if not (np.isfinite(f) and f >= 0):
+        raise ValidationError(f"ridge must be None or a finite number >= 0, got {ridge!r}")
+    if f and param != "KQ":
+        raise ValidationError("ridge applies to the (K, Q) parameterization only")
+    return f
+
+
+def _check_betas(betas) -> tuple:
+    """Adam's (beta1, beta2), each a number in [0, 1)."""
+    if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+        raise ValidationError(f"betas must be a pair (beta1, beta2) of numbers in [0, 1), got {betas!r}")
+    out = []
+    for i, b in enumerate(betas):
+        f = _real(b, f"betas[{i}]", "a number in [0, 1)")
+        if not (0.0 <= f < 1.0):
+            raise ValidationError(f"betas[{i}] must be a number in [0, 1) (Adam's moment decay), got {b!r}")
+        out.append(f)
+    return tuple(out)
 
 
 def _check_int(x, name, minimum):
@@ -132,20 +201,34 @@ def _check_int(x, name, minimum):
     return int(x)
 
 
+def _integral(x, name, minimum) -> int:
+    """An integer >= minimum; integral floats (3.0) are accepted, 2.5 / NaN / inf / bool are not."""
+    if isinstance(x, (bool, np.bool_)):
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    if isinstance(x, (int, np.integer)):
+        return _check_int(x, name, minimum)
+    f = _real(x, name, f"an integer >= {minimum}")
+    if not (np.isfinite(f) and f == np.floor(f) and f >= minimum):
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    return int(f)
+
+
 def _seeds(seed, R):
     if isinstance(seed, (list, tuple, np.ndarray)):
-        seeds = [int(s) for s in seed]
-        if len(seeds) != R:
-            raise ValidationError(f"seed list must give one seed per run ({R}), got {len(seeds)}")
+        seeds = [_integral(s, f"seed[{i}]", 0) for i, s in enumerate(np.asarray(seed, dtype=object).ravel())]
+        if np.ndim(seed) != 1 or len(seeds) != R:
+            raise ValidationError(f"seed list must give one seed per run ({R}), got shape {np.shape(seed)}")
         return seeds
     return [_check_int(seed, "seed", 0) + r for r in range(R)]
 
 
 def _checkpoints(steps, record_every, checkpoints):
     if checkpoints is not None:
-        cps = sorted({int(c) for c in checkpoints})
-        if not cps or cps[0] < 0 or cps[-1] > steps:
-            raise ValidationError(f"checkpoints must lie in [0, steps={steps}]")
+        if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__iter__"):
+            raise ValidationError(f"checkpoints must be a list of integer steps in [0, steps={steps}], got {checkpoints!r}")
+        cps = sorted({_integral(c, f"checkpoints[{i}]", 0) for i, c in enumerate(checkpoints)})
+        if not cps or cps[-1] > steps:
+            raise ValidationError(f"checkpoints must be a non-empty list of steps in [0, steps={steps}], got {list(checkpoints)!r}")
         return np.array(cps, dtype=np.int64)
     every = _check_int(record_every, "record_every", 1)
     cps = list(range(0, steps + 1, every))
@@ -155,8 +238,14 @@ def _checkpoints(steps, record_every, checkpoints):
 
 
 def _per_run(arr, R, shape, name):
-    """Explicit initial array: ``shape`` (shared by all runs) or ``(R, *shape)``."""
-    t = torch.as_tensor(np.asarray(arr, dtype=np.float64), dtype=DTYPE)
+    """Explicit initial array: ``shape`` (shared by all runs) or ``(R, *shape)``, finite."""
+    try:
+        a = np.asarray(arr.detach().cpu() if isinstance(arr, torch.Tensor) else arr, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a real array of shape {tuple(shape)} or {(R, *shape)}") from None
+    if not np.all(np.isfinite(a)):
+        raise ValidationError(f"{name} must be finite (no NaN or inf)")
+    t = torch.as_tensor(a, dtype=DTYPE)
     if tuple(t.shape) == tuple(shape):
         return t.unsqueeze(0).expand(R, *shape).clone()
     if tuple(t.shape) == (R, *shape):
@@ -202,32 +291,68 @@ def run_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(fsum(f * f))
 
 
+def robust_norm(x: torch.Tensor, lead: int = 1) -> torch.Tensor:
+    """Euclidean norm over all but the ``lead`` leading axes, free of overflow and underflow.
+
+    x : (*L, ...) -> (*L,). Each object is scaled by the exact power of two that brings its largest
+    entry into [0.5, 1) before squaring (so entries near 1e+-200 keep their norm); equal to the plain
+    norm wherever that does not overflow or underflow. Used when a plain norm came out 0 or inf.
+    """
+    f = x.reshape(*x.shape[:lead], -1)
+    e = torch.frexp(f.abs().amax(-1)).exponent
+    return torch.ldexp(torch.linalg.vector_norm(torch.ldexp(f, -e.unsqueeze(-1)), dim=-1), e)
+
+
+def _norm_at_record(x: torch.Tensor, nrm: torch.Tensor, lead: int = 1) -> torch.Tensor:
+    """The plain norms ``nrm`` of x, or :func:`robust_norm` when one came out 0, inf or NaN (records only)."""
+    if math.isfinite(nrm.log().sum().item()):
+        return nrm
+    return robust_norm(x, lead)
+
+
+def _true_norms(nrm: torch.Tensor, log_scale) -> torch.Tensor:
+    """Norms (R,) or (P, R) of scaled gradients times ``exp(log_scale)`` (R,) (zeros stay 0; +inf beyond float64)."""
+    if log_scale is None:
+        return nrm
+    return torch.where(nrm == 0, nrm, nrm * torch.exp(log_scale))
+
+
 class _Optimizer:
     """GD / normalized GD / Adam acting in place on (R, ...) tensors, per run and per parameter."""
 
     def __init__(self, kind, lr, eps, betas, adam_eps, bitwise=False):
         if kind not in OPTIMIZERS:
             raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
-        if not (np.isfinite(lr) and lr > 0):
-            raise ValidationError(f"lr must be a finite number > 0, got {lr!r}")
+        lr = _check_lr(lr)
         self.kind, self.lr, self.eps, self.betas, self.adam_eps = kind, float(lr), float(eps), betas, adam_eps
         self.state = {}
         self.t = 0
         self.norm = run_norm if bitwise else (lambda g: torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1))
 
     def _run_norm(self, g):
-        return self.norm(g).reshape((-1,) + (1,) * (g.ndim - 1))
+        return self._per_run(self.norm(g), g)
 
-    def step(self, params, grads, lr=None, norms=None):
+    @staticmethod
+    def _per_run(x, g):
+        """(R,) -> (R, 1, ...) broadcasting against g (R, ...)."""
+        return x.reshape((-1,) + (1,) * (g.ndim - 1))
+
+    def step(self, params, grads, lr=None, norms=None, log_scale=None):
+        """One update. ``log_scale`` (R,) or None: the true gradients are ``grads * exp(log_scale)``
+        (scaled exponential-loss gradients); NGD uses the direction, GD and Adam the true values.
+        ``norms`` {name: (R,)}: NGD's gradient norms if already computed."""
         lr = self.lr if lr is None else lr
         self.t += 1
         for name, g in grads.items():
             x = params[name]
             if self.kind == "gd":
-                x.sub_(lr * g)
+                x.sub_(lr * apply_log_scale(g, log_scale))
             elif self.kind == "ngd":
-                x.sub_(g * (lr / (self._run_norm(g) + self.eps)))
+                eps = self.eps if log_scale is None else self._per_run(_ngd_eps(self.eps, log_scale), g)
+                nrm = self._run_norm(g) if norms is None else self._per_run(norms[name], g)
+                x.sub_(g * (lr / (nrm + eps)))
             else:
+                g = apply_log_scale(g, log_scale)
                 b1, b2 = self.betas
                 if name not in self.state:
                     self.state[name] = (torch.zeros_like(x), torch.zeros_like(x))
@@ -252,7 +377,9 @@ class _Data:
 
 
 def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwise=False):
-    """Returns (grad_fn, main_name, model): grad_fn() -> dict(loss (R,), s, grads {name: tensor}).
+    """Returns (grad_fn, main_name, model): grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad,
+    log_scale). ``log_scale`` (R,) or None: the true gradients are ``grads * exp(log_scale)`` (the
+    exponential loss's gradients are returned scaled so that they cannot overflow).
 
     ``params`` maps names to the tensors that the optimizer updates in place.
     """
@@ -279,7 +406,7 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
             out = closed_form_step(
                 data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
                 p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=loss,
-                want_v=train_v, bitwise=bitwise, **fixed,
+                want_v=train_v, bitwise=bitwise, scaled=True, **fixed,
             )
             grads = {}
             if param == "W":
@@ -290,7 +417,8 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
                 grads["p"] = out["gp"]
             if train_v:
                 grads["v"] = out["gv"]
-            return {"loss": out["loss"], "s": out["s"], "grads": grads, "main_grad": out.get("G", out.get("gp"))}
+            return {"loss": out["loss"], "s": out["s"], "grads": grads, "main_grad": out.get("G", out.get("gp")),
+                    "log_scale": out.get("log_scale")}
 
         return grad_fn, None
 
@@ -304,9 +432,15 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
     def grad_fn():
         for prm in model.parameters():
             prm.grad = None
+        log_scale = None
         with torch.enable_grad():
             out = model(data.X, queries=data.queries, keys=data.keys, mask=data.mask)
-            per_pos = sample_losses(out, data.Y, loss)
+            if loss == "exponential":  # e^{-u - shift}: the gradients come out divided by e^{shift}
+                u = data.Y * out
+                log_scale = exp_shift(u.detach(), loss)
+                per_pos = torch.exp(-u - log_scale.unsqueeze(-1))
+            else:
+                per_pos = sample_losses(out, data.Y, loss)
             if loss == "cross_entropy":  # mean over the positions that have a target (-1 = ignored)
                 per_run = per_pos.sum(-1) / (data.Y != -1).sum(-1).clamp(min=1)
             else:
@@ -319,7 +453,8 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
             main_grad = G if G is not None else torch.zeros_like(model.last_W)
         else:
             main_grad = grads[main]
-        return {"loss": per_run.detach(), "s": model.softmax.detach(), "grads": grads, "main_grad": main_grad}
+        return {"loss": apply_log_scale(per_run.detach(), log_scale), "s": model.softmax.detach(), "grads": grads,
+                "main_grad": main_grad, "log_scale": log_scale}
 
     return grad_fn, model
 
@@ -343,8 +478,9 @@ class _Recorder:
     :meth:`result` returns them run-major (R, C, ...).
     """
 
-    def __init__(self, steps, cps, R, N, T, params, record_v):
+    def __init__(self, steps, cps, R, N, T, params, record_v, seeds=None, what="training run"):
         C = len(cps)
+        self.cps, self.seeds, self.what = cps, seeds, what
         self.want = np.zeros(steps + 1, dtype=bool)
         self.want[cps] = True
         self.rec = {
@@ -357,14 +493,58 @@ class _Recorder:
                 self.rec[k] = torch.empty((C, R) + tuple(x.shape[1:]), dtype=DTYPE)
         self.sat_step = torch.full((R,), -1, dtype=torch.int64)
         self.nonzero = torch.ones(R, dtype=torch.bool)
+        self.R = R
         self.c = 0
 
-    def moving(self, k, nonzero):
-        """``nonzero`` (R,) bool: the loss gradient of the run is not exactly zero at step k."""
+    def check(self, k, nrm, loss=None, log_scale=None, exact=None):
+        """Step k's gradient norms ``nrm`` (R,) or (P, R) (P parameter groups); returns them, corrected.
+
+        Flags exactly-zero loss gradients (saturation) and raises :class:`NonFiniteError` at the first
+        non-finite norm (NaN/inf parameters, head outputs or data reach the gradient; an overflowing
+        gradient) or NaN ``loss`` (R,) when given. ``log_scale`` (R,): judge the true norms
+        ``nrm * exp(log_scale)`` (GD and Adam step with the true gradient; NGD passes None: its step is
+        scale-free). ``exact``: callable recomputing ``nrm`` free of overflow/underflow (see
+        :func:`robust_norm`), called only when a norm came out 0, inf or NaN, so that a gradient of
+        1e-200 is not taken for exactly zero nor one of 1e200 for infinite; the corrected norms are
+        returned.
+
+        One host sync per step, the one the saturation flag needed anyway: the common case (every norm
+        in (0, inf), no NaN loss) is one reduction, ``sum(log(nrm))`` finite (each log is then within
+        [-745, 710], so the sum cannot overflow).
+        """
+        judged = _true_norms(nrm, log_scale)
+        quick = judged.log().sum()
+        if loss is not None:
+            quick = quick + loss.sum()  # a NaN (or an inf loss: checked precisely below) makes it non-finite
+        if math.isfinite(quick.item()):
+            self.nonzero = None  # every run moving
+            return nrm
+        if exact is not None and not bool(((nrm > 0) & (nrm < math.inf)).all()):
+            nrm = exact()  # 0, inf or NaN (e.g. inf - inf in a quadratic form) may be an overflow/underflow
+            judged = _true_norms(nrm, log_scale)
+        if judged.ndim == 2:
+            nonzero, finite = (judged != 0).any(0), torch.isfinite(judged).all(0)
+        else:
+            nonzero, finite = judged != 0, torch.isfinite(judged)
+        if loss is not None:
+            finite = finite & ~torch.isnan(loss)
         self.nonzero = nonzero
-        if not bool(nonzero.all()):
-            zero_now = ~nonzero
-            self.sat_step = torch.where((self.sat_step < 0) & zero_now, torch.full_like(self.sat_step, k), self.sat_step)
+        if bool((nonzero & finite).all()):
+            return nrm
+        if not bool(finite.all()):
+            bad = torch.nonzero(~finite).flatten().tolist()
+            r = bad[0]
+            col = judged.reshape(-1, judged.shape[-1])[:, r]
+            if bool(torch.isfinite(col).all()):
+                detail = "its loss is NaN"
+            elif bool(torch.isnan(col).any()):
+                detail = "its loss gradient is NaN"
+            else:
+                detail = "its loss gradient exceeds float64 (infinite norm)"
+            raise _diverged(self.what, r, k, self.seeds, detail, len(bad))
+        zero_now = ~nonzero
+        self.sat_step = torch.where((self.sat_step < 0) & zero_now, torch.full_like(self.sat_step, k), self.sat_step)
+        return nrm
 
     def put(self, loss, s, grad_norm, params):
         c = self.c
@@ -377,35 +557,71 @@ class _Recorder:
         self.c += 1
 
     def result(self):
+        # backstop (the per-step check normally fires first): recorded parameters and maps must be finite,
+        # the loss and gradient norm must not be NaN (+inf marks a value beyond float64)
+        for name, x in self.rec.items():
+            total = x.sum().item()  # one cheap pass; a finite (or, for loss / grad_norm, non-NaN) sum clears all
+            if math.isfinite(total) or (name in ("loss", "grad_norm") and not math.isnan(total)):
+                continue
+            bad = torch.isnan(x) if name in ("loss", "grad_norm") else ~torch.isfinite(x)
+            if bool(bad.any()):
+                per = bad.reshape(bad.shape[0], bad.shape[1], -1).any(-1)  # (C, R)
+                c, r = (int(i) for i in torch.nonzero(per)[0])
+                raise _diverged(self.what, r, int(self.cps[c]), self.seeds, f"its recorded {name} is non-finite",
+                                int(per.any(0).sum()), first=False)
         out = {k: x.transpose(0, 1).contiguous() for k, x in self.rec.items()}
-        out["saturated"] = ~self.nonzero
+        out["saturated"] = torch.zeros(self.R, dtype=torch.bool) if self.nonzero is None else ~self.nonzero
         out["saturated_step"] = self.sat_step
         return out
 
 
-def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v, bitwise):
+def _diverged(what, run, step, seeds, detail, count=1, first=True) -> NonFiniteError:
+    """The error of a run whose state became non-finite at ``step`` (number of updates done).
+
+    ``first``: ``step`` is the first non-finite step (per-step check); else the first recorded one.
+    """
+    seed = f" (seed {seeds[run]})" if seeds is not None else ""
+    others = f"; {count - 1} other run(s) too" if count > 1 else ""
+    where = f"at step {step}" if first else f"by recorded step {step}"
+    if step == 0:
+        hint = ("at the initial state: the data's logits or scores overflow float64, or the head returns NaN/inf; "
+                "rescale the data")
+    else:
+        hint = ((f"after {step} updates, finite before" if first else "first seen at a checkpoint")
+                + ": lower lr, rescale the data, use optimizer='ngd' (the exponential loss's gradient can exceed "
+                "float64 while its direction stays exact), or check the head")
+    return NonFiniteError(f"{what} {run}{seed} became non-finite {where}: {detail}{others} ({hint})",
+                          run=run, step=step)
+
+
+def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v, bitwise,
+              seeds=None):
     """The generic training loop (any engine, optimizer, parameterization); returns recorded torch tensors."""
     R, N, T, _ = data.X.shape
     opt = _Optimizer(optimizer, lr, eps, betas, adam_eps, bitwise)
-    rec = _Recorder(steps, cps, R, N, T, params, record_v)
+    rec = _Recorder(steps, cps, R, N, T, params, record_v, seeds)
     with torch.no_grad():
         for k in range(steps + 1):
             res = grad_fn()
-            grads = res["grads"]
-            gsq = None
-            for g in grads.values():
-                nrm = opt.norm(g)
-                gsq = nrm if gsq is None else gsq + nrm
-            rec.moving(k, gsq != 0)
+            grads, ls = res["grads"], res.get("log_scale")
+            names = list(grads)
+            gn = torch.stack([opt.norm(grads[nm]) for nm in names])  # (P, R) norms per parameter group
+            # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
+            gn = rec.check(k, gn, res["loss"], log_scale=None if optimizer == "ngd" else ls,
+                           exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
+            norms = dict(zip(names, gn))
             if rec.want[k]:
-                rec.put(res["loss"], res["s"], opt.norm(res["main_grad"]), params)
+                gm = _norm_at_record(res["main_grad"], opt.norm(res["main_grad"]))
+                rec.put(res["loss"], res["s"], _true_norms(gm, ls), params)
             if k == steps:
                 break
             if ridge:
                 grads = dict(grads)
+                r2 = (2.0 * ridge) if ls is None else (2.0 * ridge * torch.exp(-ls)).reshape(-1, 1, 1)
                 for name in ("K", "Q"):
-                    grads[name] = grads[name] + (2.0 * ridge) * params[name]
-            opt.step(params, grads)
+                    grads[name] = grads[name] + r2 * params[name]
+                norms = None
+            opt.step(params, grads, norms=norms, log_scale=ls)
     return rec.result()
 
 
@@ -438,12 +654,20 @@ class _Weights:
         self.form, self.Y, self.mask, self.loss = form, Y, mask, loss
         self.Yc = Y.unsqueeze(-1)
         self.gamma = None if form.fixed is None else self._masked(self.Yc * form.fixed)
+        # the linear head's u = s^T gamma is a convex combination of fixed scores: if no -gamma exceeds the
+        # shift threshold, e^{-u} never needs the log-scale and the plain derivative is used (no extra ops)
+        self.scaled = loss == "exponential" and (
+            self.gamma is None or bool((-self.gamma).amax() > _losses.EXP_SHIFT_AT))
 
     def _masked(self, gamma):
         return gamma if self.mask is None else gamma.masked_fill(~self.mask, 0.0)
 
     def __call__(self, s, top):
-        """s (R, n, T), top (R, n, 1) index of the largest s -> (u (R, n) signed outputs, c (R, n, T))."""
+        """s (R, n, T), top (R, n, 1) index of the largest s -> (u (R, n) signed outputs, c (R, n, T), log_scale).
+
+        ``log_scale`` (R,) or None: the true weights are ``c * exp(log_scale)`` (exponential loss, see
+        :func:`attnsvm.losses.margin_loss_grad_scaled`).
+        """
         if self.gamma is None:
             f, q = self.form(s)
             u = self.Y * f
@@ -456,11 +680,15 @@ class _Weights:
             m = (s * g).sum(-1, keepdim=True)
             u = (gtop + m).squeeze(-1)  # s^T gamma (to rounding, sum(s) = 1)
         n = s.shape[1]
+        log_scale = None
         if self.loss == "logistic":
             lp = torch.sigmoid(-u).mul_(-1.0 / n)
+        elif self.scaled:
+            lp, log_scale = margin_loss_grad_scaled(u, self.loss)
+            lp = lp.div_(n)
         else:
             lp = margin_loss_grad(u, self.loss).div_(n)
-        return u, g.sub_(m).mul_(s).mul_(lp.unsqueeze(-1))
+        return u, g.sub_(m).mul_(s).mul_(lp.unsqueeze(-1)), log_scale
 
 
 def _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
@@ -483,8 +711,35 @@ def _logits(Xb, Wz, R, N, T, d, hidden):
     return a
 
 
-def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, eps, ridge, cps):
-    """GD / NGD with closed-form gradients and frozen head: token-space W loop or direct W / KQ loop."""
+#: smallest positive normal float64: the floor of NGD's scaled epsilon (an underflow to 0 would make 0 / 0)
+TINY = float(np.finfo(np.float64).tiny)
+
+
+def _token_norm(c, H):
+    """``||G||_F = sqrt(c^T H c)`` per run (R,) from token weights c (R, N, T) and H (R, NT, NT), with c
+    scaled by an exact power of two so that the quadratic form neither overflows nor underflows."""
+    R = c.shape[0]
+    cf = c.reshape(R, 1, -1)
+    e = torch.frexp(cf.abs().amax(-1)).exponent  # (R, 1)
+    cs = torch.ldexp(cf, -e.unsqueeze(-1))
+    q = torch.bmm(torch.bmm(cs, H), cs.transpose(1, 2)).reshape(R).clamp_(min=0.0)
+    return torch.ldexp(q.sqrt_(), e.reshape(R))
+
+
+def _ngd_eps(eps, log_scale):
+    """NGD's denominator epsilon for scaled gradients: ``eps * exp(-log_scale)`` (R,), or eps itself.
+
+    Floored at :data:`TINY` so that an exactly-zero (saturated) gradient still gives a zero step.
+    """
+    return eps if log_scale is None else (eps * torch.exp(-log_scale)).clamp_(min=TINY)
+
+
+def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, eps, ridge, cps, seeds=None):
+    """GD / NGD with closed-form gradients and frozen head: token-space W loop or direct W / KQ loop.
+
+    With the exponential loss the per-token weights come scaled by ``exp(-log_scale)`` per run: NGD
+    steps along their (exact) direction, with eps scaled alike; GD multiplies them back.
+    """
     X, Y, Z, mask = data.X.contiguous(), data.Y, data.queries.contiguous(), data.mask
     R, N, T, d = X.shape
     weights = _Weights(token_form(head, X, data.v), Y, mask, loss)
@@ -492,7 +747,7 @@ def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, e
     XbT = Xb.transpose(1, 2).contiguous()  # (R N, d, T): U = X^T c as matrix-vector products (faster in MKL)
     hidden = None if mask is None else ~mask
     ngd = optimizer == "ngd"
-    rec = _Recorder(steps, cps, R, N, T, params, False)
+    rec = _Recorder(steps, cps, R, N, T, params, False, seeds)
 
     def record(u, s, grad_norm, values):
         rec.put(margin_loss(u, loss).mean(-1), s, grad_norm, values)
@@ -513,19 +768,22 @@ def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, e
             row = NT > 16
             for k in range(steps + 1):
                 s, top = _softmax_top(a)
-                u, c = weights(s, top)
+                u, c, ls = weights(s, top)
                 if row:
                     Hc = torch.bmm(c.reshape(R, 1, NT), H).reshape(R, N, T)
                 else:
                     Hc = torch.bmm(H, c.reshape(R, NT, 1)).reshape(R, N, T)
-                nrm = (c * Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F
-                rec.moving(k, nrm != 0)
+                nrm = (c * Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F (scaled by exp(-ls))
+                nrm = rec.check(k, nrm, log_scale=None if ngd else ls, exact=lambda: _token_norm(c, H))
                 if rec.want[k]:
                     U = torch.bmm(XbT, acc.reshape(R * N, T, 1)).reshape(R, N, d)
-                    record(u, s, nrm, {"W": W0 - torch.bmm(U.transpose(1, 2), Z)})
+                    record(u, s, _true_norms(nrm, ls), {"W": W0 - torch.bmm(U.transpose(1, 2), Z)})
                 if k == steps:
                     break
-                fac = (lr / (nrm + eps)).reshape(R, 1, 1) if ngd else lr
+                if ngd:
+                    fac = (lr / (nrm + _ngd_eps(eps, ls))).reshape(R, 1, 1)
+                else:  # the true gradient is finite here (checked above)
+                    fac = lr if ls is None else (lr * torch.exp(ls)).reshape(R, 1, 1)
                 a.sub_(Hc.mul_(fac))
                 acc.add_(c.mul_(fac))
             return rec.result()
@@ -535,19 +793,19 @@ def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, e
             G = torch.empty_like(W)
             for k in range(steps + 1):
                 s, top = _softmax_top(_logits(Xb, torch.bmm(Z, W.transpose(1, 2)), R, N, T, d, hidden))
-                u, c = weights(s, top)
+                u, c, ls = weights(s, top)
                 U = torch.bmm(XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
                 torch.bmm(U.transpose(1, 2), Z, out=G)  # sum_i u_i z_i^T
                 nrm = run_norm_(G, (R,))
-                rec.moving(k, nrm != 0)
+                nrm = rec.check(k, nrm, log_scale=None if ngd else ls, exact=lambda: robust_norm(G))
                 if rec.want[k]:
-                    record(u, s, nrm, params)
+                    record(u, s, _true_norms(nrm, ls), params)
                 if k == steps:
                     break
                 if ngd:
-                    W.addcdiv_(G, nrm.add_(eps).reshape(R, 1, 1), value=-lr)
+                    W.addcdiv_(G, nrm.add_(_ngd_eps(eps, ls)).reshape(R, 1, 1), value=-lr)
                 else:
-                    W.add_(G, alpha=-lr)
+                    W.add_(apply_log_scale(G, ls), alpha=-lr)
             return rec.result()
 
         # KQ: K and Q live in one (2, R, d, m) tensor so the update is one set of ops
@@ -559,37 +817,46 @@ def _fast_loop(kind, data, params, head, loss, *, param, steps, lr, optimizer, e
         for k in range(steps + 1):
             ZQ = torch.bmm(Z, Q)  # rows Q^T z_i
             s, top = _softmax_top(_logits(Xb, torch.bmm(ZQ, K.transpose(1, 2)), R, N, T, d, hidden))
-            u, c = weights(s, top)
+            u, c, ls = weights(s, top)
             U = torch.bmm(XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
             torch.bmm(U.transpose(1, 2), ZQ, out=gK)  # G Q = U^T Z Q
             torch.bmm(Zt, torch.bmm(U, K), out=gQ)  # G^T K = Z^T U K
-            nrm = run_norm_(g, (2, R))
-            rec.moving(k, nrm.any(0))  # loss gradient in K or in Q nonzero
+            plain = run_norm_(g, (2, R))
+            # loss gradient in K or in Q nonzero; NGD uses the direction, GD the true norms
+            nrm = rec.check(k, plain, log_scale=None if ngd else ls, exact=lambda: robust_norm(g, 2))
             if rec.want[k]:
-                record(u, s, run_norm_(torch.bmm(U.transpose(1, 2), Z), (R,)), params)
+                GW = torch.bmm(U.transpose(1, 2), Z)
+                record(u, s, _true_norms(_norm_at_record(GW, run_norm_(GW, (R,))), ls), params)
             if k == steps:
                 break
             if ridge:
-                g.add_(KQ, alpha=2.0 * ridge)
-                if ngd:
-                    nrm = run_norm_(g, (2, R))
+                if ls is None:
+                    g.add_(KQ, alpha=2.0 * ridge)
+                else:  # the ridge gradient in the units of the scaled loss gradient
+                    g.add_(KQ * (2.0 * ridge * torch.exp(-ls)).reshape(1, R, 1, 1))
+                if ngd:  # the robust norm only where the plain one needed correcting
+                    nrm = run_norm_(g, (2, R)) if nrm is plain else robust_norm(g, 2)
             if ngd:
-                KQ.addcdiv_(g, nrm.add_(eps).reshape(2, R, 1, 1), value=-lr)
-            else:
+                e = eps if ls is None else _ngd_eps(eps, ls).reshape(1, R)
+                KQ.addcdiv_(g, nrm.add_(e).reshape(2, R, 1, 1), value=-lr)
+            elif ls is None:
                 KQ.add_(g, alpha=-lr)
+            else:
+                KQ.add_(apply_log_scale(g.transpose(0, 1), ls).transpose(0, 1), alpha=-lr)
         return rec.result()
 
 
 def _train_loop(data, params, head, loss, train_v, engine, bitwise, *, param, steps, lr, optimizer, eps, betas,
-                adam_eps, ridge, cps):
+                adam_eps, ridge, cps, seeds=None):
     """Picks the fast loop when it applies, else the generic grad_fn loop."""
     kind = _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise)
     if kind is not None:
         return _fast_loop(kind, data, params, head, loss, param=param, steps=steps, lr=lr, optimizer=optimizer,
-                          eps=eps, ridge=ridge, cps=cps)
+                          eps=eps, ridge=ridge, cps=cps, seeds=seeds)
     grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
     return _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
-                     betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise)
+                     betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise,
+                     seeds=seeds)
 
 
 def _prepare(problems, runs, param, head, train_v, loss):
@@ -704,29 +971,44 @@ def train(
         with (about 2x slower). False (default): BLAS contractions (and, for W with GD / NGD,
         the token-space loop); batched and one-by-one runs then agree to rounding (~1e-13
         relative after 2000 steps), not bitwise.
-    eps : NGD denominator epsilon; betas, adam_eps : Adam constants
+    eps : NGD denominator epsilon (finite, > 0); betas : Adam's (beta1, beta2) in [0, 1);
+        adam_eps : Adam's denominator epsilon (finite, > 0)
 
     Returns
     -------
     TrainResult
+
+    Raises
+    ------
+    ValidationError
+        a bad argument (named, with what was expected): e.g. ``lr`` NaN/inf/<= 0, a non-finite
+        ``init``, ``ridge`` NaN or < 0, ``steps`` not an integer >= 0, checkpoints outside [0, steps].
+    NonFiniteError
+        a run's state became non-finite (names the run, its seed and the first such step).
     """
-    batch, data = _prepare(problems, runs, param, head, train_v, loss)
     check_loss(loss)
-    steps = _check_int(steps, "steps", 0)
-    eps = _check_eps(eps) if optimizer == "ngd" else float(eps)
+    lr, steps, adam_eps, betas, optimizer = _check_common(lr, steps, optimizer, betas, adam_eps)
+    eps = _check_eps(eps, optimizer)
+    batch, data = _prepare(problems, runs, param, head, train_v, loss)
     R, n, T, d = data.X.shape
     seeds = _seeds(seed, R)
     m = d if m is None else _check_int(m, "m", 1)
-    ridge = (EPS if param == "KQ" else 0.0) if ridge is None else float(ridge)
-    if ridge and param != "KQ":
-        raise ValidationError("ridge applies to the (K, Q) parameterization only")
+    ridge = _check_ridge(ridge, param)
     cps = _checkpoints(steps, record_every, checkpoints)
     params = _init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
     rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                      optimizer=optimizer, eps=eps, betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps)
+                      optimizer=optimizer, eps=eps, betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, seeds=seeds)
     return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
+
+
+def _check_common(lr, steps, optimizer, betas=(0.9, 0.999), adam_eps=1e-8):
+    """Boundary checks shared by train() and train_sequence()."""
+    if optimizer not in OPTIMIZERS:
+        raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    adam_eps = _check_positive(adam_eps, "adam_eps", " (Adam's denominator epsilon)")
+    return _check_lr(lr), _check_int(steps, "steps", 0), adam_eps, _check_betas(betas), optimizer
 
 
 def train_sequence(
@@ -779,7 +1061,13 @@ def train_sequence(
     check_loss(loss)
     if param not in ("W", "KQ"):
         raise ValidationError(f"sequence training supports param 'W' or 'KQ', got {param!r}")
-    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=DTYPE)
+    lr, steps, _, _, optimizer = _check_common(lr, steps, optimizer)
+    eps = _check_eps(eps, optimizer)
+    ridge = _check_ridge(ridge, param)
+    try:
+        Xt = torch.as_tensor(np.array(X, dtype=np.float64), dtype=DTYPE)
+    except (TypeError, ValueError):
+        raise ValidationError("X must be a finite real array (n, T, d) or (R, n, T, d)") from None
     if Xt.ndim == 3:
         Xt = Xt.unsqueeze(0)
     if Xt.ndim != 4 or not torch.isfinite(Xt).all():
@@ -790,11 +1078,19 @@ def train_sequence(
         Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
     R, n, T, d = Xt.shape
     Yarr = np.asarray(Y)
+    if Yarr.dtype == object or not (np.issubdtype(Yarr.dtype, np.number) or Yarr.dtype == bool):
+        raise ValidationError(f"Y must be a numeric array (n, T) or (R, n, T), got dtype {Yarr.dtype}")
     if loss == "cross_entropy":
         if H is None:
             raise ValidationError("cross_entropy needs the output embedding H (d, V)")
-        Yt = torch.as_tensor(Yarr.astype(np.int64))
         head = MatrixHead(H)
+        if head.H.shape[-2] != d or (head.H.ndim == 3 and head.H.shape[0] != R):
+            raise ValidationError(f"H must have shape (d, V) = ({d}, V) or (R, d, V), got {tuple(head.H.shape)}")
+        V = head.H.shape[-1]
+        Yf = Yarr.astype(np.float64)
+        if not np.all((Yf == np.round(Yf)) & (Yf >= -1) & (Yf < V)):
+            raise ValidationError(f"Y must hold integer next-token targets in [0, V={V}) or -1 (ignored)")
+        Yt = torch.as_tensor(Yarr.astype(np.int64))
     else:
         Yt = torch.as_tensor(Yarr.astype(np.float64), dtype=DTYPE)
         if not torch.all(Yt.abs() == 1):
@@ -806,7 +1102,7 @@ def train_sequence(
         raise ValidationError(f"Y must have shape (n, T) = ({n}, {T}) or (R, n, T), got {tuple(Yarr.shape)}")
     vt = None
     if v is not None:
-        vt = torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=DTYPE)
+        vt = finite_tensor(v, "v", (1, 2), "(d,) or (R, d)").detach()
         vt = vt.expand(R, -1).clone() if vt.ndim == 1 else vt
         if tuple(vt.shape) != (R, d):
             raise ValidationError(f"v must have shape (d,) = ({d},) or (R, d)")
@@ -817,17 +1113,17 @@ def train_sequence(
     queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
     mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
     data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
-    steps = _check_int(steps, "steps", 0)
-    eps = _check_eps(eps) if optimizer == "ngd" else float(eps)
     seeds = _seeds(seed, R)
     m = d if m is None else _check_int(m, "m", 1)
-    ridge = (EPS if param == "KQ" else 0.0) if ridge is None else float(ridge)
     cps = _checkpoints(steps, record_every, checkpoints)
     params = _init_params(param, init, seeds, d, m)
     if train_v:
+        if data.v is None:
+            raise ValidationError("train_v=True needs a head v")
         params["v"] = data.v.clone()
     rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                      optimizer=optimizer, eps=eps, betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps)
+                      optimizer=optimizer, eps=eps, betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps,
+                      seeds=seeds)
     return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
 
 
@@ -871,15 +1167,28 @@ def regularization_path(
     The minimizers are approximate (first-order method); for large ``R * margin``
     (beyond ~35 in float64) the loss underflows and the path loses meaning.
 
+    Raises ValidationError for bad arguments (radii not finite/positive/increasing, lr, init,
+    steps_per_radius) and NonFiniteError (naming the run and radius) if a run becomes non-finite.
+
     Returns
     -------
     PathResult
     """
     if param not in ("W", "KQ"):
         raise ValidationError(f"regularization_path supports param 'W' or 'KQ', got {param!r}")
-    radii = np.asarray(radii, dtype=np.float64)
-    if radii.ndim != 1 or radii.size == 0 or np.any(radii <= 0) or np.any(np.diff(radii) <= 0):
-        raise ValidationError("radii must be a non-empty increasing list of positive numbers")
+    try:
+        radii = np.asarray(radii, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValidationError("radii must be a non-empty increasing list of finite positive numbers") from None
+    if radii.ndim != 1 or radii.size == 0 or not np.all(np.isfinite(radii)) or np.any(radii <= 0) \
+            or np.any(np.diff(radii) <= 0):
+        raise ValidationError(f"radii must be a non-empty increasing list of finite positive numbers, got {radii!r}")
+    lr = _check_lr(lr)
+    with np.errstate(over="ignore"):
+        first_step = lr * radii[-1]
+    if not np.isfinite(first_step):
+        raise ValidationError(f"lr * max(radii) must be finite (the first step of the largest radius), got {lr} * {radii[-1]}")
+    steps_per_radius = _check_int(steps_per_radius, "steps_per_radius", 0)
     check_loss(loss)
     batch, data = _prepare(problems, runs, param, None, False, loss)
     R, n, T, d = data.X.shape
@@ -913,9 +1222,15 @@ def regularization_path(
             project(rad)
             for k in range(steps_per_radius):
                 res = grad_fn()
-                opt.step(params, res["grads"], lr=lr * rad / np.sqrt(k + 1))
+                opt.step(params, res["grads"], lr=lr * rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
                 project(rad)
             res = grad_fn()
+            bad = ~torch.isfinite(torch.cat([x.reshape(R, -1) for x in params.values()], 1)).all(1) | torch.isnan(res["loss"])
+            if bool(bad.any()):  # one check per radius
+                r = int(torch.nonzero(bad)[0])
+                raise NonFiniteError(f"regularization path run {r} (seed {seeds[r]}) became non-finite at radius "
+                                     f"{rad:g} (index {j}, within its {steps_per_radius} steps); {int(bad.sum())} run(s) "
+                                     "in all: rescale the data or lower lr", run=r, step=j)
             outL[:, j] = res["loss"]
             if param == "W":
                 outW[:, j] = params["W"]

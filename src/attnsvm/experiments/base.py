@@ -16,17 +16,19 @@ An :class:`Experiment` reproduces one figure or claim of the papers:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
+
+from .checks import Check, check  # noqa: F401  (re-exported: experiments build their checks with these)
 
 
 class ExperimentConfig(BaseModel):
     """Base of every experiment config: unknown keys and wrong types are errors."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
@@ -46,34 +48,6 @@ class Task:
     key: str
     runs: int
     params: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Check:
-    """A claim of a paper stated as a measured number against a threshold."""
-
-    name: str
-    value: float
-    threshold: str
-    passed: bool
-    detail: str = ""
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["value"] = None if self.value is None else float(self.value)
-        d["passed"] = bool(self.passed)
-        return d
-
-
-def check(name: str, value: float, op: str, bound: float, detail: str = "") -> Check:
-    """Build a :class:`Check` comparing ``value`` with ``bound`` (op in <, <=, >, >=, ==)."""
-    ops: dict[str, Callable[[float, float], bool]] = {
-        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-        ">=": lambda a, b: a >= b, "==": lambda a, b: a == b,
-    }
-    value = float(value)
-    passed = bool(ops[op](value, bound)) if value == value else False  # NaN never passes
-    return Check(name=name, value=value, threshold=f"{op} {bound:g}", passed=passed, detail=detail)
 
 
 class Experiment:
@@ -107,6 +81,68 @@ class Experiment:
 
     def checks(self, config, table: pd.DataFrame) -> list[Check]:
         return []
+
+    def deviations(self, config) -> list[dict]:
+        """Departures from the spec's protocol, for the report's deviations table.
+
+        Each a dict ``{"spec": what the spec says, "here": what this run does, "reason": why}``.
+        """
+        return []
+
+    def estimate_memory(self, config, task: Task | None = None) -> float:
+        """Rough peak bytes of running ``task``; with ``task=None``, of building ``tasks(config)``.
+
+        The runner refuses work whose estimate exceeds the package's memory limit
+        (:func:`attnsvm.memory.require_memory`, option ``--max-memory``) before starting it.
+        The default reads the sizes from ``task.params``, else the config: runs R
+        (``task.runs``), samples ``n``, tokens ``T``, dimension ``d`` (or the largest of
+        ``ns``/``Ts``/``ds``), the longest ``*steps`` S and the recorded checkpoints C
+        (``S / record_every`` or ``n_checkpoints``, plus 2). It counts the float64 values of
+        batched training per run: ``16 n T d`` (tokens, keys, gradients, temporaries),
+        ``(4 + C) d^2`` (weights, optimizer state, recorded W), ``(4 + C) n T^2`` (attention
+        maps in sequence form) and ``S`` (per-step records), times 2 for the copies between
+        torch and numpy. Planning (``task=None``) counts 100 bytes per run, instance or
+        attempt of every cell of the sweep (the task lists of seeds). An order of magnitude
+        meant to refuse configs that cannot fit, not a prediction: experiments with other
+        cost drivers override it.
+        """
+        values = config.model_dump()
+        params = dict(task.params) if task is not None else {}
+
+        def largest(x) -> int:
+            if isinstance(x, dict):
+                x = list(x.values())
+            if isinstance(x, (list, tuple)):
+                nums = [largest(v) for v in x]
+                return max(nums) if nums else 1
+            return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 1
+
+        def size(*names) -> int:
+            for name in names:
+                if name in params:
+                    return max(largest(params[name]), 1)
+            for name in names:
+                if name in values:
+                    return max(largest(values[name]), 1)
+            return 1
+
+        if task is None:
+            counts = [largest(values[k]) for k in ("runs", "instances", "accepted", "attempts", "default_attempts",
+                                                   "lemma_trials") if k in values]
+            counts += [len(values["seeds"])] if isinstance(values.get("seeds"), list) else []
+            cells = 1
+            for v in values.values():
+                if isinstance(v, (list, tuple, dict)) and len(v) > 0:
+                    cells *= len(v)
+            return 100.0 * float(max(counts, default=1)) * float(cells)
+        n, T, d = size("n", "ns", "base_n"), size("T", "Ts", "base_T"), size("d", "ds")
+        S = max([largest(v) for k, v in values.items() if k.endswith("steps")] + [1])
+        if "record_every" in values:
+            C = S // max(largest(values["record_every"]), 1) + 2
+        else:
+            C = size("n_checkpoints") + 2
+        per_run = 16 * n * T * d + (4 + C) * d * d + (4 + C) * n * T * T + S
+        return 2.0 * 8.0 * float(max(int(task.runs), 1)) * float(per_run)
 
     def explain(self, config, table: pd.DataFrame) -> str:
         """Extra text for the report (pitfalls, protocol notes); markdown."""

@@ -98,9 +98,39 @@ def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "
     return (L, G, c) if want_coef else (L, G)
 
 
+def token_basis(A, tol: float = 1e-12) -> np.ndarray:
+    """Orthonormal bases of the token spans of each run, padded to a common width.
+
+    The loss depends on W only through ``P^T W P`` (every logit is ``a_t^T W a_k`` with
+    tokens in ``span(P)``), and every gradient is ``P G_r P^T``. Running GD in these
+    ``r x r`` coordinates is exactly GD on the full ``d x d`` matrix.
+
+    Parameters
+    ----------
+    A : (R, m, n, d) tokens of R runs
+    tol : singular values below ``tol * s_max`` count as zero
+
+    Returns
+    -------
+    P : (R, d, r) with orthonormal columns spanning each run's tokens, ``r`` the largest
+        rank over the runs (a run of smaller rank gets further orthonormal columns).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    R, d = A.shape[0], A.shape[-1]
+    flat = A.reshape(R, -1, d)
+    _, sv, Vt = np.linalg.svd(flat, full_matrices=False)  # Vt: (R, min(mn, d), d)
+    smax = sv[:, :1]
+    r = int(max(1, (sv > tol * np.maximum(smax, 1e-300)).sum(1).max()))
+    return np.ascontiguousarray(np.transpose(Vt[:, :r], (0, 2, 1)))
+
+
 def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", attention: str = "softmax",
-             checkpoints=None, track_lipschitz: bool = False):
+             checkpoints=None, track_lipschitz: bool = False, basis=None):
     """Plain GD ``W <- W - lr grad L(W)`` on R independent runs (float64, closed-form gradients).
+
+    GD runs in the coordinates ``M = P^T W P`` of each run's token span (:func:`token_basis`;
+    exact, since the loss sees only ``P^T W P`` and every gradient is ``P G P^T``) and the
+    recorded iterates are ``W0 + P (M - P^T W0 P) P^T``.
 
     Parameters
     ----------
@@ -108,6 +138,7 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     lr : float or (R,) per-run step sizes
     checkpoints : steps to record W and the loss at (default: 0 and ``steps``)
     track_lipschitz : record ``max_k ||g_{k+1} - g_k|| / ||W_{k+1} - W_k||`` along the run
+    basis : (R, d, r) the runs' :func:`token_basis` if already known (saves the SVDs)
 
     Returns
     -------
@@ -115,15 +146,26 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     ``lip_traj`` (R,) (if tracked), ``max_loss`` (R,) the largest loss along the run.
     """
     torch.set_num_threads(1)
-    t = lambda x, dt=torch.float64: torch.as_tensor(np.array(x), dtype=dt) if not torch.is_tensor(x) else x  # noqa: E731
-    A, E, W = t(A), t(E), t(W0).clone()
-    targets = t(targets, torch.int64)
-    R = A.shape[0]
+    arr = lambda x: x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)  # noqa: E731
+    A, E, W0 = (np.asarray(arr(x), dtype=np.float64) for x in (A, E, W0))
+    targets = np.asarray(arr(targets), dtype=np.int64)
+    R, d = A.shape[0], A.shape[-1]
+    P = token_basis(A) if basis is None else np.asarray(basis, dtype=np.float64)
+    if P.shape[:2] != (R, d) or P.ndim != 3:
+        raise ValidationError(f"basis must have shape (R, d, r) = ({R}, {d}, r), got {P.shape}")
+    reduce = P.shape[-1] < d
+    if reduce:
+        Pt = np.transpose(P, (0, 2, 1))
+        M0 = Pt @ W0 @ P
+        At, Et, W = (torch.as_tensor(x) for x in (A @ P[:, None], E @ P, M0.copy()))
+    else:
+        At, Et, W = torch.as_tensor(A), torch.as_tensor(E), torch.as_tensor(W0.copy())
+    tg = torch.as_tensor(targets)
     lr_t = torch.as_tensor(np.broadcast_to(np.asarray(lr, dtype=np.float64), (R,)).copy()).reshape(R, 1, 1)
     cps = sorted({0, int(steps)} if checkpoints is None else {int(c) for c in checkpoints if 0 <= c <= steps})
     rec = np.zeros(steps + 1, bool)
     rec[cps] = True
-    Ws = np.empty((R, len(cps)) + tuple(W.shape[1:]))
+    Ws = np.empty((R, len(cps), d, d))
     Ls = np.empty((R, len(cps)))
     finite = torch.ones(R, dtype=torch.bool)
     lip = torch.zeros(R, dtype=torch.float64)
@@ -132,7 +174,7 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     c = 0
     with torch.no_grad():
         for k in range(steps + 1):
-            L, G = lm_loss_grad(W, A, targets, E, loss=loss, attention=attention)
+            L, G = lm_loss_grad(W, At, tg, Et, loss=loss, attention=attention)
             ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
             finite &= ok
             max_loss = torch.maximum(max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
@@ -142,7 +184,8 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
                 ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
                 lip = torch.maximum(lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
             if rec[k]:
-                Ws[:, c] = W.numpy()
+                Wk = W.numpy()
+                Ws[:, c] = W0 + P @ (Wk - M0) @ Pt if reduce else Wk
                 Ls[:, c] = L.numpy()
                 c += 1
             if k == steps:
@@ -175,36 +218,48 @@ def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):
 # ------------------------------------------------------------------ gradient Lipschitz estimates
 
 
-def _ball(g, count, d, R):
-    """Uniform samples in the Frobenius ball of radius R in R^{d x d}."""
-    X = g.standard_normal((count, d * d))
+def _ball(g, count, r, R):
+    """Uniform samples in the Frobenius ball of radius R in R^{r x r}: shape (count, r, r)."""
+    X = g.standard_normal((count, r * r))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
-    rad = R * g.random(count) ** (1.0 / (d * d))
-    return (X * rad[:, None]).reshape(count, d, d)
+    rad = R * g.random(count) ** (1.0 / (r * r))
+    return (X * rad[:, None]).reshape(count, r, r)
 
 
 def lipschitz_estimates(data: LMData, *, loss, attention, radius, centers, power_iters, pairs, seed=0):
     """Gradient Lipschitz estimates of the mean loss in the ball ``||W||_F <= radius``.
 
-    * ``power``: max over random centers W of the local constant, estimated by power iteration on
-      finite-difference Hessian-vector products ``(grad(W + h u) - grad(W)) / h``;
+    The loss depends on W only through ``M = P^T W P`` (P: orthonormal basis of the token
+    span, :func:`token_basis`) and its Hessian vanishes outside these coordinates, so the
+    supremum over the ball is the supremum over ``||M||_F <= radius``; the points are drawn
+    there (each is the point ``W = P M P^T`` of the full ball).
+
+    * ``power``: max over the center ``M = 0`` and ``centers`` uniform random points of the
+      local constant, estimated by power iteration on finite-difference Hessian-vector
+      products ``(grad(M + h u) - grad(M)) / h``;
     * ``pairs``: max over random pairs (x, y) in the ball of ``||grad x - grad y|| / ||x - y||``.
+
+    Returns
+    -------
+    (power, pairs) : two floats
     """
     torch.set_num_threads(1)
     g = np.random.default_rng(np.random.SeedSequence([seed, 5]))
-    d = data.A.shape[-1]
-    k = centers
+    P = token_basis(data.A[None])[0]
+    r = P.shape[1]
+    A_r, E_r = data.A @ P, data.E @ P
+    k = centers + 1
 
-    def grad(Ws):
-        Ws = torch.as_tensor(Ws)
-        B = Ws.shape[0]
-        A = torch.as_tensor(data.A).unsqueeze(0).expand(B, -1, -1, -1)
+    def grad(Ms):
+        Ms = torch.as_tensor(Ms)
+        B = Ms.shape[0]
+        A = torch.as_tensor(A_r).unsqueeze(0).expand(B, -1, -1, -1)
         tg = torch.as_tensor(data.targets).unsqueeze(0).expand(B, -1, -1)
-        E = torch.as_tensor(data.E).unsqueeze(0).expand(B, -1, -1)
-        return lm_loss_grad(Ws, A, tg, E, loss=loss, attention=attention)[1].numpy()
+        E = torch.as_tensor(E_r).unsqueeze(0).expand(B, -1, -1)
+        return lm_loss_grad(Ms, A, tg, E, loss=loss, attention=attention)[1].numpy()
 
-    Wc = _ball(g, k, d, radius)
-    u = g.standard_normal((k, d, d))
+    Wc = np.concatenate([np.zeros((1, r, r)), _ball(g, centers, r, radius)])
+    u = g.standard_normal((k, r, r))
     u /= np.linalg.norm(u.reshape(k, -1), axis=1).reshape(k, 1, 1)
     h = 1e-5 * max(1.0, radius)
     g0 = grad(Wc)
@@ -213,6 +268,42 @@ def lipschitz_estimates(data: LMData, *, loss, attention, radius, centers, power
         Hu = (grad(Wc + h * u) - g0) / h
         est = np.linalg.norm(Hu.reshape(k, -1), axis=1)
         u = Hu / np.maximum(est, 1e-300).reshape(k, 1, 1)
-    X, Y = _ball(g, pairs, d, radius), _ball(g, pairs, d, radius)
+    X, Y = _ball(g, pairs, r, radius), _ball(g, pairs, r, radius)
     ratio = np.linalg.norm((grad(X) - grad(Y)).reshape(pairs, -1), axis=1) / np.linalg.norm((X - Y).reshape(pairs, -1), axis=1)
     return float(est.max()), float(ratio.max())
+
+
+def paper_lipschitz_bound(data: LMData, radius: float) -> tuple[float, float]:
+    """The paper's gradient Lipschitz bound for the mean logistic loss of softmax attention.
+
+    Lemma 3.13 of the seed paper (section 3.4, from the basic bounds of section 3.3): one
+    loss term ``(l, k, v)`` has a gradient with Lipschitz constant at most
+    ``M = 3 n^3 R^7 exp(13 R^2)`` whenever ``R >= 4``, ``||A_{l,k}|| <= R`` and
+    ``||A_{l,k} x|| <= R`` on the ball, where ``A_{l,k}`` is the block of the Kronecker
+    matrix whose rows are ``a_k (x) a_t`` (t in the prefix of k; its spectral norm is
+    ``||a_k|| ||A_{l,<=k}||_2``). R is taken as the smallest value meeting every condition,
+    also bounding the value vectors ``h = A_{l,<=k} e_v`` the proof multiplies by. The loss
+    here is the mean over prefixes of a sum over V vocabulary entries, so its bound is ``V M``.
+
+    Parameters
+    ----------
+    data : LMData with A (m, n, d), E (V, d)
+    radius : Frobenius radius of the ball of key-query matrices
+
+    Returns
+    -------
+    (log10 of V M, R)
+    """
+    A, E = np.asarray(data.A, dtype=np.float64), np.asarray(data.E, dtype=np.float64)
+    m, n, d = A.shape
+    V = E.shape[0]
+    block = 0.0
+    value = 0.0
+    for k in range(n - 1):  # prefixes with a target
+        pre = A[:, :k + 1]  # (m, k+1, d)
+        op = np.linalg.norm(pre, ord=2, axis=(1, 2))  # (m,) spectral norms
+        block = max(block, float((np.linalg.norm(A[:, k], axis=1) * op).max()))
+        value = max(value, float(np.linalg.norm(pre @ E.T, axis=1).max()))
+    R = max(4.0, block, block * float(radius), value)
+    log10 = np.log10(3.0 * V) + 3 * np.log10(n) + 7 * np.log10(R) + 13 * R * R / np.log(10.0)
+    return float(log10), float(R)

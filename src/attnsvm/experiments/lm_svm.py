@@ -73,3 +73,115 @@ def soft_margin_svm(data: LMData, C: float = 10.0, loss: str = "logistic", squar
     if cs.N == 0:
         raise ValidationError("the soft-margin SVM has no rows: every prefix token has the type of its optimal token")
     return solve_soft(cs, float(C), norm="fro", squared=squared)
+
+
+# ------------------------------------------------------------------ the Gen-SVM form W_fin + R W_svm over the prefixes
+
+
+def prefix_problem(data: LMData):
+    """Every prefix with a target as one padded token-selection sample.
+
+    Prefix p = (l, k), k <= n - 2, has the tokens ``a_{l,0..n-1}`` of which ``t <= k`` are real
+    (``valid``) and the query ``a_{l,k}``.
+
+    Returns
+    -------
+    (TokenProblem with X (P, n, d) and Z (P, d), valid (P, n) bool, seq (P,), pos (P,)), P = m (n - 1)
+    """
+    from ..problem import TokenProblem
+
+    m, n, _ = data.A.shape
+    seq, pos = (a.ravel() for a in np.meshgrid(np.arange(m), np.arange(n - 1), indexing="ij"))
+    valid = np.arange(n)[None, :] <= pos[:, None]
+    return TokenProblem(data.A[seq], data.A[seq, pos]), valid, seq, pos
+
+
+def prefix_softmax(data: LMData, W) -> np.ndarray:
+    """Causal softmax attention of every prefix of :func:`prefix_problem`: shape (P, n), 0 on padding.
+
+    ``s_{p,t} = softmax_t(a_t^T W a_k)`` over ``t <= k`` (log-sum-exp form, float64).
+    """
+    problem, valid, seq, pos = prefix_problem(data)
+    W = np.asarray(W, dtype=np.float64)
+    logits = np.einsum("ptd,de,pe->pt", problem.X, W, problem.queries)
+    logits = np.where(valid, logits, -np.inf)
+    logits -= logits.max(axis=1, keepdims=True)
+    s = np.exp(logits)
+    return s / s.sum(axis=1, keepdims=True)
+
+
+def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 0, n_random: int = 16) -> dict:
+    """Fit the Gen-SVM form ``W_fin + R W_svm`` (Transformers as SVMs) to W over every prefix.
+
+    The selected set of prefix p is ``O_p = {t <= k : s_{p,t} > select_threshold}`` with the
+    softmax of W (:func:`prefix_softmax`); ``W_svm`` is the Gen-SVM of these sets (selected
+    tokens tie and beat every other prefix token by a margin >= 1), ``W_fin`` the min-norm
+    matrix reproducing W's log-ratios inside each set (:func:`attnsvm.svm.solve_fin`, the
+    orthogonal projection of W onto the tie rows), and ``R = <W - W_fin, W_svm> / ||W_svm||^2``
+    (the least-squares fit of :func:`attnsvm.svm.svm_equivalence`, which takes no padding mask).
+    A control replaces ``W_svm`` by ``n_random`` random directions of the same subspace: Gaussian
+    combinations of the Gen-SVM's margin rows projected off the tie rows (each fitted the same way).
+
+    Returns
+    -------
+    dict with ``status`` ("ok", "infeasible": no W separates the sets, "no_margin_rows": every
+    prefix token is selected), and when "ok": ``W_fin``, ``W_svm``, ``W_eq``, ``R``, ``W_rand_eq``
+    (n_random, d, d) (the controls), ``gen``, ``fin`` (the SVMSolution objects; the projections'
+    as the list ``proj``), ``dim`` (dimension of the subspace of W_svm and the control:
+    rank of tie and margin rows minus rank of the tie rows; 1 makes the control equal W_svm).
+    """
+    from dataclasses import replace
+
+    from ..svm import solve_fin, solve_gen_svm
+    from ..svm.frobenius import solve_frobenius
+
+    problem, valid, _, _ = prefix_problem(data)
+    W = np.asarray(W, dtype=np.float64)
+    s = prefix_softmax(data, W)
+    selected = valid & (s > select_threshold)
+    out = {"status": "", "n_prefixes": int(len(valid)), "n_multi": int((selected.sum(1) > 1).sum()),
+           "n_unselected": int((valid & ~selected).sum())}
+    if not (valid & ~selected).any():
+        out["status"] = "no_margin_rows"
+        return out
+    gen = solve_gen_svm(problem, selected, valid=valid)
+    out["gen"] = gen
+    if not gen.feasible:
+        out["status"] = "infeasible"
+        return out
+    fin = solve_fin(problem, selected, np.where(valid, s, 0.0))
+    out["fin"] = fin
+    if not fin.feasible:  # cannot happen for log-ratios of one W; reported, never hidden
+        out["status"] = "infeasible"
+        return out
+    Ws, Wf = gen.W, fin.W
+    nn = float(np.sum(Ws * Ws))
+    R = float(np.sum((W - Wf) * Ws) / nn) if nn > 0 else 0.0
+    cs = gen.constraints
+    ineq = cs.select_rows(~cs.is_equality)
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
+    tie = fin.constraints
+    rand, projs = [], []
+    for _ in range(int(n_random)):
+        Wr = ineq.combine(g.standard_normal(ineq.N))
+        if tie.N:
+            proj = solve_frobenius(replace(tie, rhs=tie.evaluate(Wr)), formulation="fin")
+            projs.append(proj)
+            Wr = Wr - proj.W if proj.feasible else np.full_like(Wr, np.nan)
+        nr = float(np.sum(Wr * Wr))
+        Rr = float(np.sum((W - Wf) * Wr) / nr) if nr > 0 else 0.0
+        rand.append(Wf + Rr * Wr)
+    # dimension of the subspace W_svm and the control live in: rank(tie + margin rows) - rank(tie rows)
+    both = replace(tie, U=np.vstack([tie.U, ineq.U]), V=np.vstack([tie.V, ineq.V]))
+    dim = _rank(both) - _rank(tie)
+    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
+               np.zeros((0,) + W.shape), proj=projs, dim=int(dim))
+    return out
+
+
+def _rank(cs, rtol: float = 1e-9) -> int:
+    """Dimension of the span of the rank-one rows ``u_k w_k^T`` (eigenvalues of their Gram matrix)."""
+    if cs.U.shape[0] == 0:
+        return 0
+    ev = np.linalg.eigvalsh(cs.gram())
+    return int((ev > rtol * max(float(ev.max()), 1e-300)).sum())

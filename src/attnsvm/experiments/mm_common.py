@@ -5,12 +5,22 @@ Token Selection in Attention Mechanism", spec ``max-margin-token-selection.md``)
 the p-SVM wrapper, the engine's prompt gradient and training, the float32 replay of the
 research notebooks, checkpoint grids, table lookups and the path-drawing helpers.
 
-Convention for step numbers: "iteration t" of the spec is the iterate after t updates
-(the notebooks record p before each update), so the spec's "iteration 200" is step 199
-here and its "t = 1000" is step 1000.
+Convention for step numbers: "iteration t" of the spec is index t of the notebooks' list of
+iterates, i.e. the iterate after t updates (step t here: "iteration 50" is step 50, "t = 1000"
+is step 1000), except "iteration 200" / "at 200", the end of the plotted window THRED = 200,
+which is the last plotted index 199 (step 199): the spec's figures at 200 match step 199 to
+every printed digit and step 200 does not.
+
+Verdict helpers: every check of these experiments states its source in the spec
+(:func:`fact`, :func:`spec_src`) and where its threshold comes from. Figures the spec prints
+are compared within half a unit of their last printed decimal (:func:`rounding_check`);
+exact claims to the certified SVM precision; each SVM a comparison relies on must be
+certified (:func:`certificate_check`), otherwise its solution is stored as NaN.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -20,11 +30,39 @@ from ..generators import mm_joint, mm_multi_input
 from ..models import closed_form_step
 from ..problem import TokenProblem
 from ..svm import solve_p_svm, solve_v_svm
+from ..svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION
 from ..train import train
+from .checks import Check, check, integrity_check
 from .common import log_steps
 
 PAPER_MM = "Max-Margin Token Selection in Attention Mechanism (Tarzanagh et al., NeurIPS 2023)"
 SINGLE_INITS = [1.0, 0.5, 0.0, -0.5, -1.0, -1.5]
+SPEC_MM = "max-margin-token-selection.md"
+
+#: relative precision of a certified SVM solution (the package's certificate standard)
+SVM_PRECISION = CERTIFIED_VIOLATION
+#: support tokens / vectors: active constraints, ``|margin - rhs| <= SUPPORT_TOL`` (spec 3.5)
+SUPPORT_TOL = 1e-6
+SUPPORT_REASON = "support = active constraint |margin - 1| <= 1e-6 (the tolerance of spec 3.5 [REC])"
+#: a run "goes to" one of several candidate SVM directions when cos >= IDENTIFY_COS
+IDENTIFY_COS = 0.99
+IDENTIFY_REASON = ("tolerance 0.99 (8.1 degrees): identifies the limit among candidate SVM directions that are "
+                   ">= 84 degrees apart; the spec's float64 figures for E1 runs at t = 1000 are cos 0.9994-0.9996")
+#: directional convergence tolerance: 1 - cos <= 1e-3
+CONVERGED_COS = 0.999
+CONVERGED_REASON = ("tolerance 1 - cos <= 1e-3 (2.6 degrees): the spec's float64 figures for converged directions "
+                    "here are 0.9992-0.99994 (E2 t = 1000: 0.99978, E3: 0.9992-0.9999, p-path R = 10: 0.99890); "
+                    "2.6 degrees is far below the >= 11 degrees between competing SVM directions")
+
+
+def spec_src(section: str) -> str:
+    """``"max-margin-token-selection.md <section>"``."""
+    return f"{SPEC_MM} {section}"
+
+
+def fact(k: int, extra: str = "") -> str:
+    """Source of numbered fact ``k`` of section 9 (plus an optional second section)."""
+    return f"{SPEC_MM} 9 fact {k}" + (f"; {extra}" if extra else "")
 
 
 # ------------------------------------------------------------------ checkpoints and table lookups
@@ -48,6 +86,187 @@ def log_steps_per_decade(total: int, per_decade: int = 20, extra=()) -> list[int
 def rows_at(table: pd.DataFrame, step: int) -> pd.DataFrame:
     """Rows recorded exactly at ``step`` (empty if that step was not recorded)."""
     return table[table["step"] == step]
+
+
+def pick(table: pd.DataFrame, **eq):
+    """The first row of ``table`` whose columns equal ``eq`` (``None`` if there is none or a column is missing)."""
+    if table is None or len(table) == 0:
+        return None
+    mask = np.ones(len(table), bool)
+    for col, val in eq.items():
+        if col not in table.columns:
+            return None
+        mask &= (table[col] == val).to_numpy()
+    return table[mask].iloc[0] if mask.any() else None
+
+
+def num(row, col: str) -> float:
+    """``row[col]`` as float; NaN when the row is missing (a missing measurement never passes)."""
+    if row is None:
+        return float("nan")
+    try:
+        return float(row[col])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
+def cos_between(a, b) -> float:
+    """``<a, b> / (||a|| ||b||)`` of two stored vectors / matrices (flattened); NaN if either is non-finite or zero.
+
+    Checks recompute cosines from the stored solutions instead of trusting a stored cosine column.
+    """
+    a, b = np.ravel(np.asarray(a, dtype=np.float64)), np.ravel(np.asarray(b, dtype=np.float64))
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return float("nan")
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else float("nan")
+
+
+def half_unit(figure: str) -> float:
+    """Half a unit of the last printed decimal of a spec figure: ``"0.9747" -> 5e-5``, ``"3.5e-5" -> 5e-7``."""
+    return 0.5 * 10.0 ** Decimal(figure).as_tuple().exponent
+
+
+def rounding_dev(pairs, slack: float = 0.0) -> float:
+    """Worst deviation of measured values from spec figures, in units of each figure's tolerance.
+
+    ``pairs``: ``(measured, target)``; a ``str`` target is a printed figure (tolerance: half a
+    unit of its last decimal, plus ``slack``), a number is an exact value (tolerance ``slack``,
+    which must then be > 0). NaN if any measurement is NaN.
+    """
+    worst = 0.0
+    for m, t in pairs:
+        m = float(m)
+        if m != m:
+            return float("nan")
+        tol = (half_unit(t) + slack) if isinstance(t, str) else slack
+        if tol <= 0:
+            raise ValueError("an exact target needs a slack > 0")
+        worst = max(worst, abs(m - float(t)) / tol)
+    return worst
+
+
+def rounding_check(name: str, pairs, *, source: str, slack: float = 0.0, why: str = "") -> Check:
+    """Spec figures vs measurements within their printed precision (value <= 1 passes), kind "spec"."""
+    reason = ("each figure within half a unit of its last printed decimal (its rounding)"
+              + (f" plus {slack:g} (certified SVM precision)" if slack else "")
+              + "; value = worst deviation in units of that tolerance")
+    if why:
+        reason += f"; {why}"
+    detail = ", ".join(f"{float(m):.10g} vs {t}" for m, t in pairs)
+    return check(name, rounding_dev(pairs, slack), "<=", 1.0, detail, source=source, reason=reason, kind="spec")
+
+
+def exact_check(name: str, pairs, *, source: str, why: str = "") -> Check:
+    """Exact values (derived, or rational spec values) to the certified SVM precision, kind "tolerance"."""
+    reason = f"exact value; tolerance {SVM_PRECISION:g}, the certified relative precision of the SVM solver"
+    if why:
+        reason += f"; {why}"
+    detail = ", ".join(f"{float(m):.12g} vs {float(t):.12g}" for m, t in pairs)
+    return check(name, rounding_dev([(m, float(t)) for m, t in pairs], SVM_PRECISION), "<=", 1.0, detail,
+                 source=source, reason=reason, kind="tolerance")
+
+
+# ------------------------------------------------------------------ SVM certificates in the results
+
+
+def svm_columns(sol) -> dict:
+    """The certificate of ``sol`` as table columns: status, relative max violation and duality gap."""
+    return dict(svm_status=str(sol.status), svm_violation=float(sol.certificate.max_violation),
+                svm_gap=float(sol.certificate.duality_gap))
+
+
+def certified_solution(sol) -> np.ndarray:
+    """The SVM solution (p, v or W) if ``sol`` is certified, else an all-NaN array of its shape.
+
+    Comparisons against an uncertified SVM then come out NaN and their checks fail.
+    """
+    x = sol.solution
+    if x is None:  # infeasible: no solution at all
+        return np.full(sol.constraints.d1, np.nan)
+    return np.asarray(x, dtype=np.float64) if sol.certified else np.full(np.shape(x), np.nan)
+
+
+def uncertified(table: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of rows whose SVM is not certified (read from the stored certificate columns)."""
+    if table is None or len(table) == 0 or "svm_violation" not in table.columns:
+        return np.zeros(0 if table is None else len(table), bool)
+    viol = pd.to_numeric(table["svm_violation"], errors="coerce").to_numpy(dtype=float)
+    gap = pd.to_numeric(table["svm_gap"], errors="coerce").to_numpy(dtype=float)
+    # both are relative and non-negative by definition: a negative value is not a certificate
+    ok = ((table["svm_status"].astype(str) == "optimal").to_numpy() & (viol >= 0) & (viol <= CERTIFIED_VIOLATION)
+          & (gap >= 0) & (gap <= CERTIFIED_GAP["fro"]))
+    return ~ok
+
+
+def certificate_check(table: pd.DataFrame, expected: int, what: str) -> Check:
+    """Integrity: every one of the ``expected`` SVMs the experiment relies on is present and certified."""
+    rows = table[table["svm_status"].notna()] if "svm_status" in table.columns else table.iloc[:0]
+    bad = int(uncertified(rows).sum()) + max(0, int(expected) - len(rows))
+    return integrity_check("every SVM used is certified (relative violation and duality gap <= 1e-8)", bad, "==", 0,
+                           f"{len(rows)} of {expected} SVMs stored ({what}); {bad} missing or not certified",
+                           reason="a comparison with an SVM solution needs the solution proven optimal "
+                                  "(the package's certificate standard, 1e-8 relative)")
+
+
+def constraint_rows(sol, gamma: np.ndarray, alpha, **cols) -> list[dict]:
+    """One row per margin constraint of a prompt SVM: ``margin = p^T (k_{i,a_i} - k_it)`` and the two scores.
+
+    ``gamma (n, T)`` token scores, ``alpha (n,)`` the selection. The margin is NaN when ``sol`` is
+    not certified; ``cols`` are extra columns (dataset, selection, ...).
+    """
+    cs = sol.constraints
+    ok = sol.certified
+    sel = np.asarray(alpha)
+    out = []
+    for k in range(cs.N):
+        i, t = int(cs.sample[k]), int(cs.other[k])
+        out.append(dict(record="constraint", sample=i, token=t, margin=float(sol.margins[k]) if ok else np.nan,
+                        rhs=float(cs.rhs[k]), gamma_sel=float(gamma[i, sel[i]]), gamma_tok=float(gamma[i, t]), **cols))
+    return out
+
+
+def support_sets(cons: pd.DataFrame) -> dict[int, set[int]]:
+    """Support tokens per sample from constraint rows (``|margin - rhs| <= SUPPORT_TOL``)."""
+    out: dict[int, set[int]] = {}
+    for r in cons.itertuples():
+        out.setdefault(int(r.sample), set())
+        if abs(r.margin - r.rhs) <= SUPPORT_TOL * max(1.0, abs(r.rhs)):
+            out[int(r.sample)].add(int(r.token))
+    return out
+
+
+def locally_optimal_from_rows(cons: pd.DataFrame) -> float:
+    """1.0 if the selection of these constraint rows is locally optimal (spec 3.6), 0.0 if not, NaN if unknown.
+
+    Feasible and certified (finite margins, all >= rhs up to the certified precision) and every
+    support token scores strictly below the selected token.
+    """
+    if len(cons) == 0:
+        return float("nan")
+    m = cons["margin"].to_numpy(float)
+    if not np.all(np.isfinite(m)):
+        return float("nan")
+    if np.any(m < cons["rhs"].to_numpy(float) - SVM_PRECISION * np.maximum(1.0, np.abs(m))):
+        return 0.0
+    sup = np.abs(m - cons["rhs"].to_numpy(float)) <= SUPPORT_TOL
+    beats = cons["gamma_sel"].to_numpy(float) > cons["gamma_tok"].to_numpy(float)
+    return float(np.all(beats | ~sup))
+
+
+def config_deviations(config, notes: dict) -> list[dict]:
+    """Deviations for config fields that differ from the experiment's defaults (the paper protocol).
+
+    ``notes``: field -> (what the spec / full protocol says, why it matters). Quick presets
+    are listed this way (fewer steps, runs or radii, checks that need the full scale).
+    """
+    defaults = type(config)()
+    out = []
+    for field, (spec, reason) in notes.items():
+        here, full = getattr(config, field), getattr(defaults, field)
+        if here != full:
+            out.append({"spec": spec, "here": f"{field} = {here} (full preset: {full})", "reason": reason})
+    return out
 
 
 def max_dev(a, b) -> float:
@@ -102,18 +321,27 @@ def prompt_grad(problem: TokenProblem, P, loss: str = "logistic") -> np.ndarray:
     return out["gp"].numpy()
 
 
-def engine_train(problem: TokenProblem, init, *, steps, lr, optimizer, eps, checkpoints, loss="logistic",
-                 train_v=False):
-    """Train R prompt runs (one per row of ``init``) on one problem with attnsvm.train."""
+def engine_train(problem, init, *, steps, lr, optimizer, eps, checkpoints, loss="logistic", train_v=False):
+    """Train R prompt runs (one per row of ``init (R, d)``) with attnsvm.train.
+
+    ``problem``: one TokenProblem (all R runs on it) or a list of R problems of equal shape
+    (one run each, batched).
+    """
     torch.set_num_threads(1)
     init = np.atleast_2d(np.asarray(init, dtype=np.float64))
-    return train(problem, param="p", runs=init.shape[0], steps=int(steps), lr=float(lr), optimizer=optimizer,
-                 init=init, checkpoints=checkpoints, eps=float(eps), loss=loss, train_v=train_v)
+    runs = None if isinstance(problem, (list, tuple)) else init.shape[0]
+    return train(list(problem) if runs is None else problem, param="p", runs=runs, steps=int(steps), lr=float(lr),
+                 optimizer=optimizer, init=init, checkpoints=checkpoints, eps=float(eps), loss=loss, train_v=train_v)
 
 
-def notebook_float32(problem: TokenProblem, p0, *, steps: int, lr: float, eps: float, optimizer: str = "ngd",
-                     loss: str = "logistic", train_v: bool = False, v0=None, eps_v: float = 1e-9):
-    """Replay the research notebooks' protocol: float32, autograd, (normalized) SGD, one run.
+def notebook_replay(problem: TokenProblem, p0, *, steps: int, lr: float, eps: float, optimizer: str = "ngd",
+                    loss: str = "logistic", train_v: bool = False, v0=None, eps_v: float = 1e-9,
+                    dtype: torch.dtype = torch.float32):
+    """Replay the research notebooks' protocol: autograd, (normalized) SGD, one run, in ``dtype``.
+
+    ``dtype=torch.float32`` is the notebooks' precision; ``torch.float64`` is the same protocol
+    (autograd, separate epsilons for p and v) in double precision, which is how the spec's
+    float64 [RUN] figures of E3 were made.
 
     ``p <- p - lr g / (||g|| + eps)`` (``optimizer="ngd"``) or ``p <- p - lr g`` ("gd") on the
     mean loss of the prompt model; with ``train_v`` the head is updated the same way with
@@ -124,13 +352,13 @@ def notebook_float32(problem: TokenProblem, p0, *, steps: int, lr: float, eps: f
     -------
     dict with float64 arrays ``p (steps+1, d)``, ``v (steps+1, d)``, ``s (steps+1, n, T)``.
     """
-    f32 = torch.float32
-    X = torch.tensor(problem.X, dtype=f32)
-    W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=f32)
-    Y = torch.tensor(problem.Y, dtype=f32)
+    ft = dtype
+    X = torch.tensor(problem.X, dtype=ft)
+    W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
+    Y = torch.tensor(problem.Y, dtype=ft)
     K = X @ W
-    p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=f32).requires_grad_(True)
-    v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=f32)
+    p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
+    v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
     v.requires_grad_(train_v)
     ps, vs, ss = [], [], []
     for it in range(steps + 1):
@@ -159,6 +387,11 @@ def notebook_float32(problem: TokenProblem, p0, *, steps: int, lr: float, eps: f
                 v.grad = None
     return {"p": np.array(ps, dtype=np.float64), "v": np.array(vs, dtype=np.float64),
             "s": np.array(ss, dtype=np.float64)}
+
+
+def notebook_float32(problem: TokenProblem, p0, **kw):
+    """:func:`notebook_replay` in float32 (the notebooks' precision)."""
+    return notebook_replay(problem, p0, dtype=torch.float32, **kw)
 
 
 # ------------------------------------------------------------------ drawing

@@ -72,7 +72,7 @@ def split_loss(A, gamma, loss: str = "logistic"):
     ga, delta = _hard_selection(A, gamma)
     if loss == "logistic":
         base = np.logaddexp(0.0, -ga)
-        sig = 0.5 * (1.0 + np.tanh(-ga / 2.0))  # sigmoid(-gamma_a)
+        sig = np.exp(-np.logaddexp(0.0, ga))  # sigmoid(-gamma_a), full relative precision for large gamma_a
         exc = np.log1p(sig * np.expm1(delta))
     elif loss == "exponential":
         base = np.exp(-ga)
@@ -146,8 +146,41 @@ def prompt_path_2d(problem: TokenProblem, radii, *, loss: str = "logistic", cone
     return np.array(out), np.array(vals)
 
 
+def _refine_joint(K, X, Y, r, R, tv, tp, iters: int = 4, width: float = 0.05):
+    """Alternating exact refinement of a joint-path minimizer ``(theta_v, theta_p)``.
+
+    The log-loss seen by Nelder-Mead is flat in ``theta_p`` to ~1e-11 relative once the attention
+    saturates (r = R = 40 on E3), which leaves the p angle uncertain at 1e-4. Here ``theta_p``
+    minimizes the exact *excess* of :func:`split_loss` for fixed v (the hard-selection part does
+    not depend on p), then ``theta_v`` minimizes ``base + excess`` for fixed p; repeated until the
+    angles stop moving. ``K, X (n, T, 2)``, ``Y (n,)``.
+    """
+    def split(tv_, tp_):
+        tp_ = np.atleast_1d(tp_)
+        P = R * np.stack([np.cos(tp_), np.sin(tp_)], -1)  # (G, 2)
+        A = np.einsum("ntk,gk->gnt", K, P)
+        v = r * np.array([np.cos(tv_), np.sin(tv_)])
+        gamma = np.broadcast_to(Y[:, None] * (X @ v), A.shape)
+        return split_loss(A, gamma, "logistic")
+
+    for _ in range(iters):
+        f = lambda th, tv_=tv: split(tv_, th)  # noqa: E731
+        tp_new = _angle_min(f, 400, tp - width, tp + width)
+        tv_new = float(minimize_scalar(lambda x: float(sum(b[0] for b in split(x, tp_new))), bounds=(tv - width, tv + width),
+                                       method="bounded", options={"xatol": 1e-14, "maxiter": 500}).x)
+        moved = max(abs(tp_new - tp), abs(tv_new - tv))
+        tv, tp = tv_new, tp_new
+        if moved < 1e-10:
+            break
+    return tv, tp
+
+
 def joint_path_2d(problem: TokenProblem, pairs, *, grid: int = 360):
-    """Joint path ``argmin_{||v|| = r, ||p|| = R} L(v, p)`` (d = 2, W fixed): grid + Nelder-Mead in two angles."""
+    """Joint path ``argmin_{||v|| = r, ||p|| = R} L(v, p)`` (d = 2, W fixed).
+
+    Grid + Nelder-Mead in the two angles on the log-loss, then an alternating exact refinement
+    (:func:`_refine_joint`) that resolves the p angle where the log-loss is flat.
+    """
     assert problem.d == 2
     K = problem.keys
     X, Y = problem.X, problem.Y
@@ -165,7 +198,7 @@ def joint_path_2d(problem: TokenProblem, pairs, *, grid: int = 360):
     res_v, res_p, res_f = [], [], []
     for r, R in pairs:
         F = logL(th, th, r, R)
-        cand = np.argsort(F, axis=None)[:4]
+        cand = np.argsort(F, axis=None)[:2]
         best = None
         for c in cand:
             i, j = np.unravel_index(c, F.shape)
@@ -173,8 +206,70 @@ def joint_path_2d(problem: TokenProblem, pairs, *, grid: int = 360):
                          options={"xatol": 1e-11, "fatol": 1e-13, "maxiter": 4000})
             if best is None or m.fun < best.fun:
                 best = m
-        tv, tp = best.x
+        tv, tp = _refine_joint(K, X, Y, r, R, *best.x)
         res_v.append(r * np.array([np.cos(tv), np.sin(tv)]))
         res_p.append(R * np.array([np.cos(tp), np.sin(tp)]))
         res_f.append(float(best.fun))
     return np.array(res_v), np.array(res_p), np.array(res_f)
+
+
+def positive_margin_half_angle(problem: TokenProblem, select, p_dir, *, tol: float = 1e-6, grid: int = 20001) -> float:
+    """Largest half-angle (radians) of a cone around ``p_dir`` inside which the support tokens stay the
+    strongest competitors (spec 3.7: "a positive margin over non-support tokens").
+
+    For a unit direction ``u`` in the 2-D key plane let ``g_it(u) = (k_{i,a_i} - k_it)^T u`` be the
+    logit gaps. At ``u = p_dir / ||p_dir||`` (``p_dir`` = the p-SVM of ``select``) the support tokens
+    have the smallest gaps (``1 / ||p||``) and the non-support tokens larger ones. The returned angle
+    is the smallest rotation of ``u`` (either side) at which some non-support token's gap falls to
+    the largest support-token gap of its input: beyond it a non-support token (possibly with a higher
+    score) becomes the strongest competitor, and the cone condition of the local theory fails.
+    Computed from the keys alone (grid plus bisection), never from a trained path.
+
+    Parameters
+    ----------
+    problem : TokenProblem whose keys span 2 dimensions
+    select : (n,) selection; p_dir : (d,) its p-SVM solution
+    """
+    K = problem.keys.reshape(-1, problem.d)
+    _, sv, vt = np.linalg.svd(K, full_matrices=False)
+    if int(np.sum(sv > 1e-12 * sv[0])) != 2:
+        raise ValueError("positive_margin_half_angle needs keys spanning 2 dimensions")
+    B = vt[:2].T
+    Kb = problem.keys @ B  # (n, T, 2)
+    sel = np.asarray(select, dtype=np.int64)
+    n = problem.n
+    D = Kb[np.arange(n), sel][:, None, :] - Kb  # (n, T, 2) gaps' directions
+    c2 = B.T @ np.asarray(p_dir, dtype=np.float64)
+    gaps0 = D @ (c2 / np.linalg.norm(c2))
+    other = np.ones(D.shape[:2], bool)
+    other[np.arange(n), sel] = False
+    sup = other & (np.abs(gaps0 * np.linalg.norm(c2) - 1.0) <= tol)
+    non = other & ~sup
+    if not non.any():
+        return float(np.pi)
+    mid = float(np.arctan2(c2[1], c2[0]))
+
+    def margin(phi):
+        u = np.stack([np.cos(mid + phi), np.sin(mid + phi)], -1)  # (G, 2)
+        g = np.einsum("ntk,gk->gnt", D, u)
+        top_sup = np.where(sup[None], g, -np.inf).max(-1)  # (G, n)
+        low_non = np.where(non[None], g, np.inf).min(-1)
+        return (low_non - top_sup).min(-1)  # (G,)
+
+    best = np.pi
+    for side in (1.0, -1.0):
+        phis = side * np.linspace(0.0, np.pi, grid)
+        m = margin(phis)
+        bad = np.flatnonzero(m <= 0)
+        if not len(bad):
+            continue
+        j = int(bad[0])
+        lo, hi = abs(phis[j - 1]), abs(phis[j])
+        for _ in range(60):
+            midp = 0.5 * (lo + hi)
+            if margin(np.array([side * midp]))[0] > 0:
+                lo = midp
+            else:
+                hi = midp
+        best = min(best, 0.5 * (lo + hi))
+    return float(best)

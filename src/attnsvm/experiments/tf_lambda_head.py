@@ -10,8 +10,10 @@ from ..generators import orthonormal_problem
 from ..models import LambdaHead
 from ..tokens import simplex_projection
 from ..train import train
-from .base import Experiment, ExperimentConfig, Task, check, register
+from .base import Experiment, ExperimentConfig, Task, register
+from .checks import ALPHA, Check, check, share_check
 from .common import save_figure, subplots
+from .tf_trajectories import approx_mean_check, item, quick_deviations
 
 
 class Config(ExperimentConfig):
@@ -59,15 +61,50 @@ class LambdaHeadExperiment(Experiment):
         return pd.DataFrame(rows)
 
     def checks(self, config, table):
-        g = table.groupby("lam")
-        sizes = g.selected.mean()
-        run_match = table.groupby(["lam", "seed"]).match.all().mean()
-        return [
-            check(f"mean |O_i| at lambda={sizes.index[-1]:g} minus at lambda={sizes.index[0]:g}", sizes.iloc[-1] - sizes.iloc[0], ">=", 1.5),
-            check("mean |O_i| never decreases along the lambda grid (largest drop)", float(np.max(-np.diff(sizes.values), initial=0)), "<=", 0.1),
-            check("share of runs with O_i = supp(s*) for every sample", run_match, ">=", 0.8),
-            check("median max_t |s_t - s*_t|", table.max_abs_diff.median(), "<=", 3e-2),
-        ]
+        from scipy.stats import norm
+
+        src = item(7)
+        per_run = table.groupby(["lam", "seed"]).selected.mean()         # mean |O_i| of each run
+        out = []
+        lams = sorted(per_run.index.get_level_values(0).unique())
+        for lam, target in ((0.05, 1.2), (2.0, 4.0)):
+            if lam in lams:
+                out.append(approx_mean_check(f"mean |O_i| at lambda={lam:g} (about {target:.1f})", per_run.loc[lam],
+                                             target, target, f"{per_run.loc[lam].size} runs", source=src, slack=0.05,
+                                             reason=f"spec: mean |O_i| grows from 1.2 to 4.0 over lambda in [0.05, 2] "
+                                                    f"(one decimal: rounding 0.05)"))
+        g = per_run.groupby(level=0)
+        m, se = g.mean(), g.std(ddof=1).fillna(0) / np.sqrt(g.size())
+        drops = []
+        for a, b in zip(lams[:-1], lams[1:]):
+            drop, s = m[a] - m[b], float(np.hypot(se[a], se[b]))
+            drops.append(0.0 if drop <= 0 else (np.inf if s == 0 else drop / s))
+        z = float(norm.ppf(1 - ALPHA))
+        if drops:
+            out.append(Check("mean |O_i| increases along the lambda grid (largest standardized drop)",
+                             float(max(drops)), f"<= {z:.3g}", bool(max(drops) <= z), src,
+                             f"spec: mean |O_i| increasing in lambda; a drop between neighbouring lambdas is tolerated "
+                             f"up to the one-sided normal quantile {z:.3g} (level {ALPHA:g}) of its standard error",
+                             "statistical", "means " + ", ".join(f"{l:g}: {m[l]:.2f}" for l in lams)))
+        runs = table.groupby(["lam", "seed"]).match.all()
+        out.append(share_check("share of runs with O_i = supp(s*) for every sample", int(runs.sum()), int(runs.size),
+                               ">=", 0.8, f"pooled over {len(lams)} lambdas", source=src,
+                               reason="spec: agreement >= 0.8 of runs"))
+        med = table.groupby("lam").max_abs_diff.median()
+        out.append(check("largest median over lambda of max_t |s_t - s*_t|", float(med.max()), "<=", 3e-2,
+                         f"after {config.steps} steps; at lambda = {med.idxmax():g}", source=src,
+                         reason="spec: median max |s - s*| <= 3e-2 after 3000 steps"))
+        return out
+
+    def deviations(self, config):
+        out = [{"spec": "E6: the research code's lambda branch crashes as released; the spec's protocol",
+                "here": "the spec's protocol (orthonormal tokens from a random orthogonal matrix, Y = +1, 3000 steps)",
+                "reason": "no runnable official code"}]
+        out += quick_deviations(config, {
+            "runs": ("30 seeds per lambda", "wider tolerances"),
+            "lambdas": ("lambda in {0.05, 0.1, 0.2, 0.3, 0.5, 1, 2}", "the monotone trend is checked on fewer lambdas"),
+            "steps": ("3000 steps", "the softmax is compared with s* after 3000 steps")})
+        return out
 
     def plot(self, config, table, outdir):
         g = table.groupby("lam")

@@ -9,11 +9,12 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from ..generators import random_problem
-from ..metrics import correlation
 from ..svm import solve_svm
 from ..train import train
-from .base import Experiment, ExperimentConfig, Task, check, register
+from .base import Experiment, ExperimentConfig, Task, register
+from .checks import mean_check, share_check
 from .common import at_step, final_rows, save_figure, seed_chunks, subplots
+from .tf_trajectories import approx_mean_check, certificate_integrity, item, nan_corr, quick_deviations, svm_cert
 
 
 class Config(ExperimentConfig):
@@ -31,21 +32,26 @@ class Config(ExperimentConfig):
 
 def trained_rows(problems, seeds, param, config, extra=None):
     """Train ``param`` on the problems (one run each), solve both SVMs for the selected
-    tokens and return one row per run x checkpoint."""
+    tokens and return one row per run x checkpoint (correlations NaN against an uncertified SVM)."""
     res = train(problems, param=param, seed=list(seeds), steps=config.steps, lr=config.lr, record_every=config.record_every)
     rows = []
     for r, (problem, seed) in enumerate(zip(problems, seeds)):
         alpha = res.selection[r]
         fro = solve_svm(problem, select=alpha, norm="fro")
         nuc = solve_svm(problem, select=alpha, norm="nuclear")
-        c_fro = correlation(res.W[r], fro.W) if fro.feasible else np.full(len(res.steps), np.nan)
-        c_nuc = correlation(res.W[r], nuc.W) if nuc.feasible else np.full(len(res.steps), np.nan)
+        c_fro, c_nuc = nan_corr(res.W[r], fro), nan_corr(res.W[r], nuc)
         is_global = bool(np.array_equal(alpha, problem.optimal_tokens().index))
         max_sfx = res.softmax[r].max(axis=-1).mean(axis=-1)
+        cert = {**svm_cert(fro, "fro"), **svm_cert(nuc, "nuc")}
         for c, step in enumerate(res.steps):
             rows.append({"seed": int(seed), "param": param, "step": int(step), "corr_fro": c_fro[c], "corr_nuc": c_nuc[c],
-                         "max_softmax": max_sfx[c], "is_global": is_global, "feasible": fro.feasible, **(extra or {})})
+                         "max_softmax": max_sfx[c], "is_global": is_global, "feasible": fro.feasible, **cert,
+                         **(extra or {})})
     return rows
+
+
+#: 7.2 item 1: share of runs selecting the optimal tokens (W, (K,Q))
+GLOBAL_SHARE = {"W": 0.68, "KQ": 0.75}
 
 
 @register
@@ -54,7 +60,7 @@ class LocalConvergence(Experiment):
     title = "E2: W and (K,Q) converge to the SVM of the tokens they select, often a locally-optimal one"
     paper = "Transformers as Support Vector Machines, local_converge (n=6, T=8, d=10, 100 runs)"
     Config = Config
-    quick = {"runs": 50, "chunk": 50, "record_every": 100}
+    quick = {"record_every": 100}
 
     def tasks(self, config):
         seeds = range(config.first_seed, config.first_seed + config.runs)
@@ -68,21 +74,61 @@ class LocalConvergence(Experiment):
             rows += trained_rows(problems, seeds, param, config)
         return pd.DataFrame(rows)
 
+    @staticmethod
+    def _global(final: pd.DataFrame) -> tuple[int, int]:
+        g = final.groupby("seed")["is_global"].first()
+        return int(g.sum()), int(g.size)
+
     def checks(self, config, table):
         W, KQ = table[table.param == "W"], table[table.param == "KQ"]
         fW, fKQ = final_rows(W), final_rows(KQ)
-        glob = fW.groupby("seed")["is_global"].first().mean()
-        return [
-            check("mean corr(W, W^mm_alpha) at the last step", fW.corr_fro.mean(), ">=", 0.99),
-            check("mean corr(W, W^mm_alpha) at step 1000", at_step(W, 1000).corr_fro.mean(), ">=", 0.98),
-            check("mean corr(KQ^T, W^mm_*alpha) at the last step", fKQ.corr_nuc.mean(), ">=", 0.99),
-            check("cross: mean corr(W, W^mm_*alpha) at the last step", fW.corr_nuc.mean(), "<", 0.92),
-            check("cross: mean corr(KQ^T, W^mm_alpha) at the last step", fKQ.corr_fro.mean(), "<", 0.92),
-            check("mean max softmax (W) at step 300", at_step(W, 300).max_softmax.mean(), ">=", 0.99),
-            check("mean max softmax (K,Q) at step 100", at_step(KQ, 100).max_softmax.mean(), ">=", 0.99),
-            check("share of W runs selecting the optimal tokens (>= 0.5)", glob, ">=", 0.5),
-            check("share of W runs selecting the optimal tokens (<= 0.9: local convergence happens)", glob, "<=", 0.9),
+        src = item(1)
+        last = f"step {int(fW.step.max()) if len(fW) else config.steps}"
+        out = [
+            mean_check("mean corr(W, W^mm_alpha) at the last step", fW.corr_fro, ">=", 0.99, last, source=src,
+                       reason="spec's bar 0.99 at k = 1999 (measured 0.996)"),
+            mean_check("mean corr(W, W^mm_alpha) at step 1000", at_step(W, 1000).corr_fro, ">=", 0.98,
+                       f"step {int(at_step(W, 1000).step.max())}", source=src,
+                       reason="spec's bar 0.98 at k = 1000 (measured 0.991)"),
+            mean_check("mean corr(KQ^T, W^mm_*alpha) at the last step", fKQ.corr_nuc, ">=", 0.99, last, source=src,
+                       reason="spec's bar 0.99 at k = 1999 (measured 0.9965)"),
+            approx_mean_check("cross: mean corr(W, W^mm_*alpha) at the last step", fW.corr_nuc, 0.85, 0.92, last,
+                              source=src, reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 "
+                                                 "(each parameterization is clearly closer to its own SVM)"),
+            approx_mean_check("cross: mean corr(KQ^T, W^mm_alpha) at the last step", fKQ.corr_fro, 0.85, 0.92, last,
+                              source=src, reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 "
+                                                 "(each parameterization is clearly closer to its own SVM)"),
+            mean_check("mean max softmax (W) at step 300", at_step(W, 300).max_softmax, ">=", 0.99,
+                       f"step {int(at_step(W, 300).step.max())}", source=src, reason="spec: >= 0.99 by k = 300 (W)"),
+            mean_check("mean max softmax (K,Q) at step 100", at_step(KQ, 100).max_softmax, ">=", 0.99,
+                       f"step {int(at_step(KQ, 100).step.max())}", source=src,
+                       reason="spec: >= 0.99 by k = 100 ((K,Q))"),
         ]
+        for param, f in (("W", fW), ("KQ", fKQ)):
+            k, R = self._global(f)
+            label = "W" if param == "W" else "(K,Q)"
+            out.append(share_check(f"share of {label} runs selecting the optimal tokens", k, R, "~", GLOBAL_SHARE[param],
+                                   source=src, reason="spec: about 0.68 (W) / 0.75 (K,Q), asserted in [0.5, 0.9] and "
+                                                      "strictly below 1 (local convergence happens)"))
+        out.append(certificate_integrity(pd.concat([fW, fKQ]), ("fro", "nuc"),
+                                         "W^mm_alpha and W^mm_*alpha of every run's selection"))
+        return out
+
+    def deviations(self, config):
+        out = [{"spec": "init from the notebook's unseeded global torch stream (nn.Linear default U(-1/sqrt(d), 1/sqrt(d)))",
+                "here": "the same distribution, drawn per run from torch.Generator().manual_seed(run index)",
+                "reason": "reproducible runs; the official instances' inits cannot be recovered. The share of runs "
+                          "selecting the optimal tokens is a binomial quantity: over seeds 0-999 (`attnsvm run "
+                          "tf-local-convergence --set runs=1000`) it is 0.684 (W) and 0.729 (K,Q), against the spec's "
+                          "0.68 / 0.75, and blocks of 100 seeds range from 0.63 to 0.75 (W); seeds 0-99 give 0.74"},
+               {"spec": "SVMs by cvxpy (SCS for the nuclear norm)", "here": "attnsvm's exact, certified solvers",
+                "reason": "spec 8: accurate solutions for correlation statements"}]
+        out += quick_deviations(config, {
+            "record_every": ("correlation and softmax at every iteration", "the figure's resolution only; the checked "
+                                                                         "steps 100, 300, 1000 and 2000 are recorded"),
+            "runs": ("100 runs", "wider sampling tolerances"), "steps": ("2000 iterations", "the targets are at k = 1000 "
+                                                                                             "and 1999")})
+        return out
 
     def plot(self, config, table, outdir):
         fig, axes = subplots(1, 2)
@@ -107,8 +153,15 @@ class LocalConvergence(Experiment):
         return save_figure(fig, outdir, "local_convergence")
 
     def explain(self, config, table):
+        from scipy.stats import binom
+
         f = final_rows(table[table.param == "W"])
-        glob = f.groupby("seed")["is_global"].first().mean()
-        return (f"{100 * glob:.0f}% of the W runs selected the optimal tokens; the others converged to the SVM of a "
-                "non-optimal (locally-optimal) selection, which they match just as well. The selection is read off "
-                "the final softmax (argmax) and the SVMs are solved for it, as in the research notebook.")
+        k, R = self._global(f)
+        lo, hi = binom.ppf(0.005, R, 0.68) / R, binom.ppf(0.995, R, 0.68) / R
+        return (f"{k} of {R} W runs ({100 * k / max(R, 1):.0f}%) selected the optimal tokens; the others converged to "
+                "the SVM of a non-optimal (locally-optimal) selection, which they match just as well. With the spec's "
+                f"share 0.68, {R} runs give a share in [{lo:.2f}, {hi:.2f}] with probability 99% (binomial): the "
+                + ("measured share is within the sampling error of the seeds. " if lo <= k / max(R, 1) <= hi else
+                   "measured share is OUTSIDE that range. ")
+                + "The selection is read off the final softmax (argmax) and the SVMs are solved for it, as in the "
+                "research notebook.")

@@ -7,11 +7,12 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from ..generators import random_problem
-from ..metrics import correlation
 from ..svm import solve_seq_svm
 from ..train import train_sequence
-from .base import Experiment, ExperimentConfig, Task, check, register
+from .base import Experiment, ExperimentConfig, Task, register
+from .checks import check, mean_check
 from .common import final_rows, save_figure, seed_chunks, subplots
+from .tf_trajectories import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
 
 
 class Config(ExperimentConfig):
@@ -62,22 +63,46 @@ class SeqCausal(Experiment):
             s = res.softmax[r, -1]                          # (n, T, T): [sample, query, key]
             select = s.argmax(axis=-1)
             sol = solve_seq_svm(X[r], select, causal=causal, norm="fro")
-            corr = correlation(res.W[r], sol.W) if sol.feasible else np.full(len(res.steps), np.nan)
+            corr = nan_corr(res.W[r], sol)
+            cert = svm_cert(sol, "svm")
             max_sfx = res.softmax[r].max(axis=-1).mean(axis=(-1, -2))
             for c, step in enumerate(res.steps):
                 rows.append({"mode": "causal" if causal else "full", "seed": seed, "step": int(step), "corr": corr[c],
-                             "max_softmax": max_sfx[c], "feasible": sol.feasible})
+                             "max_softmax": max_sfx[c], "feasible": sol.feasible, **cert})
         return pd.DataFrame(rows)
 
     def checks(self, config, table):
         out = []
+        e8 = section("5 E8 (protocol of the spec: 'expect corr ~0.99 as in E2')")
+        over = config.d >= max(config.T - 1, config.n * config.T)
         for mode in ("full", "causal"):
             f = final_rows(table[table["mode"] == mode])
             if f.empty:
                 continue
-            out.append(check(f"{mode}: share of runs whose selection is SVM-feasible", f.feasible.mean(), ">=", 1.0))
-            out.append(check(f"{mode}: mean corr(W, sequence SVM of the selection) at the last step", f["corr"].mean(), ">=", 0.98))
-            out.append(check(f"{mode}: mean max softmax at the last step", f.max_softmax.mean(), ">=", 0.99))
+            if over:
+                out.append(check(f"{mode}: share of runs whose selection is SVM-feasible", f.feasible.astype(bool).mean(),
+                                 ">=", 1.0, f"d = {config.d} >= max(T-1, nT) = {max(config.T - 1, config.n * config.T)}",
+                                 source=section("3.7 and 7.1 item 5, applied to the sequence SVM (nT queries)"),
+                                 kind="tolerance", reason="exact: with nT independent queries and T-1 independent "
+                                                          "differences every selection is separable"))
+            out.append(mean_check(f"{mode}: mean corr(W, sequence SVM of the selection) at the last step", f["corr"], ">=",
+                                  0.99, f"{len(f)} runs", source=e8 + "; " + item(1),
+                                  reason="E8 expects about 0.99 as in E2, whose bar (item 1) is 0.99"))
+            out.append(mean_check(f"{mode}: mean max softmax at the last step", f.max_softmax, ">=", 0.99,
+                                  f"{len(f)} runs", source=e8 + "; " + item(1),
+                                  reason="the selection is read off a saturated softmax; item 1's saturation bar 0.99"))
+        out.append(certificate_integrity(final_rows(table, by=("mode", "seed")), ("svm",),
+                                         "sequence / causal SVM of every run's selection"))
+        return out
+
+    def deviations(self, config):
+        out = [{"spec": "E8: no official code and no protocol numbers (sizes, runs, labels are open)",
+                "here": f"n={config.n}, T={config.T}, d={config.d}, {config.runs} runs per mode, {config.steps} steps, "
+                        "per-position labels from numpy.random.default_rng([seed, 8])",
+                "reason": "d >= max(T-1, nT) makes every selection separable (the over-parameterized regime of 3.7)"}]
+        out += quick_deviations(config, {
+            "runs": (f"{type(config)().runs} runs per mode", "wider Student-t tolerances"),
+            "record_every": ("correlation every 20 steps", "the figure's resolution only")})
         return out
 
     def plot(self, config, table, outdir):

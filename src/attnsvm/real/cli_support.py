@@ -46,6 +46,34 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
     return save_figure(fig, outdir, stem)
 
 
+def read_sentences(path) -> list[str]:
+    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
+
+    Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
+    a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
+    allows, or holds no non-empty line.
+    """
+    from ..problem import _require_file_memory, input_file
+
+    path = input_file(path, "--sentences", what="sentences file")
+    # the text, its lines and their Python strings: about 10 bytes per byte of the file
+    _require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValidationError(f"--sentences: cannot read {path!r}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                              f"{exc.start}); expected one sentence per line in UTF-8") from None
+    sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    if not sentences:
+        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line")
+    return sentences
+
+
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int = 128, progress=None) -> str:
@@ -69,13 +97,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from .probe import format_table, probe_heads
 
     if isinstance(sentences, (str, os.PathLike)):
-        path = os.fspath(sentences)
-        if not os.path.isfile(path):
-            raise ValidationError(f"no such sentences file: {path!r}")
-        with open(path, encoding="utf-8") as fh:
-            sentences = [line.strip() for line in fh if line.strip()]
-        if not sentences:
-            raise ValidationError(f"the sentences file {path!r} holds no non-empty line")
+        sentences = read_sentences(sentences)
     res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
                       threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress)
     table = res.table

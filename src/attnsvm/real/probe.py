@@ -80,9 +80,10 @@ class ProbeResult:
         (mean |O_i| over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
         frac_next`` (where the argmax goes), ``max_attention`` (mean of the largest
         attention weight), ``svm_status, svm_gap, svm_violation, svm_rank,
-        svm_nuclear`` (the head's SVM: solver status "optimal" / "inaccurate" /
-        "infeasible", relative duality gap, largest constraint violation, numerical rank,
-        nuclear norm), ``random_status`` (statuses of the baseline SVMs, comma-separated)
+        svm_nuclear`` (the head's SVM: status "optimal" (certified) / "optimal_inaccurate" /
+        "infeasible", relative duality gap, the certificate's relative largest violation,
+        numerical rank, nuclear norm; correlations with an SVM that is not certified are NaN),
+        ``random_status`` (statuses of the baseline SVMs, comma-separated)
         and ``random_gap`` (their largest relative duality gap)
     sentences : list of str
     queries : (n,) int query token of each sentence
@@ -166,16 +167,18 @@ def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarra
 
 
 def _summary(sol) -> dict:
-    """What the table keeps of an SVMSolution (not its rows): W (None if infeasible), status
-    ("optimal" / "inaccurate" as the solver reports it, or "infeasible"), the relative duality gap
+    """What the table keeps of an SVMSolution (not its rows): W (None unless ``sol.certified``:
+    nothing is compared with an infeasible or uncertified solution), ``sol.status`` ("optimal",
+    i.e. certified; "optimal_inaccurate"; "infeasible"), the relative duality gap
     ``(||W||_* - rhs^T lam) / ||W||_*`` (the certificate's gap is divided by ``max(1, ||W||_*)``
-    instead, and these optima are ~0.1), the largest violation and the nuclear norm."""
+    instead, and these optima are ~0.1), the certificate's relative largest violation and the
+    nuclear norm."""
     cert = sol.certificate
     if not sol.feasible:
         return {"W": None, "status": sol.status, "gap": float("nan"), "violation": float("nan"), "nuclear": float("inf")}
     nuc = float(sol.norm_value)
     dual = float(sol.constraints.rhs @ sol.duals)
-    return {"W": sol.W, "status": str(sol.info.get("solver_status", sol.status)),
+    return {"W": sol.W if sol.certified else None, "status": sol.status,
             "gap": abs(nuc - dual) / nuc if nuc > 0 else 0.0, "violation": float(cert.max_violation), "nuclear": nuc}
 
 

@@ -6,14 +6,21 @@
   (``[CLS]`` + 8 words + ``[SEP]``) and no padding is needed. The label is the
   polarity of the one sentiment adjective (+1 positive, -1 negative), whose word
   position is returned: it is the token an attention layer should select.
-* :func:`corpus_sentences`: plain English sentences read from the Python language
-  documentation that ships with the standard library (``pydoc_data.topics``),
-  filtered to prose sentences of 6..30 words; a seeded sample of them.
+* :func:`corpus_sentences`: plain English sentences read from text that ships with
+  Python: first the language documentation (``pydoc_data.topics``, about 480
+  sentences), then the docstrings of the standard library's own source files
+  (read with :mod:`ast`, never imported; several thousand more), filtered to prose
+  sentences of 6..30 words; a seeded sample of them. No download is involved; the
+  exact pool depends on the Python version.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
 import re
+import sysconfig
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,26 +108,71 @@ def sentiment_task(n: int, seed: int = 0) -> SentenceTask:
 _SENTENCE = re.compile(r"[A-Z][A-Za-z ,;:'()\-]*[a-z][.]")
 
 
-def _corpus() -> list:
-    try:
-        from pydoc_data.topics import topics
-    except ImportError:  # pragma: no cover - stripped Python builds
-        return []
-    text = re.sub(r"\s+", " ", " ".join(topics[k] for k in sorted(topics)))
-    out, seen = [], set()
-    for s in re.split(r"(?<=[.!?])\s+", text):
+def _prose(text: str, seen: set) -> list:
+    """The prose sentences of ``text`` (6..30 words, letters and light punctuation) not in ``seen``."""
+    out = []
+    for s in re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", text)):
         if 6 <= len(s.split()) <= 30 and _SENTENCE.fullmatch(s) and s not in seen:
             seen.add(s)
             out.append(s)
     return out
 
 
-def corpus_sentences(n: int, seed: int = 0) -> list:
-    """A seeded sample of ``n`` English sentences from the stdlib's Python documentation.
+@functools.lru_cache(maxsize=1)
+def _pydoc_corpus() -> tuple:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # pragma: no cover - stripped Python builds
+        return ()
+    return tuple(_prose(" ".join(topics[k] for k in sorted(topics)), set()))
 
-    Falls back to template sentences (:func:`sentiment_task`) when ``pydoc_data`` is
-    missing; sentences are drawn with replacement only if ``n`` exceeds the corpus
-    (about 480 sentences).
+
+_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+
+
+@functools.lru_cache(maxsize=1)
+def _docstring_corpus() -> tuple:
+    """Prose sentences of the docstrings of the standard library's source files, in a fixed order.
+
+    Files are parsed with :mod:`ast` (nothing is imported or executed); test suites are skipped.
+    """
+    root = sysconfig.get_paths().get("stdlib", "")
+    seen = set(_pydoc_corpus())
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for fname in sorted(f for f in filenames if f.endswith(".py")):
+            try:
+                with open(os.path.join(dirpath, fname), encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read())
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    doc = ast.get_docstring(node)
+                    if doc:
+                        out += _prose(doc, seen)
+    return tuple(out)
+
+
+def _corpus() -> list:
+    """The documentation sentences (pydoc topics) only: the pool of the first 480 or so draws."""
+    return list(_pydoc_corpus())
+
+
+def corpus_size() -> int:
+    """Distinct sentences available to :func:`corpus_sentences` (documentation + stdlib docstrings)."""
+    return len(_pydoc_corpus()) + len(_docstring_corpus())
+
+
+def corpus_sentences(n: int, seed: int = 0) -> list:
+    """A seeded sample of ``n`` distinct English sentences from text that ships with Python.
+
+    Up to the size of the documentation pool (about 480 sentences) the sample comes from
+    the documentation alone (unchanged from earlier releases); beyond it, from the
+    documentation and the standard library's docstrings together (:func:`corpus_size`,
+    several thousand). Sentences repeat only if ``n`` exceeds the whole corpus. Falls
+    back to template sentences (:func:`sentiment_task`) when ``pydoc_data`` is missing.
 
     Returns
     -------
@@ -131,6 +183,8 @@ def corpus_sentences(n: int, seed: int = 0) -> list:
     pool = _corpus()
     if not pool:  # pragma: no cover
         return sentiment_task(max(n, 2), seed).sentences[:n]
+    if n > len(pool):
+        pool = pool + list(_docstring_corpus())
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(pool), size=n, replace=n > len(pool))
     return [pool[i] for i in idx]

@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 
+from .._validate import check_number
 from ..errors import ValidationError
 from ..problem import TokenProblem
 from .api import _default_select, solve_svm
@@ -43,6 +44,7 @@ def support_indices(problem: TokenProblem, select=None, *, norm: str = "fro", to
     (n, T) bool mask (the selected tokens are never support tokens), or None when
     the selection is infeasible.
     """
+    tol = check_number(tol, "tol", low=0.0, high=1.0, high_open=True)
     sol = _solution(problem, select, norm, solution)
     if not sol.feasible:
         return None
@@ -110,6 +112,7 @@ def enumerate_locally_optimal(problem: TokenProblem, *, norm: str = "fro", tol: 
     (K, n) int array of the locally-optimal selections, lexicographic order.
     """
     _scores(problem)
+    max_selections = check_number(max_selections, "max_selections", low=1, integer=True)
     n, T = problem.n, problem.T
     if T**n > max_selections:
         raise ValidationError(f"enumerating T^n = {T}^{n} selections exceeds max_selections = {max_selections}")
@@ -130,6 +133,7 @@ def separation_delta(problem: TokenProblem, select=None, *, norm: str = "fro", t
     samples that have non-support tokens). ``inf`` if every token is a support token,
     ``nan`` if the selection is infeasible.
     """
+    tol = check_number(tol, "tol", low=0.0, high=1.0, high_open=True)
     sel = _default_select(problem, select)
     sol = _solution(problem, sel, norm, solution)
     if not sol.feasible:
@@ -148,12 +152,21 @@ def matrix_rank(W, rtol: float = 1e-6):
 
     W : (d1, d2) -> int, or a stack (..., d1, d2) -> int array (...).
     """
-    W = np.asarray(W, dtype=np.float64)
+    rtol = check_number(rtol, "rtol", low=0.0, high=1.0, high_open=True)
+    try:
+        W = np.asarray(W, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValidationError("W must be a real array of shape (..., d1, d2)") from None
     if W.ndim < 2:
         raise ValidationError(f"W must have shape (..., d1, d2), got {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ValidationError("W must be finite (no NaN or inf)")
     if W.size == 0:
         return 0 if W.ndim == 2 else np.zeros(W.shape[:-2], dtype=np.int64)
-    s = np.linalg.svd(W, compute_uv=False)
+    # the rank is scale-invariant: scale each matrix by a power of two to entries below 1 (exact),
+    # so that the SVD neither overflows nor underflows at any magnitude
+    _, e = np.frexp(np.abs(W).max(axis=(-2, -1)))
+    s = np.linalg.svd(np.ldexp(W, -e[..., None, None]), compute_uv=False)
     top = s[..., :1]
     r = np.where(top[..., 0] > 0, np.sum(s > rtol * top, axis=-1), 0)
     return int(r) if W.ndim == 2 else r.astype(np.int64)

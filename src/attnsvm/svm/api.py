@@ -14,9 +14,16 @@ solve_soft_svm         soft-margin Att-SVM
 solve_svm_batch        many independent Frobenius Att-SVMs of equal size
 =====================  =========================================================
 
-Every solver returns an :class:`~attnsvm.svm.solution.SVMSolution`; an infeasible
-selection is a result (status "infeasible", ``W is None``, Farkas multipliers in
-``certificate.farkas``), never an exception.
+Every solver returns an :class:`~attnsvm.svm.solution.SVMSolution` with one status
+vocabulary: "optimal" only when its certificate passes (relative max violation <= 1e-8,
+relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear), "optimal_inaccurate" when a W
+was found but the certificate does not pass (``feasible`` is true for both; code that
+needs the exact SVM asks for ``certified``), and "infeasible" (``W is None``, Farkas
+multipliers in ``certificate.farkas``): an infeasible selection is a result, never an
+exception. The solvers work on row-normalized data, so any data scale gives the same
+answer (``W(cX) = W(X) / c^2``); where float64 cannot hold W or the multipliers they raise
+a ValidationError. Every numeric option is validated (ValidationError naming it), and
+``max_memory`` bounds the dense N x N work before it is allocated (ResourceLimitError).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import as_float_array, as_index_array, as_mask_array
+from .._validate import as_float_array, as_index_array, as_mask_array, check_number
 from ..errors import ValidationError
 from ..problem import TokenProblem
 from .constraints import att_constraints, fin_constraints, gen_constraints, seq_constraints
@@ -41,6 +48,25 @@ __all__ = [
 ]
 
 _NORMS = ("fro", "nuclear")
+
+
+def _named_options(func):
+    """Turn an unknown solver option (a TypeError deep in the call) into a ValidationError naming it."""
+    import functools
+    import re as _re
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except TypeError as exc:
+            m = _re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+            if m is None:
+                raise
+            raise ValidationError(f"{func.__name__}: unknown solver option {m.group(1)!r} for this solver "
+                                  "(see the docstrings of solve_frobenius, solve_nuclear and solve_soft)") from None
+
+    return wrapper
 
 
 def _check_norm(norm) -> str:
@@ -65,11 +91,14 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
 
 
 def _solve(cs, norm, formulation, **kw) -> SVMSolution:
-    if norm == "fro":
-        return solve_frobenius(cs, formulation=formulation, **kw)
-    return solve_nuclear(cs, formulation=formulation, **kw)
+    # method="auto" (dense below working_set.AUTO_DENSE_MAX_N rows, else the working set),
+    # "dense", "working_set", or a dense Frobenius QP method ("pdas", "goldfarb-idnani")
+    from .working_set import solve_dispatch
+
+    return solve_dispatch(cs, norm, formulation, **kw)
 
 
+@_named_options
 def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Att-SVM for a token selection: global for the optimal tokens, Local-SVM otherwise.
 
@@ -87,8 +116,10 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     valid : (n, T) bool, optional real tokens when the sequences are padded (None: all
         tokens); padded tokens get no row and selected tokens must be valid. Not for
         prompt problems.
-    **solver_options : passed to the solver (e.g. ``tol``, ``support_tol``; nuclear:
-        ``solver``, ``time_limit``)
+    **solver_options : passed to the solver and validated there (ValidationError naming a
+        bad or unknown one): ``tol`` in (0, 1), ``support_tol`` in [0, 1), ``max_memory``
+        (bytes or "8G": refuse before allocating the N x N matrices), ``method``; nuclear:
+        ``solver``, ``time_limit`` (> 0)
 
     Returns
     -------
@@ -107,6 +138,7 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     return _solve(cs, norm, "att", **solver_options)
 
 
+@_named_options
 def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Gen-SVM: selected tokens tie, and beat every unselected token by a margin >= 1.
 
@@ -128,6 +160,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     return _solve(cs, norm, "gen", **solver_options)
 
 
+@_named_options
 def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solver_options) -> SVMSolution:
     """The finite component ``W_fin``: min-norm W reproducing the softmax ratios inside O_i.
 
@@ -202,6 +235,7 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     return SVMEquivalence(fin.W, svm.W, W_eq, R, float(np.linalg.norm(W_eq - W)), fin, svm)
 
 
+@_named_options
 def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", **solver_options) -> SVMSolution:
     """Sequence / causal SVM: every token ``x_{ik}`` is a query with its own selection.
 
@@ -224,6 +258,7 @@ def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", **solver_o
     return _solve(cs, norm, cs.kind, **solver_options)
 
 
+@_named_options
 def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMSolution:
     """p-SVM ``min ||p|| s.t. p^T (k_{i,a_i} - k_{it}) >= 1`` with keys ``k = W^T x``.
 
@@ -232,10 +267,12 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
     X : (n, T, d) tokens
     W : (d, d) fixed key-query matrix (None: identity)
     select : (n,) int
-    relaxed : None, (n,) bool, sequence of int, or True
+    relaxed : None, (n,) bool mask, sequence of int sample indices, or True
         The relaxed p-SVM: the inputs given here (the ones that are *not* support
         vectors of the head, the official code's ``zero_ids``) get ``>= 0`` instead of
-        ``>= 1``. ``True`` computes them from the v-SVM on the selected tokens (needs Y).
+        ``>= 1``. A bool array is a mask; an integer array (any integer dtype, also 0/1
+        values) lists sample indices. ``True`` computes them from the v-SVM on the
+        selected tokens (needs Y).
     Y : (n,) labels, only for ``relaxed=True``
 
     Returns
@@ -245,6 +282,8 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     zero = None
+    if isinstance(relaxed, np.bool_) and relaxed:
+        relaxed = True
     if relaxed is True:
         if Y is None:
             raise ValidationError("relaxed=True needs the labels Y (n,) to find the support vectors of the head")
@@ -253,20 +292,29 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
         if not vs.feasible:
             raise ValidationError("relaxed=True: the v-SVM on the selected tokens is infeasible")
         zero = ~vs.support
-    elif relaxed is not None and relaxed is not False:
+    elif relaxed is not None and relaxed is not False and not (isinstance(relaxed, np.bool_) and not relaxed):
+        # a boolean array is a mask over the samples; integers (any width) are sample indices
         arr = np.asarray(relaxed)
-        if arr.dtype == bool or (arr.shape == (n,) and np.all(np.isin(arr, (0, 1))) and arr.dtype != np.int64):
-            zero = as_mask_array(arr, "relaxed", (n,), f"(n,) = ({n},)")
-        else:
-            idx = as_index_array(arr.ravel(), "relaxed", (arr.size,), n, "(k,) sample indices")
+        if arr.dtype == bool:
+            zero = as_mask_array(arr, "relaxed", (n,), f"(n,) = ({n},) bool mask")
+        elif arr.size == 0:
             zero = np.zeros(n, bool)
-            zero[idx] = True
+        elif arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValidationError(f"relaxed must be True, a bool mask (n,) = ({n},) or a 1-D sequence of integer "
+                                  f"sample indices in [0, {n}), got dtype {arr.dtype} and shape {arr.shape}")
+        else:
+            if np.any(arr < 0) or np.any(arr >= n):
+                bad = int(arr[(arr < 0) | (arr >= n)][0])
+                raise ValidationError(f"relaxed holds sample index {bad}, outside [0, {n})")
+            zero = np.zeros(n, bool)
+            zero[arr.astype(np.int64)] = True
     sol = p_svm(X, W, select, zero, **solver_options)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
 
 
+@_named_options
 def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     """v-SVM ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1`` (exact hard margin, no bias).
 
@@ -281,6 +329,7 @@ def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     return v_svm(X, Y, select, **solver_options)
 
 
+@_named_options
 def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", squared: bool = False,
                    **solver_options) -> SVMSolution:
     """Soft-margin Att-SVM ``min ||W|| + C sum xi s.t. margins >= 1 - xi, xi >= 0``.
@@ -311,10 +360,11 @@ class BatchSolution:
     Attributes
     ----------
     W : (R, d, d), NaN where infeasible
-    status : (R,) str
+    status : (R,) str, "optimal", "optimal_inaccurate" or "infeasible"
     norm_value : (R,) ``||W_r||_F`` (inf where infeasible)
     duals : (R, N) multipliers (Farkas multipliers where infeasible)
-    margins : (R, N)
+    margins : (R, N) (NaN where infeasible)
+    certificates : list of R Certificate (relative quantities, see SVMSolution)
     """
 
     W: np.ndarray
@@ -322,9 +372,10 @@ class BatchSolution:
     norm_value: np.ndarray
     duals: np.ndarray
     margins: np.ndarray
+    certificates: list = None
 
 
-def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e-10) -> BatchSolution:
+def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e-10, max_memory=None) -> BatchSolution:
     """Solve R independent Frobenius Att-SVMs of equal size at once.
 
     Parameters
@@ -333,11 +384,15 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e
     Z : (R, n, d) queries (cross-attention); omit with ``query_index`` or problems
     select : (R, n) int; None only with problems (their optimal tokens)
     query_index : int, self-attention query token
+    tol : in (0, 1), feasibility tolerance of the active-set methods
+    max_memory : bytes or a size string: refuse (ResourceLimitError) when the R x N x N
+        Gram matrices need more (default: the package limit)
 
     Returns
     -------
-    BatchSolution.
+    BatchSolution (status "optimal" only where the certificate passes).
     """
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
     if isinstance(X, (list, tuple)) and X and isinstance(X[0], TokenProblem):
         probs = X
         shapes = {p.shape for p in probs}
@@ -354,7 +409,9 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e
         if Z is None:
             if query_index is None:
                 raise ValidationError("give Z (R, n, d) or query_index")
-            Za = Xa[:, :, int(query_index)]
+            T_ = Xa.shape[2]
+            qi = check_number(query_index, "query_index", low=-T_, high=T_, high_open=True, integer=True)
+            Za = Xa[:, :, qi]
         else:
             Za = as_float_array(Z, "Z", 3, "(R, n, d)")
         if select is None:
@@ -373,7 +430,23 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e
     U = (Xa[rr, ii, sel[..., None]] - Xa[rr, ii, t_idx]).reshape(R, n * (T - 1), d)
     V = np.broadcast_to(Za[:, :, None, :], (R, n, T - 1, d)).reshape(R, n * (T - 1), d)
     N = n * (T - 1)
-    W, lam, status = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool), tol=tol)
-    margins = np.einsum("rka,rab,rkb->rk", U, np.nan_to_num(W), V)
-    nv = np.where(status == "optimal", np.linalg.norm(np.nan_to_num(W), axis=(1, 2)), np.inf)
-    return BatchSolution(W, status, nv, lam, margins)
+    W, lam, status, certs = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool), tol=tol,
+                                                  max_memory=max_memory)
+    feas = status != "infeasible"
+    margins = np.full((R, N), np.nan)
+    if feas.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            margins[feas] = np.einsum("rka,rab,rkb->rk", U[feas], W[feas], V[feas])
+    nv = np.full(R, np.inf)
+    for r in np.flatnonzero(feas):
+        nv[r] = _fro_norm(W[r])
+    return BatchSolution(W, status, nv, lam, margins, certs)
+
+
+def _fro_norm(W: np.ndarray) -> float:
+    """``||W||_F`` without overflow or underflow of the squares (power-of-two scaling)."""
+    top = float(np.max(np.abs(W))) if W.size else 0.0
+    if top == 0.0:
+        return 0.0
+    _, e = np.frexp(top)
+    return float(np.linalg.norm(np.ldexp(W, -int(e)))) * 2.0 ** int(e)

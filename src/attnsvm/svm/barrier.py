@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
+from .._validate import check_number
+
 __all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis"]
 
 
@@ -350,6 +352,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     -------
     IPMResult with ``W (d1, d2)`` (``W = P M B^T``) and ``lam (N,)`` (strictly dual feasible).
     """
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    check_number(feas_tol, "feas_tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    check_number(max_iter, "max_iter", low=1, integer=True)
+    check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
     t0 = time.perf_counter()
     U = np.asarray(U, float)
     V = np.asarray(V, float)

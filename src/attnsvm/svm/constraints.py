@@ -31,6 +31,8 @@ from ..errors import ValidationError
 
 __all__ = [
     "ConstraintSet",
+    "RowScaling",
+    "representable",
     "att_constraints",
     "gen_constraints",
     "fin_constraints",
@@ -108,10 +110,116 @@ class ConstraintSet:
             return f"{head}: token {a} ({rel} {self.rhs[k]:g})"
         return f"{head} ({rel} {self.rhs[k]:g})"
 
+    def normalized(self) -> tuple["ConstraintSet", "RowScaling"]:
+        """The same SVM with every row scaled to unit size: ``(cs_n, scaling)``.
+
+        Row k becomes ``u_k 2^-a_k``, ``w_k 2^-b_k``, ``rhs_k 2^-(a_k + b_k + E)`` with
+        ``2^a_k``, ``2^b_k`` the power of two just above ``max |u_k|``, ``max |w_k|`` and
+        ``2^E`` that of the largest row-scaled ``|rhs|``: the rows of ``cs_n`` have
+        entries below 1 and its right-hand sides at most 1, whatever the scale of the
+        data (1e-200 or 1e200). Power-of-two scaling is exact in floating point. The
+        solution of ``cs_n`` maps back through :class:`RowScaling`.
+        """
+        return _normalize(self)
+
     def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
         """The subset of rows where ``mask`` (N,) is true."""
         return ConstraintSet(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask], self.sample[mask],
                              self.query[mask], self.token[mask], self.other[mask], self.kind, self.shape)
+
+
+@dataclass(frozen=True)
+class RowScaling:
+    """How :meth:`ConstraintSet.normalized` scaled the rows (all powers of two, exact).
+
+    Attributes
+    ----------
+    a, b : (N,) int64, exponents of the row factors: ``u'_k = u_k 2^-a_k``, ``w'_k = w_k 2^-b_k``
+    E : int, exponent of the right-hand sides: ``rhs'_k = rhs_k 2^-(a_k + b_k + E)``
+
+    A solution ``W'`` of the scaled set is ``W = W' 2^E`` of the original one. Multipliers
+    map differently per objective: those of ``1/2 ||W||_F^2`` (Frobenius, :mod:`.qp`) as
+    ``lam_k = lam'_k 2^(E - a_k - b_k)``; those of ``||W||_*`` or ``||W||_F`` (norm
+    objectives, dual ball ``||sum lam_k u_k w_k^T|| <= 1``) as ``lam_k = lam'_k 2^-(a_k + b_k)``;
+    Farkas multipliers (``rhs^T f = 1``) as ``f_k = f'_k 2^-(a_k + b_k + E)``. Margins map
+    as ``m_k = m'_k 2^(a_k + b_k + E)``.
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    E: int
+
+    @property
+    def s(self) -> np.ndarray:
+        """(N,) exponent of each row's constraint values: ``a_k + b_k + E``."""
+        return self.a + self.b + self.E
+
+    def W(self, Wn: np.ndarray) -> np.ndarray:
+        """``W' -> W`` (may overflow to inf or underflow: see :meth:`representable`)."""
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(Wn, self.E)
+
+    def W_to_n(self, W: np.ndarray) -> np.ndarray:
+        return np.ldexp(W, -self.E)
+
+    def lam(self, lam_n: np.ndarray, objective: str = "squared") -> np.ndarray:
+        """Multipliers of the scaled set -> original; ``objective`` "squared" (1/2 ||W||_F^2)
+        or "norm" (``||W||`` with a dual ball)."""
+        e = (self.E - self.a - self.b) if objective == "squared" else (-self.a - self.b)
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(lam_n, e)
+
+    def lam_to_n(self, lam: np.ndarray, objective: str = "squared") -> np.ndarray:
+        e = (self.E - self.a - self.b) if objective == "squared" else (-self.a - self.b)
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(lam, -e)
+
+    def farkas(self, f_n: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(f_n, -self.s)
+
+    def farkas_to_n(self, f: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(f, self.s)
+
+    def margins(self, m_n: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(m_n, self.s)
+
+
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+def representable(values: np.ndarray, scaled: np.ndarray) -> bool:
+    """Whether ``values`` (a mapped-back array) kept the information of ``scaled`` (its
+    normalized counterpart): finite, and the largest entry not lost to underflow (a normal
+    float64) unless ``scaled`` is zero."""
+    if not np.all(np.isfinite(values)):
+        return False
+    top = float(np.max(np.abs(scaled))) if scaled.size else 0.0
+    if top == 0.0:
+        return True
+    return float(np.max(np.abs(values))) >= _TINY
+
+
+def _normalize(cs: "ConstraintSet") -> tuple["ConstraintSet", RowScaling]:
+    N = cs.N
+    if N == 0:
+        z = np.zeros(0, np.int64)
+        return cs, RowScaling(z, z.copy(), 0)
+    _, a = np.frexp(np.abs(cs.U).max(axis=1) if cs.d1 else np.zeros(N))
+    _, b = np.frexp(np.abs(cs.V).max(axis=1) if cs.d2 else np.zeros(N))
+    a, b = a.astype(np.int64), b.astype(np.int64)
+    mant, er = np.frexp(cs.rhs)
+    er = er.astype(np.int64) - a - b
+    nz = cs.rhs != 0
+    E = int(er[nz].max()) if nz.any() else 0
+    with np.errstate(under="ignore"):
+        U = np.ldexp(cs.U, -a[:, None])
+        V = np.ldexp(cs.V, -b[:, None])
+        rhs = np.where(nz, np.ldexp(mant, np.where(nz, er - E, 0)), 0.0)
+    cs_n = ConstraintSet(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
+    return cs_n, RowScaling(a, b, E)
 
 
 def _make(U, V, rhs, eq, sample, query, token, other, kind, shape) -> ConstraintSet:
@@ -163,7 +271,8 @@ def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     others = np.arange(T)[None, :] != sel[:, None]
     ok = _check_valid(valid, n, T, ~others, "selected")
     ii, tt = np.nonzero(others & ok)
-    U = X[ii, sel[ii]] - X[ii, tt]
+    U = X[ii, tt]                       # (N, d); in place below: two N x d arrays at the peak, not three
+    np.subtract(X[ii, sel[ii]], U, out=U)
     V = Z[ii]
     N = ii.size
     return _make(U, V, np.ones(N), np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt, "att", (n, T))

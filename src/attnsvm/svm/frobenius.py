@@ -4,6 +4,18 @@
 ``min 1/2 ||W||_F^2``; its dual is a QP in the N multipliers whose Hessian is the
 Gram matrix of the rank-one constraint matrices. ``W = sum_k lam_k u_k w_k^T`` is
 formed once at the end. See :mod:`attnsvm.svm.qp` for the exact active-set solvers.
+
+Scale: the QP is solved on the row-normalized set (:meth:`ConstraintSet.normalized`:
+every row scaled by powers of two to entries below 1, right-hand sides to at most 1),
+so data at 1e-200 or 1e200 gives the same answer as at 1 (the Gram matrix of the raw
+rows would overflow or underflow). The solution and multipliers are mapped back
+exactly; when float64 cannot hold them (W or the multipliers beyond its range) the
+solver refuses with a :class:`~attnsvm.errors.ValidationError` instead of returning
+zeros or infinities.
+
+Status: "optimal" only when the certificate (computed from the returned W and
+multipliers, all quantities relative) passes; "optimal_inaccurate" otherwise;
+"infeasible" with Farkas multipliers.
 """
 
 from __future__ import annotations
@@ -12,103 +24,286 @@ import time
 
 import numpy as np
 
-from .constraints import ConstraintSet
+from .._validate import check_choice, check_number
+from ..errors import ValidationError
+from ..memory import require_memory
+from .constraints import ConstraintSet, RowScaling, representable
 from .qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
-from .solution import Certificate, SVMSolution
+from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
-__all__ = ["solve_frobenius", "solve_frobenius_batch", "infeasible_solution", "frobenius_solution"]
+__all__ = ["solve_frobenius", "solve_frobenius_batch", "infeasible_solution", "frobenius_solution",
+           "frobenius_certificate", "farkas_residual", "dense_frobenius_bytes", "check_solver_options", "frobenius_qp",
+           "require_dense_memory"]
+
+_METHODS = ("auto", "pdas", "goldfarb-idnani")
+
+
+def dense_frobenius_bytes(N: int, R: int = 1) -> float:
+    """Peak bytes of a dense Frobenius solve of R instances of N rows.
+
+    Measured with tracemalloc (N = 400 and 1600): about 3.4 N x N float64 arrays (``U U^T``,
+    ``V V^T``, the Gram matrix, the active-set factor); 4 are budgeted.
+    """
+    return 4.0 * 8.0 * float(R) * float(N) ** 2
+
+
+def require_dense_memory(N: int, max_memory=None, R: int = 1, what: str = "dense Frobenius solve") -> None:
+    """Raise :class:`~attnsvm.errors.ResourceLimitError` before building N x N Gram matrices that
+    need more than the memory limit (``max_memory``, else the package limit).
+
+    Without an explicit ``max_memory``, solves below 1 MiB are not checked (reading the
+    available memory costs more than such a solve)."""
+    nbytes = dense_frobenius_bytes(N, R)
+    if max_memory is None and nbytes < 2**20:
+        return
+    many = f"{R} x " if R > 1 else ""
+    require_memory(dense_frobenius_bytes(N, R), f"{what} of {many}{N} constraints (N x N Gram matrices)", max_memory,
+                   hint="fewer samples or tokens per solve (the dense solver's memory grows as N^2)")
+
+
+def check_solver_options(tol=None, support_tol=None, method=None) -> None:
+    """Validate the Frobenius solver options at the public boundary (ValidationError naming them)."""
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    if support_tol is not None:
+        check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    if method is not None:
+        check_choice(method, "method", _METHODS)
+
+
+def farkas_residual(cs: ConstraintSet, f: np.ndarray) -> float:
+    """``||sum_k f_k u_k w_k^T||_F / sum_k |f_k| ||u_k|| ||w_k||`` (0 for an exact certificate).
+
+    Computed on the row-normalized set (exact power-of-two maps), so it cannot overflow.
+    """
+    cs_n, sc = cs.normalized()
+    f_n = sc.farkas_to_n(np.asarray(f, dtype=np.float64))
+    if not np.all(np.isfinite(f_n)):
+        return float("inf")
+    size = np.linalg.norm(cs_n.U, axis=1) * np.linalg.norm(cs_n.V, axis=1)
+    den = float(np.abs(f_n) @ size)
+    num = float(np.linalg.norm(cs_n.combine(f_n)))
+    return num / den if den > 0 else 0.0
 
 
 def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, formulation: str, norm: str, info: dict,
                         offending=None) -> SVMSolution:
-    """An "infeasible" :class:`SVMSolution` carrying the Farkas multipliers (W is None)."""
+    """An "infeasible" :class:`SVMSolution` carrying the Farkas multipliers (W is None).
+
+    ``certificate.stationarity_residual`` is the relative residual :func:`farkas_residual`.
+    """
     farkas = np.asarray(farkas, dtype=np.float64)
-    S = cs.combine(farkas)
     if offending is None:
         offending = [int(k) for k in np.flatnonzero(np.abs(farkas) > 1e-9 * max(np.abs(farkas).max(), 1e-300))]
-    cert = Certificate(stationarity_residual=float(np.linalg.norm(S)), farkas=farkas, offending=list(offending),
+    cert = Certificate(stationarity_residual=farkas_residual(cs, farkas), farkas=farkas, offending=list(offending),
                        offending_labels=[cs.label(k) for k in offending[:20]])
     N = cs.N
     return SVMSolution("infeasible", formulation, norm, None, float("inf"), float("inf"), np.full(N, np.nan),
                        np.zeros(N), np.zeros(N, bool), cs, cert, info=info)
 
 
-def frobenius_solution(cs: ConstraintSet, lam: np.ndarray, formulation: str, info: dict,
-                       support_tol: float = 1e-6) -> SVMSolution:
-    """Assemble and certify the Frobenius solution ``W = sum lam_k u_k w_k^T``."""
-    W = cs.combine(lam)
-    margins = cs.evaluate(W)
-    b, eq = cs.rhs, cs.is_equality
-    viol = np.where(eq, np.abs(margins - b), np.maximum(b - margins, 0.0))
-    nrm = float(np.linalg.norm(W))
-    primal = 0.5 * nrm**2
-    dual = float(b @ lam) - primal
+def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
+                          normalized: tuple[ConstraintSet, RowScaling] | None = None) -> tuple[Certificate, np.ndarray]:
+    """Certificate (all relative, see :class:`Certificate`) of ``W (d1, d2)`` with multipliers
+    ``lam (N,)`` of ``min 1/2 ||W||_F^2``, and the margins ``u_k^T W w_k`` (N,).
+
+    Computed from the given arrays after the exact map to the row-normalized set
+    (``normalized``: the pair returned by ``cs.normalized()``, recomputed if None).
+    """
+    cs_n, sc = normalized if normalized is not None else cs.normalized()
+    W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
+    lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "squared")
+    m_n = cs_n.evaluate(W_n)
+    margins = sc.margins(m_n)
+    b, eq = cs_n.rhs, cs_n.is_equality
+    ineq = ~eq
+    lam_f = np.where(ineq, np.maximum(lam_n, 0.0), lam_n)      # dual feasible
+    S_f = cs_n.combine(lam_f)
+    nW2 = float(np.sum(W_n * W_n))
+    primal = 0.5 * nW2
+    dual = float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
+    S = cs_n.combine(lam_n)
+    dW = float(np.linalg.norm(W_n - S))
+    den = float(np.sqrt(nW2)) if nW2 > 0 else float(np.linalg.norm(S))
+    top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
+    neg = float(np.max(-lam_n[ineq], initial=0.0))
+    comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
     cert = Certificate(
-        max_violation=float(viol.max()) if viol.size else 0.0,
-        stationarity_residual=float(np.linalg.norm(W - cs.combine(lam))) / max(1.0, nrm),
-        duality_gap=abs(primal - dual) / max(1.0, primal),
-        dual_infeasibility=float(np.maximum(-lam[~eq], 0).max()) if (~eq).any() else 0.0,
-        complementarity=float(np.abs(lam * np.where(eq, 0.0, margins - b)).max()) if b.size else 0.0,
+        max_violation=relative_violation(m_n, b, eq, _row_sizes(cs_n) * float(np.sqrt(nW2))),
+        stationarity_residual=dW / den if den > 0 else 0.0,
+        duality_gap=relative_gap(primal, dual),
+        dual_infeasibility=max(neg, 0.0) / top_lam if top_lam > 0 else 0.0,
+        complementarity=comp / nW2 if nW2 > 0 else comp,
     )
-    support = (np.abs(margins - b) <= support_tol * np.maximum(1.0, np.abs(b))) & ~eq
-    return SVMSolution("optimal", formulation, "fro", W, nrm, nrm, margins, lam, support, cs, cert,
+    return cert, margins
+
+
+def _row_sizes(cs: ConstraintSet) -> np.ndarray:
+    """``||u_k|| ||w_k||`` for every row: shape (N,)."""
+    return np.linalg.norm(cs.U, axis=1) * np.linalg.norm(cs.V, axis=1)
+
+
+def _support(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.ndarray:
+    """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)``."""
+    b = cs.rhs
+    R = float(np.max(np.abs(b))) if b.size else 1.0
+    R = R if R > 0 else 1.0
+    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
+
+
+def _not_representable(what: str, sc: RowScaling, top_n: float, exponent) -> ValidationError:
+    e = int(np.max(exponent)) if np.ndim(exponent) else int(exponent)
+    approx = float(np.log10(max(top_n, 1e-300))) + e * float(np.log10(2.0))
+    return ValidationError(
+        f"the SVM's {what} would be about 1e{approx:.0f}, outside the float64 range, at this data scale "
+        f"(rows |u_k| |w_k| around 2^{int(np.median(sc.a + sc.b))}): rescale the tokens and queries towards "
+        "unit size; the solution direction does not depend on the scale (W(cX) = W(X) / c^2)")
+
+
+def frobenius_solution(cs: ConstraintSet, lam: np.ndarray, formulation: str, info: dict,
+                       support_tol: float = 1e-6, normalized: tuple[ConstraintSet, RowScaling] | None = None
+                       ) -> SVMSolution:
+    """Assemble and certify the Frobenius solution ``W = sum lam_k u_k w_k^T``.
+
+    ``lam (N,)``: multipliers of ``cs``, or of its row-normalized set when ``normalized``
+    (the pair of ``cs.normalized()``) is given; they are then mapped back exactly.
+    Raises ValidationError when W or the multipliers do not fit in float64.
+    """
+    if normalized is None:
+        normalized = cs.normalized()
+        cs_n, sc = normalized
+        lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "squared")
+    else:
+        cs_n, sc = normalized
+        lam_n = np.asarray(lam, dtype=np.float64)
+    W_n = cs_n.combine(lam_n)
+    W = sc.W(W_n)
+    if not representable(W, W_n):
+        raise _not_representable("solution W", sc, float(np.abs(W_n).max()), sc.E)
+    lam_out = sc.lam(lam_n, "squared")
+    if not representable(lam_out, lam_n):
+        raise _not_representable("multipliers", sc, float(np.abs(lam_n).max()), sc.E - sc.a - sc.b)
+    cert, margins = frobenius_certificate(cs, W, lam_out, normalized)
+    nrm = float(np.ldexp(np.linalg.norm(W_n), sc.E)) if W_n.size else 0.0
+    support = _support(margins, cs, support_tol)
+    return SVMSolution(status_from(cert, "fro"), formulation, "fro", W, nrm, nrm, margins, lam_out, support, cs, cert,
                        support_tol=support_tol, info=info)
 
 
+def _merit(cert: Certificate) -> float:
+    return max(cert.max_violation / 1e-8, cert.duality_gap / 1e-8)
+
+
+def frobenius_qp(cs_n: ConstraintSet, tol: float = 1e-10, method: str = "auto") -> tuple[QPResult, np.ndarray]:
+    """The dual QP of a row-normalized set ``cs_n``: ``(QPResult, G (N, N))`` in its own units
+    (no mapping back, so any data scale works; used for feasibility and warm starts)."""
+    G = cs_n.gram()
+    try:
+        return solve_gram_qp(G, cs_n.rhs, cs_n.is_equality, tol=tol, method=method), G
+    except RuntimeError as exc:
+        if method == "pdas":
+            raise ValidationError("method='pdas' cannot solve this problem (linearly dependent active rows or "
+                                  "cycling): use method='auto' or 'goldfarb-idnani'") from None
+        raise RuntimeError(f"the Frobenius SVM solver failed: {exc}") from None
+
+
 def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
-                    method: str = "auto", support_tol: float = 1e-6) -> SVMSolution:
+                    method: str = "auto", support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
     """Solve ``min ||W||_F s.t.`` the rows of ``cs`` exactly.
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    tol : feasibility tolerance of the active-set method (relative to ``max |rhs|``)
+    tol : feasibility tolerance of the active-set method (relative to ``max |rhs|``), in (0, 1)
     method : "auto", "pdas" or "goldfarb-idnani"
-    support_tol : margins within ``support_tol`` of their rhs count as support
+    support_tol : margins within ``support_tol`` (relative) of their rhs count as support, in [0, 1)
+    max_memory : bytes or a size string ("8G"): refuse (ResourceLimitError) before building
+        the N x N Gram matrices when they need more (default: the package limit)
 
     Returns
     -------
-    SVMSolution with ``W (d1, d2)`` (status "optimal") or a Farkas certificate
-    (status "infeasible", ``W is None``).
+    SVMSolution with ``W (d1, d2)`` (status "optimal", or "optimal_inaccurate" when the
+    certificate does not pass) or a Farkas certificate (status "infeasible", ``W is None``).
     """
+    check_solver_options(tol, support_tol, method)
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
-    G = cs.gram()
-    res: QPResult = solve_gram_qp(G, cs.rhs, cs.is_equality, tol=tol, method=method)
+    require_dense_memory(cs.N, max_memory)
+    normalized = cs.normalized()
+    cs_n = normalized[0]
+    res, G = frobenius_qp(cs_n, tol, method)
     info = {"method": res.method, "iterations": res.iterations, "seconds": time.perf_counter() - t0}
     if res.status == "infeasible":
-        return infeasible_solution(cs, res.farkas, formulation, "fro", info, res.info.get("offending"))
-    sol = frobenius_solution(cs, res.lam, formulation, info, support_tol)
+        sc = normalized[1]
+        return infeasible_solution(cs, sc.farkas(res.farkas), formulation, "fro", info, res.info.get("offending"))
+    sol = frobenius_solution(cs, res.lam, formulation, info, support_tol, normalized)
+    if sol.status != "optimal" and method == "auto" and res.method == "pdas":
+        # refine: the robust dual active-set method from scratch, keep the better certificate
+        res2 = goldfarb_idnani(G, cs_n.rhs, cs_n.is_equality, tol=tol)
+        if res2.status == "optimal":
+            sol2 = frobenius_solution(cs, res2.lam, formulation, dict(info, method=res2.method,
+                                                                      iterations=res.iterations + res2.iterations),
+                                      support_tol, normalized)
+            if _merit(sol2.certificate) < _merit(sol.certificate):
+                sol = sol2
     sol.info["seconds"] = time.perf_counter() - t0
     return sol
 
 
 def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
-                          tol: float = 1e-10):
+                          tol: float = 1e-10, max_memory=None):
     """Solve R independent Frobenius SVMs of equal size at once (vectorized numpy).
+
+    Each instance is row-normalized first (as :func:`solve_frobenius`), so any data scale
+    float64 can represent gives the same answer.
 
     Parameters
     ----------
     U : (R, N, d1), V : (R, N, d2), rhs : (R, N), is_equality : (R, N) bool
+    tol : in (0, 1), feasibility tolerance of the active-set methods
+    max_memory : limit for the R x N x N Gram matrices (default: the package limit)
 
     Returns
     -------
     W : (R, d1, d2), NaN for infeasible instances
     lam : (R, N) multipliers (Farkas multipliers for infeasible instances)
-    status : (R,) array of str ("optimal" / "infeasible")
+    status : (R,) array of str ("optimal", "optimal_inaccurate" or "infeasible")
+    certificates : list of R Certificate
     """
-    R, N, _ = U.shape
-    G = np.einsum("rkd,rld->rkl", U, U) * np.einsum("rkd,rld->rkl", V, V)
-    lam, ok = pdas_batch(G, rhs, is_equality, tol=tol)
-    status = np.array(["optimal"] * R, dtype=object)
-    for r in np.flatnonzero(~ok):
-        res = goldfarb_idnani(G[r], rhs[r], is_equality[r], tol=tol)
-        if res.status == "optimal":
-            lam[r] = res.lam
-        else:
-            lam[r] = res.farkas
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    R, N, d1 = U.shape
+    d2 = V.shape[2]
+    require_dense_memory(N, max_memory, R=R, what="batched dense Frobenius solve")
+    sets = [ConstraintSet(U[r], V[r], rhs[r], is_equality[r], np.full(N, -1), np.full(N, -1), np.full(N, -1),
+                          np.full(N, -1), "batch", (N, 1)).normalized() for r in range(R)]
+    Un = np.stack([s[0].U for s in sets]) if R else np.zeros((0, N, d1))
+    Vn = np.stack([s[0].V for s in sets]) if R else np.zeros((0, N, d2))
+    bn = np.stack([s[0].rhs for s in sets]) if R else np.zeros((0, N))
+    G = np.einsum("rkd,rld->rkl", Un, Un)
+    G *= np.einsum("rkd,rld->rkl", Vn, Vn)
+    lam_n, ok = pdas_batch(G, bn, is_equality, tol=tol)
+    W = np.full((R, d1, d2), np.nan)
+    lam = np.zeros((R, N))
+    status = np.empty(R, dtype=object)
+    certs: list[Certificate] = []
+    for r in range(R):
+        cs_r, (cs_n, sc) = ConstraintSet(U[r], V[r], rhs[r], is_equality[r], *(np.full(N, -1),) * 4, "batch",
+                                         (N, 1)), sets[r]
+        res = None if ok[r] else goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
+        if res is not None and res.status == "infeasible":
+            f = sc.farkas(res.farkas)
+            lam[r] = f
             status[r] = "infeasible"
-    W = np.einsum("rk,rka,rkb->rab", lam, U, V)
-    W[status == "infeasible"] = np.nan
-    return W, lam, status.astype(str)
+            certs.append(Certificate(stationarity_residual=farkas_residual(cs_r, f), farkas=f))
+            continue
+        ln = lam_n[r] if res is None else res.lam
+        sol = frobenius_solution(cs_r, ln, "batch", {}, 1e-6, (cs_n, sc))
+        if sol.status != "optimal" and res is None:
+            res2 = goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
+            if res2.status == "optimal":
+                sol2 = frobenius_solution(cs_r, res2.lam, "batch", {}, 1e-6, (cs_n, sc))
+                if _merit(sol2.certificate) < _merit(sol.certificate):
+                    sol = sol2
+        W[r], lam[r], status[r] = sol.W, sol.duals, sol.status
+        certs.append(sol.certificate)
+    return W, lam, status.astype(str), certs

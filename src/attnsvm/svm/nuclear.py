@@ -30,13 +30,14 @@ import time
 
 import numpy as np
 
-from ..errors import ValidationError
+from .._validate import check_choice, check_number
+from ..memory import require_memory
 from .barrier import nuclear_ipm, row_space_basis
-from .constraints import ConstraintSet
-from .frobenius import solve_frobenius
-from .solution import Certificate, SVMSolution
+from .constraints import ConstraintSet, RowScaling, representable
+from .frobenius import _not_representable, _row_sizes, _support, require_dense_memory, frobenius_qp, infeasible_solution
+from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
-__all__ = ["row_basis", "solve_nuclear", "nuclear_certificate"]
+__all__ = ["row_basis", "solve_nuclear", "nuclear_certificate", "nuclear_bytes"]
 
 _SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
 
@@ -46,24 +47,48 @@ def row_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     return row_space_basis(A, rtol)
 
 
-def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray) -> tuple[Certificate, np.ndarray]:
-    """Certificate of a nuclear-norm solution ``W (d1, d2)`` with multipliers ``lam (N,)``."""
-    margins = cs.evaluate(W)
-    b, eq = cs.rhs, cs.is_equality
-    viol = np.where(eq, np.abs(margins - b), np.maximum(b - margins, 0.0))
-    S = cs.combine(lam)
+def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
+                        normalized: tuple[ConstraintSet, RowScaling] | None = None) -> tuple[Certificate, np.ndarray]:
+    """Certificate (all relative, see :class:`Certificate`) of a nuclear-norm solution
+    ``W (d1, d2)`` with multipliers ``lam (N,)`` (dual ball ``||sum lam_k u_k w_k^T||_2 <= 1``),
+    and the margins (N,).
+
+    Computed from the given arrays after the exact map to the row-normalized set
+    (``normalized``: the pair of ``cs.normalized()``, recomputed if None).
+    """
+    cs_n, sc = normalized if normalized is not None else cs.normalized()
+    W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
+    lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "norm")
+    m_n = cs_n.evaluate(W_n)
+    margins = sc.margins(m_n)
+    b, eq = cs_n.rhs, cs_n.is_equality
+    ineq = ~eq
+    S = cs_n.combine(lam_n)
     spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
-    align = abs(float(np.sum(W * S)) - nuc) / max(1.0, nuc)
-    dual = float(b @ lam)
+    nuc = float(np.linalg.svd(W_n, compute_uv=False).sum()) if W_n.size else 0.0
+    align = abs(float(np.sum(W_n * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W_n * S)))
+    lam_f = np.where(ineq, np.maximum(lam_n, 0.0), lam_n)      # dual feasible: clip, then into the ball
+    S_f = cs_n.combine(lam_f)
+    spec_f = float(np.linalg.norm(S_f, 2)) if S_f.size else 0.0
+    dual = float(b @ lam_f) / max(1.0, spec_f)
+    top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
+    comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
     cert = Certificate(
-        max_violation=float(viol.max()) if viol.size else 0.0,
+        max_violation=relative_violation(m_n, b, eq, _row_sizes(cs_n) * float(np.linalg.norm(W_n))),
         stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=abs(nuc - dual) / max(1.0, nuc),
-        dual_infeasibility=float(np.maximum(-lam[~eq], 0).max()) if (~eq).any() else 0.0,
-        complementarity=float(np.abs(lam * np.where(eq, 0.0, margins - b)).max()) if b.size else 0.0,
+        duality_gap=relative_gap(nuc, dual),
+        dual_infeasibility=float(np.max(-lam_n[ineq], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
+        complementarity=comp / nuc if nuc > 0 else comp,
     )
     return cert, margins
+
+
+def nuclear_bytes(N: int, d1: int, d2: int) -> float:
+    """Peak bytes of the nuclear interior-point solve of N rows: the Frobenius start (4 N x N
+    arrays) and then the Schur complement with its factor and products (measured with
+    tracemalloc at N = 400: 5.7 N x N float64 arrays; 6 are budgeted) plus the SDP blocks."""
+    r = min(d1, N) + min(d2, N)
+    return 8.0 * (6.0 * float(N) ** 2 + 6.0 * float(r) ** 2 + 4.0 * float(N) * (d1 + d2))
 
 
 def _solve_reduced_cvxpy(Ua, Vb, rhs, eq, solver, eps=1e-9, time_limit=None):
@@ -104,7 +129,9 @@ def _solve_reduced_cvxpy(Ua, Vb, rhs, eq, solver, eps=1e-9, time_limit=None):
         lam[ineq_idx] = np.asarray(cons[k].dual_value).ravel()
         k += 1
     if eq_idx.size:
-        lam[eq_idx] = np.asarray(cons[k].dual_value).ravel()
+        # cvxpy's equality multipliers enter its Lagrangian as + nu (expr - rhs), ours as
+        # - lam (expr - rhs) like the inequality rows (S = sum lam_k A_k): flip the sign
+        lam[eq_idx] = -np.asarray(cons[k].dual_value).ravel()
     return np.asarray(M.value), lam, prob.status
 
 
@@ -127,7 +154,7 @@ def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
 
 
 def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
-                  support_tol: float = 1e-5, time_limit: float | None = None) -> SVMSolution:
+                  support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
 
     Parameters
@@ -137,33 +164,52 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     solver : "auto" (default) or "ipm": the structured interior-point method (relative
         duality gap <= 1e-9; "auto" falls back to cvxpy on small problems if it does not
         converge); "cvxpy", "CLARABEL" or "SCS": the reduced SDP through cvxpy
-    time_limit : seconds, optional cap (the certificate then reports the accuracy reached)
-    support_tol : margins within this (relative) distance of rhs count as support
+    time_limit : seconds (finite, > 0), optional cap (the certificate then reports the accuracy reached)
+    support_tol : margins within this (relative) distance of rhs count as support, in [0, 1)
+    max_memory : bytes or a size string: refuse (ResourceLimitError) before allocating the
+        N x N matrices when they need more (default: the package limit)
 
     Returns
     -------
-    SVMSolution with ``W (d1, d2)`` and ``norm = "nuclear"`` or status "infeasible"
-    (Farkas certificate from the exact Frobenius solver). ``info["solver_status"]`` is
-    "optimal" or "inaccurate" (stopped at a limit; see the certificate).
+    SVMSolution with ``W (d1, d2)`` and ``norm = "nuclear"``: status "optimal" only when the
+    certificate passes (relative violation <= 1e-8, relative duality gap <= 1e-6), else
+    "optimal_inaccurate"; or status "infeasible" (Farkas certificate from the exact
+    Frobenius solver). The problem is solved on the row-normalized set (any data scale).
+    ``info["solver_status"]`` is the inner method's own verdict ("optimal" or "inaccurate"
+    for the IPM; cvxpy's status otherwise).
     """
-    if solver not in _SOLVERS:
-        raise ValidationError(f"solver must be one of {', '.join(map(repr, _SOLVERS))}, got {solver!r}")
+    check_choice(solver, "solver", _SOLVERS)
+    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    time_limit = check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
-    fro = solve_frobenius(cs, formulation=formulation)
-    if fro.status == "infeasible":
-        fro.norm = "nuclear"
-        return fro
+    # feasibility (and the Farkas certificate) from the exact Frobenius dual QP of the
+    # row-normalized set, whose solution is also the warm start; nothing is mapped back, so
+    # only the nuclear solution itself has to fit in float64
+    require_dense_memory(cs.N, max_memory)
+    require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
+                   "(N x N Schur complement)", max_memory,
+                   hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
+    normalized = cs.normalized()
+    cs_n, sc = normalized
+    res0, G = frobenius_qp(cs_n)
+    del G
+    if res0.status == "infeasible":
+        info = {"method": res0.method, "iterations": res0.iterations, "seconds": time.perf_counter() - t0}
+        return infeasible_solution(cs, sc.farkas(res0.farkas), formulation, "nuclear", info,
+                                   res0.info.get("offending"))
+    lam0 = res0.lam
+    W0 = cs_n.combine(lam0)
     if solver in ("auto", "ipm"):
         try:
-            res = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, lam_init=fro.duals, W_init=fro.W,
+            res = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
                               time_limit=time_limit)
         except Exception as exc:  # numerical breakdown the method could not absorb
             if solver == "ipm":
                 raise
             res, err = None, f"{type(exc).__name__}: {exc}"
         if res is not None:
-            W, lam = res.W, res.lam
+            W_n, lam_n = res.W, res.lam
             info = dict(res.info, solver="ipm", solver_status=res.status)
             good = res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)
         else:
@@ -171,7 +217,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
         small = min(cs.d1, cs.N) + min(cs.d2, cs.N) <= 300
         if solver == "auto" and not good and (res is None or (small and time_limit is None)):
             try:
-                W, lam, info2 = _solve_cvxpy(cs, "cvxpy", time_limit)
+                W_n, lam_n, info2 = _solve_cvxpy(cs_n, "cvxpy", time_limit)
             except Exception as exc:
                 if res is None:
                     raise
@@ -179,11 +225,24 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
             else:
                 info = dict(info2, ipm=info)
     else:
-        W, lam, info = _solve_cvxpy(cs, solver, time_limit)
-    cert, margins = nuclear_certificate(cs, W, lam)
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
-    b = cs.rhs
-    support = (np.abs(margins - b) <= support_tol * np.maximum(1.0, np.abs(b))) & ~cs.is_equality
+        W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
+    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+
+
+def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0) -> SVMSolution:
+    """Map the row-normalized solution back, certify it and set the status from the certificate."""
+    cs_n, sc = normalized
+    W_n = np.asarray(W_n, dtype=np.float64)
+    lam_n = np.asarray(lam_n, dtype=np.float64)
+    W = sc.W(W_n)
+    if not representable(W, W_n):
+        raise _not_representable("solution W", sc, float(np.abs(W_n).max()), sc.E)
+    lam = sc.lam(lam_n, "norm")
+    if not representable(lam, lam_n):
+        raise _not_representable("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
+    cert, margins = nuclear_certificate(cs, W, lam, normalized)
+    nuc = float(np.ldexp(np.linalg.svd(W_n, compute_uv=False).sum(), sc.E)) if W_n.size else 0.0
+    support = _support(margins, cs, support_tol)
     info["seconds"] = time.perf_counter() - t0
-    return SVMSolution("optimal", formulation, "nuclear", W, nuc, nuc, margins, lam, support, cs, cert,
-                       support_tol=support_tol, info=info)
+    return SVMSolution(status_from(cert, "nuclear"), formulation, "nuclear", W, nuc, nuc, margins, lam, support, cs,
+                       cert, support_tol=support_tol, info=info)

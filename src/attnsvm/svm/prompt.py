@@ -27,7 +27,8 @@ def _as_vector_solution(sol: SVMSolution, attr: str) -> SVMSolution:
     return sol
 
 
-def p_svm(X, W, select, zero_rows=None, *, tol: float = 1e-10) -> SVMSolution:
+def p_svm(X, W, select, zero_rows=None, *, tol: float = 1e-10, support_tol: float = 1e-6,
+          max_memory=None) -> SVMSolution:
     """Solve the (relaxed) p-SVM.
 
     Parameters
@@ -36,6 +37,7 @@ def p_svm(X, W, select, zero_rows=None, *, tol: float = 1e-10) -> SVMSolution:
     W : (d, d) fixed key-query matrix, or None for the identity
     select : (n,) int
     zero_rows : (n,) bool or None, inputs whose rows get right-hand side 0
+    tol, support_tol, max_memory : see :func:`~attnsvm.svm.frobenius.solve_frobenius`
 
     Returns
     -------
@@ -52,19 +54,22 @@ def p_svm(X, W, select, zero_rows=None, *, tol: float = 1e-10) -> SVMSolution:
         K = X
     cs = prompt_constraints(K, select, zero_rows)
     form = "prompt" if zero_rows is None or not np.any(zero_rows) else "prompt-relaxed"
-    return _as_vector_solution(solve_frobenius(cs, formulation=form, tol=tol), "p")
+    return _as_vector_solution(solve_frobenius(cs, formulation=form, tol=tol, support_tol=support_tol,
+                                               max_memory=max_memory), "p")
 
 
-def v_svm(X, Y, select, *, tol: float = 1e-10) -> SVMSolution:
+def v_svm(X, Y, select, *, tol: float = 1e-10, support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
     """Solve the v-SVM ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1``.
 
     Parameters
     ----------
     X : (n, T, d), Y : (n,), select : (n,) int
+    tol, support_tol, max_memory : see :func:`~attnsvm.svm.frobenius.solve_frobenius`
 
     Returns
     -------
     SVMSolution with ``v (d,)``; ``support`` (n,) marks the support vectors (inputs).
     """
     cs = v_constraints(X, Y, select)
-    return _as_vector_solution(solve_frobenius(cs, formulation="v", tol=tol), "v")
+    return _as_vector_solution(solve_frobenius(cs, formulation="v", tol=tol, support_tol=support_tol,
+                                               max_memory=max_memory), "v")

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
+from .._validate import check_choice, check_number
+
 __all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_batch"]
 
 
@@ -51,6 +53,11 @@ class QPResult:
     iterations: int = 0
     method: str = ""
     info: dict = field(default_factory=dict)
+
+
+def _check_tol(tol) -> None:
+    """``tol`` must be a finite number in (0, 1) (NaN would make every test pass)."""
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 def _tol_b(b: np.ndarray, tol: float) -> float:
@@ -86,6 +93,7 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, ma
     QPResult or None when the free rows become linearly dependent or it cycles
     (the caller then uses :func:`goldfarb_idnani`).
     """
+    _check_tol(tol)
     N = b.size
     if N == 0:
         return QPResult("optimal", np.zeros(0), iterations=0, method="pdas")
@@ -138,6 +146,7 @@ def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-
     ok : (R,) bool, instances that converged to a verified KKT point (the others
         must be solved by :func:`goldfarb_idnani`)
     """
+    _check_tol(tol)
     R, N = b.shape
     lam = np.zeros((R, N))
     ok = np.zeros(R, bool)
@@ -223,6 +232,7 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     "infeasible" with ``farkas (N,)``: ``lam >= 0`` on inequality rows,
     ``sum lam_k A_k = 0`` (up to rounding), ``b^T lam = 1``.
     """
+    _check_tol(tol)
     N = b.size
     maxit = maxit or (20 * N + 100)
     diag = np.diag(G).copy()
@@ -345,6 +355,7 @@ def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 
     G : (N, N), b : (N,), eq : (N,) bool
     method : "auto" (fast path, then the robust one), "pdas" or "goldfarb-idnani"
     """
+    check_choice(method, "method", ("auto", "pdas", "goldfarb-idnani"))
     if method in ("auto", "pdas"):
         res = pdas(G, b, eq, tol=tol)
         if res is not None or method == "pdas":

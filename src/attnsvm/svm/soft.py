@@ -1,8 +1,22 @@
 """Soft-margin Att-SVM: ``min ||W|| + C sum xi`` (or ``||W||^2``) s.t. margins >= 1 - xi.
 
 Solved in the reduced coordinates ``W = P M B^T`` (see :mod:`attnsvm.svm.nuclear`)
-with cvxpy: Clarabel for the Frobenius objectives (second-order cone / QP), SCS for
-the nuclear norm. Always feasible.
+with cvxpy: Clarabel for the Frobenius objectives (second-order cone / QP) and for
+small nuclear problems, SCS for larger nuclear ones. Always feasible.
+
+Large C behaves like the hard margin, exactly: when the hard-margin SVM is feasible
+and its multipliers, in the units of the soft objective, are at most C (``lam_k /
+||W||_F`` for ``||W||_F``, ``2 lam_k`` for ``||W||_F^2``, ``lam_k`` for ``||W||_*``,
+``2 ||W||_* lam_k`` for ``||W||_*^2``), the hard solution with zero slack satisfies the
+KKT conditions of the soft problem and is returned (``info["solver"] = "hard margin"``);
+the conic solvers, which lose accuracy as C grows, are not asked.
+
+Scale: the rows are scaled by powers of two (exact) to entries below 1 before the conic
+solve, with C rescaled accordingly (W(cX) with penalty C / c^2 is W(X) / c^2 for the norm
+objective, C / c^4 for the squared one), and the solution mapped back.
+
+Status: "optimal" only when the certificate passes (relative violation <= 1e-8,
+relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear), else "optimal_inaccurate".
 """
 
 from __future__ import annotations
@@ -11,33 +25,200 @@ import time
 
 import numpy as np
 
+from .._validate import check_number
 from ..errors import ValidationError
-from .constraints import ConstraintSet
+from .constraints import ConstraintSet, representable
 from .nuclear import row_basis
-from .solution import Certificate, SVMSolution
+from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
-__all__ = ["solve_soft"]
+__all__ = ["solve_soft", "soft_certificate"]
+
+
+def _norm(W: np.ndarray, norm: str) -> float:
+    if W.size == 0:
+        return 0.0
+    return float(np.linalg.norm(W)) if norm == "fro" else float(np.linalg.svd(W, compute_uv=False).sum())
+
+
+def soft_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, slack: np.ndarray, C: float, norm: str,
+                     squared: bool) -> Certificate:
+    """Certificate (relative quantities) of a soft-margin solution.
+
+    ``W (d1, d2)``, multipliers ``lam (N,)`` (``0 <= lam <= C``), ``slack (N,)`` (>= 0). The
+    primal value is that of (W, slack), whose feasibility ``max_violation`` measures; the dual
+    value that of the clipped multipliers scaled into the dual-norm ball (see
+    :func:`_dual_value`). Expects data whose
+    Gram entries do not overflow (the caller passes the power-of-two-scaled set).
+    """
+    margins = cs.evaluate(W)
+    nrm = _norm(W, norm)
+    primal = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
+    dual = _dual_value(cs, lam, C, norm, squared)
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    size = np.linalg.norm(cs.U, axis=1) * np.linalg.norm(cs.V, axis=1) * float(np.linalg.norm(W))
+    cert = Certificate(max_violation=relative_violation(margins, cs.rhs, cs.is_equality, size, slack),
+                       duality_gap=relative_gap(primal, dual),
+                       stationarity_residual=float("nan"),
+                       dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))) / C,
+                       complementarity=(float(np.abs(lam * (margins - cs.rhs + slack)).max()) / max(primal, 1e-300)
+                                        if top > 0 else 0.0))
+    if W.size:
+        S = cs.combine(lam)
+        if norm == "fro":
+            # stationarity: W / ||W|| = S (norm objective) or 2 W = S (squared)
+            target = 2 * W if squared else (W / nrm if nrm > 0 else W)
+            den = max(float(np.linalg.norm(target)), float(np.linalg.norm(S)))
+            cert.stationarity_residual = float(np.linalg.norm(S - target)) / den if den > 0 else 0.0
+        else:
+            # ||S||_2 <= 1 (times 2 ||W||_* when squared) and <W, S> = ||W||_* (times 2 ||W||_*)
+            k = 2.0 * nrm if squared else 1.0
+            spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
+            ref = k * nrm if nrm > 0 else 1.0
+            cert.stationarity_residual = max(spec - k, 0.0) / max(k, 1e-300) + abs(float(np.sum(W * S)) - k * nrm) / ref
+    return cert
+
+
+def _dual_value(cs: ConstraintSet, lam: np.ndarray, C: float, norm: str, squared: bool) -> float:
+    """Value of a dual-feasible point built from ``lam``.
+
+    Dual of ``min ||W|| + C sum xi``: ``max rhs^T lam`` s.t. ``||S||_dual <= 1``, ``0 <= lam <= C``;
+    of ``min ||W||^2 + C sum xi``: ``max rhs^T lam - ||S||_dual^2 / 4``, ``0 <= lam <= C``;
+    with ``S = sum lam_k u_k w_k^T`` and the dual norm Frobenius (fro) or spectral (nuclear).
+    ``lam`` is clipped to [0, C] and, for the norm objective, scaled into the dual ball.
+    """
+    lam = np.clip(lam, 0.0, C)
+    S = cs.combine(lam)
+    dual_norm = (float(np.linalg.norm(S)) if norm == "fro" else float(np.linalg.norm(S, 2))) if S.size else 0.0
+    if squared:
+        return float(cs.rhs @ lam) - 0.25 * dual_norm ** 2
+    scale = 1.0 / dual_norm if dual_norm > 1.0 else 1.0
+    return scale * float(cs.rhs @ lam)
+
+
+def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, max_memory):
+    """The hard-margin solution if it is also the soft one (multipliers <= C), else None.
+
+    Returns ``(W, mu, info)`` for the scaled set ``cs_s``.
+    """
+    from .frobenius import solve_frobenius
+    from .nuclear import solve_nuclear
+
+    hard = solve_frobenius(cs_s, formulation="soft", max_memory=max_memory)
+    if hard.status != "optimal":
+        return None
+    if norm == "fro":
+        nrm = hard.norm_value
+        if nrm <= 0:
+            return None
+        mu = 2.0 * hard.duals if squared else hard.duals / nrm
+    else:
+        hard = solve_nuclear(cs_s, formulation="soft", max_memory=max_memory)
+        if hard.status != "optimal":
+            return None
+        mu = 2.0 * hard.norm_value * hard.duals if squared else hard.duals
+    if float(np.max(mu, initial=0.0)) > C:
+        return None
+    return hard.W, np.maximum(mu, 0.0), {"solver": "hard margin", "hard_method": hard.info.get("method", ""),
+                                         "max_multiplier": float(np.max(mu, initial=0.0))}
+
+
+def _conic(cs_s: ConstraintSet, C: float, norm: str, squared: bool):
+    """The reduced conic program through cvxpy on the scaled set. Returns ``(W, lam, xi, info)``."""
+    import cvxpy as cp
+
+    P, B = row_basis(cs_s.U), row_basis(cs_s.V)
+    Ua, Vb = cs_s.U @ P, cs_s.V @ B
+    r1, r2 = P.shape[1], B.shape[1]
+    if r1 == 0 or r2 == 0:          # every row is zero: W = 0, slack pays every positive rhs
+        xi = np.maximum(cs_s.rhs, 0.0)
+        lam = np.where(cs_s.rhs > 0, C, 0.0)
+        return np.zeros((cs_s.d1, cs_s.d2)), lam, xi, {"solver": "none", "solver_status": "optimal"}
+    Q, qidx = np.unique(Vb, axis=0, return_inverse=True)
+    qidx = np.asarray(qidx).ravel()
+    M = cp.Variable((r1, r2))
+    xi = cp.Variable(cs_s.N, nonneg=True)
+    expr = cp.sum(cp.multiply(Ua.T, (M @ Q.T)[:, qidx]), axis=0)
+    con = expr >= cs_s.rhs - xi
+    if norm == "fro":
+        reg = cp.sum_squares(M) if squared else cp.norm(cp.vec(M, order="F"), 2)
+        solver, kw = "CLARABEL", dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    elif r1 + r2 <= 150:
+        reg = cp.square(cp.normNuc(M)) if squared else cp.normNuc(M)
+        solver, kw = "CLARABEL", dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    else:
+        reg = cp.square(cp.normNuc(M)) if squared else cp.normNuc(M)
+        solver, kw = "SCS", dict(eps_abs=1e-9, eps_rel=1e-9, max_iters=200000)
+    # divide the objective by C when C > 1: the conic solvers keep their accuracy for large C
+    # (Clarabel fails at C >= 1e9 on the undivided objective); multipliers scale back by C
+    div = C if C > 1.0 else 1.0
+    prob = cp.Problem(cp.Minimize(reg / div + (C / div) * cp.sum(xi)), [con])
+    try:
+        prob.solve(solver=solver, **kw)
+    except cp.error.SolverError as exc:
+        raise RuntimeError(f"soft-margin solve failed in {solver}: {exc}") from None
+    if M.value is None:
+        raise RuntimeError(f"soft-margin solve failed in {solver}: status {prob.status}")
+    W = P @ np.asarray(M.value) @ B.T
+    lam = np.asarray(con.dual_value).ravel() * div
+    slack = np.maximum(np.asarray(xi.value).ravel(), 0.0)
+    return W, lam, slack, {"solver": solver, "solver_status": prob.status}
+
+
+def _polish_duals(cs: ConstraintSet, W: np.ndarray, slack: np.ndarray, C: float, squared: bool,
+                  tau: float = 1e-7) -> np.ndarray | None:
+    """Frobenius only: multipliers rebuilt from the primal solution (the conic solver's own are
+    accurate only to its tolerance times C).
+
+    Rows with positive slack (beyond ``tau``) get ``lam = C``, rows with margin above rhs get 0,
+    and the rows on the margin solve the stationarity condition ``sum_k lam_k u_k w_k^T = T``
+    (``T = W / ||W||_F``, or ``2 W`` when squared) in the least-squares sense through their
+    Gram matrix; then clipped to [0, C]. Returns ``lam (N,)`` or None when W = 0.
+    """
+    nrm = float(np.linalg.norm(W))
+    if nrm == 0.0:
+        return None
+    margins = cs.evaluate(W)
+    r = cs.rhs - margins
+    bound = (slack > tau) | (r > tau)
+    free = (~bound) & (np.abs(r) <= tau)
+    lam = np.where(bound, C, 0.0)
+    T = 2.0 * W if squared else W / nrm
+    Rm = T - cs.combine(lam)
+    idx = np.flatnonzero(free)
+    if idx.size:
+        Uf, Vf = cs.U[idx], cs.V[idx]
+        G = (Uf @ Uf.T) * (Vf @ Vf.T)
+        rhs = np.einsum("kd,kd->k", Uf @ Rm, Vf)
+        lam[idx] = np.linalg.lstsq(G, rhs, rcond=1e-13)[0]
+    return np.clip(lam, 0.0, C)
 
 
 def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool = False,
-               support_tol: float = 1e-6) -> SVMSolution:
+               support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
     """Solve the soft-margin SVM over the rows of ``cs`` (inequality rows only).
 
     Parameters
     ----------
     cs : ConstraintSet, ``U (N, d1)``, ``V (N, d2)``
-    C : float > 0, slack penalty
+    C : float > 0 (finite), slack penalty
     norm : "fro" or "nuclear"
-    squared : use ``||W||^2`` instead of ``||W||`` in the objective
+    squared : bool, use ``||W||^2`` instead of ``||W||`` in the objective
+    support_tol : in [0, 1), margins within it of rhs (or positive slack) count as support
+    max_memory : limit for the hard-margin check's N x N matrices (default: the package limit)
 
     Returns
     -------
-    SVMSolution with ``W (d1, d2)``, ``slack (N,)``, ``objective`` the optimal value.
+    SVMSolution with ``W (d1, d2)``, ``slack (N,)``, ``objective`` the optimal value and
+    ``duals (N,)`` the multipliers of the margin rows (``0 <= lam <= C``). Status "optimal"
+    only when the certificate passes, else "optimal_inaccurate".
     """
-    import cvxpy as cp
-
-    if not (isinstance(C, (int, float, np.floating)) and np.isfinite(C) and C > 0):
-        raise ValidationError(f"C must be a finite number > 0, got {C!r}")
+    C = check_number(C, "C", low=0.0, low_open=True)
+    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    if norm not in ("fro", "nuclear"):
+        raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
+    if not isinstance(squared, (bool, np.bool_)):
+        raise ValidationError(f"squared must be True or False, got {squared!r}")
+    squared = bool(squared)
     if np.any(cs.is_equality):
         raise ValidationError("soft margin applies to inequality constraints only")
     t0 = time.perf_counter()
@@ -48,63 +229,43 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
                            complementarity=0.0)
         return SVMSolution("optimal", "soft", norm, np.zeros((d1, d2)), 0.0, 0.0, empty, empty, np.zeros(0, bool), cs,
                            cert, slack=empty, support_tol=support_tol, info={"solver": "none", "C": float(C)})
-    P, B = row_basis(cs.U), row_basis(cs.V)
-    Ua, Vb = cs.U @ P, cs.V @ B
-    r1, r2 = P.shape[1], B.shape[1]
-    Q, qidx = np.unique(Vb, axis=0, return_inverse=True)
-    qidx = np.asarray(qidx).ravel()
-    M = cp.Variable((r1, r2))
-    xi = cp.Variable(cs.N, nonneg=True)
-    expr = cp.sum(cp.multiply(Ua.T, (M @ Q.T)[:, qidx]), axis=0)
-    con = expr >= cs.rhs - xi
-    if norm == "fro":
-        reg = cp.sum_squares(M) if squared else cp.norm(cp.vec(M, order="F"), 2)
-        solver, kw = "CLARABEL", dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    # exact power-of-two scaling: u' = u 2^-a, w' = w 2^-b, W = W' 2^-(a+b), C' = C 2^(a+b) (norm)
+    # or C 4^(a+b) (squared); multipliers mu = mu' 2^-(a+b) (norm) or 4^-(a+b) (squared)
+    _, a = np.frexp(np.abs(cs.U).max()) if cs.U.size else (0.0, 0)
+    _, b = np.frexp(np.abs(cs.V).max()) if cs.V.size else (0.0, 0)
+    e = int(a) + int(b)
+    k = 2 if squared else 1
+    with np.errstate(over="ignore"):
+        C_s = float(np.ldexp(C, k * e))
+    cs_s = ConstraintSet(np.ldexp(cs.U, -int(a)), np.ldexp(cs.V, -int(b)), cs.rhs, cs.is_equality, cs.sample,
+                         cs.query, cs.token, cs.other, cs.kind, cs.shape)
+    got = _hard_margin(cs_s, C_s, norm, squared, max_memory)
+    if got is not None:
+        W_s, lam_s, info = got
+        slack = np.zeros(cs.N)
     else:
-        reg = cp.square(cp.normNuc(M)) if squared else cp.normNuc(M)
-        solver, kw = "SCS", dict(eps_abs=1e-9, eps_rel=1e-9, max_iters=200000)
-    prob = cp.Problem(cp.Minimize(reg + C * cp.sum(xi)), [con])
-    prob.solve(solver=solver, **kw)
-    if M.value is None:
-        raise RuntimeError(f"soft-margin solve failed: {prob.status}")
-    W = P @ np.asarray(M.value) @ B.T
-    lam = np.asarray(con.dual_value).ravel()
-    slack = np.maximum(np.asarray(xi.value).ravel(), 0.0)
-    margins = cs.evaluate(W)
-    viol = np.maximum(cs.rhs - slack - margins, 0.0)
-    nrm = float(np.linalg.norm(W)) if norm == "fro" else float(np.linalg.svd(W, compute_uv=False).sum())
-    cert = Certificate(max_violation=float(viol.max()) if viol.size else 0.0,
-                       duality_gap=_duality_gap(cs, lam, C, norm, squared,
-                                                (nrm ** 2 if squared else nrm) + C * float(np.maximum(slack, cs.rhs - margins).sum())),
-                       stationarity_residual=float("nan"),
-                       dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))),
-                       complementarity=float(np.abs(lam * (margins - cs.rhs + slack)).max()) if cs.N else 0.0)
-    if norm == "fro" and W.size:
-        # stationarity: W / ||W|| = S (norm objective) or 2 W = S (squared)
-        S = cs.combine(lam)
-        target = 2 * W if squared else (W / nrm if nrm > 0 else W)
-        cert.stationarity_residual = float(np.linalg.norm(S - target)) / max(1.0, float(np.linalg.norm(target)))
+        if not np.isfinite(C_s):
+            raise ValidationError(f"C = {C!r} at this data scale exceeds the float64 range (C 2^{k * e}) and the "
+                                  "hard-margin SVM does not solve the problem: rescale the data towards unit size")
+        W_s, lam_s, slack, info = _conic(cs_s, C_s, norm, squared)
+    cert = soft_certificate(cs_s, W_s, lam_s, slack, C_s, norm, squared)
+    if status_from(cert, norm) != "optimal" and norm == "fro":
+        lam_p = _polish_duals(cs_s, W_s, slack, C_s, squared)
+        if lam_p is not None:
+            cert_p = soft_certificate(cs_s, W_s, lam_p, slack, C_s, norm, squared)
+            if cert_p.duality_gap < cert.duality_gap:
+                lam_s, cert = lam_p, cert_p
+                info["duals"] = "polished from the primal solution"
+    W = np.ldexp(W_s, -e)
+    if not representable(W, W_s):
+        raise ValidationError(f"the soft-margin solution W lies outside the float64 range at this data scale "
+                              f"(entries near 2^{e}): rescale the tokens and queries towards unit size")
+    lam = np.ldexp(lam_s, -k * e)
+    margins = cs_s.evaluate(W_s)
+    nrm_s = _norm(W_s, norm)
+    nrm = float(np.ldexp(nrm_s, -e))
+    objective = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
     support = (np.abs(margins - cs.rhs) <= support_tol * np.maximum(1.0, np.abs(cs.rhs))) | (slack > support_tol)
-    info = {"solver": solver, "solver_status": prob.status, "C": float(C), "squared": bool(squared),
-            "seconds": time.perf_counter() - t0}
-    return SVMSolution("optimal", "soft", norm, W, nrm, float(prob.value), margins, lam, support, cs, cert,
+    info.update({"C": float(C), "squared": squared, "seconds": time.perf_counter() - t0})
+    return SVMSolution(status_from(cert, norm), "soft", norm, W, nrm, objective, margins, lam, support, cs, cert,
                        slack=slack, support_tol=support_tol, info=info)
-
-
-def _duality_gap(cs: ConstraintSet, lam: np.ndarray, C: float, norm: str, squared: bool, primal: float) -> float:
-    """Primal objective minus the value of a dual-feasible point built from ``lam``.
-
-    Dual of ``min ||W|| + C sum xi``: ``max rhs^T lam`` s.t. ``||S||_dual <= 1``, ``0 <= lam <= C``;
-    of ``min ||W||^2 + C sum xi``: ``max rhs^T lam - ||S||_dual^2 / 4``, ``0 <= lam <= C``;
-    with ``S = sum lam_k u_k w_k^T`` and the dual norm Frobenius (fro) or spectral (nuclear).
-    ``lam`` is clipped to [0, C] and, for the norm objective, scaled into the dual ball.
-    """
-    lam = np.clip(lam, 0.0, C)
-    S = cs.combine(lam)
-    dual_norm = float(np.linalg.norm(S)) if norm == "fro" else float(np.linalg.norm(S, 2)) if S.size else 0.0
-    if squared:
-        dual = float(cs.rhs @ lam) - 0.25 * dual_norm ** 2
-    else:
-        scale = 1.0 / dual_norm if dual_norm > 1.0 else 1.0
-        dual = scale * float(cs.rhs @ lam)
-    return primal - dual

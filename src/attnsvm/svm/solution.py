@@ -11,31 +11,104 @@ import numpy as np
 from ..errors import ProblemFileError
 from .constraints import ConstraintSet
 
-__all__ = ["Certificate", "SVMSolution", "SOLUTION_FORMAT"]
+__all__ = ["Certificate", "SVMSolution", "SOLUTION_FORMAT", "CERTIFIED_VIOLATION", "CERTIFIED_GAP", "certificate_passes",
+           "status_from", "relative_violation", "relative_gap"]
 
 SOLUTION_FORMAT = "attnsvm.SVMSolution"
+
+#: A solution is "optimal" (certified) only if its relative max violation is at most this ...
+CERTIFIED_VIOLATION = 1e-8
+#: ... and its relative duality gap at most this, per norm (interior-point nuclear solves
+#: stop at a looser gap than the exact Frobenius active set).
+CERTIFIED_GAP = {"fro": 1e-8, "nuclear": 1e-6}
+
+
+def certificate_passes(certificate: "Certificate", norm: str) -> bool:
+    """True when ``certificate`` proves optimality to the package's standard for ``norm``.
+
+    Relative max violation <= :data:`CERTIFIED_VIOLATION` and relative duality gap
+    <= ``CERTIFIED_GAP[norm]`` (NaN never passes).
+    """
+    viol, gap = certificate.max_violation, certificate.duality_gap
+    tol_gap = CERTIFIED_GAP.get(norm, CERTIFIED_GAP["fro"])
+    return bool(viol == viol and gap == gap and viol <= CERTIFIED_VIOLATION and gap <= tol_gap)
+
+
+def status_from(certificate: "Certificate", norm: str) -> str:
+    """"optimal" when ``certificate`` passes (:func:`certificate_passes`), else "optimal_inaccurate"."""
+    return "optimal" if certificate_passes(certificate, norm) else "optimal_inaccurate"
+
+
+def relative_violation(margins: np.ndarray, rhs: np.ndarray, eq: np.ndarray, size: np.ndarray,
+                       slack: np.ndarray | None = None) -> float:
+    """``max_k viol_k / (|rhs_k| + size_k)``: the largest violation as a backward error.
+
+    ``viol_k = (rhs_k - slack_k - margin_k)^+`` (``|margin_k - rhs_k|`` on equality rows;
+    ``slack`` only for the soft margin) and ``size_k = ||u_k|| ||w_k|| ||W||_F``, a bound on
+    ``|margin_k|``: the relative change of row k that W would need to satisfy it exactly.
+    Scale-free, also when the samples have very different scales (then the large rows'
+    margins are only known to ``eps size_k``); for rows of size about 1 and rhs 1 it is about
+    the plain violation. Rows with ``rhs_k = size_k = 0`` count as satisfied.
+    """
+    if margins.size == 0:
+        return 0.0
+    r = rhs if slack is None else rhs - slack
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        viol = np.where(eq, np.abs(margins - rhs), np.maximum(r - margins, 0.0))
+        den = np.abs(rhs) + size
+        rel = np.where(viol > 0, viol / np.where(den > 0, den, 1.0), 0.0)
+        out = float(np.max(rel))
+    return out if out == out else float("inf")
+
+
+def relative_gap(primal: float, dual: float) -> float:
+    """``|primal - dual| / max(|primal|, |dual|)`` (0 when both are 0): scale-free."""
+    den = max(abs(primal), abs(dual))
+    if den == 0.0:
+        return 0.0
+    out = abs(primal - dual) / den
+    return out if out == out else float("inf")
 
 
 @dataclass
 class Certificate:
     """A solution's proof of optimality, or of infeasibility.
 
+    Every quantity is RELATIVE (scale-free): multiplying the data by any c > 0 leaves
+    it unchanged, so the thresholds of :func:`certificate_passes` mean the same at any
+    scale. They are computed from the returned W and multipliers (mapped exactly, by
+    powers of two, to the row-normalized problem of
+    :meth:`~attnsvm.svm.constraints.ConstraintSet.normalized`, which avoids overflow).
+
     Attributes
     ----------
     max_violation : float
-        Largest constraint violation ``max_k (rhs_k - margin_k)^+`` (``|.|`` on equality
-        rows). For an infeasible result: ``nan``.
+        ``max_k viol_k / (|rhs_k| + ||u_k|| ||w_k|| ||W||_F)`` with ``viol_k = (rhs_k - margin_k)^+``
+        (``|.|`` on equality rows; soft margin: ``(rhs_k - slack_k - margin_k)^+``): the largest
+        violation as a backward error (the relative change of a row that W needs to satisfy
+        it; see :func:`relative_violation`). For an infeasible result: ``nan``.
     stationarity_residual : float
-        Frobenius: ``||W - sum_k lam_k u_k w_k^T||_F / max(1, ||W||_F)``.
+        Frobenius: ``||W - sum_k lam_k u_k w_k^T||_F / ||W||_F`` (W and multipliers as
+        returned: shows a pair that does not match, e.g. multipliers lost to underflow).
         Nuclear: ``(||S||_2 - 1)^+`` plus the alignment residual
-        ``| <W, S> - ||W||_* | / max(1, ||W||_*)`` where ``S = sum_k lam_k u_k w_k^T``.
-        For an infeasible result: ``||sum_k lam_k u_k w_k^T||_F`` of the Farkas multipliers.
+        ``| <W, S> - ||W||_* | / ||W||_*`` where ``S = sum_k lam_k u_k w_k^T``.
+        For an infeasible result: ``||sum_k f_k A_k||_F / sum_k |f_k| ||A_k||_F`` of the Farkas
+        multipliers f (``A_k = u_k w_k^T``); 0 is an exact proof, and in general every W
+        satisfying the rows has ``||W||_F >= 1 / ||sum_k f_k A_k||_F``.
     duality_gap : float
-        Relative gap between primal and dual objective values (``nan`` if infeasible).
+        ``|P - D| / max(|P|, |D|)`` (``nan`` if infeasible) between the primal value P of the
+        returned W and the dual value D of the returned multipliers made dual feasible
+        (inequality multipliers clipped at 0; nuclear and norm objectives: scaled into the
+        dual-norm ball). Frobenius: ``P = ||W||_F^2 / 2``, ``D = rhs^T lam - ||S||_F^2 / 2``;
+        nuclear: ``P = ||W||_*``, ``D = rhs^T lam / max(1, ||S||_2)``; soft margin: the
+        soft objective and its dual. By weak duality ``D <= optimum <= P`` (up to the
+        violation), so a small gap proves optimality.
     dual_infeasibility : float
-        ``max_k (-lam_k)^+`` over inequality rows.
+        ``max_k (-lam_k)^+ / max_k |lam_k|`` over inequality rows (multipliers of the
+        row-normalized problem); soft margin also ``(lam_k - C)^+`` relative to C.
     complementarity : float
-        ``max_k |lam_k (margin_k - rhs_k)|``.
+        ``max_k |lam_k (margin_k - rhs_k)|`` relative to the objective (``||W||_F^2`` for the
+        Frobenius SVM, ``||W||_*`` for the nuclear one) on the row-normalized problem.
     farkas : (N,) or None
         Infeasible only: multipliers ``lam`` (>= 0 on inequality rows, either sign
         on equality rows) with ``sum_k lam_k u_k w_k^T ~ 0`` and ``rhs^T lam = 1``
@@ -79,7 +152,12 @@ class SVMSolution:
 
     Attributes
     ----------
-    status : "optimal" or "infeasible"
+    status : "optimal", "optimal_inaccurate" or "infeasible"
+        "optimal" only when the certificate passes (:func:`certificate_passes`: relative max
+        violation <= 1e-8 and relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear);
+        "optimal_inaccurate" when a W was found but its certificate does not pass (see
+        ``certificate.duality_gap`` and ``certificate.max_violation``); "infeasible" with
+        Farkas multipliers in ``certificate.farkas`` (W is None).
     formulation : str, e.g. "att", "gen", "seq", "causal", "prompt", "prompt-relaxed", "v", "soft", "fin"
     norm : "fro" or "nuclear" (vector problems: "fro", the Euclidean norm)
     W : (d1, d2) or None
@@ -121,7 +199,16 @@ class SVMSolution:
     # ---------------------------------------------------------------- helpers
     @property
     def feasible(self) -> bool:
-        return self.status == "optimal"
+        """True for both "optimal" and "optimal_inaccurate" (a W exists)."""
+        return self.status in ("optimal", "optimal_inaccurate")
+
+    @property
+    def certified(self) -> bool:
+        """True only for status "optimal" with a certificate that passes (see :func:`certificate_passes`).
+
+        Code that needs the exact SVM (metrics, checks) asks for this, not for ``feasible``.
+        """
+        return self.status == "optimal" and certificate_passes(self.certificate, self.norm)
 
     @property
     def solution(self) -> np.ndarray | None:

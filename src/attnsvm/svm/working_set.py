@@ -1,0 +1,1037 @@
+"""Working-set (cutting-plane) solvers: exact SVMs with N up to millions of rows in O(N d) memory.
+
+A hard-margin SVM ``min ||W|| s.t. u_k^T W w_k >= rhs_k`` rests on few support rows
+(a dual solution with at most ``d1 d2`` nonzeros exists), and checking every margin of
+a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
+(:mod:`attnsvm.svm.margins`). So the outer loop here
+
+1. solves the problem *exactly* on a working subset S of rows (Frobenius: the min-norm-point
+   form of its dual on the s x s Gram matrix of S, kept up to date incrementally, by a
+   primal-dual active-set method that reuses one Cholesky factor across iterations and
+   rounds (:class:`_BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
+   nuclear: :func:`~attnsvm.svm.nuclear.solve_nuclear`, the reduced interior-point method,
+   on the subset),
+2. computes all N margins of its solution in one streaming pass,
+3. stops if no row is violated (beyond ``tol``): the subset optimum is feasible for
+   all rows and optimal for a relaxation, hence optimal;
+4. otherwise drops the inequality rows of S whose multiplier is zero (the subset optimum
+   does not change) and adds the most violated rows (largest violation relative to
+   ``||u_k w_k^T||``, at most ``per_group`` rows of one query per round), and repeats.
+
+Every Frobenius round strictly increases the subset optimum (the old solution violates a
+new row and the optimum of a strictly convex problem is unique), so no working set
+repeats and the loop ends. A subset that is infeasible proves the whole problem
+infeasible: its Farkas multipliers, zero outside S, are a certificate for all N rows
+(verified before it is returned: relative residual <= :data:`FARKAS_RESIDUAL`).
+
+The certificate of the result is computed over all N rows with the package's relative
+measures (:class:`~attnsvm.svm.solution.Certificate`): the max violation from the final
+streaming pass, the duality gap from the subset's multipliers (zero outside S, dual
+feasible for the full problem, so their dual value is a lower bound by weak duality).
+Rows are used scaled by powers of two (:class:`_Setup`; no copy of U or V), so mixed data
+scales work; row sizes beyond ``2^+-400`` are refused (:class:`ScaleError`). Memory: the
+constraint set (``O(N (d1 + d2))``), a few N-vectors, chunked temporaries and ``O(s^2)``
+for the working set (refused beyond ``max_memory``); time per round ``O(q d1 d2 + N d1)``
+for the margins plus the subset solve.
+
+:func:`solve_dispatch` is the entry point of :mod:`attnsvm.svm.api`: ``method="auto"``
+picks the dense solver for small N and the working set above :data:`AUTO_DENSE_MAX_N`
+rows (or when the dense N x N matrices would not fit in memory).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._validate import check_choice, check_number
+from ..errors import ResourceLimitError, ValidationError
+from ..memory import require_memory
+from .constraints import ConstraintSet
+from .margins import QueryGroups, constraint_values, query_groups, row_norms
+from .qp import QPResult, solve_gram_qp
+from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+
+__all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "solve_dispatch", "WorkingSetSettings", "AUTO_DENSE_MAX_N",
+           "METHODS", "ScaleError"]
+
+#: ``method`` values of :func:`solve_dispatch` ("pdas" and "goldfarb-idnani" select the dense
+#: Frobenius solver with that QP method).
+METHODS = ("auto", "dense", "working_set", "pdas", "goldfarb-idnani")
+
+
+class WorkingSetSettings:
+    """Defaults of the outer loop (overridable per call).
+
+    batch : rows added per round at most (default ``max(64, min(1000, d1 d2 // 16))``: on planted
+        (2000, 51, 64) instances 150-300 rows per round took 5.7 s of CPU, 500 took 6.3 s and
+        2000 took 15.6 s: large batches make the subset QPs churn)
+    per_group : rows of one query added per round at most (default 1)
+    max_rounds : 1000
+    enter : rows entering the active set per active-set iteration once the working set holds
+        more than half the rank (64)
+    """
+
+    per_group = 1
+    max_rounds = 1000
+    enter = 64
+    min_add = 16
+
+    @staticmethod
+    def batch(d1: int, d2: int) -> int:
+        return int(max(64, min(1000, (d1 * d2) // 16)))
+
+
+def _violations(cs: ConstraintSet, margins: np.ndarray) -> np.ndarray:
+    """``(rhs - m)`` on inequality rows, ``|m - rhs|`` on equality rows: shape (N,)."""
+    v = cs.rhs - margins
+    if cs.is_equality.any():
+        v = np.where(cs.is_equality, np.abs(v), v)
+    return v
+
+
+def _pick(score: np.ndarray, cand: np.ndarray, gid: np.ndarray | None, k: int, per_group: int) -> np.ndarray:
+    """Up to ``k`` candidate rows of largest ``score``, at most ``per_group`` per group ``gid``."""
+    if cand.size <= k and gid is None:
+        return cand
+    sc = score[cand]
+    if gid is not None and per_group > 0:
+        order = np.lexsort((-sc, gid[cand]))            # by group, best first within a group
+        g = gid[cand][order]
+        first = np.r_[True, g[1:] != g[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(g.size), 0))
+        keep = order[(np.arange(g.size) - start) < per_group]
+        cand, sc = cand[keep], sc[keep]
+    if cand.size > k:
+        top = np.argpartition(-sc, k - 1)[:k]
+        cand = cand[top]
+    return cand
+
+
+class _GramSet:
+    """The working set S: row indices, their scaled factors (:class:`_Setup`) and their Gram matrix
+    ``(U_S U_S^T) * (V_S V_S^T)``."""
+
+    def __init__(self, setup: "_Setup", max_memory=None):
+        cs = setup.cs
+        self.setup = setup
+        self.cs = cs
+        self.max_memory = max_memory
+        self.rows = np.zeros(0, np.int64)
+        self.U = np.zeros((0, cs.d1))
+        self.V = np.zeros((0, cs.d2))
+        self.G = np.zeros((0, 0))
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.size)
+
+    def keep(self, mask: np.ndarray) -> None:
+        if mask.all():
+            return
+        self.rows, self.U, self.V = self.rows[mask], self.U[mask], self.V[mask]
+        self.G = self.G[np.ix_(mask, mask)]
+
+    def add(self, new: np.ndarray) -> None:
+        if new.size == 0:
+            return
+        s, a = self.size, int(new.size)
+        # the Gram matrix (old and new copy while growing), the factor of the active-set method and
+        # one block copy for its rebuilds: ~5 s^2 float64 (measured peak at d = 384: 13.3 GiB for
+        # s = 22255 rows, i.e. 3.6 s^2, with the constraint set and tokens)
+        require_memory(5 * 8.0 * (s + a) ** 2, f"working set of {s + a} constraints (Gram matrix and factor)",
+                       self.max_memory,
+                       hint="the problem has too many support constraints for the working-set method")
+        Un, Vn = self.setup.rows(new)
+        G = np.empty((s + a, s + a))
+        G[:s, :s] = self.G
+        cross = (self.U @ Un.T) * (self.V @ Vn.T)
+        G[:s, s:] = cross
+        G[s:, :s] = cross.T
+        G[s:, s:] = (Un @ Un.T) * (Vn @ Vn.T)
+        self.G = G
+        self.rows = np.concatenate([self.rows, new])
+        self.U = np.concatenate([self.U, Un])
+        self.V = np.concatenate([self.V, Vn])
+
+    def combine(self, lam: np.ndarray) -> np.ndarray:
+        """``sum_{k in S} lam_k u_k w_k^T``: (d1, d2)."""
+        return (self.U * lam[:, None]).T @ self.V
+
+
+def _rank_bound(cs: ConstraintSet, groups: QueryGroups | None) -> int:
+    """An upper bound on the rank of the rows ``u_k w_k^T``: ``rank(U) rank(V)`` (at most ``d1 d2``).
+
+    rank(V) from the distinct queries; rank(U) from ``U^T U`` accumulated in chunks (skipped,
+    i.e. ``d1``, when the bound cannot matter: above 50000).
+    """
+    from .margins import chunk_rows
+
+    N, d1, d2 = cs.N, cs.d1, cs.d2
+    if N == 0:
+        return 0
+    Q = groups.Q if groups is not None else None
+    r2 = d2
+    if Q is not None:
+        s = np.linalg.svd(Q, compute_uv=False)
+        r2 = int(np.sum(s > 1e-12 * s[0])) if s.size and s[0] > 0 else 0
+    if d1 * r2 > 50000:
+        return int(d1 * r2)
+    C = np.zeros((d1, d1))
+    step = chunk_rows(N, d1)
+    for lo in range(0, N, step):
+        Uc = cs.U[lo:lo + step]
+        C += Uc.T @ Uc
+    ev = np.linalg.eigvalsh(C)
+    r1 = int(np.sum(ev > 1e-12 * ev[-1])) if ev.size and ev[-1] > 0 else 0
+    return int(max(1, r1 * r2))
+
+
+class _Singular(Exception):
+    """The free rows of the subset QP are (numerically) linearly dependent."""
+
+
+class _BasePDAS:
+    """Primal-dual active-set method for the working-set QP in min-norm-point form.
+
+    With ``A_k = u_k w_k^T`` and ``G`` their Gram matrix, the hard-margin SVM of the working set
+    is solved through ``min 1/2 f^T G f s.t. b^T f = 1, f >= 0`` (``f`` free on equality rows),
+    the nearest point of the (signed) convex hull of the rows to the origin. Its KKT point
+    ``G f = t b + mu`` (``mu >= 0``, ``mu f = 0``) gives ``t = ||sum f_k A_k||^2``, and
+
+    * ``t > 0``: the SVM multipliers are ``lam = f / t`` (``G lam = b + mu / t``: feasible,
+      complementary), ``W = sum lam_k A_k``;
+    * ``t = 0``: ``f`` is a Farkas certificate (``f >= 0``, ``b^T f = 1``, ``sum f_k A_k = 0``).
+
+    Unlike the SVM dual, this form stays well posed up to infeasibility: on a free set F its
+    system is ``f_F = M_FF^{-1} b_F / (b_F^T M_FF^{-1} b_F)`` with ``M = G + beta^2 b b^T``
+    (``t = 1 / (b_F^T M_FF^{-1} b_F) - beta^2``; ``beta = 1 / max |b|`` keeps the border as
+    large as G, whose scaled rows have size ~1, when the right-hand sides vary), which is
+    positive definite even when the rows of F are dependent with a Farkas combination (a
+    minimal infeasible set has ``rank + 1`` rows).
+
+    Each iteration solves on the free set and frees the rows with ``f - mu / G_kk > 0``
+    (``mu = G f - t b``), as :func:`attnsvm.svm.qp.pdas`. Successive free sets, within a
+    round and across rounds, differ in few rows, so one factor ``M_BB = L L^T`` of a base
+    set B is kept: rows entering F are appended to B (``O(|B|^2 a)``), rows leaving F stay in
+    B but are *pinned* to zero through the bordered system ``[[M_BB, E_D], [E_D^T, 0]]``:
+    with ``Y = L^{-1} E_D`` (columns kept up to date as B grows) only the small ``Y^T Y``
+    (``|D|`` square) is factored per iteration. B is rebuilt from F when the pinned rows
+    exceed a sixth of it.
+    """
+
+    def __init__(self, setup: "_Setup"):
+        cs = setup.cs
+        self.setup = setup
+        self.cs = cs
+        self.rows = np.zeros(0, np.int64)
+        self.L = np.zeros((0, 0))                    # (cap, cap): the factor, identity beyond s
+        self.pos = np.full(cs.N, -1, np.int64)       # position of a row in B (-1: not in B)
+        self.pinned = np.zeros(0, np.int64)          # rows of B held at zero (global ids)
+        self.Y = np.zeros((0, 0))                    # L^{-1} E_pinned
+        self.refactors = 0
+        self.appended = 0
+        self.why = ""                                # why the last run returned None
+        self.max_rows = cs.N                         # rank + 1: more rows in B make M_BB singular
+        self.last = None                             # (f, t, iteration) of the last iterate of run
+        self._buf = None                             # storage of L
+        top = float(np.max(np.abs(setup.rhs))) if setup.rhs.size else 0.0
+        self.beta2 = 1.0 / top ** 2 if top > 0 else 1.0  # M = G + beta2 b b^T: the border as large as G
+        self.beta = np.zeros(0)                      # L^{-1} rhs_B
+
+    @property
+    def s(self) -> int:
+        return int(self.rows.size)
+
+    def _mgram(self, r1: np.ndarray, r2: np.ndarray) -> np.ndarray:
+        """``M = G + b b^T`` between rows r1 and r2 (scaled rows)."""
+        st = self.setup
+        (U1, V1), (U2, V2) = st.rows(r1), st.rows(r2)
+        return (U1 @ U2.T) * (V1 @ V2.T) + self.beta2 * np.outer(st.rhs[r1], st.rhs[r2])
+
+    def _lsolve(self, r: np.ndarray, trans: bool = False) -> np.ndarray:
+        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the padded factor."""
+        import scipy.linalg as sla
+
+        s, cap = self.s, self.L.shape[0]
+        if cap > s:
+            rp = np.zeros((cap,) + r.shape[1:])
+            rp[:s] = r
+            r = rp
+        out = sla.solve_triangular(self.L, r, lower=True, trans="T" if trans else "N", check_finite=False)
+        return out[:s]
+
+    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
+        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s), reused
+        across rebuilds when its size fits (a fresh buffer of ~100 MB costs page faults)."""
+        cap = int(min(s + max(extra, s // 8, 64), max(self.max_rows, s + extra)))
+        buf = self._buf
+        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64 or np.may_share_memory(buf, L):
+            buf = np.zeros((cap, cap))
+        cap = buf.shape[0]
+        buf[:s, :s] = L
+        buf[:s, s:] = 0.0
+        buf[s:, :] = 0.0
+        buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
+        self._buf = buf
+        self.L = buf
+
+    def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
+        """B = rows (nothing pinned), ``M_FF`` their block of ``M``."""
+        import scipy.linalg as sla
+
+        try:
+            L = sla.cholesky(M_FF, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise _Singular() from None
+        dg = np.abs(np.diag(L))
+        if dg.size and dg.min() <= 1e-7 * dg.max():
+            raise _Singular()
+        self.pos[self.rows] = -1
+        self.rows = np.asarray(rows, np.int64).copy()
+        self.pos[self.rows] = np.arange(self.s)
+        self._set_factor(L, self.s)
+        self.pinned = np.zeros(0, np.int64)
+        self.Y = np.zeros((self.s, 0))
+        self.beta = self._lsolve(self.setup.rhs[self.rows])
+        self.refactors += 1
+
+    def append(self, new: np.ndarray, M_nn: np.ndarray) -> None:
+        """Append rows ``new`` (not in B) to B: ``L -> [[L, 0], [X, L22]]``."""
+        import scipy.linalg as sla
+
+        a, s = int(new.size), self.s
+        if a == 0:
+            return
+        X = self._lsolve(self._mgram(self.rows, new)).T if s else np.zeros((a, 0))      # (a, s)
+        try:
+            L22 = sla.cholesky(M_nn - X @ X.T, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise _Singular() from None
+        dg = np.abs(np.diag(L22))
+        ref = float(np.sqrt(np.max(np.diag(M_nn))))
+        if dg.min() <= 1e-7 * ref:
+            raise _Singular()
+        if s + a > self.L.shape[0]:
+            self._set_factor(self.L[:s, :s], s, extra=a)
+        self.L[s:s + a, :s] = X
+        self.L[s:s + a, s:s + a] = L22
+        if self.pinned.size:        # extend Y = L^{-1} E_D: the pinned rows have no entry below
+            Ynew = sla.solve_triangular(L22, -X @ self.Y, lower=True, check_finite=False)
+            self.Y = np.vstack([self.Y, Ynew])
+        else:
+            self.Y = np.zeros((s + a, 0))
+        bnew = sla.solve_triangular(L22, self.setup.rhs[new] - X @ self.beta, lower=True, check_finite=False)
+        self.beta = np.concatenate([self.beta, bnew])
+        self.rows = np.concatenate([self.rows, new])
+        self.pos[new] = np.arange(s, s + a)
+        self.appended += a
+
+    def pin(self, D: np.ndarray) -> None:
+        """Pinned set := D (rows of B)."""
+        keep = np.isin(self.pinned, D)
+        add = D[~np.isin(D, self.pinned)]
+        Y = self.Y[:, keep]
+        if add.size:
+            E = np.zeros((self.s, add.size))
+            E[self.pos[add], np.arange(add.size)] = 1.0
+            Y = np.hstack([Y, self._lsolve(E)])
+        self.pinned = np.concatenate([self.pinned[keep], add])
+        self.Y = Y
+
+    def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        M = G[np.ix_(idx, idx)]
+        bi = b[idx]
+        if bi.size and np.all(bi == bi[0]):
+            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
+        else:
+            M += self.beta2 * np.outer(bi, bi)
+        return M
+
+    def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
+        """Make the free rows F (global ids; ``ws_rows[idx] == F``) exactly the unpinned rows of B."""
+        if self.s == 0:
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
+        inB = self.pos[F] >= 0
+        inF = np.zeros(self.s, bool)
+        inF[self.pos[F[inB]]] = True
+        n_pin = int(self.s - inF.sum())
+        A_idx = idx[~inB]
+        # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
+        if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
+                or self.s + A_idx.size > self.max_rows:
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
+        if A_idx.size:
+            try:
+                self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))
+            except _Singular:           # dependent on the pinned rows perhaps: start from F itself
+                self.rebuild(F, self._mblock(G, b, idx))
+                return
+            inF = np.r_[inF, np.ones(A_idx.size, bool)]
+        self.pin(self.rows[~inF])
+
+    def solve(self, F: np.ndarray, r_F: np.ndarray | None, YtY) -> np.ndarray:
+        """``M_FF^{-1} r_F`` (F = the unpinned rows of B), via the bordered system; ``r_F = None``
+        means the right-hand sides ``rhs_F`` (then ``L^{-1} r_B = beta - Y rhs_D`` needs no solve)."""
+        import scipy.linalg as sla
+
+        if r_F is None:
+            beta = self.beta - self.Y @ self.setup.rhs[self.pinned] if self.pinned.size else self.beta
+        else:
+            rB = np.zeros(self.s)
+            rB[self.pos[F]] = r_F
+            beta = self._lsolve(rB)
+        if YtY is not None:
+            z = sla.cho_solve(YtY, self.Y.T @ beta, check_finite=False)
+            beta = beta - self.Y @ z
+        return self._lsolve(beta, trans=True)[self.pos[F]]
+
+    def _pinned_factor(self):
+        import scipy.linalg as sla
+
+        if not self.pinned.size:
+            return None
+        try:
+            c = sla.cho_factor(self.Y.T @ self.Y, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise _Singular() from None
+        return c
+
+    def run(self, ws_rows: np.ndarray, G: np.ndarray, b: np.ndarray, eq: np.ndarray, tol: float, maxit: int = 80,
+            limit: int | None = None, start: np.ndarray | None = None, max_enter: int | None = None):
+        """PDAS on the min-norm-point form of the working set (``G (s, s)``, ``b``, ``eq`` in ws order).
+
+        Returns ``(f, t, iterations)`` at a verified KKT point, or None (dependent free rows,
+        cycling, a limit blocking a violated row: the caller uses the dense solvers).
+        ``limit``: at most this many free rows; ``start``: the first free set (default all);
+        ``max_enter``: at most this many rows enter per iteration, the most violated
+        (``mu_k / sqrt(G_kk)``) first, while rows leave without limit (freeing many rows at once
+        near the rank gives nearly square free sets whose multipliers swing wildly).
+        """
+        s = ws_rows.size
+        if max_enter is not None:
+            maxit += 4 * (s // max_enter)
+        diag = np.diag(G).copy()
+        if s == 0 or np.any(diag <= 0):
+            self.why = "zero row"
+            return None
+        free = np.ones(s, bool) if start is None else start.copy()
+        free |= eq
+        seen = set()
+        fresh = False
+        for it in range(1, maxit + 1):
+            idx = np.flatnonzero(free)
+            F = ws_rows[idx]
+            try:
+                if fresh:
+                    self.rebuild(F, self._mblock(G, b, idx))
+                else:
+                    self.set_free(F, G, b, idx, ws_rows)
+                YtY = self._pinned_factor()
+                y = self.solve(F, None, YtY)
+            except _Singular:
+                self.why = "dependent free rows"
+                return None
+            sb = float(b[idx] @ y)
+            if not sb > 0:
+                self.why = "b^T M^-1 b <= 0"
+                return None
+            f = np.zeros(s)
+            f[idx] = y / sb
+            t = 1.0 / sb - self.beta2
+            self.last = (f, t, it)
+            mu = G @ f - t * b
+            new_free = eq | (f - mu / diag > 0)
+            if np.array_equal(new_free, free):
+                # one Newton refinement of G_FF f_F = t b_F, b_F^T f_F = 1 (see the class docstring)
+                r = mu[idx]
+                z = self.solve(F, r, YtY)
+                c = 1.0 - float(b[idx] @ f[idx])
+                g = (c + float(b[idx] @ z)) / sb
+                f[idx] += -z + g * y
+                t += g - self.beta2 * c
+                mu = G @ f - t * b
+                if _mnp_kkt_ok(f, mu, eq, free, tol):
+                    return f, t, it
+                if fresh:
+                    self.why = "KKT not verified"
+                    return None
+                fresh = True                 # one more solve on a fresh factor of F
+                continue
+            enter = np.flatnonzero(new_free & ~free)
+            n_in = enter.size
+            if max_enter is not None:
+                n_in = min(n_in, max_enter)
+            stay = new_free & free
+            if limit is not None and stay.sum() + min(n_in, 1) > limit:
+                # the free set is full (rank + 1 rows): swap the free inequality row of smallest
+                # f (the least needed) for the most violated row
+                cand = np.flatnonzero(stay & ~eq)
+                if cand.size == 0 or enter.size == 0:
+                    self.why = "limit"
+                    return None
+                stay[cand[np.argmin(f[cand])]] = False
+                n_in = 1
+            elif limit is not None:
+                n_in = min(n_in, int(limit - stay.sum()))
+            if n_in < enter.size:       # the most violated rows enter first
+                enter = enter[np.argsort(mu[enter] / np.sqrt(diag[enter]))[:n_in]]
+                new_free = stay.copy()
+                new_free[enter] = True
+                if np.array_equal(new_free, free):
+                    self.why = "limit blocks"
+                    return None
+            fresh = False
+            key = new_free.tobytes()
+            if key in seen:
+                self.why = "cycling"
+                return None
+            seen.add(key)
+            free = new_free
+        self.why = "iteration limit"
+        return None
+
+
+def _mnp_kkt_ok(f, mu, eq, free, tol) -> bool:
+    """KKT of the min-norm-point form, relative to the size of f: ``f >= 0`` and ``mu = 0`` on
+    free inequality rows, ``mu >= 0`` on the others (equality rows: ``mu = 0``)."""
+    ineq = ~eq
+    scale = max(float(np.max(np.abs(f))), 1e-300)
+    mscale = max(float(np.max(np.abs(mu[free]), initial=0.0)), 1e-300)
+    if np.any(f[ineq] < -1e-9 * scale):
+        return False
+    # mu is a residual of size ~ eps ||G|| ||f|| on the free rows; off them it must not be negative
+    return bool(np.all(mu[~free & ineq] >= -max(tol, 1e3 * mscale)))
+
+
+def _group_ids(cs: ConstraintSet, groups: QueryGroups | None) -> np.ndarray | None:
+    if groups is not None:
+        return groups.group
+    if cs.N and np.all(cs.sample >= 0):
+        return cs.sample
+    return None
+
+
+def _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit):
+    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
+    for name, val, lo in (("batch", batch, 1), ("per_group", per_group, 0), ("max_rounds", max_rounds, 1)):
+        if val is None:
+            continue
+        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, np.integer)) or val < lo:
+            raise ValidationError(f"{name} must be an integer >= {lo}, got {val!r}")
+
+
+def _farkas_residual(ws: "_GramSet", f: np.ndarray) -> float:
+    """``||sum_k f_k A_k||_F / sum_k |f_k| ||A_k||_F`` over the working set (0: an exact proof)."""
+    size = np.sqrt(np.maximum(np.diag(ws.G), 0.0))
+    den = float(np.abs(f) @ size)
+    return float(np.linalg.norm(ws.combine(f))) / den if den > 0 else 0.0
+
+
+def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: np.ndarray, offending_ws,
+                formulation: str, norm: str, info: dict) -> SVMSolution:
+    """The "infeasible" result: Farkas multipliers of the subset (scaled rows, mapped back:
+    ``f_k = f'_k 2^-e_k`` keeps ``rhs^T f = 1`` and ``sum f_k A_k``), zero on every other row.
+
+    Raises RuntimeError when the multipliers do not verify (relative residual above
+    ``100 FARKAS_RESIDUAL``): an infeasibility claim without a proof is never returned."""
+    res = _farkas_residual(ws, farkas_ws)
+    if not res <= 100 * FARKAS_RESIDUAL:
+        raise RuntimeError(f"working set: the subset solver reported infeasibility with Farkas multipliers whose "
+                           f"relative residual is {res:.1e}: not a certificate (use method='dense')")
+    N = cs.N
+    farkas = np.zeros(N)
+    farkas[ws.rows] = np.ldexp(farkas_ws, -setup.e[ws.rows])
+    if offending_ws is None:
+        big = np.abs(farkas_ws) > 1e-9 * max(float(np.abs(farkas_ws).max()), 1e-300)
+        offending_ws = np.flatnonzero(big)
+    offending = [int(ws.rows[k]) for k in offending_ws]
+    cert = Certificate(stationarity_residual=res, farkas=farkas, offending=offending,
+                       offending_labels=[cs.label(k) for k in offending[:20]])
+    return SVMSolution("infeasible", formulation, norm, None, float("inf"), float("inf"), np.full(N, np.nan),
+                       np.zeros(N), np.zeros(N, bool), cs, cert, info=info)
+
+
+#: row sizes ``||u_k|| ||w_k||`` the working set accepts (``2^±400``): its Gram entries (sizes
+#: squared) and multipliers (inverse squares) then stay normal float64 numbers
+SCALE_RANGE = 2.0 ** 400
+
+
+class ScaleError(ValidationError):
+    """Data whose rows are too large or too small for the working-set solver (it does not normalize)."""
+
+
+class _Setup:
+    """What every round needs about all N rows: query groups, row sizes and the row scaling.
+
+    The rows are used scaled by powers of two, ``u_k 2^-a_k``, ``w_k 2^-b_k``, ``rhs_k 2^-e_k``
+    (``e_k = a_k + b_k``, ``2^a_k`` just above ``||u_k||``): a positive factor on a constraint
+    row and its right-hand side leaves the constraint, hence W, unchanged, and the subset
+    QPs see rows of size ~1 whatever the data scale (the multipliers map back exactly as
+    ``lam_k = lam'_k 2^-e_k``). Violations are compared in these units (relative to the row).
+    """
+
+    def __init__(self, cs: ConstraintSet, tol: float):
+        N = cs.N
+        self.cs = cs
+        self.groups = query_groups(cs)
+        self.gid = _group_ids(cs, self.groups)
+        un, wn = row_norms(cs, self.groups)
+        self.scale = un * wn                                         # ||u_k|| ||w_k||
+        with np.errstate(divide="ignore"):
+            self.inv_scale = np.where(self.scale > 0, 1.0 / np.where(self.scale > 0, self.scale, 1.0), np.inf)
+        nz = self.scale[self.scale > 0]
+        if nz.size and (float(nz.max()) > SCALE_RANGE or float(nz.min()) < 1.0 / SCALE_RANGE):
+            raise ScaleError(
+                f"the working-set solver needs row sizes |u_k| |w_k| within 2^-400 .. 2^400 (its margins "
+                f"and multipliers must fit in float64), got {float(nz.min()):.1e} .. {float(nz.max()):.1e}: "
+                "rescale the tokens and queries towards unit size (the solution direction does not depend on "
+                "the scale, W(cX) = W(X) / c^2) or use method='dense'")
+        self.a = np.frexp(un)[1].astype(np.int64)
+        self.b = np.frexp(wn)[1].astype(np.int64)
+        self.e = self.a + self.b
+        self.rhs = np.ldexp(cs.rhs, -self.e)                         # scaled right-hand sides
+        self.btol = tol * max(1.0, float(np.max(np.abs(self.rhs))) if N else 1.0)
+
+    def rows(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scaled factors ``(U_r 2^-a, V_r 2^-b)`` of rows r."""
+        return (np.ldexp(self.cs.U[r], -self.a[r][:, None]), np.ldexp(self.cs.V[r], -self.b[r][:, None]))
+
+    def violations(self, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(scaled, score)``: violations ``(rhs_k - m_k) 2^-e_k`` (``|.|`` on equality rows) of the
+        scaled rows, and ``(rhs_k - m_k) / (||u_k|| ||w_k||)``, the exact relative violation that
+        ranks rows (the powers of two differ from the norms by up to 4x): shape (N,) each."""
+        raw = _violations(self.cs, margins)
+        return np.ldexp(raw, -self.e), raw * self.inv_scale
+
+
+def _support_mask(cs: ConstraintSet, margins: np.ndarray, support_tol: float) -> np.ndarray:
+    """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)`` (as the dense solvers)."""
+    b = cs.rhs
+    R = float(np.max(np.abs(b))) if b.size else 1.0
+    R = R if R > 0 else 1.0
+    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
+
+
+def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
+    """Solve the QP of the working set; ``new`` are the rows just appended (most violated first).
+
+    Near the rank, freeing many rows at once gives nearly square free sets whose multipliers
+    swing wildly, so once S holds more than half the rank at most ``enter`` rows enter per
+    active-set iteration. If that fails (cycling, dependent rows), a second start from the
+    previous support alone with slower entry; then the dense solvers of :mod:`.qp`.
+    """
+    st = WorkingSetSettings
+    b_ws, eq_ws = ws.setup.rhs[ws.rows], cs.is_equality[ws.rows]
+    first_new = ws.size - new.size
+    blocked = ws.size > cap // 2
+    starts = []
+    start = np.ones(ws.size, bool)
+    if blocked:
+        start[first_new + st.enter:] = False
+    starts.append((start, st.enter if blocked else None))
+    if first_new > 0:
+        start = np.zeros(ws.size, bool)
+        start[:first_new] = True
+        starts.append((start, max(1, st.enter // 4)))
+    out = None
+    for start, enter in starts:
+        if start.sum() > cap:
+            start[np.flatnonzero(start)[cap:]] = False
+        out = base.run(ws.rows, ws.G, b_ws, eq_ws, tol, start=start, max_enter=enter, limit=cap)
+        if out is not None:
+            res = _from_mnp(ws, out, b_ws, eq_ws, tol)
+            if res is not None:
+                return res
+            base.why = "SVM KKT not verified"
+        info.setdefault("pdas_failures", []).append(base.why)
+    if ws.size > DENSE_FALLBACK_MAX and base.last is not None:
+        # the dense dual active-set method needs minutes at this size: continue from the last
+        # iterate instead (a Farkas certificate if it is one; else approximate multipliers that
+        # only choose the next rows: the final answer is certified over all N rows regardless)
+        f, _, it = base.last
+        f = np.where(eq_ws, f, np.maximum(f, 0.0))
+        bf = float(b_ws @ f)
+        if bf > 0:
+            f = f / bf
+            w = ws.combine(f)
+            t = float(np.sum(w * w))
+            if _farkas_residual(ws, f) <= FARKAS_RESIDUAL:
+                return QPResult("infeasible", np.zeros(f.size), farkas=f, iterations=it,
+                                method="working-set pdas (min-norm point)",
+                                info={"offending": np.flatnonzero(np.abs(f) > 1e-9 * np.abs(f).max())})
+            if t > 0:
+                info["approximate_rounds"] = info.get("approximate_rounds", 0) + 1
+                return QPResult("optimal", f / t, iterations=it, method="approximate")
+    info["dense_fallbacks"] = info.get("dense_fallbacks", 0) + 1
+    return solve_gram_qp(ws.G, b_ws, eq_ws, tol=tol)
+
+
+#: working sets above this many rows do not fall back to the dense dual active-set method
+#: (Goldfarb-Idnani, one row per step: 105 s at 4097 rows, d = 64) when the active-set method
+#: fails; the round continues from the last iterate (see :func:`_subset_qp`)
+DENSE_FALLBACK_MAX = 1500
+
+
+#: a min-norm point whose combination ``sum f_k A_k`` is this small relative to
+#: ``sum |f_k| ||A_k||`` is a Farkas certificate: every W satisfying the rows then has
+#: ``||W|| >= 1 / ||sum f_k A_k||``, beyond 1e10 / (sum |f_k| ||A_k||): infeasible at float64 precision
+FARKAS_RESIDUAL = 1e-10
+
+
+def _from_mnp(ws: "_GramSet", out, b, eq, tol) -> QPResult | None:
+    """SVM multipliers ``f / t`` or a Farkas certificate from a min-norm point (None: not verified)."""
+    from .qp import _kkt_ok
+
+    f, _, it = out
+    w = ws.combine(f)
+    t = float(np.sum(w * w))                         # ||sum f_k A_k||^2, directly (exact near 0)
+    size = float(np.abs(f) @ np.sqrt(np.diag(ws.G)))
+    if np.sqrt(t) <= 10 * FARKAS_RESIDUAL * size:
+        # a Farkas candidate: exactly >= 0 on inequality rows, rhs^T f = 1, then verified
+        fc = np.where(eq, f, np.maximum(f, 0.0))
+        bf = float(b @ fc)
+        if bf > 0:
+            fc = fc / bf
+            if _farkas_residual(ws, fc) <= FARKAS_RESIDUAL:
+                offending = np.flatnonzero(np.abs(fc) > 1e-9 * np.abs(fc).max())
+                return QPResult("infeasible", np.zeros(f.size), farkas=fc, iterations=it,
+                                method="working-set pdas (min-norm point)", info={"offending": offending})
+    if not t > 0:
+        return None
+    lam = f / t
+    if not (_kkt_ok(ws.G, b, eq, lam, tol) or _kkt_relative_ok(ws, lam, b, eq, tol)):
+        return None
+    return QPResult("optimal", lam, iterations=it, method="working-set pdas (min-norm point)")
+
+
+def _kkt_relative_ok(ws: "_GramSet", lam, b, eq, tol) -> bool:
+    """Optimality of the subset SVM in the package's relative measures (:class:`Certificate`):
+    violation relative to ``|b_k| + ||A_k|| ||W||``, negative multipliers relative to the largest
+    and the relative duality gap, each at most ``10 tol``. Near infeasibility
+    (``||W||`` large) rounding makes the absolute test of :func:`attnsvm.svm.qp._kkt_ok` unreachable."""
+    W = ws.combine(lam)
+    nw = float(np.linalg.norm(W))
+    m = np.einsum("kd,kd->k", ws.U @ W, ws.V)
+    size = np.sqrt(np.diag(ws.G)) * nw
+    if relative_violation(m, b, eq, size) > 10 * tol:
+        return False
+    ineq = ~eq
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    if np.any(lam[ineq] < -10 * tol * top):
+        return False
+    lam_f = np.where(ineq, np.maximum(lam, 0.0), lam)
+    S_f = ws.combine(lam_f)
+    return relative_gap(0.5 * nw * nw, float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))) <= 10 * tol
+
+
+def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
+                       support_tol: float = 1e-6, batch: int | None = None, per_group: int | None = None,
+                       max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
+                       verbose: bool = False) -> SVMSolution:
+    """``min ||W||_F s.t.`` the rows of ``cs``, by the working-set method (module docstring).
+
+    Parameters
+    ----------
+    cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
+    formulation : label stored in the solution (defaults to ``cs.kind``)
+    tol : in (0, 1); a row counts as violated when ``rhs - margin > tol * max(1, max |rhs|)``
+        (also the tolerance of the subset QP)
+    support_tol : in [0, 1); margins within ``support_tol`` (relative) of their rhs count as support
+    batch, per_group, max_rounds : see :class:`WorkingSetSettings`
+    time_limit : seconds (> 0); when reached the current subset solution is returned with
+        status "optimal_inaccurate" (its certificate shows the violation left)
+    max_memory : bytes or a size string: refuse (ResourceLimitError) a working set whose
+        Gram matrix needs more (default: the package limit)
+    verbose : print one line per round
+
+    Returns
+    -------
+    SVMSolution with ``W (d1, d2)``, margins and duals over all N rows (duals zero outside
+    the final working set), or status "infeasible" with Farkas multipliers (N,).
+    ``info``: method "working-set", rounds, working_set (final size), max_working_set,
+    qp_iterations, seconds, cpu_seconds.
+    """
+    _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit)
+    formulation = formulation or cs.kind
+    t0, c0 = time.perf_counter(), time.process_time()
+    N, d1, d2 = cs.N, cs.d1, cs.d2
+    st = WorkingSetSettings
+    batch = batch or st.batch(d1, d2)
+    per_group = st.per_group if per_group is None else per_group
+    max_rounds = max_rounds or st.max_rounds
+    setup = _Setup(cs, tol)
+    rank = _rank_bound(cs, setup.groups)
+    cap = rank + 1              # free rows at most: a minimal infeasible set has rank + 1 rows
+    ws = _GramSet(setup, max_memory)
+    base = _BasePDAS(setup)
+    base.max_rows = cap
+    in_ws = np.zeros(N, bool)
+    lam = np.zeros(0)
+    W = np.zeros((d1, d2))
+    margins = np.zeros(N)
+    info = {"method": "working-set", "rounds": 0, "max_working_set": 0, "qp_iterations": 0}
+    stopped = None
+    rnd = 0
+    for rnd in range(1, max_rounds + 1):
+        viol, score = setup.violations(margins)     # relative to the row size (scaled rows)
+        cand = np.flatnonzero((viol > setup.btol) & ~in_ws)
+        if verbose:
+            print(f"round {rnd:3d} |S| {ws.size:6d} ||W|| {np.linalg.norm(W):.12g} violated {cand.size:8d} "
+                  f"max {float(viol.max()) if N else 0.0:.2e} t {time.perf_counter() - t0:.2f}s", flush=True)
+        if cand.size == 0:
+            break
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped = "time limit"
+            break
+        # drop inequality rows with a zero multiplier: the subset optimum stays the same
+        if ws.size:
+            keep = (lam != 0) | cs.is_equality[ws.rows]
+            in_ws[ws.rows[~keep]] = False
+            ws.keep(keep)
+        # the subset holds at most `cap` rows (more would leave free rows dependent beyond a
+        # Farkas combination); when the kept rows fill it, `min_add` rows come in anyway and the
+        # active-set method swaps rows (limit = cap)
+        room = max(1, min(batch, cap - ws.size)) if cap > ws.size else st.min_add
+        new = _pick(score, cand, setup.gid, room, per_group)
+        new = new[np.argsort(-score[new], kind="stable")]
+        ws.add(new)
+        in_ws[new] = True
+        info["max_working_set"] = max(info["max_working_set"], ws.size)
+        res = _subset_qp(cs, ws, base, new, cap, info, tol)
+        info["qp_iterations"] += int(res.iterations)
+        if res.status == "infeasible":
+            info.update(rounds=rnd, working_set=ws.size, seconds=time.perf_counter() - t0,
+                        cpu_seconds=time.process_time() - c0)
+            return _infeasible(cs, setup, ws, res.farkas, res.info.get("offending"), formulation, "fro", info)
+        lam = res.lam
+        W = ws.combine(lam)
+        margins = constraint_values(cs, W, setup.groups)
+    else:
+        stopped = "round limit"
+    info.update(rounds=rnd, working_set=ws.size, seconds=time.perf_counter() - t0,
+                cpu_seconds=time.process_time() - c0)
+    if stopped:
+        info["stopped"] = stopped
+    return _frobenius_result(cs, setup, ws, lam, W, margins, formulation, support_tol, info)
+
+
+def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, formulation, support_tol,
+                      info) -> SVMSolution:
+    """Assemble the solution and its relative certificate over all N rows (duals zero outside S).
+
+    ``lam_ws`` are multipliers of the scaled rows (:class:`_Setup`); the returned duals are those
+    of the rows of ``cs`` (``lam_k = lam'_k 2^-e_k``). The certificate's dual quantities are
+    computed in the scaled units, like the dense solvers' row-normalized ones.
+    """
+    N = cs.N
+    eq = cs.is_equality
+    b_ws = setup.rhs[ws.rows]
+    lam = np.zeros(N)
+    lam[ws.rows] = np.ldexp(lam_ws, -setup.e[ws.rows])
+    nrm = float(np.linalg.norm(W))
+    eq_ws = eq[ws.rows]
+    ineq_ws = ~eq_ws
+    lam_f = np.where(ineq_ws, np.maximum(lam_ws, 0.0), lam_ws)     # dual feasible
+    S_f = ws.combine(lam_f)
+    primal = 0.5 * nrm ** 2
+    dual = float(b_ws @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
+    S = ws.combine(lam_ws)
+    den = nrm if nrm > 0 else float(np.linalg.norm(S))
+    top_lam = float(np.max(np.abs(lam_ws))) if lam_ws.size else 0.0
+    slack_ws = np.ldexp(margins[ws.rows] - cs.rhs[ws.rows], -setup.e[ws.rows])
+    comp = float(np.max(np.abs(lam_ws * np.where(ineq_ws, slack_ws, 0.0)), initial=0.0))
+    cert = Certificate(
+        max_violation=relative_violation(margins, cs.rhs, eq, setup.scale * nrm),
+        stationarity_residual=float(np.linalg.norm(W - S)) / den if den > 0 else 0.0,
+        duality_gap=relative_gap(primal, dual),
+        dual_infeasibility=float(np.max(-lam_ws[ineq_ws], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
+        complementarity=comp / nrm ** 2 if nrm > 0 else comp,
+    )
+    status = status_from(cert, "fro") if "stopped" not in info else "optimal_inaccurate"
+    return SVMSolution(status, formulation, "fro", W, nrm, nrm, margins, lam, _support_mask(cs, margins, support_tol),
+                       cs, cert, support_tol=support_tol, info=info)
+
+
+def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
+                     support_tol: float = 1e-5, batch: int | None = None, per_group: int | None = None,
+                     max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
+                     solver: str = "auto", verbose: bool = False) -> SVMSolution:
+    """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
+
+    Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
+    support rows are the first working set. Each round solves the nuclear SVM of the
+    working set with :func:`~attnsvm.svm.nuclear.solve_nuclear` (interior point, relative
+    gap ~1e-9), checks all N margins, drops rows that are clearly inactive (multiplier below
+    ``1e-9`` of the largest and margin above ``rhs + 1e-6``) and adds the most violated rows.
+
+    Parameters
+    ----------
+    cs : ConstraintSet
+    tol : in (0, 1): a row is violated when its relative violation (see
+        :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
+    support_tol, batch, per_group, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
+        (planted (2000, 51, 64): the default batch took 341 s in 9 rounds, 4x that batch 389 s in 8)
+    time_limit : seconds for the whole solve; the last subset solution is then returned
+        ("optimal_inaccurate" unless its certificate over all rows passes)
+    solver : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets
+
+    Returns
+    -------
+    SVMSolution with ``norm = "nuclear"``: W, margins and duals over all N rows; the
+    certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
+    multipliers scaled into the spectral-norm ball.
+    """
+    from .nuclear import solve_nuclear
+
+    _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit)
+    formulation = formulation or cs.kind
+    t0, c0 = time.perf_counter(), time.process_time()
+    N, d1, d2 = cs.N, cs.d1, cs.d2
+    st = WorkingSetSettings
+    batch = batch or st.batch(d1, d2)
+    per_group = st.per_group if per_group is None else per_group
+    max_rounds = max_rounds or st.max_rounds
+    fro = solve_frobenius_ws(cs, formulation=formulation, max_memory=max_memory, time_limit=time_limit)
+    if fro.status == "infeasible":
+        fro.norm = "nuclear"
+        return fro
+    setup = _Setup(cs, tol)
+    in_ws = (fro.duals != 0) | cs.is_equality
+    info = {"method": "working-set (nuclear IPM on subsets)", "rounds": 0, "max_working_set": 0,
+            "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0}
+    stopped = None
+    W = lam_sub = rows = margins = sub = None
+    for rnd in range(1, (max_rounds or st.max_rounds) + 1):
+        rows = np.flatnonzero(in_ws)
+        info["max_working_set"] = max(info["max_working_set"], int(rows.size))
+        left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
+        sub = cs.select_rows(in_ws)
+        sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
+                            max_memory=max_memory)
+        W, lam_sub = sol.W, sol.duals
+        info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
+        info["rounds"] = rnd
+        margins = constraint_values(cs, W, setup.groups)
+        viol, score = setup.violations(margins)
+        nw = float(np.linalg.norm(W))
+        raw = _violations(cs, margins)
+        rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
+        cand = np.flatnonzero((rel > tol) & ~in_ws)
+        if verbose:
+            print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
+                  f"max rel {float(rel.max()) if N else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "
+                  f"t {time.perf_counter() - t0:.1f}s", flush=True)
+        if cand.size == 0:
+            break
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped = "time limit"
+            break
+        top = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
+        slack = margins[rows] - cs.rhs[rows]
+        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > 1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows])))
+        in_ws[rows[idle & ~cs.is_equality[rows]]] = False
+        new = _pick(score, cand, setup.gid, batch, per_group)
+        in_ws[new] = True
+    else:
+        stopped = "round limit"
+    info.update(working_set=int(rows.size), seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
+                subset_solver=sol.info.get("solver"))
+    if stopped:
+        info["stopped"] = stopped
+    return _nuclear_result(cs, setup, sub, rows, W, lam_sub, margins, formulation, support_tol, info)
+
+
+def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
+                    info) -> SVMSolution:
+    """Nuclear solution with its relative certificate over all N rows (duals zero outside S)."""
+    N = cs.N
+    b, eq = cs.rhs, cs.is_equality
+    lam = np.zeros(N)
+    lam[rows] = lam_sub
+    ineq_s = ~sub.is_equality
+    S = sub.combine(lam_sub)
+    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
+    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
+    align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
+    lam_f = np.where(ineq_s, np.maximum(lam_sub, 0.0), lam_sub)
+    spec_f = float(np.linalg.norm(sub.combine(lam_f), 2)) if S.size else 0.0
+    dual = float(sub.rhs @ lam_f) / max(1.0, spec_f)
+    top_lam = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
+    comp = float(np.max(np.abs(lam_sub * np.where(ineq_s, margins[rows] - sub.rhs, 0.0)), initial=0.0))
+    cert = Certificate(
+        max_violation=relative_violation(margins, b, eq, setup.scale * float(np.linalg.norm(W))),
+        stationarity_residual=max(spec - 1.0, 0.0) + align,
+        duality_gap=relative_gap(nuc, dual),
+        dual_infeasibility=float(np.max(-lam_sub[ineq_s], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
+        complementarity=comp / nuc if nuc > 0 else comp,
+    )
+    status = status_from(cert, "nuclear") if "stopped" not in info else "optimal_inaccurate"
+    return SVMSolution(status, formulation, "nuclear", W, nuc, nuc, margins, lam,
+                       _support_mask(cs, margins, support_tol), cs, cert, support_tol=support_tol, info=info)
+
+
+#: ``method="auto"`` solves up to this many rows densely (N x N Gram matrices) and more by the
+#: working set. Measured (one thread, best of 3-20 runs) on planted and optimal-token instances:
+#: at d = 64 the working set took 0.84-1.16x the dense time at N = 600 and was 1.14-1.53x faster
+#: at N = 800, 2.4-2.8x at 1200, 10-12x at 3000, 41x at 5000; at d = 10 it is faster from
+#: N = 250 on feasible instances (benchmarks/solvers.py --scale prints both side by side).
+AUTO_DENSE_MAX_N = 800
+
+_WS_ONLY = ("batch", "per_group", "max_rounds", "verbose")
+
+
+def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", **kw) -> SVMSolution:
+    """Solve the SVM of ``cs`` (norm "fro" or "nuclear") by the dense or the working-set method.
+
+    Parameters
+    ----------
+    method : "auto" (dense up to :data:`AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
+        memory, else the working set), "dense", "working_set", or a dense Frobenius QP method
+        ("pdas", "goldfarb-idnani")
+    **kw : options of the chosen solver (:func:`~attnsvm.svm.frobenius.solve_frobenius`,
+        :func:`~attnsvm.svm.nuclear.solve_nuclear`, :func:`solve_frobenius_ws`,
+        :func:`solve_nuclear_ws`); an option the chosen solver does not have is refused
+        (ValidationError naming it). ``max_memory`` applies to every path: the dense one
+        refuses (ResourceLimitError) when its N x N matrices need more.
+    """
+    from .frobenius import solve_frobenius
+    from .nuclear import solve_nuclear
+
+    check_choice(method, "method", METHODS)
+    if method in ("pdas", "goldfarb-idnani"):
+        if norm != "fro":
+            raise ValidationError(f"method={method!r} is a Frobenius QP method; for norm='nuclear' use 'auto', "
+                                  "'dense' or 'working_set'")
+        kw["method"] = method
+        method = "dense"
+    auto = method == "auto"
+    if auto:
+        method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not any(k in kw for k in _WS_ONLY) else "working_set"
+    if method == "working_set":
+        kw.pop("method", None)
+        try:
+            if norm == "fro":
+                return solve_frobenius_ws(cs, formulation=formulation, **kw)
+            return solve_nuclear_ws(cs, formulation=formulation, **kw)
+        except ScaleError:
+            if not auto or any(k in kw for k in _WS_ONLY):
+                raise
+        method, auto = "dense", False        # extreme data scales: the dense solver normalizes the rows
+    try:
+        if norm == "fro":
+            return solve_frobenius(cs, formulation=formulation, **kw)
+        return solve_nuclear(cs, formulation=formulation, **kw)
+    except ResourceLimitError:
+        if not auto:
+            raise
+    # the dense solver refused (before allocating) for lack of memory: the working set needs O(N d)
+    kw.pop("method", None)
+    if norm == "fro":
+        return solve_frobenius_ws(cs, formulation=formulation, **kw)
+    return solve_nuclear_ws(cs, formulation=formulation, **kw)
