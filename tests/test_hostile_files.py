@@ -275,7 +275,7 @@ def _cli(args, cwd):
     (["generate", "rd", "--n", "2", "--T", "3", "--d", "2", "-o", "regular/p.npz"], "is a file, not a folder"),
     (["run", "tf-lambda-head", "--quick", "--out", ""], "--out must name a folder"),
     (["run", "tf-lambda-head", "--quick", "--out", "regular/out"], "is a file, not a folder"),
-    (["run", "tf-lambda-head", "--quick", "--config", "bad.yaml", "--out", "o"], "--config: 'bad.yaml' is not UTF-8"),
+    (["run", "tf-lambda-head", "--quick", "--config", "bad.yaml", "--out", "o"], "--config: config file 'bad.yaml' is not UTF-8"),
     (["run", "tf-lambda-head", "--quick", "--set", "runs=1000000000000", "--out", "o"], "more than the memory limit"),
     (["run", "tf-lambda-head", "--quick", "--max-memory", "lots", "--out", "o"], "--max-memory must be a size"),
     (["report", ""], "--out must name a folder"),
@@ -291,3 +291,12 @@ def test_cli_file_errors_are_one_line(tmp_path, good, args, match):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("attnsvm: error: ") and match in lines[0], r.stderr
     assert not (tmp_path / "o").exists()  # refused before writing anything
+
+
+def test_read_config_file_non_utf8_is_a_validation_error_for_api_callers(tmp_path):
+    from attnsvm.experiments import read_config_file
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes("runs: 3 # \u00e9".encode("latin1"))
+    with pytest.raises(ValidationError, match=r"bad\.yaml' is not UTF-8 text \(byte 0xe9 at offset 10\)"):
+        read_config_file(bad)

@@ -209,3 +209,22 @@ def test_solution_save_roundtrip(tmp_path):
         assert str(z["status"]) == "optimal"
     import json
     assert json.loads(sol.to_json())["status"] == "optimal"
+
+
+def test_solution_save_is_atomic_and_names_the_file(tmp_path, monkeypatch):
+    sol = solve_svm(random_problem(3, 4, 5, seed=0))
+    target = tmp_path / "s.npz"
+    sol.save(target)
+    before = target.read_bytes()
+
+    def die(*args, **kwargs):  # a writer that fails midway (full disk)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", die)
+    with pytest.raises(ValueError, match="cannot write solution file .*No space left"):
+        sol.save(target)
+    assert target.read_bytes() == before                      # the old file is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]  # no temporary file left
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        sol.save(tmp_path / "f" / "x.npz")

@@ -13,7 +13,7 @@ import click
 import numpy as np
 
 from . import __version__
-from .errors import AttnSVMError
+from .errors import AttnSVMError, ValidationError
 
 
 class UserError(click.ClickException):
@@ -330,9 +330,8 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
         raise UserError(f"{name} needs {', '.join(exp.missing())}, which is not installed: {exp.install_hint}")
     try:
         file_overrides = read_config_file(config_file) if config_file else None
-    except UnicodeDecodeError as exc:  # config.read_config_file opens the YAML as UTF-8 text
-        raise UserError(f"--config: {config_file!r} is not UTF-8 text (byte offset {exc.start}); expected a YAML "
-                        "mapping of config overrides") from None
+    except ValidationError as exc:
+        raise UserError(f"--config: {exc}") from None
     config = build_config(exp, quick=quick, file_overrides=file_overrides, overrides=parse_assignments(sets))
     summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory))
     write_report(out)

@@ -225,27 +225,7 @@ class TokenProblem:
                 arrays[key] = value
         if self.query_index is not None:
             arrays["query_index"] = np.array(self.query_index, dtype=np.int64)
-        path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
-        if not isinstance(path, str) or not path.strip() or "\0" in path:
-            raise ProblemFileError(f"cannot write problem file {path!r}: expected a file path")
-        # written whole to a temporary file, then renamed: a full disk never leaves a truncated problem file
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            why = exc.strerror or str(exc)
-            blocker = file_in_path(path) if isinstance(exc, (NotADirectoryError, FileNotFoundError)) else None
-            if blocker:
-                why = f"{blocker!r} is a file, not a folder"
-            raise ProblemFileError(f"cannot write problem file {path!r}: {why}") from None
+        write_npz(path, arrays, "problem file")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TokenProblem":
@@ -364,6 +344,34 @@ _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 def _prefix(label: str) -> str:
     return f"{label}: " if label else ""
+
+
+def write_npz(path, arrays: dict, what: str) -> None:
+    """Write ``arrays`` to the ``.npz`` file ``path`` atomically (temporary file, fsync, rename).
+
+    A full disk or a crash never leaves a truncated file; an error is a
+    :class:`ProblemFileError` naming the file (``what``, e.g. "problem file") and the cause.
+    """
+    path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise ProblemFileError(f"cannot write {what} {path!r}: expected a file path")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        why = exc.strerror or str(exc)
+        blocker = file_in_path(path) if isinstance(exc, (NotADirectoryError, FileNotFoundError)) else None
+        if blocker:
+            why = f"{blocker!r} is a file, not a folder"
+        raise ProblemFileError(f"cannot write {what} {path!r}: {why}") from None
 
 
 def file_in_path(path: str) -> str | None:

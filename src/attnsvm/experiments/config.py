@@ -32,9 +32,15 @@ def read_config_file(path) -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValidationError(f"no such config file: {path!r}")
+    with open(path, "rb") as fh:
+        raw = fh.read()
     try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"config file {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                              f"{exc.start}): expected a YAML mapping of key: value") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ValidationError(f"config file {path!r} is not valid YAML: {exc}") from None
     if data is None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ProblemFileError
+from ..problem import write_npz
 from .constraints import ConstraintSet
 
 __all__ = ["Certificate", "SVMSolution", "SOLUTION_FORMAT", "CERTIFIED_VIOLATION", "CERTIFIED_GAP", "certificate_passes",
@@ -267,7 +266,7 @@ class SVMSolution:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def save(self, path) -> None:
-        """Write the solution to an ``.npz`` file (plain arrays only, no pickle)."""
+        """Write the solution to an ``.npz`` file (plain arrays only, no pickle; atomic: temporary file, fsync, rename)."""
         cs = self.constraints
         arrays = {
             "format": np.array(SOLUTION_FORMAT),
@@ -297,12 +296,7 @@ class SVMSolution:
                 arrays[name] = val
         if self.certificate.farkas is not None:
             arrays["farkas"] = self.certificate.farkas
-        path = os.fspath(path)
-        try:
-            with open(path, "wb") as fh:
-                np.savez(fh, **arrays)
-        except OSError as exc:
-            raise ProblemFileError(f"cannot write solution file {path!r}: {exc.strerror or exc}") from None
+        write_npz(path, arrays, "solution file")
 
     def __repr__(self) -> str:
         return (f"SVMSolution(status={self.status!r}, formulation={self.formulation!r}, norm={self.norm!r}, "
