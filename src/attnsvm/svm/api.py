@@ -236,25 +236,31 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
 
 
 @_named_options
-def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", **solver_options) -> SVMSolution:
+def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Sequence / causal SVM: every token ``x_{ik}`` is a query with its own selection.
 
     ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1`` for ``t != a_{ik}`` in the candidate set
-    (all tokens; causal: ``t <= k``, query 0 unconstrained).
+    (all tokens; causal: ``t <= k``, query 0 unconstrained). With selected *sets* (the
+    Gen-SVM of self-attention) the selected tokens of a query tie and every other candidate
+    is at margin 1 from them.
 
     Parameters
     ----------
     X : (n, T, d)
-    select : (n, T) int, ``select[i, k]`` selected by query k (causal: ``<= k``)
+    select : (n, T) int, ``select[i, k]`` selected by query k (causal: ``<= k``); or
+        (n, T, T) bool, ``select[i, k, t]``: query k selects token t (non-empty sets)
     causal : bool
     norm : "fro" or "nuclear"
+    valid : (n, T) bool, optional real tokens of padded sequences (padding is neither query
+        nor candidate)
+    **solver_options : as for :func:`solve_svm` (``method="working_set"`` for large N)
 
     Returns
     -------
     SVMSolution with ``W (d, d)``; rows labelled by (sample, query, token, other).
     """
     norm = _check_norm(norm)
-    cs = seq_constraints(X, select, causal)
+    cs = seq_constraints(X, select, causal, valid)
     return _solve(cs, norm, cs.kind, **solver_options)
 
 

@@ -308,14 +308,32 @@ def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     if empty.size:
         raise ValidationError(f"selected must mark at least one token per sample; sample {int(empty[0])} has none")
     ok = _check_valid(valid, n, T, O, "selected")
-    rows = []  # (i, a, b, rhs, eq)
-    for i in range(n):
-        chosen = np.flatnonzero(O[i])
-        for a, b in zip(chosen[:-1], chosen[1:]):
-            rows.append((i, a, b, 0.0, True))
-        for tau in np.flatnonzero(ok[i] & ~O[i]):
-            rows.append((i, chosen[0], tau, 1.0, False))
-    return _pairs(X, Z, rows, "gen", (n, T))
+    r, a, b, rhs, eq = _gen_rows(O, ok)
+    return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T))
+
+
+def _gen_rows(O: np.ndarray, ok: np.ndarray):
+    """The Gen-SVM rows of m selections, vectorized.
+
+    ``O (m, T)`` bool: the selected set of each selection (at least one token); ``ok (m, T)``
+    bool: its candidate tokens. Per selection, in this order: the ties between consecutive
+    selected tokens (rhs 0, equality), then every candidate outside the set against the first
+    selected token (rhs 1).
+
+    Returns ``(r, a, b, rhs, eq)``, each (N,): the row's selection, its tokens ``a`` (selected)
+    and ``b`` (the other), right-hand side and equality flag; the row is
+    ``(x_a - x_b)^T W z >= rhs`` (``==`` for ties).
+    """
+    ri, ti = np.nonzero(O)                                 # row-major: by selection, then token
+    chain = ri[1:] == ri[:-1]
+    er, ea, eb = ri[:-1][chain], ti[:-1][chain], ti[1:][chain]
+    ur, ub = np.nonzero(ok & ~O)
+    ua = O.argmax(axis=1)[ur]                              # the first selected token
+    eq = np.concatenate([np.ones(er.size, bool), np.zeros(ur.size, bool)])
+    r, a, b = np.concatenate([er, ur]), np.concatenate([ea, ua]), np.concatenate([eb, ub])
+    order = np.lexsort((np.concatenate([ea, ub]), ~eq, r))  # by selection, ties first, then by token
+    r, a, b, eq = r[order].astype(np.int64), a[order].astype(np.int64), b[order].astype(np.int64), eq[order]
+    return r, a, b, np.where(eq, 0.0, 1.0), eq
 
 
 def _pairs(X, Z, rows, kind, shape) -> ConstraintSet:
@@ -358,38 +376,70 @@ def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     return _pairs(X, Z, rows, "fin", (n, T))
 
 
-def seq_constraints(X, select, causal: bool = False) -> ConstraintSet:
-    """Sequence / causal SVM rows: every token ``x_{ik}`` is a query.
+def seq_constraints(X, select, causal: bool = False, valid=None) -> ConstraintSet:
+    """Sequence / causal SVM rows: every (real) token ``x_{ik}`` is a query.
 
-    ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1`` for ``t`` in the candidate set of
-    query k other than ``a_{ik}``: all tokens (full attention) or ``t <= k`` (causal;
-    query 0 has a single candidate and no constraint).
+    Single selections (``select (n, T)`` int): ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1``
+    for every candidate ``t != a_{ik}`` of query k. Selected *sets* (``select (n, T, T)``
+    bool, the Gen-SVM form of self-attention): per query the rows of :func:`gen_constraints`
+    (ties between the selected tokens, every other candidate at margin 1 from them).
+    Candidates of query k: the valid tokens (full attention) or the valid tokens
+    ``t <= k`` (causal; query 0 then has a single candidate and no row).
 
     Parameters
     ----------
     X : (n, T, d)
-    select : (n, T) int, ``select[i, k]`` is the token selected by query k of
-        sample i; causal requires ``select[i, k] <= k``.
+    select : (n, T) int, ``select[i, k]`` the token selected by query k of sample i; or
+        (n, T, T) bool, ``select[i, k, t]`` whether query k selects token t (a non-empty set
+        of candidates for every valid query; rows of padded queries are ignored)
     causal : bool
+    valid : (n, T) bool, optional real tokens of padded sequences (None: all). A padded
+        token is neither a query nor a candidate.
+
+    Returns
+    -------
+    ConstraintSet of kind "seq" or "causal" with ``U (N, d)``, ``V (N, d)`` (``V`` rows are
+    the queries ``x_{ik}``); rows labelled by (sample, query, token, other).
     """
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
-    sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T})")
+    kind = "causal" if causal else "seq"
+    ok = np.ones((n, T), bool) if valid is None else as_mask_array(valid, "valid", (n, T), f"(n, T) = ({n}, {T})")
+    cand = np.broadcast_to(ok[:, None, :], (n, T, T))     # [sample, query, token]
     if causal:
-        k_idx = np.arange(T)[None, :]
-        bad = np.argwhere(sel > k_idx)
+        cand = cand & np.tri(T, dtype=bool)[None]
+    qi, qk = np.nonzero(ok)                                 # the real queries
+    if np.asarray(select).ndim == 3:
+        O = as_mask_array(select, "select", (n, T, T), f"(n, T, T) = ({n}, {T}, {T})")[qi, qk]
+        C = cand[qi, qk]
+        empty = np.flatnonzero(~O.any(axis=1))
+        if empty.size:
+            i, k = int(qi[empty[0]]), int(qk[empty[0]])
+            raise ValidationError(f"select[{i}, {k}] must mark at least one token: query {k} of sample {i} "
+                                  "selects nothing")
+        bad = np.argwhere(O & ~C)
         if bad.size:
-            i, k = (int(v) for v in bad[0])
-            raise ValidationError(f"select[{i}, {k}] = {int(sel[i, k])} is not a causal candidate: query {k} can only select tokens 0..{k}")
-    ii, kk, tt = np.meshgrid(np.arange(n), np.arange(T), np.arange(T), indexing="ij")
-    keep = tt != sel[:, :, None]
-    if causal:
-        keep &= tt <= kk
-    ii, kk, tt = ii[keep], kk[keep], tt[keep]
-    a = sel[ii, kk]
-    N = ii.size
-    return _make(X[ii, a] - X[ii, tt], X[ii, kk], np.ones(N), np.zeros(N, bool), ii, kk, a, tt,
-                 "causal" if causal else "seq", (n, T))
+            j, t = (int(v) for v in bad[0])
+            i, k = int(qi[j]), int(qk[j])
+            why = "padding" if not ok[i, t] else f"after the query (causal: tokens 0..{k})"
+            raise ValidationError(f"select[{i}, {k}, {t}] selects token {t}, which is {why}")
+        r, a, b, rhs, eq = _gen_rows(O, C)
+        i, k = qi[r], qk[r]
+        return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
+    sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T}) or (n, T, T) bool sets")
+    a_q = sel[qi, qk]
+    bad = np.flatnonzero(~cand[qi, qk, a_q])
+    if bad.size:
+        i, k, t = int(qi[bad[0]]), int(qk[bad[0]]), int(a_q[bad[0]])
+        if causal and t > k:
+            raise ValidationError(f"select[{i}, {k}] = {t} is not a causal candidate: query {k} can only select "
+                                  f"tokens 0..{k}")
+        raise ValidationError(f"select[{i}, {k}] = {t} is padding (valid[{i}, {t}] is False)")
+    O = np.zeros((qi.size, T), bool)
+    O[np.arange(qi.size), a_q] = True
+    r, a, b, rhs, eq = _gen_rows(O, cand[qi, qk])
+    i, k = qi[r], qk[r]
+    return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
 
 
 def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
