@@ -168,9 +168,10 @@ def test_listed_finding_does_not_fail_the_run(dummies, tmp_path, monkeypatch):
     out = str(tmp_path / "res")
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out])
     assert r.exit_code == 0, r.output
-    assert "1 listed finding(s) also fail" in r.output
+    assert "1 checks, 1 failed, 0 experiments skipped (1 of the failures are listed findings" in r.output
     page = open(os.path.join(out, "report.html")).read()
     assert "Findings" in page and "the spec&#x27;s bound is wrong" in page
+    assert "No unexpected failures" in page and "All checks pass" not in page
     stored = json.load(open(os.path.join(out, "zz-test-verdict", "checks.json")))
     assert stored[0]["finding"] and not stored[0]["passed"]
 

@@ -244,15 +244,17 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 
 
 def _finish(summaries, skipped, allow_failures: bool) -> None:
-    """Print "N checks, K failed, S experiments skipped" and exit 1 on a failure that is not a listed finding."""
+    """Print "N checks, K failed, S experiments skipped" (K counts every failed check, listed findings
+    included) and exit 1 on a failure that is not a listed finding."""
     from .experiments.checks import count_failures
 
     checks = [c for s in summaries for c in s.checks]
     failed, found = count_failures(checks)
     tasks = sum(len(s.failed) for s in summaries)
-    line = f"{len(checks)} checks, {failed} failed, {len(skipped)} experiments skipped"
+    line = f"{len(checks)} checks, {failed + found} failed, {len(skipped)} experiments skipped"
     if found:
-        line += f" ({found} listed finding(s) also fail; see the report's findings)"
+        line += (f" ({found} of the failures are listed findings, which do not change the exit status; "
+                 "see the report's findings)")
     if tasks:
         line += f"; {tasks} task(s) failed"
     click.echo(line)

@@ -184,14 +184,15 @@ def write_report(outdir: str) -> tuple[str, str]:
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
     total_wall = sum(float(e.get("wall_seconds", 0.0) or 0.0) for e in exps)
     ok = not failed and not broken
-    verdict = (f"{len(all_checks)} checks, {len(failed)} failed, {len(skipped)} experiments skipped; "
-               f"{n_pass} passed, {len(findings)} listed finding(s) fail as documented; "
-               f"{len(exps)} experiment(s), {total_wall:.1f} s of wall time.")
+    verdict = (f"{len(all_checks)} checks, {len(failed) + len(findings)} failed, {len(skipped)} experiments "
+               f"skipped; {n_pass} passed, {len(failed)} unexpected failure(s), {len(findings)} listed finding(s) "
+               f"fail as documented; {len(exps)} experiment(s), {total_wall:.1f} s of wall time.")
+    headline = "FAILURES" if not ok else ("No unexpected failures" if findings else "All checks pass")
 
     h = [f"<!doctype html><html><head><meta charset='utf-8'><title>attnsvm report</title><style>{_STYLE}</style></head><body>",
          "<h1>attnsvm reproduction report</h1>",
-         f"<p class='banner {'ok' if ok else 'bad'}' id='verdict'>{'All checks pass' if ok else 'FAILURES'}: {_e(verdict)}</p>"]
-    md = ["# attnsvm reproduction report", "", f"**{'All checks pass' if ok else 'FAILURES'}**: {verdict}", ""]
+         f"<p class='banner {'ok' if ok else 'bad'}' id='verdict'>{headline}: {_e(verdict)}</p>"]
+    md = ["# attnsvm reproduction report", "", f"**{headline}**: {verdict}", ""]
 
     if failed:
         h.append("<h2 id='failed'>Failed checks</h2>" + _check_rows_html(failed, True))
