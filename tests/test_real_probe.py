@@ -152,3 +152,24 @@ def test_quick_experiments_run(tmp_path, name, overrides):
     assert summary.checks and all(np.isfinite(c["value"]) for c in summary.checks)
     pngs = list((tmp_path / name).glob("*.png"))
     assert len(pngs) >= 1
+
+
+def test_probe_memory_limit_refuses_before_allocating(monkeypatch):
+    """One memory mechanism for the probe too: model loading, the forward pass and the SVMs."""
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+    from attnsvm.errors import ResourceLimitError
+    from attnsvm.memory import ENV_VAR
+    from attnsvm.real.minilm import MiniLM, load_minilm
+
+    model = load_minilm()
+    with pytest.raises(ResourceLimitError, match=r"MiniLM forward pass of 3 sentences x \d+ tokens with attention "
+                                                 r"maps needs about .* more than the memory limit"):
+        model.forward(["One.", "Two words.", "Three short words."], max_memory="1K")
+    r = CliRunner().invoke(cli, ["probe", "--layers", "0", "--heads", "0", "--n-sentences", "4", "--svm-sentences",
+                                 "2", "--max-memory", "1K"])
+    assert r.exit_code == 2 and "MiniLM forward pass of 4 sentences" in r.output, r.output
+    monkeypatch.setenv(ENV_VAR, "1M")
+    with pytest.raises(ResourceLimitError, match=r"loading MiniLM \(float64\) needs about .*ATTNSVM_MAX_MEMORY"):
+        MiniLM()

@@ -205,7 +205,11 @@ def _int_list(text, name):
 @click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json and the heat map.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json):
+@click.option("--max-memory", default=None,
+              help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
+                   "of available).")
+def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json,
+          max_memory):
     """Probe the pretrained MiniLM's attention heads against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -217,7 +221,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
     click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
                          as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
-                         max_length=max_length))
+                         max_length=max_length, max_memory=_max_memory(max_memory)))
 
 
 # -------------------------------------------------------------- experiments

@@ -76,7 +76,7 @@ def read_sentences(path) -> list[str]:
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int = 128, progress=None) -> str:
+              seed: int = 0, max_length: int = 128, progress=None, max_memory=None) -> str:
     """Probe MiniLM's heads and return the text to print.
 
     Parameters
@@ -88,7 +88,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     out : optional directory: writes ``probe.csv``, ``probe.json`` and the heat map
         ``probe_heatmap.png/.pdf`` there
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
-    svm_sentences, threshold, query, seed, max_length : see :func:`attnsvm.real.probe.probe_heads`
+    svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
 
     Returns
     -------
@@ -99,7 +99,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
     res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
-                      threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress)
+                      threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress,
+                      max_memory=max_memory)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     written = []

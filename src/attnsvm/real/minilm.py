@@ -61,6 +61,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import ValidationError
+from ..memory import require_memory
 from .errors import require
 
 N_LAYERS = 6
@@ -133,6 +134,11 @@ class MiniLM:
         transformers = require("transformers", "the MiniLM model")
         torch = require("torch", "the MiniLM model")
         self.path = path or model_path()
+        # the weights on disk, loaded once and converted once to ``dtype`` (both copies alive at the peak)
+        weights = sum(os.path.getsize(os.path.join(self.path, f)) for f in os.listdir(self.path)
+                      if f.endswith((".safetensors", ".bin")))
+        require_memory(weights * (1 + {"float64": 2, "float32": 1}.get(dtype, 2)), f"loading MiniLM ({dtype})",
+                       hint="raise --max-memory or ATTNSVM_MAX_MEMORY")
         hf_logging = transformers.utils.logging
         bar = hf_logging.is_progress_bar_enabled()
         verbosity = hf_logging.get_verbosity()
@@ -194,7 +200,7 @@ class MiniLM:
 
     # ------------------------------------------------------------ forward
     def forward(self, sentences, *, max_length: int | None = None, attentions: bool = True,
-                batch_size: int = 64) -> Forward:
+                batch_size: int = 64, max_memory=None) -> Forward:
         """One forward pass returning every layer's input states (and attention maps).
 
         Parameters
@@ -203,6 +209,9 @@ class MiniLM:
         max_length : truncate longer sequences (warns); default the model limit 512
         attentions : also return the attention probabilities of every layer and head
         batch_size : sentences per model call (padding is per call, then to the global T)
+        max_memory : bytes or a size such as "8G" (default: the package limit, see
+            :mod:`attnsvm.memory`); the outputs are estimated first and refused with a
+            ResourceLimitError before anything is allocated when they would not fit
 
         Returns
         -------
@@ -212,6 +221,12 @@ class MiniLM:
         batch, tokens, truncated = self.encode(sentences, max_length)
         ids, am = batch["input_ids"], batch["attention_mask"]
         n, T = ids.shape
+        L, H, d = self.n_layers, self.n_heads, self.d
+        per_batch = min(batch_size, n) * T * (d * 16 + H * T * 2) * 8 * (L + 1)   # one model call's activations
+        need = 8.0 * ((L + 1) * n * T * d + (L * n * H * T * T if attentions else 0)) + per_batch
+        require_memory(need, f"MiniLM forward pass of {n} sentences x {T} tokens"
+                       + (" with attention maps" if attentions else ""), max_memory,
+                       hint="use fewer sentences (--n-sentences), a smaller --max-length, or raise --max-memory")
         hid = np.zeros((self.n_layers + 1, n, T, self.d))
         att = np.zeros((self.n_layers, n, self.n_heads, T, T)) if attentions else None
         with torch.no_grad():

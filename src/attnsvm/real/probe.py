@@ -184,7 +184,7 @@ def _summary(sol) -> dict:
 
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
-                max_length: int = 128, model=None, progress=None) -> ProbeResult:
+                max_length: int = 128, model=None, progress=None, max_memory=None) -> ProbeResult:
     """Probe the heads of MiniLM-L6 (see the module docstring).
 
     Parameters
@@ -199,6 +199,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     baseline_draws : random selections per head
     max_length : truncation length (warns when a sentence is cut)
     progress : optional callable ``progress(message)``
+    max_memory : bytes or a size such as "8G" for the forward pass and every SVM (default: the
+        package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
 
     Returns
     -------
@@ -228,7 +230,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if _LAST_FORWARD.get("key") == key:  # experiments probe one layer per task on the same sentences
         fw = _LAST_FORWARD["forward"]
     else:
-        fw = model.forward(sentences, max_length=max_length, attentions=True)
+        fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
         _LAST_FORWARD.clear()
         _LAST_FORWARD.update(key=key, forward=fw)
     t_forward = time.perf_counter() - t0
@@ -262,7 +264,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
             rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
             # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
-            sols = [_summary(head_svm(Xs, Zs, ms, o)) for o in np.concatenate([sel[:, :m_svm], rand])]
+            sols = [_summary(head_svm(Xs, Zs, ms, o, max_memory=max_memory))
+                    for o in np.concatenate([sel[:, :m_svm], rand])]
             t_svm += time.perf_counter() - t1
         for k, h in enumerate(heads):
             Wh = model.head_weights(l, h)
