@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ._files import atomic_write, file_in_path, oserror_text
 from ._validate import as_float_array
 from .errors import ProblemFileError, ValidationError
 
@@ -355,31 +356,10 @@ def write_npz(path, arrays: dict, what: str) -> None:
     path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
     if not isinstance(path, str) or not path.strip() or "\0" in path:
         raise ProblemFileError(f"cannot write {what} {path!r}: expected a file path")
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, lambda fh: np.savez(fh, **arrays))
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        why = exc.strerror or str(exc)
-        blocker = file_in_path(path) if isinstance(exc, (NotADirectoryError, FileNotFoundError)) else None
-        if blocker:
-            why = f"{blocker!r} is a file, not a folder"
-        raise ProblemFileError(f"cannot write {what} {path!r}: {why}") from None
-
-
-def file_in_path(path: str) -> str | None:
-    """The first existing ancestor folder of ``path`` when it is a regular file (a path through a file), else None."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while parent and parent != os.path.dirname(parent) and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    return parent if os.path.isfile(parent) else None
+        raise ProblemFileError(f"cannot write {what} {path!r}: {oserror_text(exc, path)}") from None
 
 
 def input_file(path, label: str = "", what: str = "file") -> str:

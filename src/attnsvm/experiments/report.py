@@ -16,6 +16,7 @@ import html
 import json
 import os
 
+from .._files import atomic_write, oserror_text
 from ..errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
@@ -73,10 +74,8 @@ def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
     old = old if isinstance(old, list) else []
     names = {s["name"] for s in skipped} | set(ran)
     merged = [s for s in old if isinstance(s, dict) and s.get("name") not in names] + list(skipped)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(merged, fh, indent=2)
-    os.replace(tmp, path)
+    data = json.dumps(merged, indent=2).encode("utf-8")
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def collect(outdir: str) -> list[dict]:
@@ -315,15 +314,9 @@ def write_report(outdir: str) -> tuple[str, str]:
     h.append("</table><p>Seeds are part of each config above; every run of a task is seeded by its run index.</p></body></html>")
     html_path, md_path = os.path.join(outdir, "report.html"), os.path.join(outdir, "report.md")
     for path, text in ((html_path, "\n".join(h)), (md_path, "\n".join(md) + "\n")):
-        tmp = f"{path}.tmp-{os.getpid()}"
+        data = text.encode("utf-8")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
+            atomic_write(path, lambda fh: fh.write(data))
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise ValidationError(f"cannot write the report to {path!r}: {exc.strerror or exc}") from None
+            raise ValidationError(f"cannot write the report to {path!r}: {oserror_text(exc, path)}") from None
     return html_path, md_path

@@ -44,6 +44,7 @@ from functools import lru_cache, partial
 
 import pandas as pd
 
+from .._files import atomic_write, oserror_text
 from ..errors import AttnSVMError, ValidationError
 from .base import Task
 from .checks import integrity_check, mark_findings
@@ -183,52 +184,13 @@ def _write_all(fh, data: bytes) -> None:
     fh.write(data)
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems cannot fsync a directory
-        pass
-    finally:
-        os.close(fd)
-
-
-def _oserror_text(exc: OSError, path: str) -> str:
-    """``strerror``, plus which part of ``path`` is a regular file when that is the cause."""
-    why = exc.strerror or str(exc)
-    if isinstance(exc, (NotADirectoryError, FileExistsError)):
-        part = os.path.abspath(path)
-        while part and part != os.path.dirname(part):
-            if os.path.isfile(part):
-                return f"{part} is a file, not a folder"
-            part = os.path.dirname(part)
-    return why
-
-
 def _durable_write(path: str, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``: temp file, flush, fsync, rename, fsync the folder.
-
-    On any failure the temporary file is removed and :class:`StorageError` names ``path``.
-    """
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """Atomically replace ``path`` with ``data`` (temp file, fsync, rename, fsync the folder);
+    :class:`StorageError` naming ``path`` on failure, with no temporary file left."""
     try:
-        with open(tmp, "wb") as fh:
-            _write_all(fh, data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise StorageError(f"cannot write {path}: {_oserror_text(exc, path)}") from None
-        raise
-    _fsync_dir(os.path.dirname(path) or ".")
+        atomic_write(path, lambda fh: _write_all(fh, data), sync_dir=True)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {oserror_text(exc, path)}") from None
 
 
 def _atomic_text(text: str, path: str) -> None:
@@ -296,7 +258,7 @@ def _folder_lock(expdir: str):
     try:
         fh = open(path, "a+")
     except OSError as exc:
-        raise StorageError(f"cannot create the lock file {path}: {_oserror_text(exc, path)}") from None
+        raise StorageError(f"cannot create the lock file {path}: {oserror_text(exc, path)}") from None
     try:
         try:
             import fcntl
@@ -369,7 +331,7 @@ def _makedirs(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise StorageError(f"cannot create the results folder {path}: {_oserror_text(exc, path)}") from None
+        raise StorageError(f"cannot create the results folder {path}: {oserror_text(exc, path)}") from None
 
 
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
@@ -457,7 +419,7 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
         try:
             os.replace(path, moved)
         except OSError as exc:
-            raise StorageError(f"cannot set aside the unreadable shard {path}: {_oserror_text(exc, path)}") from None
+            raise StorageError(f"cannot set aside the unreadable shard {path}: {oserror_text(exc, path)}") from None
         recomputed.append({"key": t.key, "error": problem, "moved_to": moved})
         print(f"attnsvm: {name}: stored shard {path} is unreadable ({problem}); moved to {moved}, recomputing it",
               file=sys.stderr, flush=True)

@@ -515,7 +515,9 @@ def _group_ids(cs: ConstraintSet, groups: QueryGroups | None) -> np.ndarray | No
     return None
 
 
-def _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit):
+def _options(cs: ConstraintSet, tol, support_tol, batch, per_group, max_rounds, time_limit) -> tuple[int, int, int]:
+    """Validate the outer loop's options; ``(batch, per_group, max_rounds)`` with the defaults of
+    :class:`WorkingSetSettings` filled in."""
     check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
     check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
@@ -524,6 +526,9 @@ def _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit):
             continue
         if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, np.integer)) or val < lo:
             raise ValidationError(f"{name} must be an integer >= {lo}, got {val!r}")
+    st = WorkingSetSettings
+    return (batch or st.batch(cs.d1, cs.d2), st.per_group if per_group is None else per_group,
+            max_rounds or st.max_rounds)
 
 
 def _farkas_residual(ws: "_GramSet", f: np.ndarray) -> float:
@@ -757,14 +762,11 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol
     ``info``: method "working-set", rounds, working_set (final size), max_working_set,
     qp_iterations, seconds, cpu_seconds.
     """
-    _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit)
+    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch, per_group, max_rounds, time_limit)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N, d1, d2 = cs.N, cs.d1, cs.d2
     st = WorkingSetSettings
-    batch = batch or st.batch(d1, d2)
-    per_group = st.per_group if per_group is None else per_group
-    max_rounds = max_rounds or st.max_rounds
     setup = _Setup(cs, tol)
     rank = _rank_bound(cs, setup.groups)
     cap = rank + 1              # free rows at most: a minimal infeasible set has rank + 1 rows
@@ -889,14 +891,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     """
     from .nuclear import solve_nuclear
 
-    _check_options(tol, support_tol, batch, per_group, max_rounds, time_limit)
+    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch, per_group, max_rounds, time_limit)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
-    N, d1, d2 = cs.N, cs.d1, cs.d2
-    st = WorkingSetSettings
-    batch = batch or st.batch(d1, d2)
-    per_group = st.per_group if per_group is None else per_group
-    max_rounds = max_rounds or st.max_rounds
+    N = cs.N
     fro = solve_frobenius_ws(cs, formulation=formulation, max_memory=max_memory, time_limit=time_limit)
     if fro.status == "infeasible":
         fro.norm = "nuclear"
@@ -907,7 +905,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
             "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0}
     stopped = None
     W = lam_sub = rows = margins = sub = None
-    for rnd in range(1, (max_rounds or st.max_rounds) + 1):
+    for rnd in range(1, max_rounds + 1):
         rows = np.flatnonzero(in_ws)
         info["max_working_set"] = max(info["max_working_set"], int(rows.size))
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
