@@ -345,7 +345,7 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 
 
 @cli.command()
-@click.option("--quick", is_flag=True, help="Small presets of every experiment (under a minute).")
+@click.option("--quick", is_flag=True, help="Small presets of every experiment (a few minutes).")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
 @click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
 @_workers_opt
