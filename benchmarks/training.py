@@ -4,7 +4,7 @@ Workload (transformers-as-svms E2, local convergence): 100 runs, n=6, T=8, d=10,
 2000 normalized-GD steps (lr 0.1), random data of seed = run index, for the W and
 the (K, Q) parameterizations.
 
-(a) ``attnsvm.train`` on all runs at once.
+(a) ``attnsvm.training.train`` on all runs at once.
 (b) The notebooks' way: one ``nn.Module`` per run, ``torch.optim.SGD``, the gradient
     normalized in place, the combined W copied to numpy at every step, logistic loss
     ``log(1 + exp(-Y f))``. To keep the benchmark short, (b) is timed on
@@ -29,9 +29,9 @@ import time
 import numpy as np
 import torch
 
-from attnsvm.train import train as attnsvm_train
+from attnsvm.training.train import train as attnsvm_train
 from attnsvm.generators import random_problem, relu_head_instance
-from attnsvm.models import ReLUHead
+from attnsvm.training.models import ReLUHead
 
 EPS = float(np.finfo(np.float64).eps)
 

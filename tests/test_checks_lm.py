@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments import build_config, registry
+
+from attnsvm.runner import run_experiment
 from attnsvm.experiments.checks import KINDS, load_findings
 
 LM_NAMES = ["lm-cosine", "lm-margins", "lm-stability"]
@@ -264,7 +266,7 @@ def test_gen_comparisons_need_runs_with_a_comparator(runs):
 
 def test_uncertified_soft_svm_is_refused(monkeypatch):
     """An SVM whose certificate fails gives NaN comparisons and fails the integrity check."""
-    from attnsvm.experiments import lm_cosine
+    from attnsvm.experiments.lm import cosine
 
     real = lm_cosine.soft_margin_svm
 

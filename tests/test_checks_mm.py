@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments import build_config, registry
+
+from attnsvm.runner import run_experiment
 from attnsvm.experiments.checks import KINDS, load_findings
 
 MM_NAMES = ["mm-single-input", "mm-multi-input", "mm-joint", "mm-loss-functions", "mm-regularization-path"]
@@ -325,7 +327,7 @@ def test_findings_can_pass_at_the_spec_values(runs):
 
 def test_uncertified_svm_makes_comparisons_nan(monkeypatch):
     """An SVM whose certificate fails is stored as NaN, so every comparison with it fails."""
-    from attnsvm.experiments import mm_common
+    from attnsvm.experiments.mm import common
     from attnsvm.generators import mm_single_input
 
     sol = mm_common.p_svm(mm_single_input("global"), [0])
@@ -339,7 +341,7 @@ def test_uncertified_svm_makes_comparisons_nan(monkeypatch):
 
 
 def test_rounding_helpers():
-    from attnsvm.experiments.mm_common import half_unit, rounding_dev
+    from attnsvm.experiments.mm.common import half_unit, rounding_dev
 
     assert half_unit("0.9747") == pytest.approx(5e-5) and half_unit("3.5e-5") == pytest.approx(5e-7)
     assert half_unit("25") == 0.5 and half_unit("-0.036") == pytest.approx(5e-4)

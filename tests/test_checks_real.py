@@ -13,7 +13,9 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from attnsvm.experiments import build_config, registry, run_experiment  # noqa: E402
+from attnsvm.experiments import build_config, registry  # noqa: E402
+
+from attnsvm.runner import run_experiment
 from attnsvm.experiments import real as R  # noqa: E402
 from attnsvm.experiments.checks import ALPHA, mark_findings  # noqa: E402
 from attnsvm.metrics import correlation  # noqa: E402

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments import build_config, registry
+
+from attnsvm.runner import run_experiment
 from attnsvm.experiments.checks import load_findings
 
 NAMES = ("tf-trajectories", "tf-local-convergence", "tf-svm-rank", "tf-convergence-types", "tf-lambda-head",

@@ -9,7 +9,9 @@ import pytest
 from pydantic import PositiveInt
 
 from attnsvm.errors import ValidationError
-from attnsvm.experiments import Experiment, ExperimentConfig, Task, build_config, check, parse_assignments, run_experiment, write_report
+from attnsvm.experiments import Experiment, ExperimentConfig, Task, build_config, check, parse_assignments
+from attnsvm.report import write_report
+from attnsvm.runner import run_experiment
 from attnsvm.experiments.config import read_config_file
 
 

@@ -6,10 +6,11 @@ import torch
 
 from attnsvm.errors import ValidationError
 from attnsvm.experiments import build_config, registry
-from attnsvm.experiments.lm_language import build_runs, make_lm_data, markov_language
-from attnsvm.experiments.lm_model import (LOSSES, lipschitz_estimates, lm_loss_grad, paper_lipschitz_bound,
+from attnsvm.experiments.lm.common import build_runs
+from attnsvm.language import make_lm_data, markov_language
+from attnsvm.training.language_model import (LOSSES, lipschitz_estimates, lm_loss_grad, paper_lipschitz_bound,
                                           token_basis, train_lm, train_runs)
-from attnsvm.experiments.lm_svm import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores,
+from attnsvm.svm.language import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores,
                                         prefix_softmax, soft_margin_svm)
 
 # The quick presets, their checks and the findings are tested in tests/test_checks_lm.py.
@@ -136,7 +137,7 @@ def test_closed_form_gradient_matches_autograd(loss, attention):
 
 
 def test_training_matches_engine_train_sequence_for_cross_entropy():
-    from attnsvm.train import train_sequence
+    from attnsvm.training.train import train_sequence
 
     lang = markov_language(5, 9, seed=0)
     data = make_lm_data(lang, 4, 5, seed=1)
@@ -230,7 +231,7 @@ def test_paper_bound_formula():
 
 def test_linear_l2_stable_step_is_two_over_L():
     """The bisected largest stable step of a quadratic loss is 2 / lambda_max (within the bracket)."""
-    from attnsvm.experiments.lm_stability import stable_step_search
+    from attnsvm.experiments.lm.stability import stable_step_search
 
     exp = registry()["lm-stability"]
     cfg = build_config(exp, quick=True, overrides={"d": 6, "m": 3, "n": 4, "runs": 1, "sweep_steps": 60})

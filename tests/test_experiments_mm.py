@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from attnsvm.experiments import build_config, registry
-from attnsvm.experiments.mm_common import engine_train, notebook_float32, p_svm
-from attnsvm.experiments.mm_multi_input import E2_APPENDIX, lemma_l2_max
-from attnsvm.experiments.mm_paths import joint_path_2d, prompt_path_2d, split_loss
+from attnsvm.experiments.mm.common import engine_train, notebook_float32, p_svm
+from attnsvm.experiments.mm.multi_input import E2_APPENDIX, lemma_l2_max
+from attnsvm.training.paths import joint_path_2d, prompt_path_2d, split_loss
 from attnsvm.generators import mm_joint, mm_multi_input, mm_single_input
 from attnsvm.metrics import correlation
 
@@ -88,7 +88,7 @@ def test_split_loss_keeps_precision_for_large_scores():
 
 def test_positive_margin_cone_of_the_local_data():
     """E1 local data: the support token 2 stays the strongest competitor within atan(0.1) of the local ray."""
-    from attnsvm.experiments.mm_paths import positive_margin_half_angle
+    from attnsvm.training.paths import positive_margin_half_angle
 
     loc = mm_single_input("local")
     pl = p_svm(loc, [1]).p

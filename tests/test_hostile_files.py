@@ -22,8 +22,8 @@ from attnsvm import TokenProblem
 from attnsvm.cli import cli
 from attnsvm.errors import ProblemFileError, ResourceLimitError, ValidationError
 from attnsvm.memory import ENV_VAR
-from attnsvm.real.cli_support import read_sentences
-from attnsvm.svm.cli_support import read_selection
+from attnsvm.cli.probe import read_sentences
+from attnsvm.cli.solve import read_selection
 
 
 def npy_header(shape, descr="<f8") -> bytes:

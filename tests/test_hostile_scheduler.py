@@ -22,9 +22,10 @@ import pytest
 from pydantic import PositiveInt
 
 from attnsvm.errors import ValidationError
-from attnsvm.experiments import Experiment, ExperimentConfig, Task, check, run_experiment
-from attnsvm.experiments import runner
-from attnsvm.experiments.runner import SchedulerError, check_scheduler, execute_task
+from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
+from attnsvm.runner import run_experiment
+from attnsvm import runner
+from attnsvm.runner import SchedulerError, check_scheduler, execute_task
 
 
 class SchedConfig(ExperimentConfig):

@@ -237,7 +237,7 @@ def test_soft_margin_moderate_C_matches_the_hard_margin_threshold():
 
 # --------------------------------------------------------------------- CLI
 def test_cli_solve_prints_the_status(tmp_path):
-    from attnsvm.svm.cli_support import run_solve
+    from attnsvm.cli.solve import run_solve
 
     path = tmp_path / "p.npz"
     TokenProblem(X0, Z0, Y=np.array([1.0, -1, 1, -1]), v=rng.standard_normal(d)).save(path)

@@ -21,9 +21,11 @@ from pydantic import PositiveInt
 
 from attnsvm import __version__
 from attnsvm.errors import ResourceLimitError, ValidationError
-from attnsvm.experiments import Experiment, ExperimentConfig, Task, check, run_experiment, write_report
-from attnsvm.experiments import runner
-from attnsvm.experiments.runner import RunInterrupted, StorageError, read_shard
+from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
+from attnsvm.report import write_report
+from attnsvm.runner import run_experiment
+from attnsvm import runner
+from attnsvm.runner import RunInterrupted, StorageError, read_shard
 from attnsvm.memory import ENV_VAR
 
 
@@ -230,7 +232,7 @@ def test_writer_killed_mid_shard_then_resume_matches_clean_run(tmp_path):
         import os, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_hostile_storage import StoreToy
-        from attnsvm.experiments import runner
+        from attnsvm import runner
         n = {{"k": 0}}
         def write(fh, data):
             if ".parquet.tmp-" in fh.name:
@@ -269,7 +271,7 @@ import os, sys, time
 sys.path.insert(0, {tests!r})
 import pandas as pd
 from test_hostile_storage import StoreToy, StoreConfig
-from attnsvm.experiments import runner
+from attnsvm import runner
 
 class Slow(StoreToy):
     def run_task(self, config, task):

@@ -40,9 +40,9 @@ from attnsvm.generators import random_problem
 from attnsvm.metrics import (
     convergence_type, correlation, margins, one_minus_correlation, read_selection, selected_mass, softmax_of,
 )
-from attnsvm.models import AttentionModel, LambdaHead, LinearHead, MatrixHead, ReLUHead, closed_form_step
+from attnsvm.training.models import AttentionModel, LambdaHead, LinearHead, MatrixHead, ReLUHead, closed_form_step
 from attnsvm.problem import TokenProblem
-from attnsvm.train import regularization_path, train, train_sequence
+from attnsvm.training.train import regularization_path, train, train_sequence
 
 AttnSVMError = errors.AttnSVMError
 NonFiniteError = getattr(errors, "NonFiniteError", errors.AttnSVMError)  # the survey also runs on older code
@@ -958,7 +958,7 @@ def test_exponential_gradient_scaled_is_exact_where_representable():
     """Margins near -705 (log-scale active, e^705 ~ 1e306 still representable): the true gradient from
     the scaled form equals the plain formula l'(u) = -e^{-u} to rounding; rows whose margins stay above
     -EXP_SHIFT_AT (-600) are bitwise unchanged."""
-    from attnsvm.losses import EXP_SHIFT_AT, apply_log_scale, margin_loss_grad, margin_loss_grad_scaled
+    from attnsvm.training.losses import EXP_SHIFT_AT, apply_log_scale, margin_loss_grad, margin_loss_grad_scaled
 
     assert EXP_SHIFT_AT == 600.0
     u = torch.tensor([[-705.0, -703.5, -1.0, 3.0], [-2.0, 0.5, 10.0, -599.0]], dtype=D)
@@ -978,8 +978,8 @@ def test_log_scale_path_is_exact_where_representable(monkeypatch):
     """With the shift threshold lowered to 5 (so the log-scale path runs at margins near -60, where e^{-u}
     and every product are representable), the closed-form gradient multiplied back equals autograd of the
     plain e^{-u}, and NGD / GD trajectories equal those of the unshifted computation (1e-12: rounding)."""
-    import attnsvm.losses as losses
-    from attnsvm.models import linear_head_loss
+    import attnsvm.training.losses as losses
+    from attnsvm.training.models import linear_head_loss
 
     _, p = _shifted(-60.0)
     t = lambda a: torch.as_tensor(np.array(a), dtype=D).unsqueeze(0)  # noqa: E731
@@ -1154,7 +1154,7 @@ if __name__ == "__main__":
 def test_recorder_backstop_reports_first_recorded_step():
     """The end-of-training backstop (behind the per-step check) names the run and the first checkpoint
     whose recorded parameters are non-finite."""
-    from attnsvm.train import _Recorder
+    from attnsvm.training.train import _Recorder
 
     params = {"W": torch.zeros(3, 2, 2, dtype=D)}
     rec = _Recorder(4, np.array([0, 2, 4]), 3, 1, 2, params, False, seeds=[5, 6, 7])

@@ -8,7 +8,7 @@ from attnsvm.metrics import (
     convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
 )
 from attnsvm.svm import enumerate_locally_optimal, is_locally_optimal, solve_svm
-from attnsvm.train import train
+from attnsvm.training.train import train
 
 
 def _svm(problem, select, norm="fro"):

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from attnsvm.generators import random_problem
-from attnsvm.losses import MARGIN_LOSSES, cross_entropy, margin_loss, margin_loss_grad, sample_losses
-from attnsvm.models import (
+from attnsvm.training.losses import MARGIN_LOSSES, cross_entropy, margin_loss, margin_loss_grad, sample_losses
+from attnsvm.training.models import (
     AttentionModel, LambdaHead, LinearHead, ReLUHead, attention_logits, causal_mask, closed_form_step,
     linear_head_loss, pair_weights, softmax, token_form, token_scores,
 )

@@ -121,7 +121,7 @@ def test_probe_heads_small():
 
 
 def test_run_probe_cli_helper(tmp_path):
-    from attnsvm.real.cli_support import run_probe
+    from attnsvm.cli.probe import run_probe
 
     f = tmp_path / "s.txt"
     f.write_text("First sentence here.\n\nSecond one, a bit longer.\nThird.\n")
@@ -143,7 +143,8 @@ def test_run_probe_cli_helper(tmp_path):
 ])
 def test_quick_experiments_run(tmp_path, name, overrides):
     import attnsvm.experiments.real  # noqa: F401  (registers the experiments)
-    from attnsvm.experiments import build_config, registry, run_experiment
+    from attnsvm.experiments import build_config, registry
+    from attnsvm.runner import run_experiment
 
     exp = registry()[name]
     cfg = build_config(exp, quick=True, overrides=overrides)

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from conftest import attnsvm_cli
 
-from attnsvm.experiments import build_config, registry, run_experiment
+from attnsvm.experiments import build_config, registry
+
+from attnsvm.runner import run_experiment
 from attnsvm.experiments.checks import KINDS, load_findings
 
 

@@ -8,7 +8,7 @@ from attnsvm.svm import (
     all_support_vectors, enumerate_locally_optimal, is_locally_optimal, matrix_rank, separation_delta,
     solve_fin, solve_gen_svm, solve_p_svm, solve_soft_svm, solve_svm, solve_v_svm, support_indices, svm_equivalence,
 )
-from attnsvm.svm.cli_support import run_solve
+from attnsvm.cli.solve import run_solve
 from svm_reference import reference_att_svm, reference_soft_svm
 
 

@@ -10,8 +10,8 @@ import torch
 from attnsvm import generators as G
 from attnsvm.generators import random_problem
 from attnsvm.metrics import correlation, rank
-from attnsvm.models import LambdaHead, ReLUHead
-from attnsvm.train import regularization_path, train, train_sequence
+from attnsvm.training.models import LambdaHead, ReLUHead
+from attnsvm.training.train import regularization_path, train, train_sequence
 
 
 def svm(problem, select, nuclear=False):
@@ -203,7 +203,7 @@ def test_head_closed_form_engine_matches_autograd(param, optimizer):
 
 def test_token_space_direct_and_generic_loops_agree(monkeypatch):
     """The token-space W loop (logits moved by H c, W rebuilt at records) equals the W-space loops."""
-    train_mod = sys.modules["attnsvm.train"]
+    train_mod = sys.modules["attnsvm.training.train"]
     probs, V = _relu_probs(4)
     lin = _probs(4)
     runs = {}
@@ -268,7 +268,7 @@ def test_eps_must_be_positive_and_ignored_positions_do_not_dilute_the_loss():
 
     from attnsvm.errors import ValidationError as _VE
     from attnsvm.generators import random_problem as _rp
-    from attnsvm.train import train as _train, train_sequence as _train_seq
+    from attnsvm.training.train import train as _train, train_sequence as _train_seq
 
     with _pytest.raises(_VE, match="eps"):
         _train(_rp(2, 3, 4, 0), steps=1, eps=0.0)

@@ -15,7 +15,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task
 from attnsvm.experiments.checks import (
     check, count_failures, load_findings, mark_findings, mean_check, share_check, share_difference_check,
 )
-from attnsvm.experiments.report import record_skipped, write_report
+from attnsvm.report import record_skipped, write_report
 
 SRC = "test-spec.md 1.1"
 

@@ -6,19 +6,30 @@ attention models and measure the theory against the training.
 
 __version__ = "0.1.0"
 
-from .errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
-from .problem import ProblemBatch, TokenProblem
-from .tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scores
-from .generators import random_problem
-from .svm import (
+from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
+from attnsvm.problem import ProblemBatch, TokenProblem
+from attnsvm.tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scores
+from attnsvm.generators import random_problem
+from attnsvm.svm import (
     Certificate, ConstraintSet, SVMSolution, all_support_vectors, enumerate_locally_optimal, is_locally_optimal,
     matrix_rank, separation_delta, solve_fin, solve_gen_svm, solve_p_svm, solve_seq_svm, solve_soft_svm, solve_svm,
     solve_svm_batch, solve_v_svm, support_indices, svm_equivalence,
 )
-from .metrics import (
+from attnsvm.metrics import (
     convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
 )
-from .train import PathResult, TrainResult, regularization_path, train, train_sequence
+
+#: training names, imported on first use so that ``import attnsvm`` loads no torch
+_TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
+
+
+def __getattr__(name):
+    if name in _TRAINING:
+        from attnsvm import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

@@ -1,3 +1,3 @@
-from .cli import main
+from attnsvm.cli import main
 
 main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ValidationError
+from attnsvm.errors import ValidationError
 
 
 def as_float_array(value, name: str, ndim: int, shape_doc: str) -> np.ndarray:

@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ValidationError
-from .problem import TokenProblem
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
 
 
 def _check_size(value, name: str, minimum: int) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from .errors import ResourceLimitError, ValidationError
+from attnsvm.errors import ResourceLimitError, ValidationError
 
 __all__ = ["max_memory", "require_memory", "parse_size", "format_size", "available_memory", "ENV_VAR"]
 

@@ -17,9 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ValidationError
-from .problem import TokenProblem
-from .svm import SVMSolution, is_locally_optimal, matrix_rank
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
+from attnsvm.svm import SVMSolution, is_locally_optimal, matrix_rank
 
 
 def _np(x, name: str = "input") -> np.ndarray:
@@ -231,7 +231,7 @@ rank = matrix_rank
 
 
 def _default_solver(problem: TokenProblem, select, norm):
-    from .svm import solve_svm
+    from attnsvm.svm import solve_svm
 
     return solve_svm(problem, select=select, norm=norm)
 

@@ -31,9 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ._files import atomic_write, file_in_path, oserror_text
-from ._validate import as_float_array
-from .errors import ProblemFileError, ValidationError
+from attnsvm._files import atomic_write, file_in_path, oserror_text
+from attnsvm._validate import as_float_array
+from attnsvm.errors import ProblemFileError, ValidationError
 
 FILE_FORMAT = "attnsvm.TokenProblem"
 FILE_VERSION = 1
@@ -166,13 +166,13 @@ class TokenProblem:
     # ------------------------------------------------------------- analysis
     def scores(self) -> np.ndarray:
         """Token scores ``gamma[i, t] = Y_i v^T x_it``, shape (n, T)."""
-        from .tokens import scores
+        from attnsvm.tokens import scores
 
         return scores(self)
 
     def optimal_tokens(self, tol: float = 1e-9):
         """Optimal tokens with tie detection, see :func:`attnsvm.tokens.optimal_tokens`."""
-        from .tokens import optimal_tokens
+        from attnsvm.tokens import optimal_tokens
 
         return optimal_tokens(self, tol=tol)
 
@@ -424,7 +424,7 @@ def _npy_header(fh, where: str, pre: str) -> tuple[tuple, np.dtype, int, int]:
 
 
 def _require_file_memory(nbytes: float, path: str, pre: str, detail: str) -> None:
-    from .memory import require_memory
+    from attnsvm.memory import require_memory
 
     require_memory(nbytes, f"{pre}reading {path!r} ({detail})",
                    hint="the file declares more data than fits; check that it is the right file, or raise "

@@ -11,13 +11,17 @@ from typing import Callable
 
 import numpy as np
 
-from ._validate import as_float_array, check_number
-from .errors import ValidationError
-from .problem import TokenProblem
+from attnsvm._validate import as_float_array, check_number
+from attnsvm.errors import ValidationError
+
+
+def _is_problem(obj) -> bool:
+    """A :class:`attnsvm.problem.TokenProblem` (or anything with its X, Y, v): tokens sit below problems."""
+    return not isinstance(obj, np.ndarray) and all(hasattr(obj, k) for k in ("X", "Y", "v"))
 
 
 def _resolve(problem_or_X, Y, v):
-    if isinstance(problem_or_X, TokenProblem):
+    if _is_problem(problem_or_X):
         p = problem_or_X
         if p.Y is None or p.v is None:
             missing = " and ".join(k for k in ("Y", "v") if getattr(p, k) is None)
@@ -129,7 +133,7 @@ def optimal_tokens(problem_or_gamma, tol: float = 1e-9) -> OptimalTokens:
         Relative tolerance for ties (see :class:`OptimalTokens`).
     """
     tol = check_number(tol, "tol", low=0.0)
-    if isinstance(problem_or_gamma, TokenProblem):
+    if _is_problem(problem_or_gamma):
         X, Y, v = _resolve(problem_or_gamma, None, None)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             gamma = Y[:, None] * (X @ v)

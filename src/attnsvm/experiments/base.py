@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from .checks import Check, check  # noqa: F401  (re-exported: experiments build their checks with these)
+from attnsvm.experiments.checks import Check, check  # noqa: F401  (re-exported: experiments build their checks with these)
 
 
 class ExperimentConfig(BaseModel):
@@ -59,6 +59,8 @@ class Experiment:
     Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
     quick: ClassVar[dict[str, Any]] = {}
     notes: ClassVar[str] = ""
+    #: position within its paper group (``attnsvm list`` sorts by group, then by this)
+    order: ClassVar[int] = 0
     #: import names of optional packages the experiment needs (e.g. the ``real`` extra)
     requires: ClassVar[tuple[str, ...]] = ()
     #: how to install them
@@ -162,8 +164,29 @@ def register(cls):
     return cls
 
 
-def registry() -> dict[str, Experiment]:
-    """Every registered experiment by name (imports the built-in ones first)."""
-    from . import catalog  # noqa: F401  (registers the built-in experiments)
+#: the paper groups, each a subpackage of :mod:`attnsvm.experiments`, in the order ``attnsvm list`` shows them
+GROUPS = ("tf", "mm", "lm", "real")
 
-    return dict(_REGISTRY)
+
+def _discover() -> None:
+    """Import every module of the paper groups once, so that their experiments register themselves."""
+    import importlib
+    import pkgutil
+
+    for group in GROUPS:
+        package = importlib.import_module(f"attnsvm.experiments.{group}")
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+def _position(exp: Experiment) -> tuple:
+    parts = type(exp).__module__.split(".")
+    group = parts[2] if len(parts) > 2 and parts[:2] == ["attnsvm", "experiments"] else ""
+    rank = GROUPS.index(group) if group in GROUPS else len(GROUPS)
+    return rank, exp.order, exp.name
+
+
+def registry() -> dict[str, Experiment]:
+    """Every registered experiment by name, built-in ones discovered first; paper group order, then ``order``."""
+    _discover()
+    return {exp.name: exp for exp in sorted(_REGISTRY.values(), key=_position)}

@@ -7,7 +7,7 @@ import os
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from ..errors import ValidationError
+from attnsvm.errors import ValidationError
 
 
 def parse_assignments(items) -> dict:

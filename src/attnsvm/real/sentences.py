@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ValidationError
+from attnsvm.errors import ValidationError
 
 # Templates of exactly 8 whitespace-separated words; {n} is a noun, {a} the sentiment adjective.
 TEMPLATES = (

@@ -3,7 +3,7 @@
 numpy / scipy / cvxpy only (no torch). See :mod:`attnsvm.svm.api` for the entry points.
 """
 
-from .analysis import (
+from attnsvm.svm.analysis import (
     all_support_vectors,
     enumerate_locally_optimal,
     is_locally_optimal,
@@ -11,7 +11,7 @@ from .analysis import (
     separation_delta,
     support_indices,
 )
-from .api import (
+from attnsvm.svm.api import (
     BatchSolution,
     SVMEquivalence,
     solve_fin,
@@ -24,8 +24,8 @@ from .api import (
     solve_v_svm,
     svm_equivalence,
 )
-from .constraints import ConstraintSet
-from .solution import Certificate, SVMSolution
+from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.solution import Certificate, SVMSolution
 
 __all__ = [
     "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",

@@ -10,11 +10,11 @@ import itertools
 
 import numpy as np
 
-from .._validate import check_number
-from ..errors import ValidationError
-from ..problem import TokenProblem
-from .api import _default_select, solve_svm
-from .solution import SVMSolution
+from attnsvm._validate import check_number
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
+from attnsvm.svm.api import _default_select, solve_svm
+from attnsvm.svm.solution import SVMSolution
 
 __all__ = [
     "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import as_float_array, as_index_array, as_mask_array, check_number
-from ..errors import ValidationError
-from ..problem import TokenProblem
-from .constraints import att_constraints, fin_constraints, gen_constraints, seq_constraints
-from .frobenius import solve_frobenius, solve_frobenius_batch
-from .nuclear import solve_nuclear
-from .prompt import p_svm, v_svm
-from .soft import solve_soft
-from .solution import SVMSolution
+from attnsvm._validate import as_float_array, as_index_array, as_mask_array, check_number
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
+from attnsvm.svm.constraints import att_constraints, fin_constraints, gen_constraints, seq_constraints
+from attnsvm.svm.frobenius import solve_frobenius, solve_frobenius_batch
+from attnsvm.svm.nuclear import solve_nuclear
+from attnsvm.svm.prompt import p_svm, v_svm
+from attnsvm.svm.soft import solve_soft
+from attnsvm.svm.solution import SVMSolution
 
 __all__ = [
     "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
@@ -93,7 +93,7 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
 def _solve(cs, norm, formulation, **kw) -> SVMSolution:
     # method="auto" (dense below working_set.AUTO_DENSE_MAX_N rows, else the working set),
     # "dense", "working_set", or a dense Frobenius QP method ("pdas", "goldfarb-idnani")
-    from .working_set import solve_dispatch
+    from attnsvm.svm.working_set import solve_dispatch
 
     return solve_dispatch(cs, norm, formulation, **kw)
 

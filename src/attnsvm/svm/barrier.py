@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
-from .._validate import check_number
+from attnsvm._validate import check_number
 
 __all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import as_float_array, as_index_array, as_mask_array
-from ..errors import ValidationError
+from attnsvm._validate import as_float_array, as_index_array, as_mask_array
+from attnsvm.errors import ValidationError
 
 __all__ = [
     "ConstraintSet",

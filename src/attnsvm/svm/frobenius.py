@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 
-from .._validate import check_choice, check_number
-from ..errors import ValidationError
-from ..memory import require_memory
-from .constraints import ConstraintSet, RowScaling, representable
-from .qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
-from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm._validate import check_choice, check_number
+from attnsvm.errors import ValidationError
+from attnsvm.memory import require_memory
+from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
+from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
 __all__ = ["solve_frobenius", "solve_frobenius_batch", "infeasible_solution", "frobenius_solution",
            "frobenius_certificate", "farkas_residual", "dense_frobenius_bytes", "check_solver_options", "frobenius_qp",

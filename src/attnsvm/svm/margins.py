@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .constraints import ConstraintSet
+from attnsvm.svm.constraints import ConstraintSet
 
 __all__ = ["QueryGroups", "query_groups", "chunk_rows", "constraint_values", "row_norms", "row_scales"]
 

@@ -30,12 +30,12 @@ import time
 
 import numpy as np
 
-from .._validate import check_choice, check_number
-from ..memory import require_memory
-from .barrier import nuclear_ipm, row_space_basis
-from .constraints import ConstraintSet, RowScaling, representable
-from .frobenius import _not_representable, _row_sizes, _support, require_dense_memory, frobenius_qp, infeasible_solution
-from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm._validate import check_choice, check_number
+from attnsvm.memory import require_memory
+from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
+from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
+from attnsvm.svm.frobenius import _not_representable, _row_sizes, _support, require_dense_memory, frobenius_qp, infeasible_solution
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
 __all__ = ["row_basis", "solve_nuclear", "nuclear_certificate", "nuclear_bytes"]
 

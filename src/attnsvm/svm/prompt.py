@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_float_array
-from ..errors import ValidationError
-from .constraints import prompt_constraints, v_constraints
-from .frobenius import solve_frobenius
-from .solution import SVMSolution
+from attnsvm._validate import as_float_array
+from attnsvm.errors import ValidationError
+from attnsvm.svm.constraints import prompt_constraints, v_constraints
+from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm.solution import SVMSolution
 
 __all__ = ["p_svm", "v_svm"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
-from .._validate import check_choice, check_number
+from attnsvm._validate import check_choice, check_number
 
 __all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_batch"]
 

@@ -25,11 +25,11 @@ import time
 
 import numpy as np
 
-from .._validate import check_number
-from ..errors import ValidationError
-from .constraints import ConstraintSet, representable
-from .nuclear import row_basis
-from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm._validate import check_number
+from attnsvm.errors import ValidationError
+from attnsvm.svm.constraints import ConstraintSet, representable
+from attnsvm.svm.nuclear import row_basis
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
 __all__ = ["solve_soft", "soft_certificate"]
 
@@ -100,8 +100,8 @@ def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, max_me
 
     Returns ``(W, mu, info)`` for the scaled set ``cs_s``.
     """
-    from .frobenius import solve_frobenius
-    from .nuclear import solve_nuclear
+    from attnsvm.svm.frobenius import solve_frobenius
+    from attnsvm.svm.nuclear import solve_nuclear
 
     hard = solve_frobenius(cs_s, formulation="soft", max_memory=max_memory)
     if hard.status != "optimal":

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..problem import write_npz
-from .constraints import ConstraintSet
+from attnsvm.problem import write_npz
+from attnsvm.svm.constraints import ConstraintSet
 
 __all__ = ["Certificate", "SVMSolution", "SOLUTION_FORMAT", "CERTIFIED_VIOLATION", "CERTIFIED_GAP", "certificate_passes",
            "status_from", "relative_violation", "relative_gap"]

@@ -45,13 +45,13 @@ import time
 
 import numpy as np
 
-from .._validate import check_choice, check_number
-from ..errors import ResourceLimitError, ValidationError
-from ..memory import require_memory
-from .constraints import ConstraintSet
-from .margins import QueryGroups, constraint_values, query_groups, row_norms
-from .qp import QPResult, solve_gram_qp
-from .solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm._validate import check_choice, check_number
+from attnsvm.errors import ResourceLimitError, ValidationError
+from attnsvm.memory import require_memory
+from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.margins import QueryGroups, constraint_values, query_groups, row_norms
+from attnsvm.svm.qp import QPResult, solve_gram_qp
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
 __all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "solve_dispatch", "WorkingSetSettings", "AUTO_DENSE_MAX_N",
            "METHODS", "ScaleError"]
@@ -166,7 +166,7 @@ def _rank_bound(cs: ConstraintSet, groups: QueryGroups | None) -> int:
     rank(V) from the distinct queries; rank(U) from ``U^T U`` accumulated in chunks (skipped,
     i.e. ``d1``, when the bound cannot matter: above 50000).
     """
-    from .margins import chunk_rows
+    from attnsvm.svm.margins import chunk_rows
 
     N, d1, d2 = cs.N, cs.d1, cs.d2
     if N == 0:
@@ -691,7 +691,7 @@ FARKAS_RESIDUAL = 1e-10
 
 def _from_mnp(ws: "_GramSet", out, b, eq, tol) -> QPResult | None:
     """SVM multipliers ``f / t`` or a Farkas certificate from a min-norm point (None: not verified)."""
-    from .qp import _kkt_ok
+    from attnsvm.svm.qp import _kkt_ok
 
     f, _, it = out
     w = ws.combine(f)
@@ -889,7 +889,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
     multipliers scaled into the spectral-norm ball.
     """
-    from .nuclear import solve_nuclear
+    from attnsvm.svm.nuclear import solve_nuclear
 
     batch, per_group, max_rounds = _options(cs, tol, support_tol, batch, per_group, max_rounds, time_limit)
     formulation = formulation or cs.kind
@@ -998,8 +998,8 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
         (ValidationError naming it). ``max_memory`` applies to every path: the dense one
         refuses (ResourceLimitError) when its N x N matrices need more.
     """
-    from .frobenius import solve_frobenius
-    from .nuclear import solve_nuclear
+    from attnsvm.svm.frobenius import solve_frobenius
+    from attnsvm.svm.nuclear import solve_nuclear
 
     check_choice(method, "method", METHODS)
     if method in ("pdas", "goldfarb-idnani"):

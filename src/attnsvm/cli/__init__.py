@@ -1,0 +1,408 @@
+"""Command-line interface: ``attnsvm COMMAND ...`` (see ``attnsvm --help``).
+
+User errors (bad arguments, unreadable files, invalid problems) print one line
+``attnsvm: error: ...`` to stderr and exit with status 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import numpy as np
+
+from attnsvm import __version__
+from attnsvm.errors import AttnSVMError, ValidationError
+
+
+class UserError(click.ClickException):
+    """A user error shown as one line on stderr (exit status 2)."""
+
+    exit_code = 2
+
+    def show(self, file=None):
+        click.echo(f"attnsvm: error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    """Turn attnsvm's own errors into one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AttnSVMError as exc:
+            raise UserError(str(exc)) from None
+        except KeyboardInterrupt as exc:
+            # Ctrl-C: say what is kept and how to resume (a sweep's RunInterrupted says it), exit 130
+            click.echo(f"attnsvm: {getattr(exc, 'message', None) or 'interrupted'}", err=True)
+            raise click.exceptions.Exit(130) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="attnsvm")
+def cli():
+    """attnsvm: attention as a max-margin token selector.
+
+    Describe token-selection problems, solve the SVMs of the theory, train attention
+    models and reproduce the papers' experiments.
+    """
+
+
+# ----------------------------------------------------------------- generate
+@cli.command()
+@click.argument("name")
+@click.option("--n", "n", type=int, default=None, help="Samples (random generators).")
+@click.option("--T", "T", type=int, default=None, help="Tokens per sample (random generators).")
+@click.option("--d", "d", type=int, default=None, help="Token dimension (random generators).")
+@click.option("--seed", type=int, default=None, help="Random seed (random generators, default 0).")
+@click.option("--mode", type=click.Choice(["cross", "self"]), default=None, help="rd: cross- or self-attention (default cross).")
+@click.option("--rng", type=click.Choice(["numpy", "torch"]), default=None, help="rd: random stream; torch replays the research code (default numpy).")
+@click.option("--C", "C", type=float, default=None, help="mm-loss: score of the first input's optimal token (default 1).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output .npz file.")
+def generate(name, n, T, d, seed, mode, rng, C, output):
+    """Generate the problem instance NAME and save it as .npz.
+
+    \b
+    Random (need --n --T --d; --seed defaults to 0):
+      rd                 unit-norm Gaussian tokens, queries, head; +-1 labels
+      orthonormal        orthonormal tokens per sample (lambda-head data)
+    Fixed instances of the papers:
+      tf-vis1, tf-vis2   the 2-D pictures of Transformers as SVMs
+      mm-single-global, mm-single-local, mm-multi,
+      mm-joint-tight, mm-joint-relaxed, mm-loss [--C]
+                         the max-margin token selection examples
+
+    Example: attnsvm generate rd --n 6 --T 8 --d 10 --seed 0 -o problem.npz
+    """
+    from attnsvm.generators import GENERATORS
+
+    if name not in GENERATORS:
+        raise UserError(f"unknown generator {name!r}; choose one of: {', '.join(GENERATORS)}")
+    func, sized, _ = GENERATORS[name]
+    if sized:
+        missing = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d)) if val is None]
+        if missing:
+            raise UserError(f"generator {name!r} needs {' '.join(missing)}")
+        kwargs = {"seed": 0 if seed is None else seed}
+        if name == "rd":
+            kwargs.update(mode=mode or "cross", rng=rng or "numpy")
+        elif mode is not None or rng is not None:
+            raise UserError(f"--mode and --rng apply to 'rd' only, not {name!r}")
+        if C is not None:
+            raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
+        problem = func(n, T, d, **kwargs)
+    else:
+        given = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d), ("--seed", seed), ("--mode", mode), ("--rng", rng)) if val is not None]
+        if given:
+            raise UserError(f"{name!r} is a fixed instance; {', '.join(given)} do(es) not apply")
+        if C is not None and name != "mm-loss":
+            raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
+        problem = func(C) if (name == "mm-loss" and C is not None) else func()
+    problem.save(output)
+    click.echo(f"wrote {output}: {problem!r}")
+
+
+# --------------------------------------------------------------------- info
+def describe_problem(problem, tol: float = 1e-9) -> dict:
+    """Summary of a problem as a JSON-friendly dict (used by ``attnsvm info``)."""
+    info = {
+        "name": problem.name,
+        "n": problem.n,
+        "T": problem.T,
+        "d": problem.d,
+        "mode": problem.mode,
+        "query_index": problem.query_index,
+        "labels": problem.Y is not None,
+        "head": problem.v is not None,
+        "fixed_W": problem.W is not None,
+        "overparameterized": problem.overparameterized,
+    }
+    if problem.Y is not None and problem.v is not None:
+        opt = problem.optimal_tokens(tol=tol)
+        info.update(
+            optimal_tokens=opt.index.tolist(),
+            ties=[np.flatnonzero(row).tolist() if tie else [] for row, tie in zip(opt.tied, opt.has_tie)],
+            score_gaps=[float(g) for g in opt.gap],
+        )
+    return info
+
+
+@cli.command()
+@click.argument("problem_file", type=click.Path(dir_okay=False))
+@click.option("--tol", type=float, default=1e-9, show_default=True, help="Relative tolerance for score ties.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def info(problem_file, tol, as_json):
+    """Describe a problem file: shapes, attention mode, optimal tokens, ties, score gaps."""
+    from attnsvm.problem import TokenProblem
+
+    problem = TokenProblem.load(problem_file)
+    summary = describe_problem(problem, tol=tol)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    n, T, d = problem.shape
+    lines = [f"problem   {problem_file}" + (f" ({problem.name})" if problem.name else "")]
+    lines.append(f"shape     n={n} samples, T={T} tokens, d={d} dimensions")
+    mode = {"cross": "cross-attention (queries Z)", "self": f"self-attention (query = token {problem.query_index})",
+            "prompt": "prompt attention (trainable p" + (", fixed W)" if problem.W is not None else ", W = I)")}[problem.mode]
+    lines.append(f"mode      {mode}")
+    lines.append(f"labels    {'yes' if problem.Y is not None else 'no'}; head v: {'yes' if problem.v is not None else 'no'}")
+    lines.append(f"d >= max(T-1, n) = {max(T - 1, n)}: {'yes (every selection is separable for generic data)' if problem.overparameterized else 'no'}")
+    if "optimal_tokens" in summary:
+        lines.append("sample  optimal  gap        ties")
+        for i, (a, gap, ties) in enumerate(zip(summary["optimal_tokens"], summary["score_gaps"], summary["ties"])):
+            lines.append(f"{i:>6}  {a:>7}  {gap:<9.3g}  {','.join(map(str, ties)) if ties else '-'}")
+        n_ties = sum(1 for t in summary["ties"] if t)
+        lines.append(f"ties      {n_ties} sample(s) with a tied optimal token" if n_ties else "ties      none (every optimal token is unique)")
+    else:
+        lines.append("optimal tokens: need labels Y and a head v")
+    click.echo("\n".join(lines))
+
+
+# -------------------------------------------------------------------- solve
+@cli.command()
+@click.argument("problem_file", type=click.Path(dir_okay=False))
+@click.option("--select", default="opt", show_default=True,
+              help="'opt' (optimal tokens) or a file: int (n,) selection -> Att-SVM, bool (n, T) sets -> Gen-SVM "
+                   "(.npy, .npz with key 'select'/'selected', or whitespace/comma separated text).")
+@click.option("--norm", type=click.Choice(["fro", "nuclear"]), default="fro", show_default=True,
+              help="Frobenius (W-parameterization) or nuclear ((K,Q)-parameterization) norm.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the solution to this .npz file.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of a table.")
+def solve(problem_file, select, norm, output, as_json):
+    """Solve the max-margin SVM of a problem file, with its certificate.
+
+    An infeasible selection is a result (status 'infeasible' with the multipliers that
+    prove it), not an error.
+    """
+    from attnsvm.cli.solve import run_solve
+
+    click.echo(run_solve(problem_file, select=select, norm=norm, output=output, as_json=as_json))
+
+
+# -------------------------------------------------------------------- probe
+def _int_list(text, name):
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise UserError(f"{name} expects comma-separated integers, got {text!r}") from None
+
+
+@cli.command()
+@click.option("--layers", default=None, help="Comma-separated layer indices (default: all 6).")
+@click.option("--heads", default=None, help="Comma-separated head indices (default: all 12).")
+@click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
+              help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
+@click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
+@click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
+@click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
+@click.option("--query", type=click.Choice(["word", "cls"]), default="word", show_default=True,
+              help="Query token per sentence: a random word token or [CLS].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
+@click.option("--out", default=None, help="Folder for probe.csv, probe.json and the heat map.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--max-memory", default=None,
+              help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
+                   "of available).")
+def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json,
+          max_memory):
+    """Probe the pretrained MiniLM's attention heads against the max-margin picture.
+
+    For each layer and head: W_h from the key and query weights, the tokens the head
+    selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
+    correlation of W_h with it against random selections of the same sizes.
+    Needs the extra: pip install 'attnsvm[real]'.
+    """
+    from attnsvm.cli.probe import run_probe
+
+    click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
+                         as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
+                         max_length=max_length, max_memory=_max_memory(max_memory)))
+
+
+# -------------------------------------------------------------- experiments
+def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None):
+    from attnsvm.runner import run_experiment
+
+    summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
+                             connect_timeout=connect_timeout, max_memory=max_memory)
+    passed = sum(c["passed"] for c in summary.checks)
+    click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
+               f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, {summary.wall_seconds:.1f} s -> {summary.outdir}")
+    for c in summary.checks:
+        if not c["passed"]:
+            label = "finding (listed, does not fail the run)" if c.get("finding") else "FAILED check"
+            click.echo(f"  {label} {c['name']}: value {c['value']} {c['threshold']}", err=True)
+        elif c.get("finding_resolved"):
+            click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
+    for f in summary.failed:
+        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {f['error']}", err=True)
+    for r in summary.recomputed:
+        click.echo(f"  recomputed task {r['key']}: its stored shard was unreadable ({r['error']}); "
+                   f"set aside as {r['moved_to']}", err=True)
+    return summary
+
+
+def _finish(summaries, skipped, allow_failures: bool) -> None:
+    """Print "N checks, K failed, S experiments skipped" (K counts every failed check, listed findings
+    included) and exit 1 on a failure that is not a listed finding."""
+    from attnsvm.experiments.checks import count_failures
+
+    checks = [c for s in summaries for c in s.checks]
+    failed, found = count_failures(checks)
+    tasks = sum(len(s.failed) for s in summaries)
+    line = f"{len(checks)} checks, {failed + found} failed, {len(skipped)} experiments skipped"
+    if found:
+        line += (f" ({found} of the failures are listed findings, which do not change the exit status; "
+                 "see the report's findings)")
+    if tasks:
+        line += f"; {tasks} task(s) failed"
+    click.echo(line)
+    if (failed or tasks) and not allow_failures:
+        click.echo("attnsvm: checks or tasks failed (exit status 1; --allow-failures exits 0)", err=True)
+        sys.exit(1)
+
+
+def _outdir(out: str) -> str:
+    """--out must name a folder (an empty path would scatter results in the working directory)."""
+    if not out or not out.strip():
+        raise UserError("--out must name a folder, got an empty path ''")
+    if "\0" in out:
+        raise UserError(f"--out must be a folder path without NUL characters, got {out!r}")
+    return out
+
+
+def _experiment(name):
+    from attnsvm.experiments import registry
+
+    reg = registry()
+    if name not in reg:
+        raise UserError(f"unknown experiment {name!r}; 'attnsvm list' shows the {len(reg)} available")
+    return reg[name]
+
+
+def _max_memory(text):
+    if text is None:
+        return None
+    from attnsvm.memory import parse_size
+
+    return parse_size(text, "--max-memory")
+
+
+_workers_opt = click.option("--workers", type=int, default=None, help="Start a local Dask cluster with N worker processes.")
+_scheduler_opt = click.option("--scheduler", default=None, help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
+_timeout_opt = click.option("--connect-timeout", type=float, default=20.0, show_default=True,
+                            help="Seconds to wait for the Dask scheduler before giving up with an error.")
+_memory_opt = click.option("--max-memory", default=None,
+                           help="Memory limit per task, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% of available).")
+_allow_opt = click.option("--allow-failures", is_flag=True,
+                          help="Exit 0 even when checks fail (by default a failed check that is not a listed finding exits 1).")
+
+
+@cli.command("list")
+def list_cmd():
+    """List the registered experiments."""
+    from attnsvm.experiments import registry
+
+    for name, exp in registry().items():
+        click.echo(f"{name:<24} {exp.title}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--quick", is_flag=True, help="Use the small preset (seconds instead of minutes).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="YAML file of config overrides.")
+@click.option("--out", default="results", show_default=True, help="Output folder.")
+@_workers_opt
+@_scheduler_opt
+@_timeout_opt
+@_memory_opt
+@_allow_opt
+def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, max_memory, allow_failures):
+    """Run (or resume) experiment NAME; results go to OUT/NAME/.
+
+    Exits 1 when a check fails (other than a listed finding) or a task fails.
+    """
+    from attnsvm.experiments import build_config, parse_assignments, read_config_file
+    from attnsvm.report import write_report
+
+    out = _outdir(out)
+    exp = _experiment(name)
+    if exp.missing():
+        raise UserError(f"{name} needs {', '.join(exp.missing())}, which is not installed: {exp.install_hint}")
+    try:
+        file_overrides = read_config_file(config_file) if config_file else None
+    except ValidationError as exc:
+        raise UserError(f"--config: {exc}") from None
+    config = build_config(exp, quick=quick, file_overrides=file_overrides, overrides=parse_assignments(sets))
+    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory))
+    write_report(out)
+    _finish([summary], [], allow_failures)
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Small presets of every experiment (a few minutes).")
+@click.option("--out", default="results", show_default=True, help="Output folder.")
+@click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
+@_workers_opt
+@_scheduler_opt
+@_timeout_opt
+@_memory_opt
+@_allow_opt
+def reproduce(quick, out, only, workers, scheduler, connect_timeout, max_memory, allow_failures):
+    """Run every experiment, then write OUT/report.html and OUT/report.md.
+
+    Exits 1 when a check fails (other than a listed finding) or a task fails.
+    """
+    from attnsvm.experiments import build_config, registry
+    from attnsvm.report import write_report
+    from attnsvm.report import record_skipped
+
+    out = _outdir(out)
+    reg = registry()
+    names = list(only) if only else list(reg)
+    for name in names:
+        _experiment(name)
+    limit = _max_memory(max_memory)
+    summaries, skipped = [], []
+    for name in names:
+        if reg[name].missing():
+            reason = f"needs {', '.join(reg[name].missing())}, which is not installed"
+            click.echo(f"{name}: skipped, {reason} ({reg[name].install_hint})", err=True)
+            skipped.append({"name": name, "title": reg[name].title, "reason": reason, "hint": reg[name].install_hint})
+            continue
+        summaries.append(_run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler,
+                                  connect_timeout, limit))
+    record_skipped(out, skipped, ran=[s.name for s in summaries])
+    html_path, _ = write_report(out)
+    click.echo(f"report: {html_path}")
+    _finish(summaries, skipped, allow_failures)
+
+
+@cli.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+def report(outdir):
+    """Write OUTDIR/report.html and report.md from finished experiments."""
+    from attnsvm.report import write_report
+
+    outdir = _outdir(outdir)
+    html_path, md_path = write_report(outdir)
+    click.echo(f"report: {html_path} and {md_path}")
+
+
+def main(argv=None):
+    """Console-script entry point."""
+    try:
+        cli.main(args=argv, prog_name="attnsvm", standalone_mode=True)
+    except KeyboardInterrupt:  # pragma: no cover
+        click.echo("attnsvm: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,94 @@
+"""What the ``attnsvm probe`` command runs: probe MiniLM's heads, print or save the table.
+
+The CLI wiring lives in :mod:`attnsvm.cli`; this module has no click dependency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.real.figures import heatmap_figure
+
+
+def read_sentences(path) -> list[str]:
+    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
+
+    Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
+    a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
+    allows, or holds no non-empty line.
+    """
+    from attnsvm.problem import _require_file_memory, input_file
+
+    path = input_file(path, "--sentences", what="sentences file")
+    # the text, its lines and their Python strings: about 10 bytes per byte of the file
+    _require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValidationError(f"--sentences: cannot read {path!r}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                              f"{exc.start}); expected one sentence per line in UTF-8") from None
+    sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    if not sentences:
+        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line")
+    return sentences
+
+
+def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
+              as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
+              seed: int = 0, max_length: int = 128, progress=None, max_memory=None) -> str:
+    """Probe MiniLM's heads and return the text to print.
+
+    Parameters
+    ----------
+    layers, heads : lists of indices (None: all 6 layers, all 12 heads)
+    sentences : None (English sentences from the stdlib documentation), a list of str,
+        or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
+    n_sentences : sentences drawn when ``sentences`` is None
+    out : optional directory: writes ``probe.csv``, ``probe.json`` and the heat map
+        ``probe_heatmap.png/.pdf`` there
+    as_json : return JSON (list of per-head rows plus timings) instead of a text table
+    svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
+
+    Returns
+    -------
+    str
+    """
+    from attnsvm.real.probe import format_table, probe_heads
+
+    if isinstance(sentences, (str, os.PathLike)):
+        sentences = read_sentences(sentences)
+    res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
+                      threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress,
+                      max_memory=max_memory)
+    table = res.table
+    payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
+    written = []
+    if out:
+        os.makedirs(out, exist_ok=True)
+        table.to_csv(os.path.join(out, "probe.csv"), index=False)
+        with open(os.path.join(out, "probe.json"), "w") as fh:
+            json.dump(payload, fh, indent=2)
+        written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
+        written += heatmap_figure(table, out, "probe_heatmap")
+    if as_json:
+        return json.dumps(payload, indent=2)
+    lines = [format_table(table), ""]
+    if "advantage" in table.columns:
+        lines.append(f"mean corr_restricted {table['corr_restricted'].mean():.4f} vs random selections "
+                     f"{table['corr_random_restricted'].mean():.4f} (advantage {table['advantage'].mean():.4f}; "
+                     f"{int((table['advantage'] > 0).sum())}/{len(table)} heads above baseline)")
+    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
+                 f"forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
+                 f"total {res.seconds['total']:.1f} s")
+    if written:
+        lines.append("wrote " + ", ".join(written))
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""Support code for ``attnsvm solve problem.npz [--select opt|FILE] [--norm fro|nuclear] [-o out.npz] [--json]``."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.problem import TokenProblem
+from attnsvm.svm.api import solve_gen_svm, solve_svm
+from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution
+
+__all__ = ["run_solve", "read_selection", "format_solution"]
+
+
+def read_selection(path: str) -> np.ndarray:
+    """Read a selection file: ``.npy``, ``.npz`` (key ``select`` or ``selected``, or a single
+    array) or text (integers separated by spaces, commas or newlines).
+
+    The format is told by the file's first bytes, not its name. Returns an int array (n,)
+    (Att-SVM) or a bool array (n, T) (Gen-SVM). Every unreadable file (missing, a folder,
+    a path through a file, corrupt, pickled, declaring more data than the memory limit,
+    not UTF-8, not integers) raises :class:`ValidationError` naming ``--select`` and the file.
+    """
+    from attnsvm.problem import file_kind, input_file, npz_headers, read_npy, _npz_read, _require_file_memory
+
+    path = input_file(path, "--select")
+    try:
+        kind = file_kind(path)
+    except OSError as exc:
+        raise ValidationError(f"--select: cannot read {path!r}: {exc.strerror or exc}") from None
+    if kind == "npy":
+        return read_npy(path, "--select")
+    if kind == "npz":
+        headers = npz_headers(path, "--select")
+        keys = list(headers)
+        key = "select" if "select" in keys else "selected" if "selected" in keys else (keys[0] if len(keys) == 1 else None)
+        if key is None:
+            raise ValidationError(f"--select: {path!r} must hold an array named 'select' or 'selected'")
+        _require_file_memory(headers[key][2], path, "--select: ", f"array {key!r} of shape {headers[key][0]}")
+        return _npz_read(path, [key], "--select")[key]
+    if path.endswith((".npy", ".npz")):
+        raise ValidationError(f"--select: {path!r} is not a NumPy .npy/.npz file (it does not start with their "
+                              "signature); expected .npy, .npz or a text file of integers")
+    # text: about 40 bytes of memory per character at most (Python ints, the list, the array)
+    _require_file_memory(40.0 * os.path.getsize(path), path, "--select: ", "a text file of integers")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValidationError(f"--select: cannot read {path!r}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"--select: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                              f"{exc.start}); expected .npy, .npz or integers separated by spaces, commas or "
+                              "newlines") from None
+    values = []
+    for tok in text.replace(",", " ").split():
+        try:
+            val = int(tok)
+        except ValueError:
+            raise ValidationError(f"--select: {path!r} holds {tok[:40]!r}, expected integers separated by spaces, "
+                                  "commas or newlines") from None
+        if not -2**63 <= val < 2**63:
+            raise ValidationError(f"--select: {path!r} holds the integer {tok[:40]}, outside the 64-bit range")
+        values.append(val)
+    return np.array(values, dtype=np.int64)
+
+
+def format_solution(sol: SVMSolution) -> str:
+    """A short human-readable report of a solution."""
+    c = sol.certificate
+    status = sol.status
+    if status == "optimal_inaccurate":
+        status += " (the certificate does not pass: see max violation and duality gap)"
+    lines = [f"status        {status}", f"formulation   {sol.formulation}", f"norm          {sol.norm}"]
+    if sol.feasible:
+        lines += [
+            f"norm value    {sol.norm_value:.12g}",
+            f"min margin    {sol.min_margin:.12g}",
+            f"support       {int(sol.support.sum())} of {sol.constraints.N} constraints",
+            f"max violation {c.max_violation:.3g} (relative: backward error of the rows)",
+            f"stationarity  {c.stationarity_residual:.3g} (relative)",
+            f"duality gap   {c.duality_gap:.3g} (relative; certified: <= {CERTIFIED_GAP.get(sol.norm, 1e-8):g}, "
+            f"violation <= {CERTIFIED_VIOLATION:g})",
+        ]
+    else:
+        lines += [f"certificate   Farkas multipliers on {len(c.offending)} constraints, "
+                  f"relative ||sum lam_k u_k w_k^T|| = {c.stationarity_residual:.3g}"]
+        lines += [f"  offending   {lab}" for lab in c.offending_labels[:10]]
+    return "\n".join(lines)
+
+
+def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_json: bool = False) -> str:
+    """Solve the SVM of a problem file and return the text to print.
+
+    Parameters
+    ----------
+    problem_path : path of a ``.npz`` problem written by ``TokenProblem.save``
+    select : "opt" / None (optimal tokens) or the path of a selection file
+        (int (n,) -> Att-SVM; bool (n, T) -> Gen-SVM)
+    norm : "fro" or "nuclear"
+    output : optional path of the ``.npz`` solution file to write
+    as_json : return a JSON summary instead of the table
+
+    Raises
+    ------
+    ValidationError (a ValueError) for user errors (bad file, bad selection, bad norm).
+    """
+    problem = TokenProblem.load(problem_path)
+    if select is None or select == "opt":
+        sol = solve_svm(problem, None, norm=norm)
+    else:
+        arr = read_selection(select)
+        if arr.ndim == 2 and (arr.dtype == bool or problem.mode != "prompt"):
+            sol = solve_gen_svm(problem, arr, norm=norm)
+        else:
+            sol = solve_svm(problem, arr, norm=norm)
+    if output:
+        sol.save(output)
+    text = sol.to_json() if as_json else format_solution(sol)
+    if output and not as_json:
+        text += f"\nwritten       {os.fspath(output)}"
+    return text

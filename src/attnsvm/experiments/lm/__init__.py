@@ -1,0 +1,1 @@
+"""Causal language modeling (causal-language-modeling.md): the lm-* experiments and their shared settings."""

@@ -1,0 +1,167 @@
+"""Settings and qualitative checks shared by the causal-LM experiments ``lm-*`` (causal-language-modeling.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from attnsvm.errors import ValidationError
+from attnsvm.experiments.base import ExperimentConfig
+from attnsvm.experiments.checks import ALPHA, check
+from attnsvm.language import LMData, MarkovLanguage, make_lm_data, markov_language
+
+PAPER_LM = "On the similarity between attention and SVM on the token separation and selection behavior (anonymous)"
+
+# ------------------------------------------------------------------ settings and data of a run
+
+
+class LanguageFields(ExperimentConfig):
+    """Fields shared by the causal-LM experiments (the [OURS] choices of the spec)."""
+
+    vocab: PositiveInt = Field(8, ge=2, description="token types V")
+    successors: PositiveInt = Field(2, description="likely next types per context")
+    order: Literal[1, 2] = 1
+    concentration: PositiveFloat = 1.0
+    loss: Literal["logistic", "cross_entropy"] = "logistic"
+    C: PositiveFloat = 10.0
+    squared: bool = Field(False, description="soft-margin objective ||W||^2 instead of the paper's ||W||")
+    steps: PositiveInt = 1000
+    lr: PositiveFloat = 10.0
+    init_scale: float = Field(1e-3, ge=0, description="X(0) = init_scale * N(0, 1) entrywise")
+    seed: int = 0
+
+
+def _run_seeds(seed: int, run: int) -> dict:
+    base = 1000 * int(seed) + int(run)
+    return {"language": base, "sample": base, "init": base}
+
+
+def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0):
+    """The per-run data of a configuration: languages, sequences, inits (run r has its own seeds)."""
+    datas, inits = [], []
+    for r in range(runs):
+        s = _run_seeds(cfg.seed, r)
+        lang = markov_language(cfg.vocab, d, successors=cfg.successors, order=cfg.order,
+                               concentration=cfg.concentration, seed=s["language"])
+        datas.append(make_lm_data(lang, m, n, seed=s["sample"], scale=scale))
+        g = np.random.default_rng(np.random.SeedSequence([s["init"], d, 3]))
+        inits.append(cfg.init_scale * g.standard_normal((d, d)))
+    return datas, np.stack(inits)
+
+
+# ------------------------------------------------------------------ qualitative checks of the lm-* experiments
+
+
+def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, source: str, reason: str,
+                   alpha: float | None = None):
+    """A qualitative claim "A exceeds B by more than ``margin``" tested on per-run paired differences.
+
+    ``diffs (R,)`` holds ``a_r - b_r`` for the R runs (comparator B fixed in advance: a random
+    direction, an earlier checkpoint, the other attention). The check passes when the mean
+    difference exceeds ``margin`` by the one-sided ``1 - alpha`` Student-t tolerance of its
+    standard error (``t_{1-alpha, R-1} s / sqrt(R)``; one run: no tolerance), i.e. when the runs
+    are significant evidence of the ordering. NaN values fail the check (never dropped).
+
+    Returns
+    -------
+    Check of kind "qualitative"; value = the mean difference, threshold ``> margin + tolerance``.
+    """
+    import math
+
+    from scipy.stats import t as student_t
+
+    alpha = ALPHA if alpha is None else alpha
+    vals = np.asarray(diffs, dtype=float).ravel()
+    R = vals.size
+    if R == 0 or not np.all(np.isfinite(vals)):
+        bad = int((~np.isfinite(vals)).sum())
+        return check(name, float("nan"), ">", margin, (detail + "; " if detail else "") + f"{bad} of {R} runs without a value",
+                     source=source, reason=reason, kind="qualitative")
+    mean = float(vals.mean())
+    se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
+    tol = float(student_t.ppf(1 - alpha, R - 1)) * se if R > 1 else 0.0
+    why = (f"{reason}; margin {margin:g} plus the one-sided Student-t tolerance {tol:.3g} of the mean paired difference "
+           f"(level {alpha:g}, {R} runs, s.e. {se:.3g})")
+    return check(name, mean, ">", margin + tol, (detail + "; " if detail else "") + f"{R} runs, min {vals.min():.4g}, "
+                 f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative")
+
+
+def preset_deviations(exp, config) -> list[dict]:
+    """A deviations row for the config values that differ from the experiment's full protocol.
+
+    The quick preset (fewer runs, sizes or steps) or user overrides: the checks test the same
+    claims, with the wider tolerances of fewer runs.
+    """
+    default = exp.Config()
+    now = config.model_dump()
+    diff = {k: v for k, v in now.items() if getattr(default, k) != v}
+    if not diff:
+        return []
+    quick = all(k in exp.quick and exp.quick[k] == v for k, v in diff.items())
+    return [{"spec": "full protocol: " + "; ".join(f"{k} = {getattr(default, k)}" for k in diff),
+             "here": "; ".join(f"{k} = {v}" for k, v in diff.items()),
+             "reason": ("quick preset (seconds instead of minutes)" if quick else "config overrides")
+             + ": the same claims, with the wider statistical tolerances of fewer runs"}]
+
+
+def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail: str = "", *, source: str,
+                           reason: str, alpha: float | None = None):
+    """:func:`ordering_check` in every group (e.g. every configuration) at once.
+
+    ``groups`` maps a label to the per-run differences of that group. Value: the smallest over
+    the groups of (mean difference - its Student-t tolerance); passes when it exceeds ``margin``,
+    i.e. when every group on its own is significant evidence of the ordering. A group without
+    values (or with NaN) fails the check.
+    """
+    parts, worst, ok = [], float("inf"), True
+    for label, diffs in groups.items():
+        c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha)
+        bound = float(c.threshold.split()[-1])
+        excess = c.value - bound if c.value == c.value else float("nan")
+        ok &= excess == excess
+        worst = min(worst, excess) if excess == excess else worst
+        parts.append(f"{label}: {c.value:.3g} (tol {bound:.2g})")
+    value = worst if ok and groups else float("nan")
+    why = (f"{reason}; in every group the mean paired difference minus its one-sided Student-t tolerance (level "
+           f"{ALPHA if alpha is None else alpha:g}) must exceed the margin {margin:g}")
+    return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
+                 reason=why, kind="qualitative")
+
+
+
+def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, source: str, reason: str):
+    """A qualitative ordering "A exceeds B in every run" on per-run paired differences ``diffs (R,)``.
+
+    For claims about each run's trajectory when only a few runs have the comparator: value = the
+    smallest difference, passes when it is > 0 in every one of at least ``min_runs`` runs (a random
+    ordering passes with probability 2^-R). Fewer runs, or a NaN, fail the check.
+    """
+    vals = np.asarray(diffs, dtype=float).ravel()
+    R = vals.size
+    value = float(vals.min()) if R >= min_runs and np.all(np.isfinite(vals)) else float("nan")
+    why = (f"{reason}; an ordering in every run (no tolerance): at least {min_runs} runs, where a random ordering passes "
+           f"with probability 2^-R")
+    return check(name, value, ">", 0.0, (detail + "; " if detail else "") + f"{R} runs"
+                 + (f", mean {vals.mean():.4g}" if R else ""), source=source, reason=why, kind="qualitative")
+
+
+def uncertified(frame, prefix: str, norm: str = "fro"):
+    """Rows (bool Series) of ``frame`` whose solve ``prefix`` is used but not certified.
+
+    Reads the stored ``{prefix}_used``, ``{prefix}_certified``, ``{prefix}_status``,
+    ``{prefix}_violation`` and ``{prefix}_gap`` columns: a used solve counts as certified only if
+    its flag is set, its status is "optimal" and its relative violation and gap meet the package's
+    thresholds (:data:`attnsvm.svm.solution.CERTIFIED_VIOLATION` / ``CERTIFIED_GAP``; NaN fails).
+    """
+    from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION
+
+    import pandas as pd
+
+    used = frame[f"{prefix}_used"].astype(bool) if f"{prefix}_used" in frame else pd.Series(True, index=frame.index)
+    status_ok = frame[f"{prefix}_status"].astype(str).str.split(",").map(lambda s: set(s) == {"optimal"})
+    viol, gap = frame[f"{prefix}_violation"].astype(float), frame[f"{prefix}_gap"].astype(float)
+    ok = (frame[f"{prefix}_certified"].astype(bool) & status_ok & (viol <= CERTIFIED_VIOLATION)
+          & (gap <= CERTIFIED_GAP.get(norm, CERTIFIED_GAP["fro"])))
+    return used & ~ok

@@ -1,0 +1,413 @@
+"""Helpers shared by the max-margin (prompt attention) experiments ``mm-*``.
+
+The model is ``f(X) = v^T X^T softmax(X W p)`` with a trainable prompt ``p`` ("Max-Margin
+Token Selection in Attention Mechanism", spec ``max-margin-token-selection.md``). Here:
+the p-SVM wrapper, the engine's prompt gradient and training, the float32 replay of the
+research notebooks, checkpoint grids, table lookups and the path-drawing helpers.
+
+Convention for step numbers: "iteration t" of the spec is index t of the notebooks' list of
+iterates, i.e. the iterate after t updates (step t here: "iteration 50" is step 50, "t = 1000"
+is step 1000), except "iteration 200" / "at 200", the end of the plotted window THRED = 200,
+which is the last plotted index 199 (step 199): the spec's figures at 200 match step 199 to
+every printed digit and step 200 does not.
+
+Verdict helpers: every check of these experiments states its source in the spec
+(:func:`fact`, :func:`spec_src`) and where its threshold comes from. Figures the spec prints
+are compared within half a unit of their last printed decimal (:func:`rounding_check`);
+exact claims to the certified SVM precision; each SVM a comparison relies on must be
+certified (:func:`certificate_check`), otherwise its solution is stored as NaN.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnsvm.generators import mm_joint, mm_multi_input
+from attnsvm.training.models import closed_form_step
+from attnsvm.problem import TokenProblem
+from attnsvm.svm import solve_p_svm, solve_v_svm
+from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION
+from attnsvm.training.train import train
+from attnsvm.experiments.checks import Check, check, integrity_check
+from attnsvm.experiments.common import log_steps
+
+PAPER_MM = "Max-Margin Token Selection in Attention Mechanism (Tarzanagh et al., NeurIPS 2023)"
+SINGLE_INITS = [1.0, 0.5, 0.0, -0.5, -1.0, -1.5]
+SPEC_MM = "max-margin-token-selection.md"
+
+#: relative precision of a certified SVM solution (the package's certificate standard)
+SVM_PRECISION = CERTIFIED_VIOLATION
+#: support tokens / vectors: active constraints, ``|margin - rhs| <= SUPPORT_TOL`` (spec 3.5)
+SUPPORT_TOL = 1e-6
+SUPPORT_REASON = "support = active constraint |margin - 1| <= 1e-6 (the tolerance of spec 3.5 [REC])"
+#: a run "goes to" one of several candidate SVM directions when cos >= IDENTIFY_COS
+IDENTIFY_COS = 0.99
+IDENTIFY_REASON = ("tolerance 0.99 (8.1 degrees): identifies the limit among candidate SVM directions that are "
+                   ">= 84 degrees apart; the spec's float64 figures for E1 runs at t = 1000 are cos 0.9994-0.9996")
+#: directional convergence tolerance: 1 - cos <= 1e-3
+CONVERGED_COS = 0.999
+CONVERGED_REASON = ("tolerance 1 - cos <= 1e-3 (2.6 degrees): the spec's float64 figures for converged directions "
+                    "here are 0.9992-0.99994 (E2 t = 1000: 0.99978, E3: 0.9992-0.9999, p-path R = 10: 0.99890); "
+                    "2.6 degrees is far below the >= 11 degrees between competing SVM directions")
+
+
+def spec_src(section: str) -> str:
+    """``"max-margin-token-selection.md <section>"``."""
+    return f"{SPEC_MM} {section}"
+
+
+def fact(k: int, extra: str = "") -> str:
+    """Source of numbered fact ``k`` of section 9 (plus an optional second section)."""
+    return f"{SPEC_MM} 9 fact {k}" + (f"; {extra}" if extra else "")
+
+
+# ------------------------------------------------------------------ checkpoints and table lookups
+
+
+def dense_steps(total: int, dense: int = 200, every: int = 10, extra=()) -> list[int]:
+    """Every step up to ``dense``, then every ``every`` steps, plus ``extra`` (all <= total)."""
+    s = set(range(0, min(dense, total) + 1))
+    s.update(range(0, total + 1, every))
+    s.update(e for e in extra if 0 <= e <= total)
+    s.add(total)
+    return sorted(s)
+
+
+def log_steps_per_decade(total: int, per_decade: int = 20, extra=()) -> list[int]:
+    """About ``per_decade`` log-spaced steps per decade in [1, total], plus 0, total and ``extra``."""
+    decades = max(1, int(np.ceil(np.log10(max(total, 2)))))
+    return log_steps(total, per_decade * decades + 1, extra)
+
+
+def rows_at(table: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Rows recorded exactly at ``step`` (empty if that step was not recorded)."""
+    return table[table["step"] == step]
+
+
+def pick(table: pd.DataFrame, **eq):
+    """The first row of ``table`` whose columns equal ``eq`` (``None`` if there is none or a column is missing)."""
+    if table is None or len(table) == 0:
+        return None
+    mask = np.ones(len(table), bool)
+    for col, val in eq.items():
+        if col not in table.columns:
+            return None
+        mask &= (table[col] == val).to_numpy()
+    return table[mask].iloc[0] if mask.any() else None
+
+
+def num(row, col: str) -> float:
+    """``row[col]`` as float; NaN when the row is missing (a missing measurement never passes)."""
+    if row is None:
+        return float("nan")
+    try:
+        return float(row[col])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
+def cos_between(a, b) -> float:
+    """``<a, b> / (||a|| ||b||)`` of two stored vectors / matrices (flattened); NaN if either is non-finite or zero.
+
+    Checks recompute cosines from the stored solutions instead of trusting a stored cosine column.
+    """
+    a, b = np.ravel(np.asarray(a, dtype=np.float64)), np.ravel(np.asarray(b, dtype=np.float64))
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return float("nan")
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else float("nan")
+
+
+def half_unit(figure: str) -> float:
+    """Half a unit of the last printed decimal of a spec figure: ``"0.9747" -> 5e-5``, ``"3.5e-5" -> 5e-7``."""
+    return 0.5 * 10.0 ** Decimal(figure).as_tuple().exponent
+
+
+def rounding_dev(pairs, slack: float = 0.0) -> float:
+    """Worst deviation of measured values from spec figures, in units of each figure's tolerance.
+
+    ``pairs``: ``(measured, target)``; a ``str`` target is a printed figure (tolerance: half a
+    unit of its last decimal, plus ``slack``), a number is an exact value (tolerance ``slack``,
+    which must then be > 0). NaN if any measurement is NaN.
+    """
+    worst = 0.0
+    for m, t in pairs:
+        m = float(m)
+        if m != m:
+            return float("nan")
+        tol = (half_unit(t) + slack) if isinstance(t, str) else slack
+        if tol <= 0:
+            raise ValueError("an exact target needs a slack > 0")
+        worst = max(worst, abs(m - float(t)) / tol)
+    return worst
+
+
+def rounding_check(name: str, pairs, *, source: str, slack: float = 0.0, why: str = "") -> Check:
+    """Spec figures vs measurements within their printed precision (value <= 1 passes), kind "spec"."""
+    reason = ("each figure within half a unit of its last printed decimal (its rounding)"
+              + (f" plus {slack:g} (certified SVM precision)" if slack else "")
+              + "; value = worst deviation in units of that tolerance")
+    if why:
+        reason += f"; {why}"
+    detail = ", ".join(f"{float(m):.10g} vs {t}" for m, t in pairs)
+    return check(name, rounding_dev(pairs, slack), "<=", 1.0, detail, source=source, reason=reason, kind="spec")
+
+
+def exact_check(name: str, pairs, *, source: str, why: str = "") -> Check:
+    """Exact values (derived, or rational spec values) to the certified SVM precision, kind "tolerance"."""
+    reason = f"exact value; tolerance {SVM_PRECISION:g}, the certified relative precision of the SVM solver"
+    if why:
+        reason += f"; {why}"
+    detail = ", ".join(f"{float(m):.12g} vs {float(t):.12g}" for m, t in pairs)
+    return check(name, rounding_dev([(m, float(t)) for m, t in pairs], SVM_PRECISION), "<=", 1.0, detail,
+                 source=source, reason=reason, kind="tolerance")
+
+
+# ------------------------------------------------------------------ SVM certificates in the results
+
+
+def svm_columns(sol) -> dict:
+    """The certificate of ``sol`` as table columns: status, relative max violation and duality gap."""
+    return dict(svm_status=str(sol.status), svm_violation=float(sol.certificate.max_violation),
+                svm_gap=float(sol.certificate.duality_gap))
+
+
+def certified_solution(sol) -> np.ndarray:
+    """The SVM solution (p, v or W) if ``sol`` is certified, else an all-NaN array of its shape.
+
+    Comparisons against an uncertified SVM then come out NaN and their checks fail.
+    """
+    x = sol.solution
+    if x is None:  # infeasible: no solution at all
+        return np.full(sol.constraints.d1, np.nan)
+    return np.asarray(x, dtype=np.float64) if sol.certified else np.full(np.shape(x), np.nan)
+
+
+def uncertified(table: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of rows whose SVM is not certified (read from the stored certificate columns)."""
+    if table is None or len(table) == 0 or "svm_violation" not in table.columns:
+        return np.zeros(0 if table is None else len(table), bool)
+    viol = pd.to_numeric(table["svm_violation"], errors="coerce").to_numpy(dtype=float)
+    gap = pd.to_numeric(table["svm_gap"], errors="coerce").to_numpy(dtype=float)
+    # both are relative and non-negative by definition: a negative value is not a certificate
+    ok = ((table["svm_status"].astype(str) == "optimal").to_numpy() & (viol >= 0) & (viol <= CERTIFIED_VIOLATION)
+          & (gap >= 0) & (gap <= CERTIFIED_GAP["fro"]))
+    return ~ok
+
+
+def certificate_check(table: pd.DataFrame, expected: int, what: str) -> Check:
+    """Integrity: every one of the ``expected`` SVMs the experiment relies on is present and certified."""
+    rows = table[table["svm_status"].notna()] if "svm_status" in table.columns else table.iloc[:0]
+    bad = int(uncertified(rows).sum()) + max(0, int(expected) - len(rows))
+    return integrity_check("every SVM used is certified (relative violation and duality gap <= 1e-8)", bad, "==", 0,
+                           f"{len(rows)} of {expected} SVMs stored ({what}); {bad} missing or not certified",
+                           reason="a comparison with an SVM solution needs the solution proven optimal "
+                                  "(the package's certificate standard, 1e-8 relative)")
+
+
+def constraint_rows(sol, gamma: np.ndarray, alpha, **cols) -> list[dict]:
+    """One row per margin constraint of a prompt SVM: ``margin = p^T (k_{i,a_i} - k_it)`` and the two scores.
+
+    ``gamma (n, T)`` token scores, ``alpha (n,)`` the selection. The margin is NaN when ``sol`` is
+    not certified; ``cols`` are extra columns (dataset, selection, ...).
+    """
+    cs = sol.constraints
+    ok = sol.certified
+    sel = np.asarray(alpha)
+    out = []
+    for k in range(cs.N):
+        i, t = int(cs.sample[k]), int(cs.other[k])
+        out.append(dict(record="constraint", sample=i, token=t, margin=float(sol.margins[k]) if ok else np.nan,
+                        rhs=float(cs.rhs[k]), gamma_sel=float(gamma[i, sel[i]]), gamma_tok=float(gamma[i, t]), **cols))
+    return out
+
+
+def support_sets(cons: pd.DataFrame) -> dict[int, set[int]]:
+    """Support tokens per sample from constraint rows (``|margin - rhs| <= SUPPORT_TOL``)."""
+    out: dict[int, set[int]] = {}
+    for r in cons.itertuples():
+        out.setdefault(int(r.sample), set())
+        if abs(r.margin - r.rhs) <= SUPPORT_TOL * max(1.0, abs(r.rhs)):
+            out[int(r.sample)].add(int(r.token))
+    return out
+
+
+def locally_optimal_from_rows(cons: pd.DataFrame) -> float:
+    """1.0 if the selection of these constraint rows is locally optimal (spec 3.6), 0.0 if not, NaN if unknown.
+
+    Feasible and certified (finite margins, all >= rhs up to the certified precision) and every
+    support token scores strictly below the selected token.
+    """
+    if len(cons) == 0:
+        return float("nan")
+    m = cons["margin"].to_numpy(float)
+    if not np.all(np.isfinite(m)):
+        return float("nan")
+    if np.any(m < cons["rhs"].to_numpy(float) - SVM_PRECISION * np.maximum(1.0, np.abs(m))):
+        return 0.0
+    sup = np.abs(m - cons["rhs"].to_numpy(float)) <= SUPPORT_TOL
+    beats = cons["gamma_sel"].to_numpy(float) > cons["gamma_tok"].to_numpy(float)
+    return float(np.all(beats | ~sup))
+
+
+def config_deviations(config, notes: dict) -> list[dict]:
+    """Deviations for config fields that differ from the experiment's defaults (the paper protocol).
+
+    ``notes``: field -> (what the spec / full protocol says, why it matters). Quick presets
+    are listed this way (fewer steps, runs or radii, checks that need the full scale).
+    """
+    defaults = type(config)()
+    out = []
+    for field, (spec, reason) in notes.items():
+        here, full = getattr(config, field), getattr(defaults, field)
+        if here != full:
+            out.append({"spec": spec, "here": f"{field} = {here} (full preset: {full})", "reason": reason})
+    return out
+
+
+def max_dev(a, b) -> float:
+    """Largest absolute deviation between two arrays (how a fact is compared with the spec)."""
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+def support_str(mask_row) -> str:
+    """Indices of a boolean mask as ``"i,j,..."`` (a table cell)."""
+    idx = np.flatnonzero(np.asarray(mask_row, bool))
+    return ",".join(str(int(i)) for i in idx)
+
+
+# ------------------------------------------------------------------ SVMs of the prompt model
+
+
+def p_svm(problem: TokenProblem, select, relaxed=None):
+    """The (relaxed) p-SVM of a prompt problem for a selection (exact QP of attnsvm.svm)."""
+    kw = {}
+    if relaxed is True:
+        kw["Y"] = problem.Y
+    return solve_p_svm(problem.X, problem.W, np.asarray(select, dtype=np.int64), relaxed, **kw)
+
+
+def joint_svms(kind: str):
+    """E3 data ``kind`` ("tight" or "relaxed") with its v-SVM, p-SVM and relaxed p-SVM (token 1 selected)."""
+    prob = mm_joint(kind)
+    sel = np.ones(prob.n, dtype=np.int64)
+    vs = solve_v_svm(prob.X, prob.Y, sel)
+    pm = p_svm(prob, sel)
+    pr = p_svm(prob, sel, relaxed=True)
+    return prob, vs, pm, pr
+
+
+def e2_as_cross_attention() -> tuple[TokenProblem, np.ndarray]:
+    """The E2 tokens as cross-attention with the fixed query ``z = (1, 1, 1) / sqrt(3)``; returns (problem, z)."""
+    prob = mm_multi_input()
+    z = np.array([1.0, 1.0, 1.0]) / np.sqrt(3.0)
+    return TokenProblem(prob.X, np.tile(z, (prob.n, 1)), Y=prob.Y, v=prob.v, name="e2-as-W"), z
+
+
+# ------------------------------------------------------------------ training
+
+
+def prompt_grad(problem: TokenProblem, P, loss: str = "logistic") -> np.ndarray:
+    """Loss gradients in p at the prompts ``P (R, d)`` (the engine's pairwise closed form)."""
+    P = np.atleast_2d(np.asarray(P, dtype=np.float64))
+    R = P.shape[0]
+    t = lambda a: torch.as_tensor(np.array(a, dtype=np.float64)).unsqueeze(0).expand(R, *np.shape(a)).contiguous()  # noqa: E731
+    out = closed_form_step(t(problem.X), t(problem.Y), t(problem.v), param="p", p=torch.as_tensor(P),
+                           keys=t(problem.keys), loss=loss)
+    return out["gp"].numpy()
+
+
+def engine_train(problem, init, *, steps, lr, optimizer, eps, checkpoints, loss="logistic", train_v=False):
+    """Train R prompt runs (one per row of ``init (R, d)``) with attnsvm.training.train.
+
+    ``problem``: one TokenProblem (all R runs on it) or a list of R problems of equal shape
+    (one run each, batched).
+    """
+    torch.set_num_threads(1)
+    init = np.atleast_2d(np.asarray(init, dtype=np.float64))
+    runs = None if isinstance(problem, (list, tuple)) else init.shape[0]
+    return train(list(problem) if runs is None else problem, param="p", runs=runs, steps=int(steps), lr=float(lr),
+                 optimizer=optimizer, init=init, checkpoints=checkpoints, eps=float(eps), loss=loss, train_v=train_v)
+
+
+def notebook_replay(problem: TokenProblem, p0, *, steps: int, lr: float, eps: float, optimizer: str = "ngd",
+                    loss: str = "logistic", train_v: bool = False, v0=None, eps_v: float = 1e-9,
+                    dtype: torch.dtype = torch.float32):
+    """Replay the research notebooks' protocol: autograd, (normalized) SGD, one run, in ``dtype``.
+
+    ``dtype=torch.float32`` is the notebooks' precision; ``torch.float64`` is the same protocol
+    (autograd, separate epsilons for p and v) in double precision, which is how the spec's
+    float64 [RUN] figures of E3 were made.
+
+    ``p <- p - lr g / (||g|| + eps)`` (``optimizer="ngd"``) or ``p <- p - lr g`` ("gd") on the
+    mean loss of the prompt model; with ``train_v`` the head is updated the same way with
+    its own ``eps_v``. The softmax Jacobian is applied in the naive form ``u = s^T gamma``
+    of autograd, which is what loses the selected token's gradient once attention saturates.
+
+    Returns
+    -------
+    dict with float64 arrays ``p (steps+1, d)``, ``v (steps+1, d)``, ``s (steps+1, n, T)``.
+    """
+    ft = dtype
+    X = torch.tensor(problem.X, dtype=ft)
+    W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
+    Y = torch.tensor(problem.Y, dtype=ft)
+    K = X @ W
+    p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
+    v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
+    v.requires_grad_(train_v)
+    ps, vs, ss = [], [], []
+    for it in range(steps + 1):
+        s = torch.softmax(K @ p, dim=-1)
+        f = (s.unsqueeze(1) @ X).squeeze(1) @ v
+        u = Y * f
+        if loss == "logistic":
+            L = torch.nn.functional.softplus(-u).mean()
+        elif loss == "exponential":
+            L = torch.exp(-u).mean()
+        else:
+            L = (-u).mean()
+        ps.append(p.detach().numpy().copy())
+        vs.append(v.detach().numpy().copy())
+        ss.append(s.detach().numpy().copy())
+        if it == steps:
+            break
+        L.backward()
+        with torch.no_grad():
+            g = p.grad
+            p -= lr * g / (g.norm() + eps) if optimizer == "ngd" else lr * g
+            p.grad = None
+            if train_v:
+                g = v.grad
+                v -= lr * g / (g.norm() + eps_v) if optimizer == "ngd" else lr * g
+                v.grad = None
+    return {"p": np.array(ps, dtype=np.float64), "v": np.array(vs, dtype=np.float64),
+            "s": np.array(ss, dtype=np.float64)}
+
+
+def notebook_float32(problem: TokenProblem, p0, **kw):
+    """:func:`notebook_replay` in float32 (the notebooks' precision)."""
+    return notebook_replay(problem, p0, dtype=torch.float32, **kw)
+
+
+# ------------------------------------------------------------------ drawing
+
+
+def draw_path(ax, P2, color, arrows_every=10, lw=1.0, alpha=1.0, label=None, ls="-"):
+    """A 2-D iterate path ``P2 (steps, 2)`` with an arrow every ``arrows_every`` steps."""
+    ax.plot(P2[:, 0], P2[:, 1], color=color, lw=lw, alpha=alpha, label=label, ls=ls)
+    for j in range(0, len(P2) - 1, arrows_every):
+        a, b = P2[j], P2[min(j + 1, len(P2) - 1)]
+        if np.linalg.norm(b - a) > 0:
+            ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="->", color=color, lw=lw, alpha=alpha))
+
+
+def draw_ray(ax, direction, length, color, label, ls="--", lw=1.6):
+    """The ray from 0 along the first two coordinates of ``direction``, ``length`` long."""
+    u = np.asarray(direction[:2], dtype=np.float64)
+    u = u / np.linalg.norm(u)
+    ax.plot([0, length * u[0]], [0, length * u[1]], ls=ls, color=color, lw=lw, label=label)

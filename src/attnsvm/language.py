@@ -1,0 +1,167 @@
+"""The synthetic language of causal language modeling: a sparse Markov chain, its sequences and data.
+
+Spec ``causal-language-modeling.md`` (the anonymous paper "On the similarity between
+attention and SVM on the token separation and selection behavior"); choices marked [OURS]
+there are the fields of ``attnsvm.experiments.lm.common.LanguageFields``. A random sparse Markov chain over V token
+types (each context has ``successors`` likely next types with Dirichlet weights, order 1
+or 2) with random unit embeddings ``E (V, d)``; seeded and deterministic.
+
+Indexing: position k = 0..n-1; the prefix ending at k (tokens 0..k, query ``a_k``) predicts
+token k+1, so positions 0..n-2 carry a target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+
+@dataclass(frozen=True)
+class MarkovLanguage:
+    """A random sparse Markov chain over ``V`` token types with unit embeddings.
+
+    Attributes
+    ----------
+    V, d, order, successors : sizes
+    start : (V,) start distribution
+    trans1 : (V, V) first-order transition probabilities (row = previous type)
+    trans2 : (V * V, V) second-order table (row ``V * a + b`` for the context (a, b)); None for order 1
+    E : (V, d) embeddings, unit rows
+    seed : the seed that generated it
+    """
+
+    V: int
+    d: int
+    order: int
+    successors: int
+    start: np.ndarray
+    trans1: np.ndarray
+    trans2: np.ndarray | None
+    E: np.ndarray
+    seed: int
+
+    def next_probs(self, prev2, prev1) -> np.ndarray:
+        """Next-type distributions (k, V) given the two previous types (``prev2`` ignored for order 1 or if < 0)."""
+        prev1 = np.asarray(prev1)
+        if self.order == 1 or prev2 is None:
+            return self.trans1[prev1]
+        prev2 = np.asarray(prev2)
+        rows = self.trans2[self.V * np.maximum(prev2, 0) + prev1]
+        return np.where((prev2 >= 0)[:, None], rows, self.trans1[prev1])
+
+    def sample(self, m: int, n: int, seed: int = 0) -> np.ndarray:
+        """m sequences of n token types, shape (m, n) int64 (deterministic in ``seed``)."""
+        if m < 1 or n < 2:
+            raise ValidationError(f"need m >= 1 sequences of length n >= 2, got m = {m}, n = {n}")
+        g = np.random.default_rng(np.random.SeedSequence([self.seed, 7, int(seed)]))
+        out = np.empty((m, n), dtype=np.int64)
+        out[:, 0] = _draw(g, np.broadcast_to(self.start, (m, self.V)))
+        for j in range(1, n):
+            prev2 = out[:, j - 2] if j >= 2 else np.full(m, -1)
+            out[:, j] = _draw(g, self.next_probs(prev2 if self.order == 2 else None, out[:, j - 1]))
+        return out
+
+    def log_prob(self, tokens) -> float:
+        """Log-likelihood of sequences (m, n) under the chain (for tests and diagnostics)."""
+        tokens = np.asarray(tokens)
+        lp = np.log(self.start[tokens[:, 0]]).sum()
+        for j in range(1, tokens.shape[1]):
+            prev2 = tokens[:, j - 2] if j >= 2 else np.full(len(tokens), -1)
+            P = self.next_probs(prev2 if self.order == 2 else None, tokens[:, j - 1])
+            lp += np.log(P[np.arange(len(tokens)), tokens[:, j]]).sum()
+        return float(lp)
+
+
+def _draw(g, P) -> np.ndarray:
+    """One categorical draw per row of ``P (k, V)``."""
+    c = np.cumsum(P, axis=1)
+    c[:, -1] = 1.0
+    u = g.random(P.shape[0])
+    return (u[:, None] > c).sum(1).astype(np.int64)
+
+
+def _sparse_rows(g, rows: int, V: int, k: int, concentration: float) -> np.ndarray:
+    """``rows`` distributions over V types, each on k random types with Dirichlet(concentration) weights."""
+    P = np.zeros((rows, V))
+    for r in range(rows):
+        succ = g.choice(V, size=k, replace=False)
+        P[r, succ] = g.dirichlet(np.full(k, concentration))
+    return P
+
+
+def markov_language(V: int = 8, d: int = 100, *, successors: int = 2, order: int = 1, concentration: float = 1.0,
+                    seed: int = 0) -> MarkovLanguage:
+    """A seeded random sparse Markov language [OURS default of the causal-LM spec].
+
+    Parameters
+    ----------
+    V : number of token types (>= 2)
+    d : embedding dimension
+    successors : likely next types per context (1 <= successors <= V), Dirichlet(concentration) weights
+    order : 1 (next type depends on the last one) or 2 (on the last two)
+    seed : the chain, the start distribution and the embeddings depend only on (seed, V, d, ...)
+    """
+    if V < 2 or d < 1:
+        raise ValidationError(f"need V >= 2 types and d >= 1, got V = {V}, d = {d}")
+    if not 1 <= successors <= V:
+        raise ValidationError(f"successors must lie in [1, V = {V}], got {successors}")
+    if order not in (1, 2):
+        raise ValidationError(f"order must be 1 or 2, got {order}")
+    if not concentration > 0:
+        raise ValidationError(f"concentration must be > 0, got {concentration}")
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), V, successors, order]))
+    start = g.dirichlet(np.ones(V))
+    trans1 = _sparse_rows(g, V, V, successors, concentration)
+    trans2 = _sparse_rows(g, V * V, V, successors, concentration) if order == 2 else None
+    ge = np.random.default_rng(np.random.SeedSequence([int(seed), V, d, 11]))
+    E = ge.standard_normal((V, d))
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    return MarkovLanguage(V, d, order, successors, start, trans1, trans2, E, int(seed))
+
+
+@dataclass(frozen=True)
+class LMData:
+    """Sequences of a language ready for training.
+
+    tokens : (m, n) int types; A : (m, n, d) attention inputs (embeddings times ``scale``);
+    targets : (m, n) next type at each position, -1 at the last position; E : (V, d) head (H = E^T).
+    """
+
+    tokens: np.ndarray
+    A: np.ndarray
+    targets: np.ndarray
+    E: np.ndarray
+
+    @property
+    def shape(self):
+        return self.A.shape
+
+
+def make_lm_data(lang: MarkovLanguage, m: int, n: int, seed: int = 0, scale: float = 1.0) -> LMData:
+    """Sample m sequences of length n; inputs are the embeddings times ``scale``, the head stays ``E^T``."""
+    tokens = lang.sample(m, n, seed)
+    targets = np.full((m, n), -1, dtype=np.int64)
+    targets[:, :-1] = tokens[:, 1:]
+    return LMData(tokens, scale * lang.E[tokens], targets, lang.E.copy())
+
+
+#: the per-position losses of the causal language model
+LM_LOSSES = ("logistic", "cross_entropy", "l2")
+
+
+def token_loss(Z, y, loss: str):
+    """Per-position loss of logits ``Z (..., V)`` for targets ``y (...)`` (numpy)."""
+    V = Z.shape[-1]
+    oh = np.eye(V)[y]
+    if loss == "logistic":
+        b = 2.0 * oh - 1.0
+        return np.logaddexp(0.0, -b * Z).sum(-1)
+    if loss == "cross_entropy":
+        mx = Z.max(-1, keepdims=True)
+        return (mx[..., 0] + np.log(np.exp(Z - mx).sum(-1))) - np.take_along_axis(Z, y[..., None], -1)[..., 0]
+    if loss == "l2":
+        return ((Z - oh) ** 2).sum(-1)
+    raise ValidationError(f"loss must be one of {', '.join(LM_LOSSES)}, got {loss!r}")

@@ -1,0 +1,186 @@
+"""The Att-SVM of causal language modeling (``lm-*``): token scores, optimal tokens, rows, soft margin.
+
+Every prefix of every sequence is its own token-selection problem: the query is the last
+prefix token, the keys are the prefix tokens, the head is ``H = E^T``. The score of a token
+is ``gamma_{l,k,t} = -loss(H^T a_{l,t}, target_{l,k})``; the soft-margin Att-SVM (``C = 10``,
+objective ``||W||_F + C sum xi``) is built from rank-one rows ``(a_opt - a_t)^T W a_k >= 1 - xi``
+(never a Kronecker product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.svm.constraints import seq_constraints
+from attnsvm.svm.soft import solve_soft
+from attnsvm.language import LMData, token_loss
+
+
+def prefix_scores(data: LMData, loss: str = "logistic") -> np.ndarray:
+    """Token scores ``gamma[l, k, t] = -loss(H^T a_{l,t}, target_{l,k})`` for ``t <= k <= n-2``.
+
+    The score of key t for the prefix ending at k is the (negated) loss of attending to t
+    alone. Entries outside the causal candidate set or at the last position are ``-inf``.
+    Shape (m, n, n) indexed [sequence, query position, key position].
+    """
+    m, n, d = data.A.shape
+    Z = data.A @ data.E.T  # (m, n, V): logits of attending fully to each token
+    gamma = np.full((m, n, n), -np.inf)
+    for k in range(n - 1):
+        y = np.repeat(data.targets[:, k][:, None], k + 1, axis=1)
+        gamma[:, k, :k + 1] = -token_loss(Z[:, :k + 1], y, loss)
+    return gamma
+
+
+def optimal_prefix_tokens(gamma: np.ndarray) -> np.ndarray:
+    """``select[l, k] = argmax_t gamma[l, k, t]`` (the last position, without target, selects itself)."""
+    m, n, _ = gamma.shape
+    sel = np.argmax(gamma, axis=-1)
+    sel[:, n - 1] = n - 1
+    return sel.astype(np.int64)
+
+
+def lm_constraints(data: LMData, loss: str = "logistic", select=None, tol: float = 1e-12):
+    """Rank-one Att-SVM rows of every prefix: ``(a_opt - a_t)^T W a_k >= 1`` for ``t <= k``, ``t != opt``.
+
+    Prefixes without a target (the last position) are dropped, and so are the rows of tokens
+    identical to the selected one (same type: ``u = 0``, they would only add the constant
+    ``C`` to a soft-margin objective). Built by :func:`attnsvm.svm.constraints.seq_constraints`
+    (causal) and filtered.
+
+    Returns
+    -------
+    ConstraintSet (kind "causal") with ``sample = l``, ``query = k``, ``token = opt``, ``other = t``.
+    """
+    m, n, _ = data.A.shape
+    if select is None:
+        select = optimal_prefix_tokens(prefix_scores(data, loss))
+    cs = seq_constraints(data.A, select, causal=True)
+    keep = (cs.query <= n - 2) & (np.linalg.norm(cs.U, axis=1) > tol)
+    return cs.select_rows(keep)
+
+
+def soft_margin_svm(data: LMData, C: float = 10.0, loss: str = "logistic", squared: bool = False, cs=None):
+    """Soft-margin Att-SVM of the paper's Definition 4.1 over every prefix.
+
+    ``min ||W||_F + C sum xi`` (``||W||_F^2`` with ``squared``) s.t.
+    ``(a_opt - a_t)^T W a_k >= 1 - xi``, solved by :func:`attnsvm.svm.soft.solve_soft`
+    on the rank-one rows of :func:`lm_constraints`.
+    """
+    cs = lm_constraints(data, loss) if cs is None else cs
+    if cs.N == 0:
+        raise ValidationError("the soft-margin SVM has no rows: every prefix token has the type of its optimal token")
+    return solve_soft(cs, float(C), norm="fro", squared=squared)
+
+
+# ------------------------------------------------------------------ the Gen-SVM form W_fin + R W_svm over the prefixes
+
+
+def prefix_problem(data: LMData):
+    """Every prefix with a target as one padded token-selection sample.
+
+    Prefix p = (l, k), k <= n - 2, has the tokens ``a_{l,0..n-1}`` of which ``t <= k`` are real
+    (``valid``) and the query ``a_{l,k}``.
+
+    Returns
+    -------
+    (TokenProblem with X (P, n, d) and Z (P, d), valid (P, n) bool, seq (P,), pos (P,)), P = m (n - 1)
+    """
+    from attnsvm.problem import TokenProblem
+
+    m, n, _ = data.A.shape
+    seq, pos = (a.ravel() for a in np.meshgrid(np.arange(m), np.arange(n - 1), indexing="ij"))
+    valid = np.arange(n)[None, :] <= pos[:, None]
+    return TokenProblem(data.A[seq], data.A[seq, pos]), valid, seq, pos
+
+
+def prefix_softmax(data: LMData, W) -> np.ndarray:
+    """Causal softmax attention of every prefix of :func:`prefix_problem`: shape (P, n), 0 on padding.
+
+    ``s_{p,t} = softmax_t(a_t^T W a_k)`` over ``t <= k`` (log-sum-exp form, float64).
+    """
+    problem, valid, seq, pos = prefix_problem(data)
+    W = np.asarray(W, dtype=np.float64)
+    logits = np.einsum("ptd,de,pe->pt", problem.X, W, problem.queries)
+    logits = np.where(valid, logits, -np.inf)
+    logits -= logits.max(axis=1, keepdims=True)
+    s = np.exp(logits)
+    return s / s.sum(axis=1, keepdims=True)
+
+
+def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 0, n_random: int = 16) -> dict:
+    """Fit the Gen-SVM form ``W_fin + R W_svm`` (Transformers as SVMs) to W over every prefix.
+
+    The selected set of prefix p is ``O_p = {t <= k : s_{p,t} > select_threshold}`` with the
+    softmax of W (:func:`prefix_softmax`); ``W_svm`` is the Gen-SVM of these sets (selected
+    tokens tie and beat every other prefix token by a margin >= 1), ``W_fin`` the min-norm
+    matrix reproducing W's log-ratios inside each set (:func:`attnsvm.svm.solve_fin`, the
+    orthogonal projection of W onto the tie rows), and ``R = <W - W_fin, W_svm> / ||W_svm||^2``
+    (the least-squares fit of :func:`attnsvm.svm.svm_equivalence`, which takes no padding mask).
+    A control replaces ``W_svm`` by ``n_random`` random directions of the same subspace: Gaussian
+    combinations of the Gen-SVM's margin rows projected off the tie rows (each fitted the same way).
+
+    Returns
+    -------
+    dict with ``status`` ("ok", "infeasible": no W separates the sets, "no_margin_rows": every
+    prefix token is selected), and when "ok": ``W_fin``, ``W_svm``, ``W_eq``, ``R``, ``W_rand_eq``
+    (n_random, d, d) (the controls), ``gen``, ``fin`` (the SVMSolution objects; the projections'
+    as the list ``proj``), ``dim`` (dimension of the subspace of W_svm and the control:
+    rank of tie and margin rows minus rank of the tie rows; 1 makes the control equal W_svm).
+    """
+    from dataclasses import replace
+
+    from attnsvm.svm import solve_fin, solve_gen_svm
+    from attnsvm.svm.frobenius import solve_frobenius
+
+    problem, valid, _, _ = prefix_problem(data)
+    W = np.asarray(W, dtype=np.float64)
+    s = prefix_softmax(data, W)
+    selected = valid & (s > select_threshold)
+    out = {"status": "", "n_prefixes": int(len(valid)), "n_multi": int((selected.sum(1) > 1).sum()),
+           "n_unselected": int((valid & ~selected).sum())}
+    if not (valid & ~selected).any():
+        out["status"] = "no_margin_rows"
+        return out
+    gen = solve_gen_svm(problem, selected, valid=valid)
+    out["gen"] = gen
+    if not gen.feasible:
+        out["status"] = "infeasible"
+        return out
+    fin = solve_fin(problem, selected, np.where(valid, s, 0.0))
+    out["fin"] = fin
+    if not fin.feasible:  # cannot happen for log-ratios of one W; reported, never hidden
+        out["status"] = "infeasible"
+        return out
+    Ws, Wf = gen.W, fin.W
+    nn = float(np.sum(Ws * Ws))
+    R = float(np.sum((W - Wf) * Ws) / nn) if nn > 0 else 0.0
+    cs = gen.constraints
+    ineq = cs.select_rows(~cs.is_equality)
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
+    tie = fin.constraints
+    rand, projs = [], []
+    for _ in range(int(n_random)):
+        Wr = ineq.combine(g.standard_normal(ineq.N))
+        if tie.N:
+            proj = solve_frobenius(replace(tie, rhs=tie.evaluate(Wr)), formulation="fin")
+            projs.append(proj)
+            Wr = Wr - proj.W if proj.feasible else np.full_like(Wr, np.nan)
+        nr = float(np.sum(Wr * Wr))
+        Rr = float(np.sum((W - Wf) * Wr) / nr) if nr > 0 else 0.0
+        rand.append(Wf + Rr * Wr)
+    # dimension of the subspace W_svm and the control live in: rank(tie + margin rows) - rank(tie rows)
+    both = replace(tie, U=np.vstack([tie.U, ineq.U]), V=np.vstack([tie.V, ineq.V]))
+    dim = _rank(both) - _rank(tie)
+    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
+               np.zeros((0,) + W.shape), proj=projs, dim=int(dim))
+    return out
+
+
+def _rank(cs, rtol: float = 1e-9) -> int:
+    """Dimension of the span of the rank-one rows ``u_k w_k^T`` (eigenvalues of their Gram matrix)."""
+    if cs.U.shape[0] == 0:
+        return 0
+    ev = np.linalg.eigvalsh(cs.gram())
+    return int((ev > rtol * max(float(ev.max()), 1e-300)).sum())
