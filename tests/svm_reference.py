@@ -8,7 +8,6 @@ problem infeasible (as the research code does).
 from __future__ import annotations
 
 import cvxpy as cp
-import numpy as np
 
 
 def _solve(prob, solver):

@@ -266,7 +266,7 @@ def test_gen_comparisons_need_runs_with_a_comparator(runs):
 
 def test_uncertified_soft_svm_is_refused(monkeypatch):
     """An SVM whose certificate fails gives NaN comparisons and fails the integrity check."""
-    from attnsvm.experiments.lm import cosine
+    from attnsvm.experiments.lm import cosine as lm_cosine
 
     real = lm_cosine.soft_margin_svm
 

@@ -327,7 +327,7 @@ def test_findings_can_pass_at_the_spec_values(runs):
 
 def test_uncertified_svm_makes_comparisons_nan(monkeypatch):
     """An SVM whose certificate fails is stored as NaN, so every comparison with it fails."""
-    from attnsvm.experiments.mm import common
+    from attnsvm.experiments.mm import common as mm_common
     from attnsvm.generators import mm_single_input
 
     sol = mm_common.p_svm(mm_single_input("global"), [0])

@@ -16,7 +16,7 @@ pytest.importorskip("sklearn")
 from attnsvm.experiments import build_config, registry  # noqa: E402
 
 from attnsvm.runner import run_experiment
-from attnsvm.experiments import real as R  # noqa: E402
+from attnsvm.experiments.real import common as R  # noqa: E402
 from attnsvm.experiments.checks import ALPHA, mark_findings  # noqa: E402
 from attnsvm.metrics import correlation  # noqa: E402
 
@@ -115,22 +115,22 @@ def test_random_direction_corrs_have_the_exact_gaussian_distribution():
 def test_paired_check_needs_the_margin_and_the_sign_test():
     kw = dict(source="s", comparator="c", units="units")
     rng = np.random.default_rng(3)
-    assert R._paired_check("x", 0.5 + 0.1 * rng.standard_normal(30), **kw).passed
-    assert not R._paired_check("x", rng.standard_normal(200), **kw).passed  # noise around 0
-    assert not R._paired_check("x", np.zeros(50), **kw).passed  # no difference at all
-    assert not R._paired_check("x", [1.0, 1.0], **kw).passed  # zero variance: t margin 0, sign test p = 1/4
-    assert not R._paired_check("x", [1.0, 1.0, np.nan], **kw).passed  # a missing unit fails ...
-    c = R._paired_check("x", np.r_[np.ones(9), np.nan], allow_missing=True, **kw)  # ... unless allowed
+    assert R.paired_check("x", 0.5 + 0.1 * rng.standard_normal(30), **kw).passed
+    assert not R.paired_check("x", rng.standard_normal(200), **kw).passed  # noise around 0
+    assert not R.paired_check("x", np.zeros(50), **kw).passed  # no difference at all
+    assert not R.paired_check("x", [1.0, 1.0], **kw).passed  # zero variance: t margin 0, sign test p = 1/4
+    assert not R.paired_check("x", [1.0, 1.0, np.nan], **kw).passed  # a missing unit fails ...
+    c = R.paired_check("x", np.r_[np.ones(9), np.nan], allow_missing=True, **kw)  # ... unless allowed
     assert c.passed and "1 without a measurement" in c.detail
     assert c.kind == "qualitative" and c.source == "s" and "level 0.01" in c.threshold_reason
 
 
 def test_sign_share_check_is_exact():
     kw = dict(source="s", comparator="c", units="heads")
-    assert not R._sign_share_check("x", 6, 6, **kw).passed  # 1/64 > 0.01: six units cannot pass
-    assert R._sign_share_check("x", 7, 7, **kw).passed  # 1/128
-    assert R._sign_share_check("x", 11, 12, **kw).passed and not R._sign_share_check("x", 10, 12, **kw).passed
-    assert not R._sign_share_check("x", 0, 0, **kw).passed
+    assert not R.sign_share_check("x", 6, 6, **kw).passed  # 1/64 > 0.01: six units cannot pass
+    assert R.sign_share_check("x", 7, 7, **kw).passed  # 1/128
+    assert R.sign_share_check("x", 11, 12, **kw).passed and not R.sign_share_check("x", 10, 12, **kw).passed
+    assert not R.sign_share_check("x", 0, 0, **kw).passed
 
 
 def test_random_direction_check_levels():
@@ -150,9 +150,9 @@ def test_uncertified_svm_is_never_compared_with(monkeypatch):
     W, rec = R._certified_svm(None, np.zeros(2, int), "nuclear")
     assert W is None and rec == {"status": "optimal_inaccurate", "violation": 1e-3, "gap": 1e-2}
     assert np.isnan(R._corr_curve(np.ones((4, 3, 3)), W)).all()
-    assert not R._certified_check("c", ["optimal", "optimal_inaccurate"]).passed
-    assert not R._certified_check("c", ["optimal", "error: LinAlgError"]).passed
-    assert R._certified_check("c", ["optimal", "infeasible"]).passed
+    assert not R.certified_check("c", ["optimal", "optimal_inaccurate"]).passed
+    assert not R.certified_check("c", ["optimal", "error: LinAlgError"]).passed
+    assert R.certified_check("c", ["optimal", "infeasible"]).passed
 
 
 # ---------------------------------------------------------------- real-digits

@@ -31,7 +31,8 @@ class Toy(Experiment):
 
     def tasks(self, config):
         seeds = list(range(config.runs))
-        return [Task(f"seeds-{c[0]:03d}", len(c), {"seeds": c}) for c in (seeds[i:i + config.per_task] for i in range(0, len(seeds), config.per_task))]
+        chunks = (seeds[i:i + config.per_task] for i in range(0, len(seeds), config.per_task))
+        return [Task(f"seeds-{c[0]:03d}", len(c), {"seeds": c}) for c in chunks]
 
     def run_task(self, config, task):
         if config.log:
@@ -150,3 +151,31 @@ def test_dask_local_cluster_matches_serial(tmp_path):
 def test_report_without_results(tmp_path):
     with pytest.raises(ValidationError, match="no experiment results"):
         write_report(str(tmp_path))
+
+
+class ThreadProbe(Toy):
+    name = "toy-threads"
+
+    def run_task(self, config, task):
+        import torch
+
+        from threadpoolctl import threadpool_info
+
+        blas = max((p["num_threads"] for p in threadpool_info()), default=1)
+        return pd.DataFrame([{"seed": s, "value": 0.0, "torch_threads": torch.get_num_threads(), "blas_threads": blas}
+                             for s in task.params["seeds"]])
+
+
+def test_runner_uses_one_thread_per_task_and_restores_the_callers_setting(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        exp = ThreadProbe()
+        run_experiment(exp, build_config(exp, quick=True), str(tmp_path))
+        table = pd.read_parquet(tmp_path / "toy-threads" / "results.parquet")
+        assert set(table["torch_threads"]) == {1} and set(table["blas_threads"]) == {1}
+        assert torch.get_num_threads() == 2, "the runner changed the host's torch thread setting"
+    finally:
+        torch.set_num_threads(before)

@@ -10,8 +10,8 @@ from attnsvm.experiments.lm.common import build_runs
 from attnsvm.language import make_lm_data, markov_language
 from attnsvm.training.language_model import (LOSSES, lipschitz_estimates, lm_loss_grad, paper_lipschitz_bound,
                                           token_basis, train_lm, train_runs)
-from attnsvm.svm.language import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores,
-                                        prefix_softmax, soft_margin_svm)
+from attnsvm.svm import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores, prefix_softmax,
+                         soft_margin_svm)
 
 # The quick presets, their checks and the findings are tested in tests/test_checks_lm.py.
 
@@ -62,11 +62,11 @@ def test_scores_and_constraints():
     assert np.all(np.isinf(gamma[:, 2, 3:])) and np.all(np.isfinite(gamma[:, 2, :3]))
     sel = optimal_prefix_tokens(gamma)
     # nearly orthogonal embeddings: a token of the target type is optimal whenever the prefix has one
-    for l in range(m):
+    for seq in range(m):
         for k in range(n - 1):
-            present = np.flatnonzero(data.tokens[l, :k + 1] == data.targets[l, k])
+            present = np.flatnonzero(data.tokens[seq, :k + 1] == data.targets[seq, k])
             if present.size:
-                assert data.tokens[l, sel[l, k]] == data.targets[l, k]
+                assert data.tokens[seq, sel[seq, k]] == data.targets[seq, k]
     cs = lm_constraints(data, "logistic")
     assert cs.kind == "causal" and cs.N > 0
     A = data.A
@@ -224,7 +224,8 @@ def test_paper_bound_formula():
     b2, R2 = paper_lipschitz_bound(big, 2.0)
     k = 2  # the longest prefix with a target
     pre = big.A[:, :k + 1]
-    block = max(float(np.linalg.norm(big.A[l, j]) * np.linalg.norm(big.A[l, :j + 1], 2)) for l in range(3) for j in range(3))
+    block = max(float(np.linalg.norm(big.A[q, j]) * np.linalg.norm(big.A[q, :j + 1], 2))
+                for q in range(3) for j in range(3))
     assert R2 == pytest.approx(max(2 * block, float(np.linalg.norm(pre @ big.E.T, axis=1).max())))
     assert b2 > b
 

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from attnsvm import problem as problem_module
+from attnsvm import npzfile as problem_module
 from attnsvm import TokenProblem
 from attnsvm.cli import cli
 from attnsvm.errors import ProblemFileError, ResourceLimitError, ValidationError
 from attnsvm.memory import ENV_VAR
 from attnsvm.cli.probe import read_sentences
-from attnsvm.cli.solve import read_selection
+from attnsvm.cli.solve import read_selection_file as read_selection
 
 
 def npy_header(shape, descr="<f8") -> bytes:
@@ -95,8 +95,9 @@ def test_zip_bomb_is_refused_by_the_memory_limit_before_decompressing(tmp_path, 
     path = tagged_zip(tmp_path / "bomb.npz", {"X.npy": X}, compression=zipfile.ZIP_DEFLATED)
     assert os.path.getsize(path) < 64 * 1024
     read = []
-    real = problem_module._npz_read
-    monkeypatch.setattr(problem_module, "_npz_read", lambda p, names, label="": (read.extend(names), real(p, names, label))[1])
+    real = problem_module.read_npz_arrays
+    monkeypatch.setattr(problem_module, "read_npz_arrays",
+                        lambda p, names, label="": (read.extend(names), real(p, names, label))[1])
     monkeypatch.setenv(ENV_VAR, "1M")
     with pytest.raises(ResourceLimitError, match=r"reading .*bomb\.npz.*X \(1, 2, 524288\).*more than the memory limit") as info:
         TokenProblem.load(path)
@@ -111,8 +112,9 @@ def test_untagged_bomb_is_refused_before_its_big_member_is_read(tmp_path, monkey
     path = tagged_zip(tmp_path / "untagged.npz", {"X.npy": npy_bytes(np.zeros((1, 2, 2**19)))},
                       compression=zipfile.ZIP_DEFLATED, tag=False)
     read = []
-    real = problem_module._npz_read
-    monkeypatch.setattr(problem_module, "_npz_read", lambda p, names, label="": (read.extend(names), real(p, names, label))[1])
+    real = problem_module.read_npz_arrays
+    monkeypatch.setattr(problem_module, "read_npz_arrays",
+                        lambda p, names, label="": (read.extend(names), real(p, names, label))[1])
     with pytest.raises(ProblemFileError, match="not an attnsvm problem file"):
         TokenProblem.load(path)
     assert read == []

@@ -1154,7 +1154,7 @@ if __name__ == "__main__":
 def test_recorder_backstop_reports_first_recorded_step():
     """The end-of-training backstop (behind the per-step check) names the run and the first checkpoint
     whose recorded parameters are non-finite."""
-    from attnsvm.training.train import _Recorder
+    from attnsvm.training.recorder import _Recorder
 
     params = {"W": torch.zeros(3, 2, 2, dtype=D)}
     rec = _Recorder(4, np.array([0, 2, 4]), 3, 1, 2, params, False, seeds=[5, 6, 7])

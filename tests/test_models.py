@@ -19,7 +19,9 @@ D = torch.float64
 def _batch(R=3, n=4, T=5, d=6, seed=0, scale=1.0):
     probs = [random_problem(n, T, d, seed=seed + r) for r in range(R)]
     g = torch.Generator().manual_seed(seed)
-    t = lambda a: torch.tensor(np.stack(a))
+    def t(a):
+        return torch.tensor(np.stack(a))
+
     X, Z, Y, v = t([p.X for p in probs]), t([p.Z for p in probs]), t([p.Y for p in probs]), t([p.v for p in probs])
     W = scale * torch.randn(R, d, d, generator=g, dtype=D)
     K = scale * torch.randn(R, d, 4, generator=g, dtype=D)
@@ -65,7 +67,8 @@ def test_gradient_matches_spec_formula_and_kq_chain_rule():
         G = np.zeros((3, 3))
         for i in range(5):
             a = X[r, i] @ W[r] @ Z[r, i]
-            s = np.exp(a - a.max()); s /= s.sum()
+            s = np.exp(a - a.max())
+            s /= s.sum()
             gam = Y[r, i] * X[r, i] @ v[r]
             u = s @ gam
             lp = -1.0 / (1.0 + np.exp(u))
@@ -105,7 +108,8 @@ def test_pairwise_weights_equal_jacobian_product(seed, temp):
     g = np.random.default_rng(seed)
     a = temp * g.standard_normal(6)
     gam = g.standard_normal(6)
-    s = np.exp(a - a.max()); s /= s.sum()
+    s = np.exp(a - a.max())
+    s /= s.sum()
     ref = (np.diag(s) - np.outer(s, s)) @ gam
     got = pair_weights(torch.tensor(s), torch.tensor(gam)).numpy()
     assert np.allclose(got, ref, atol=1e-14)
@@ -137,7 +141,8 @@ def test_large_weights_no_overflow():
 def test_module_heads_match_numpy_heads():
     b = _batch(R=2, n=3, T=4, d=5)
     g = np.random.default_rng(1)
-    V = g.standard_normal((5, 5)); V /= np.linalg.norm(V)
+    V = g.standard_normal((5, 5))
+    V /= np.linalg.norm(V)
     for head, np_head in ((ReLUHead(V), relu_head(V)), (LambdaHead(b["v"][0], 0.3), lambda_head(b["v"][0].numpy(), 0.3))):
         model = AttentionModel("W", W=b["W"], head=head)
         f = model(b["X"], queries=b["Z"]).detach().numpy()
@@ -156,7 +161,8 @@ def test_kq_module_is_product_and_self_attention_queries():
     a = attention_logits(b["X"], b["X"][:, :, 0], b["W"])
     ref = torch.einsum("rntd,rde,rne->rnt", b["X"], b["W"], b["X"][:, :, 0])
     assert torch.allclose(a, ref, atol=1e-12)
-    assert torch.allclose(token_scores(b["X"], b["Y"], b["v"]), b["Y"][..., None] * torch.einsum("rntd,rd->rnt", b["X"], b["v"]), atol=1e-14)
+    expected = b["Y"][..., None] * torch.einsum("rntd,rd->rnt", b["X"], b["v"])
+    assert torch.allclose(token_scores(b["X"], b["Y"], b["v"]), expected, atol=1e-14)
 
 
 def test_causal_mask_and_cross_entropy():
@@ -168,7 +174,8 @@ def test_causal_mask_and_cross_entropy():
     tgt = torch.randint(0, 7, (2, 5))
     tgt[0, 0] = -1
     ce = cross_entropy(logits, tgt)
-    ref = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), tgt.reshape(-1), ignore_index=-1, reduction="none").reshape(2, 5)
+    ref = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), tgt.reshape(-1), ignore_index=-1,
+                                            reduction="none").reshape(2, 5)
     assert torch.allclose(ce, ref, atol=1e-10) and ce[0, 0] == 0
 
 

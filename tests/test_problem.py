@@ -9,7 +9,8 @@ from attnsvm import ProblemFileError, TokenProblem, ValidationError, random_prob
 
 def make(n=3, T=4, d=5, seed=0):
     rng = np.random.default_rng(seed)
-    return dict(X=rng.standard_normal((n, T, d)), Z=rng.standard_normal((n, d)), Y=np.array([1, -1, 1][:n] + [1] * max(0, n - 3)), v=rng.standard_normal(d))
+    return dict(X=rng.standard_normal((n, T, d)), Z=rng.standard_normal((n, d)),
+                Y=np.array([1, -1, 1][:n] + [1] * max(0, n - 3)), v=rng.standard_normal(d))
 
 
 def test_valid_problem_is_float64_and_readonly():

@@ -11,7 +11,7 @@ pytest.importorskip("sklearn")
 
 from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.probe import head_svm, probe_heads, random_like, select_tokens  # noqa: E402
-from attnsvm.svm.constraints import gen_constraints  # noqa: E402
+from attnsvm.svm import gen_constraints  # noqa: E402
 from attnsvm.svm.nuclear import solve_nuclear  # noqa: E402
 
 
@@ -142,7 +142,7 @@ def test_run_probe_cli_helper(tmp_path):
     ("real-minilm-heads", {"n_sentences": 10, "svm_sentences": 6, "layers": [2], "heads": [0, 1]}),
 ])
 def test_quick_experiments_run(tmp_path, name, overrides):
-    import attnsvm.experiments.real  # noqa: F401  (registers the experiments)
+    import attnsvm.experiments.real.minilm_heads  # noqa: F401  (registers the experiment)
     from attnsvm.experiments import build_config, registry
     from attnsvm.runner import run_experiment
 

@@ -33,7 +33,8 @@ def test_mm_single_input_facts():
 def test_mm_multi_input_facts():
     pr = mm_multi_input()
     s = solve_svm(pr)
-    assert np.allclose(s.p, [0.8446, 0.1711, 0], atol=1e-4) and abs(s.norm_value - 0.86176) < 1e-4  # spec value from float32 data, 5 digits
+    # spec value from float32 data, 5 digits
+    assert np.allclose(s.p, [0.8446, 0.1711, 0], atol=1e-4) and abs(s.norm_value - 0.86176) < 1e-4
     sup = support_indices(pr)
     assert [np.flatnonzero(r).tolist() for r in sup] == [[6], [5], []]
     s_id = solve_p_svm(pr.X, None, pr.optimal_tokens().index)

@@ -15,7 +15,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.generators import random_problem
 from attnsvm.svm import matrix_rank, solve_fin, solve_gen_svm, solve_seq_svm, solve_svm
 from attnsvm.svm.barrier import _Dual, _Problem, nuclear_ipm
-from attnsvm.svm.constraints import att_constraints, gen_constraints
+from attnsvm.svm import att_constraints, gen_constraints
 from attnsvm.svm.nuclear import solve_nuclear
 from svm_reference import reference_att_svm, reference_gen_svm
 

@@ -12,7 +12,7 @@ import pytest
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import solve_gen_svm, solve_svm
-from attnsvm.svm.constraints import ConstraintSet, att_constraints, gen_constraints
+from attnsvm.svm import ConstraintSet, att_constraints, gen_constraints
 from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.nuclear import solve_nuclear
 

@@ -12,7 +12,7 @@ import pytest
 
 from attnsvm.errors import ValidationError
 from attnsvm.svm import solve_seq_svm
-from attnsvm.svm.constraints import seq_constraints
+from attnsvm.svm import seq_constraints
 
 
 def _instance(seed=0, n=4, T=6, d=8, pad_value=None, causal=False):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import attnsvm as a
-from attnsvm.svm.constraints import seq_constraints
+from attnsvm.svm import seq_constraints
 from attnsvm.svm.soft import solve_soft
 
 

@@ -7,9 +7,9 @@ import pytest
 from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.generators import planted_problem, random_problem
 from attnsvm.svm import solve_gen_svm, solve_seq_svm, solve_svm
-from attnsvm.svm.constraints import ConstraintSet, att_constraints, gen_constraints, seq_constraints
+from attnsvm.svm import ConstraintSet, att_constraints, gen_constraints, seq_constraints
 from attnsvm.svm.frobenius import solve_frobenius
-from attnsvm.svm.margins import constraint_values, query_groups, row_scales
+from attnsvm.svm.row_values import constraint_values, query_groups, row_scales
 from attnsvm.svm.nuclear import solve_nuclear
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.working_set import AUTO_DENSE_MAX_N, ScaleError, solve_frobenius_ws, solve_nuclear_ws

@@ -141,7 +141,8 @@ def test_autograd_engine_matches_closed_form_and_nonlinear_head():
 
 def test_sequence_and_causal_training():
     g = np.random.default_rng(0)
-    X = g.standard_normal((3, 5, 4)); X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    X = g.standard_normal((3, 5, 4))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
     Y = np.where(g.standard_normal((3, 5)) > 0, 1.0, -1.0)
     v = g.standard_normal(4)
     r = train_sequence(X, Y, v, causal=True, steps=100, record_every=50, runs=2)
@@ -153,7 +154,8 @@ def test_sequence_and_causal_training():
     b = train_sequence(X, Y, v, causal=True, steps=30, record_every=30, engine="closed")
     assert np.max(np.abs(a.W - b.W)) <= 1e-12
     E = g.standard_normal((7, 4))
-    tgt = g.integers(0, 7, (3, 5)); tgt[:, -1] = -1
+    tgt = g.integers(0, 7, (3, 5))
+    tgt[:, -1] = -1
     lm = train_sequence(X, tgt, H=E.T, causal=True, steps=100, optimizer="gd", lr=0.5, record_every=100)
     assert np.all(np.isfinite(lm.loss)) and lm.loss[0, -1] < lm.loss[0, 0]
 
@@ -203,13 +205,14 @@ def test_head_closed_form_engine_matches_autograd(param, optimizer):
 
 def test_token_space_direct_and_generic_loops_agree(monkeypatch):
     """The token-space W loop (logits moved by H c, W rebuilt at records) equals the W-space loops."""
-    train_mod = sys.modules["attnsvm.training.train"]
+    fast_mod, engine_mod = sys.modules["attnsvm.training.fast"], sys.modules["attnsvm.training.engine"]
     probs, V = _relu_probs(4)
     lin = _probs(4)
     runs = {}
-    for name, patch in (("tokens", None), ("direct", ("TOKEN_SPACE_MAX_TOKENS", 0)), ("generic", ("_fast_kind", lambda *a: None))):
+    for name, patch in (("tokens", None), ("direct", (fast_mod, "TOKEN_SPACE_MAX_TOKENS", 0)),
+                        ("generic", (engine_mod, "_fast_kind", lambda *a: None))):
         if patch is not None:
-            monkeypatch.setattr(train_mod, *patch)
+            monkeypatch.setattr(*patch)
         runs[name] = (train(probs, param="W", head=ReLUHead(V), steps=300, record_every=100),
                       train(lin, param="W", steps=300, record_every=100))
         monkeypatch.undo()
@@ -250,7 +253,8 @@ def test_head_saturation_flag_and_zero_gradient():
 
 def test_head_sequence_training_and_callable_head():
     g = np.random.default_rng(1)
-    X = g.standard_normal((3, 5, 4)); X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    X = g.standard_normal((3, 5, 4))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
     Y = np.where(g.standard_normal((3, 5)) > 0, 1.0, -1.0)
     head = ReLUHead(g.standard_normal((4, 4)) / 4)
     for param in ("W", "KQ"):

@@ -10,25 +10,35 @@ from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, Resou
 from attnsvm.problem import ProblemBatch, TokenProblem
 from attnsvm.tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scores
 from attnsvm.generators import random_problem
-from attnsvm.svm import (
-    Certificate, ConstraintSet, SVMSolution, all_support_vectors, enumerate_locally_optimal, is_locally_optimal,
-    matrix_rank, separation_delta, solve_fin, solve_gen_svm, solve_p_svm, solve_seq_svm, solve_soft_svm, solve_svm,
-    solve_svm_batch, solve_v_svm, support_indices, svm_equivalence,
-)
-from attnsvm.metrics import (
-    convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
-)
-
-#: training names, imported on first use so that ``import attnsvm`` loads no torch
+# Solvers, metrics and training are imported on first use (PEP 562): ``import attnsvm`` loads
+# numpy only, no scipy and no torch; ``attnsvm.solve_svm`` etc. behave as ordinary attributes.
+_SVM = ("Certificate", "ConstraintSet", "SVMSolution", "all_support_vectors", "enumerate_locally_optimal",
+        "is_locally_optimal", "matrix_rank", "separation_delta", "solve_fin", "solve_gen_svm", "solve_p_svm",
+        "solve_seq_svm", "solve_soft_svm", "solve_svm", "solve_svm_batch", "solve_v_svm", "support_indices",
+        "svm_equivalence")
+_METRICS = ("convergence_type", "correlation", "margins", "one_minus_correlation", "rank", "read_selection",
+            "selected_mass", "softmax_of", "token_margins")
 _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
 
 
 def __getattr__(name):
-    if name in _TRAINING:
-        from attnsvm import training
+    import importlib
 
-        return getattr(training, name)
-    raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
+    if name in _SVM or name == "svm":
+        module = importlib.import_module("attnsvm.svm")
+    elif name in _METRICS or name == "metrics":
+        module = importlib.import_module("attnsvm.metrics")
+    elif name in _TRAINING or name == "training":
+        module = importlib.import_module("attnsvm.training")
+    else:
+        raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
+    value = module if name in ("svm", "metrics", "training") else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SVM) | set(_METRICS) | set(_TRAINING))
 
 
 __all__ = [
@@ -67,6 +77,7 @@ __all__ = [
     "one_minus_correlation",
     "selected_mass",
     "read_selection",
+    "token_margins",
     "margins",
     "rank",
     "softmax_of",

@@ -95,7 +95,8 @@ def random_problem(n: int, T: int, d: int, seed: int = 0, *, mode: str = "cross"
         Z = Z_t.double().numpy() if mode == "cross" else None
     else:
         raise ValidationError(f"rng must be 'numpy' or 'torch', got {rng!r}")
-    return TokenProblem(X, Z, query_index=None if mode == "cross" else 0, Y=Y, v=v, name=f"rd(n={n},T={T},d={d},seed={seed},rng={rng})")
+    return TokenProblem(X, Z, query_index=None if mode == "cross" else 0, Y=Y, v=v,
+                        name=f"rd(n={n},T={T},d={d},seed={seed},rng={rng})")
 
 
 def _torch_gaussian(seed: int, shapes):
@@ -222,7 +223,8 @@ def relu_head_instance(n: int, T: int, d: int, seed: int = 1) -> tuple[TokenProb
     Y = 2 * torch.ones(n) * (torch.randn(n, generator=g) > 0) - 1
     Z = torch.randn((n, d), generator=g)
     Z = Z / Z.norm(dim=-1, keepdim=True)
-    problem = TokenProblem(X.double().numpy(), Z.double().numpy(), Y=Y.double().numpy(), name=f"relu-head(n={n},T={T},d={d},seed={seed})")
+    problem = TokenProblem(X.double().numpy(), Z.double().numpy(), Y=Y.double().numpy(),
+                           name=f"relu-head(n={n},T={T},d={d},seed={seed})")
     return problem, V.double().numpy()
 
 

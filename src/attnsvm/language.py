@@ -13,7 +13,6 @@ token k+1, so positions 0..n-2 carry a target.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 

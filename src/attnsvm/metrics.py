@@ -201,7 +201,7 @@ def softmax_of(W, X, Z) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def margins(W, X, Z, select) -> np.ndarray:
+def token_margins(W, X, Z, select) -> np.ndarray:
     """Margins ``(x_{i,a_i} - x_{it})^T W z_i`` of W for a selection a.
 
     W : (..., d, d); X : (n, T, d); Z : (n, d); select : (n,) int.
@@ -226,7 +226,9 @@ def margins(W, X, Z, select) -> np.ndarray:
     return np.where(is_sel, np.inf, out)
 
 
-#: Numerical rank with a relative threshold (batched), see :func:`attnsvm.svm.matrix_rank`.
+#: Deprecated aliases (0.1 names, removed in 0.3): ``margins`` is :func:`token_margins`,
+#: ``rank`` is :func:`attnsvm.svm.matrix_rank`.
+margins = token_margins
 rank = matrix_rank
 
 

@@ -156,7 +156,8 @@ def _check_rows_html(checks, with_experiment=False, exp_name=""):
 
 
 def _check_rows_md(checks, with_experiment=False, exp_name=""):
-    out = [("| experiment " if with_experiment else "") + "| claim | source | kind | value | threshold | threshold from | verdict | detail |",
+    out = [("| experiment " if with_experiment else "")
+           + "| claim | source | kind | value | threshold | threshold from | verdict | detail |",
            ("|---" if with_experiment else "") + "|---|---|---|---|---|---|---|---|"]
     for item in checks:
         e, c = item if with_experiment else (exp_name, item)
@@ -300,7 +301,8 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append(f"<details><summary>config (hash {_e(e.get('config_hash', ''))}, preset {_e(e.get('preset', ''))})</summary>"
                  f"<pre>{_e(e.get('config_text', ''))}</pre></details>")
         h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {float(e.get('wall_seconds', 0) or 0):.1f} s, "
-                 f"workers: {_e(e.get('workers'))}{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
+                 f"workers: {_e(e.get('workers'))}"
+                 f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
         md += ["```yaml", str(e.get("config_text", "")).rstrip(), "```", ""]
 
     pk = env.get("packages", {}) or {}

@@ -125,16 +125,25 @@ def code_version() -> str:
     return f"{__version__} (git {desc.stdout.strip()})" if desc.returncode == 0 and desc.stdout.strip() else __version__
 
 
-def _set_threads():
-    """One BLAS and one torch thread per task: the solvers' matrices are small, and a sweep
-    gets its parallelism from worker processes; oversubscribed BLAS threads made small
-    solves ten times slower on a loaded 2-core machine."""
+@contextmanager
+def _one_thread():
+    """One BLAS and one torch thread while a task runs, the caller's settings restored afterwards.
+
+    The solvers' matrices are small and a sweep gets its parallelism from worker processes;
+    oversubscribed BLAS threads made small solves ten times slower on a loaded 2-core machine.
+    The runner never changes its host's settings beyond the task it runs.
+    """
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(limits=1)
     import torch
 
-    torch.set_num_threads(1)
+    before = torch.get_num_threads()
+    with threadpool_limits(limits=1):
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 @contextmanager
@@ -166,10 +175,9 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
     """
     if shard_path is not None and _shard_is_stored(shard_path):
         return None
-    _set_threads()
     name = experiment.name
     config = experiment.Config(**config_json)
-    with _memory_limit(max_memory):
+    with _memory_limit(max_memory), _one_thread():
         table = experiment.run_task(config, task)
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"{name}.run_task must return a DataFrame, got {type(table).__name__}")
@@ -597,7 +605,6 @@ def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout
     """
     shard = shard or {}
     if not (scheduler or (workers is not None and workers > 1)):
-        _set_threads()
         for task in todo:
             yield task, partial(execute_task, experiment, config_json, task, None, max_memory)
         return

@@ -57,7 +57,8 @@ def cli():
 @click.option("--d", "d", type=int, default=None, help="Token dimension (random generators).")
 @click.option("--seed", type=int, default=None, help="Random seed (random generators, default 0).")
 @click.option("--mode", type=click.Choice(["cross", "self"]), default=None, help="rd: cross- or self-attention (default cross).")
-@click.option("--rng", type=click.Choice(["numpy", "torch"]), default=None, help="rd: random stream; torch replays the research code (default numpy).")
+@click.option("--rng", type=click.Choice(["numpy", "torch"]), default=None,
+              help="rd: random stream; torch replays the research code (default numpy).")
 @click.option("--C", "C", type=float, default=None, help="mm-loss: score of the first input's optimal token (default 1).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output .npz file.")
 def generate(name, n, T, d, seed, mode, rng, C, output):
@@ -93,7 +94,8 @@ def generate(name, n, T, d, seed, mode, rng, C, output):
             raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
         problem = func(n, T, d, **kwargs)
     else:
-        given = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d), ("--seed", seed), ("--mode", mode), ("--rng", rng)) if val is not None]
+        flags = (("--n", n), ("--T", T), ("--d", d), ("--seed", seed), ("--mode", mode), ("--rng", rng))
+        given = [flag for flag, val in flags if val is not None]
         if given:
             raise UserError(f"{name!r} is a fixed instance; {', '.join(given)} do(es) not apply")
         if C is not None and name != "mm-loss":
@@ -148,13 +150,15 @@ def info(problem_file, tol, as_json):
             "prompt": "prompt attention (trainable p" + (", fixed W)" if problem.W is not None else ", W = I)")}[problem.mode]
     lines.append(f"mode      {mode}")
     lines.append(f"labels    {'yes' if problem.Y is not None else 'no'}; head v: {'yes' if problem.v is not None else 'no'}")
-    lines.append(f"d >= max(T-1, n) = {max(T - 1, n)}: {'yes (every selection is separable for generic data)' if problem.overparameterized else 'no'}")
+    over = "yes (every selection is separable for generic data)" if problem.overparameterized else "no"
+    lines.append(f"d >= max(T-1, n) = {max(T - 1, n)}: {over}")
     if "optimal_tokens" in summary:
         lines.append("sample  optimal  gap        ties")
         for i, (a, gap, ties) in enumerate(zip(summary["optimal_tokens"], summary["score_gaps"], summary["ties"])):
             lines.append(f"{i:>6}  {a:>7}  {gap:<9.3g}  {','.join(map(str, ties)) if ties else '-'}")
         n_ties = sum(1 for t in summary["ties"] if t)
-        lines.append(f"ties      {n_ties} sample(s) with a tied optimal token" if n_ties else "ties      none (every optimal token is unique)")
+        lines.append(f"ties      {n_ties} sample(s) with a tied optimal token" if n_ties
+                     else "ties      none (every optimal token is unique)")
     else:
         lines.append("optimal tokens: need labels Y and a head v")
     click.echo("\n".join(lines))
@@ -232,7 +236,8 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
                              connect_timeout=connect_timeout, max_memory=max_memory)
     passed = sum(c["passed"] for c in summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
-               f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, {summary.wall_seconds:.1f} s -> {summary.outdir}")
+               f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, "
+               f"{summary.wall_seconds:.1f} s -> {summary.outdir}")
     for c in summary.checks:
         if not c["passed"]:
             label = "finding (listed, does not fail the run)" if c.get("finding") else "FAILED check"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.figures import heatmap_figure
@@ -21,11 +20,11 @@ def read_sentences(path) -> list[str]:
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
     allows, or holds no non-empty line.
     """
-    from attnsvm.problem import _require_file_memory, input_file
+    from attnsvm.npzfile import input_file, require_file_memory
 
     path = input_file(path, "--sentences", what="sentences file")
     # the text, its lines and their Python strings: about 10 bytes per byte of the file
-    _require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
+    require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()

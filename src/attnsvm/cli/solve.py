@@ -8,13 +8,12 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.api import solve_gen_svm, solve_svm
-from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution
+from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
 
-__all__ = ["run_solve", "read_selection", "format_solution"]
+__all__ = ["run_solve", "read_selection_file", "format_solution"]
 
 
-def read_selection(path: str) -> np.ndarray:
+def read_selection_file(path: str) -> np.ndarray:
     """Read a selection file: ``.npy``, ``.npz`` (key ``select`` or ``selected``, or a single
     array) or text (integers separated by spaces, commas or newlines).
 
@@ -23,7 +22,7 @@ def read_selection(path: str) -> np.ndarray:
     a path through a file, corrupt, pickled, declaring more data than the memory limit,
     not UTF-8, not integers) raises :class:`ValidationError` naming ``--select`` and the file.
     """
-    from attnsvm.problem import file_kind, input_file, npz_headers, read_npy, _npz_read, _require_file_memory
+    from attnsvm.npzfile import file_kind, input_file, npz_headers, read_npy, read_npz_arrays, require_file_memory
 
     path = input_file(path, "--select")
     try:
@@ -38,13 +37,13 @@ def read_selection(path: str) -> np.ndarray:
         key = "select" if "select" in keys else "selected" if "selected" in keys else (keys[0] if len(keys) == 1 else None)
         if key is None:
             raise ValidationError(f"--select: {path!r} must hold an array named 'select' or 'selected'")
-        _require_file_memory(headers[key][2], path, "--select: ", f"array {key!r} of shape {headers[key][0]}")
-        return _npz_read(path, [key], "--select")[key]
+        require_file_memory(headers[key][2], path, "--select: ", f"array {key!r} of shape {headers[key][0]}")
+        return read_npz_arrays(path, [key], "--select")[key]
     if path.endswith((".npy", ".npz")):
         raise ValidationError(f"--select: {path!r} is not a NumPy .npy/.npz file (it does not start with their "
                               "signature); expected .npy, .npz or a text file of integers")
     # text: about 40 bytes of memory per character at most (Python ints, the list, the array)
-    _require_file_memory(40.0 * os.path.getsize(path), path, "--select: ", "a text file of integers")
+    require_file_memory(40.0 * os.path.getsize(path), path, "--select: ", "a text file of integers")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -113,7 +112,7 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
     if select is None or select == "opt":
         sol = solve_svm(problem, None, norm=norm)
     else:
-        arr = read_selection(select)
+        arr = read_selection_file(select)
         if arr.ndim == 2 and (arr.dtype == bool or problem.mode != "prompt"):
             sol = solve_gen_svm(problem, arr, norm=norm)
         else:

@@ -278,7 +278,8 @@ class MiniLM:
         att = self.model.encoder.layer[layer].attention.self
         sl = slice(head * self.head_dim, (head + 1) * self.head_dim)
         grab = lambda t: t.detach().to("cpu").double().numpy()[sl]  # noqa: E731
-        return grab(att.key.weight).T.copy(), grab(att.query.weight).T.copy(), grab(att.key.bias).copy(), grab(att.query.bias).copy()
+        return (grab(att.key.weight).T.copy(), grab(att.query.weight).T.copy(), grab(att.key.bias).copy(),
+                grab(att.query.bias).copy())
 
     def head_weights(self, layer: int, head: int, *, bias: str = "augment", scaled: bool = True) -> np.ndarray:
         """Key-query matrix of a head in the TokenProblem convention (key on the left).

@@ -12,8 +12,8 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
    ``z_i = x~_{i q_i}``. The nuclear-norm Gen-SVM of the selections (the implicit
    bias of the (K, Q) parameterization) is solved on the first ``svm_sentences``
    sentences by :func:`head_svm`: the Gen-SVM rows of the real tokens only
-   (:func:`attnsvm.svm.constraints.gen_constraints` with ``valid`` = the attention
-   mask) and the exact interior-point solver :func:`attnsvm.svm.nuclear.solve_nuclear`
+   (:func:`attnsvm.svm.gen_constraints` with ``valid`` = the attention
+   mask) and the exact interior-point solver of :func:`attnsvm.svm.solve` (norm "nuclear")
    (relative duality gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM.
@@ -49,8 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm.constraints import gen_constraints
-from attnsvm.svm.nuclear import row_basis, solve_nuclear
+from attnsvm.svm import gen_constraints, row_basis, solve
 from attnsvm.real.minilm import augment, check_sentences, load_minilm
 from attnsvm.real.sentences import corpus_sentences
 
@@ -156,14 +155,15 @@ def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarra
     Z : (n, d) queries
     mask : (n, T) bool, real tokens
     selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
-    **solver_options : passed to :func:`attnsvm.svm.nuclear.solve_nuclear`
+    **solver_options : passed to :func:`attnsvm.svm.solve` (the dense nuclear solver)
 
     Returns
     -------
     SVMSolution (``W (d, d)``, formulation "gen", norm "nuclear"; status "infeasible" with
     a Farkas certificate if no W separates the selections).
     """
-    return solve_nuclear(gen_constraints(X, Z, selected, valid=mask), formulation="gen", **solver_options)
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen", method="dense",
+                 **solver_options)
 
 
 def _summary(sol) -> dict:

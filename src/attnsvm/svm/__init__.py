@@ -1,6 +1,33 @@
 """The SVMs of the theory as one problem: rank-one constraints and exact solvers.
 
-numpy / scipy / cvxpy only (no torch). See :mod:`attnsvm.svm.api` for the entry points.
+numpy / scipy / cvxpy only (no torch). Higher layers import from here only, never from
+the modules inside (they are the implementation).
+
+Every SVM constrains ``W (d1, d2)`` through rows ``u_k^T W w_k >= rhs_k`` (``==`` on
+equality rows): a :class:`ConstraintSet` with ``U (N, d1)``, ``V (N, d2)``, ``rhs (N,)``,
+``is_equality (N,)`` and labels (sample, query, token, other), and :func:`solve` solves
+``min ||W||`` (Frobenius or nuclear; soft margin with ``C``) over it exactly, with a
+certificate.
+
+Constraint builders (all return a ConstraintSet; ``X (n, T, d)``, ``Z (n, d)``)
+--------------------------------------------------------------------------------
+att_constraints(X, Z, select (n,), valid=None)     Att-SVM / Local-SVM, N = n (T - 1), U, V (N, d)
+gen_constraints(X, Z, selected (n, T), valid=None) Gen-SVM: ties in O_i, margin 1 to the rest
+fin_constraints(X, Z, selected (n, T), probs (n, T)) W_fin: log-ratio equalities inside O_i
+seq_constraints(X, select (n, T) | (n, T, T), causal=False, valid=None)  every token a query
+prompt_constraints(K (n, T, d), select (n,), zero_rows=None)  p-SVM, V = 1 (N, 1)
+v_constraints(X, Y (n,), select (n,))              v-SVM, N = n, V = 1 (n, 1)
+lm_constraints(data: LMData, loss, select=None)    causal LM: every prefix, W (d, d)
+
+Solvers
+-------
+solve(constraints, norm="fro", *, C=None, ...)     any ConstraintSet (dense or working set by size)
+solve_svm, solve_gen_svm, solve_fin, solve_seq_svm, solve_p_svm, solve_v_svm, solve_soft_svm,
+solve_svm_batch, svm_equivalence                   the formulations on TokenProblem / arrays
+soft_margin_svm(data: LMData, C, ...)              the causal-LM soft-margin Att-SVM
+
+Results and certificates: :class:`SVMSolution`, :class:`Certificate`, :func:`certificate_passes`,
+:data:`CERTIFIED_VIOLATION`, :data:`CERTIFIED_GAP`, :data:`CERTIFIED_STATIONARITY`, :func:`certify`.
 """
 
 from attnsvm.svm.analysis import (
@@ -14,6 +41,8 @@ from attnsvm.svm.analysis import (
 from attnsvm.svm.api import (
     BatchSolution,
     SVMEquivalence,
+    certify,
+    solve,
     solve_fin,
     solve_gen_svm,
     solve_p_svm,
@@ -24,13 +53,48 @@ from attnsvm.svm.api import (
     solve_v_svm,
     svm_equivalence,
 )
-from attnsvm.svm.constraints import ConstraintSet
-from attnsvm.svm.solution import Certificate, SVMSolution
+from attnsvm.svm.constraints import (
+    ConstraintSet,
+    att_constraints,
+    fin_constraints,
+    gen_constraints,
+    prompt_constraints,
+    seq_constraints,
+    v_constraints,
+)
+from attnsvm.svm.language import (
+    gen_svm_fit,
+    lm_constraints,
+    optimal_prefix_tokens,
+    prefix_problem,
+    prefix_scores,
+    prefix_softmax,
+    soft_margin_svm,
+)
+from attnsvm.svm.nuclear import row_basis
+from attnsvm.svm.solution import (
+    CERTIFIED_GAP,
+    CERTIFIED_STATIONARITY,
+    CERTIFIED_VIOLATION,
+    Certificate,
+    SVMSolution,
+    certificate_passes,
+)
 
 __all__ = [
+    # one problem: rank-one constraints and their solver
+    "ConstraintSet", "solve", "certify",
+    "att_constraints", "gen_constraints", "fin_constraints", "seq_constraints", "prompt_constraints", "v_constraints",
+    # the formulations of the papers
     "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
     "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
-    "SVMSolution", "Certificate", "ConstraintSet",
+    # causal language modeling
+    "lm_constraints", "soft_margin_svm", "prefix_scores", "optimal_prefix_tokens", "prefix_problem",
+    "prefix_softmax", "gen_svm_fit",
+    # results and certificates
+    "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
+    "CERTIFIED_STATIONARITY",
+    # analysis
     "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
-    "separation_delta", "matrix_rank",
+    "separation_delta", "matrix_rank", "row_basis",
 ]

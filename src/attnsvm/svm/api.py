@@ -3,6 +3,7 @@
 =====================  =========================================================
 function               problem
 =====================  =========================================================
+solve                  any ConstraintSet (hard margin, or soft margin with C)
 solve_svm              Att-SVM / Local-SVM (Frobenius or nuclear), cross/self
 solve_gen_svm          Gen-SVM for selected sets O_i
 solve_fin              the finite component W_fin from softmax probabilities
@@ -35,15 +36,18 @@ import numpy as np
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array, check_number
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import att_constraints, fin_constraints, gen_constraints, seq_constraints
-from attnsvm.svm.frobenius import solve_frobenius, solve_frobenius_batch
-from attnsvm.svm.nuclear import solve_nuclear
-from attnsvm.svm.prompt import p_svm, v_svm
+from attnsvm.svm.constraints import (ConstraintSet, att_rows, check_fin_inputs, check_probs, check_selected_sets,
+                                     check_valid, check_valid_selected, fin_rows, gen_rows, prompt_rows,
+                                     seq_constraints, v_constraints)
+from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
+from attnsvm.svm.nuclear import nuclear_certificate
+from attnsvm.svm.prompt import solve_vector_svm
 from attnsvm.svm.soft import solve_soft
-from attnsvm.svm.solution import SVMSolution
+from attnsvm.svm.solution import Certificate, SVMSolution
+from attnsvm.svm.working_set import solve_dispatch
 
 __all__ = [
-    "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
+    "solve", "certify", "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
     "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
 ]
 
@@ -90,12 +94,77 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
     return as_index_array(select, "select", (problem.n,), problem.T, f"(n,) = ({problem.n},)")
 
 
-def _solve(cs, norm, formulation, **kw) -> SVMSolution:
-    # method="auto" (dense below working_set.AUTO_DENSE_MAX_N rows, else the working set),
-    # "dense", "working_set", or a dense Frobenius QP method ("pdas", "goldfarb-idnani")
-    from attnsvm.svm.working_set import solve_dispatch
+@_named_options
+def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: bool = False,
+          formulation: str | None = None, **solver_options) -> SVMSolution:
+    """Solve the SVM of a set of rank-one constraints: ``min ||W|| s.t. u_k^T W w_k >= rhs_k`` (``==`` on
+    equality rows), or with ``C`` the soft margin ``min ||W|| + C sum xi s.t. u_k^T W w_k >= rhs_k - xi``.
 
-    return solve_dispatch(cs, norm, formulation, **kw)
+    Every solver of the package is this one problem (the builders :func:`att_constraints`,
+    :func:`gen_constraints`, :func:`seq_constraints`, :func:`fin_constraints`,
+    :func:`prompt_constraints`, :func:`v_constraints`, :func:`lm_constraints` make the rows).
+
+    Parameters
+    ----------
+    constraints : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``, ``rhs (N,)``, ``is_equality (N,)``
+    norm : "fro" or "nuclear"
+    C : float > 0, optional: the soft margin (inequality rows only); None: hard margin
+    squared : soft margin only, objective ``||W||^2 + C sum xi``
+    formulation : label stored in the solution (default ``constraints.kind``; soft margin: "soft")
+    **solver_options : hard margin: ``method`` ("auto": dense up to
+        :data:`~attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
+        memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"), ``tol``,
+        ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, working set: ``batch``,
+        ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
+        Validated by the solver (ValidationError naming a bad or unknown one).
+
+    Returns
+    -------
+    SVMSolution with ``W (d1, d2)`` (status "optimal" only when its certificate passes), or status
+    "infeasible" with Farkas multipliers (hard margin); soft margin also ``slack (N,)``.
+    """
+    if not isinstance(constraints, ConstraintSet):
+        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    norm = _check_norm(norm)
+    if C is not None:
+        if formulation is not None:
+            raise ValidationError("formulation is set by the soft-margin solver ('soft'): omit it with C")
+        return solve_soft(constraints, C, norm=norm, squared=squared, **solver_options)
+    if squared is not False:
+        raise ValidationError("squared applies to the soft margin only: give C")
+    if formulation is not None and not isinstance(formulation, str):
+        raise ValidationError(f"formulation must be a string, got {type(formulation).__name__}")
+    return solve_dispatch(constraints, norm, formulation or constraints.kind, **solver_options)
+
+
+def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certificate:
+    """The certificate of a candidate hard-margin solution: ``W (d1, d2)`` with multipliers ``duals (N,)``.
+
+    The same relative quantities as the solvers' certificates (see :class:`Certificate`), computed
+    from the given arrays only; :func:`certificate_passes` (``certificate_passes(cert, norm)``) says
+    whether they prove optimality. E.g. ``certify(sol.constraints, sol.W, sol.duals, sol.norm)``
+    reproduces ``sol.certificate``; a W that is not the combination ``sum_k duals_k u_k w_k^T``
+    fails the Frobenius stationarity test.
+
+    Parameters
+    ----------
+    constraints : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
+    W : (d1, d2)
+    duals : (N,) multipliers of ``min 1/2 ||W||_F^2`` (Frobenius) or of ``min ||W||_*`` (nuclear)
+    norm : "fro" or "nuclear"
+    """
+    if not isinstance(constraints, ConstraintSet):
+        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    norm = _check_norm(norm)
+    d1, d2, N = constraints.d1, constraints.d2, constraints.N
+    W = as_float_array(W, "W", 2, f"(d1, d2) = ({d1}, {d2})")
+    if W.shape != (d1, d2):
+        raise ValidationError(f"W must have shape (d1, d2) = ({d1}, {d2}), got {W.shape}")
+    lam = as_float_array(duals, "duals", 1, f"(N,) = ({N},)")
+    if lam.shape != (N,):
+        raise ValidationError(f"duals must have shape (N,) = ({N},), got {lam.shape}")
+    cert, _ = (frobenius_certificate if norm == "fro" else nuclear_certificate)(constraints, W, lam)
+    return cert
 
 
 @_named_options
@@ -133,9 +202,10 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
             raise ValidationError("a prompt problem (vector p) has only the Euclidean norm: use norm='fro'")
         if valid is not None:
             raise ValidationError("valid (padding) is not supported for prompt problems")
-        return solve_p_svm(problem.X, problem.W, sel, **solver_options)
-    cs = att_constraints(problem.X, problem.queries, sel, valid)
-    return _solve(cs, norm, "att", **solver_options)
+        # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
+        return _solve_prompt(_keys(problem.X, problem.W), sel, None, **solver_options)
+    cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
+    return solve_dispatch(cs, norm, "att", **solver_options)
 
 
 @_named_options
@@ -156,8 +226,10 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = gen_constraints(problem.X, problem.queries, selected, valid)
-    return _solve(cs, norm, "gen", **solver_options)
+    n, T = problem.n, problem.T
+    O = check_selected_sets(selected, n, T)
+    cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
+    return solve_dispatch(cs, norm, "gen", **solver_options)
 
 
 @_named_options
@@ -179,8 +251,8 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = fin_constraints(problem.X, problem.queries, selected, probs)
-    return _solve(cs, norm, "fin", **solver_options)
+    cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
+    return solve_dispatch(cs, norm, "fin", **solver_options)
 
 
 @dataclass
@@ -225,8 +297,11 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     W = as_float_array(W, "W", 2, f"(d, d) = ({d}, {d})")
     if W.shape != (d, d):
         raise ValidationError(f"W must have shape (d, d) = ({d}, {d}), got {W.shape}")
-    svm = solve_gen_svm(problem, selected, norm)
-    fin = solve_fin(problem, selected, probs, norm)
+    norm = _check_norm(norm)
+    n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
+    O = check_selected_sets(selected, n, T)            # validated once for both SVMs
+    svm = solve_dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = solve_dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -261,7 +336,7 @@ def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None
     """
     norm = _check_norm(norm)
     cs = seq_constraints(X, select, causal, valid)
-    return _solve(cs, norm, cs.kind, **solver_options)
+    return solve_dispatch(cs, norm, cs.kind, **solver_options)
 
 
 @_named_options
@@ -287,6 +362,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
     """
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
+    sel = None
     zero = None
     if isinstance(relaxed, np.bool_) and relaxed:
         relaxed = True
@@ -299,25 +375,59 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
             raise ValidationError("relaxed=True: the v-SVM on the selected tokens is infeasible")
         zero = ~vs.support
     elif relaxed is not None and relaxed is not False and not (isinstance(relaxed, np.bool_) and not relaxed):
-        # a boolean array is a mask over the samples; integers (any width) are sample indices
-        arr = np.asarray(relaxed)
-        if arr.dtype == bool:
-            zero = as_mask_array(arr, "relaxed", (n,), f"(n,) = ({n},) bool mask")
-        elif arr.size == 0:
-            zero = np.zeros(n, bool)
-        elif arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValidationError(f"relaxed must be True, a bool mask (n,) = ({n},) or a 1-D sequence of integer "
-                                  f"sample indices in [0, {n}), got dtype {arr.dtype} and shape {arr.shape}")
-        else:
-            if np.any(arr < 0) or np.any(arr >= n):
-                bad = int(arr[(arr < 0) | (arr >= n)][0])
-                raise ValidationError(f"relaxed holds sample index {bad}, outside [0, {n})")
-            zero = np.zeros(n, bool)
-            zero[arr.astype(np.int64)] = True
-    sol = p_svm(X, W, select, zero, **solver_options)
+        zero = _relaxed_samples(relaxed, n)
+    K = _keys(X, _check_W(W, d))
+    if sel is None:
+        sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    return _solve_prompt(K, sel, zero, **solver_options)
+
+
+def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, **solver_options) -> SVMSolution:
+    """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
+    form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
+    sol = solve_vector_svm(prompt_rows(K, sel, zero), "p", form, **solver_options)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
+
+
+def _relaxed_samples(relaxed, n: int) -> np.ndarray:
+    """The relaxed samples as a mask (n,): a bool mask as given, integers (any width) as sample indices."""
+    arr = np.asarray(relaxed)
+    if arr.dtype == bool:
+        return as_mask_array(arr, "relaxed", (n,), f"(n,) = ({n},) bool mask")
+    if arr.size == 0:
+        return np.zeros(n, bool)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValidationError(f"relaxed must be True, a bool mask (n,) = ({n},) or a 1-D sequence of integer "
+                              f"sample indices in [0, {n}), got dtype {arr.dtype} and shape {arr.shape}")
+    if np.any(arr < 0) or np.any(arr >= n):
+        bad = int(arr[(arr < 0) | (arr >= n)][0])
+        raise ValidationError(f"relaxed holds sample index {bad}, outside [0, {n})")
+    zero = np.zeros(n, bool)
+    zero[arr.astype(np.int64)] = True
+    return zero
+
+
+def _check_W(W, d: int) -> np.ndarray | None:
+    """The fixed key-query matrix of the p-SVM: None or a validated ``(d, d)`` float64 array."""
+    if W is None:
+        return None
+    W = as_float_array(W, "W", 2, f"(d, d) = ({d}, {d})")
+    if W.shape != (d, d):
+        raise ValidationError(f"W must have shape (d, d) = ({d}, {d}), got {W.shape}")
+    return W
+
+
+def _keys(X: np.ndarray, W: np.ndarray | None) -> np.ndarray:
+    """Keys ``K = X @ W (n, T, d)`` of validated ``X (n, T, d)`` and ``W (d, d)`` (None: the identity)."""
+    if W is None:
+        return X
+    with np.errstate(over="ignore", invalid="ignore"):
+        K = X @ W
+    if not np.all(np.isfinite(K)):
+        raise ValidationError("keys must be finite (no NaN or inf)")
+    return K
 
 
 @_named_options
@@ -332,7 +442,7 @@ def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     -------
     SVMSolution with ``v (d,)``; ``support (n,)`` marks the support vectors.
     """
-    return v_svm(X, Y, select, **solver_options)
+    return solve_vector_svm(v_constraints(X, Y, select), "v", "v", **solver_options)
 
 
 @_named_options
@@ -355,7 +465,7 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     problem = _check_problem(problem)
     norm = _check_norm(norm)
     sel = _default_select(problem, select)
-    cs = att_constraints(problem.X, problem.queries, sel)
+    cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
     return solve_soft(cs, C, norm=norm, squared=squared, **solver_options)
 
 
@@ -379,6 +489,16 @@ class BatchSolution:
     duals: np.ndarray
     margins: np.ndarray
     certificates: list = None
+
+    def __repr__(self) -> str:
+        """Counts of each status, shapes and the worst certificate quantities; never whole arrays."""
+        st, n = np.unique(np.asarray(self.status, str), return_counts=True)
+        counts = ", ".join(f"{a}: {int(b)}" for a, b in zip(st, n))
+        certs = [c for c, s in zip(self.certificates or [], self.status) if s != "infeasible"]
+        worst = lambda k: max((getattr(c, k) for c in certs), default=float("nan"))  # noqa: E731
+        return (f"BatchSolution(R={len(self.status)}, W={tuple(self.W.shape)}, status={{{counts}}}, "
+                f"max violation={worst('max_violation'):.3g}, max gap={worst('duality_gap'):.3g}, "
+                f"max residual={worst('stationarity_residual'):.3g})")
 
 
 def solve_svm_batch(X, Z=None, select=None, *, query_index=None, tol: float = 1e-10, max_memory=None) -> BatchSolution:

@@ -209,6 +209,7 @@ class _Problem:
         self.ineq = ~eq
         self.N, self.r1 = A.shape
         self.r2 = Bm.shape[1]
+        self.n_tot = self.r1 + self.r2 + int(self.ineq.sum())     # the barrier parameter's divisor
         self.KA = A @ A.T
 
     def Gmap(self, lam):
@@ -330,11 +331,263 @@ def _start(pb, lam_init, M_init):
     return lam, X11, M0.copy(), X22, s
 
 
+@dataclass
+class _Reduction:
+    """The reduced, scaled problem of :func:`nuclear_ipm` and the maps back to the caller's rows.
+
+    ``pb`` holds the live rows (``u_k w_k^T != 0``) in the bases: ``A (N', r1)`` (``U`` itself, or
+    ``U P`` with ``P (d1, r1)`` when ``d1 > N``) and ``Bm = V B`` with ``B (d2, r2)``, rows divided
+    by ``su``, ``sv`` and right-hand sides by ``sr`` (all at most 1).
+    """
+
+    pb: _Problem
+    B: np.ndarray
+    P: np.ndarray | None
+    live: np.ndarray
+    su: float
+    sv: float
+    sr: float
+
+    def M_init(self, W_init) -> np.ndarray | None:
+        """A primal start ``W_init (d1, d2)`` in the reduced, scaled coordinates: ``(r1, r2)``."""
+        if W_init is None:
+            return None
+        W_init = np.asarray(W_init, float)
+        return (W_init if self.P is None else self.P.T @ W_init) @ self.B * (self.su * self.sv / self.sr)
+
+    def W(self, X12: np.ndarray) -> np.ndarray:
+        """The reduced solution ``X12 (r1, r2)`` as ``W (d1, d2)``."""
+        W = (X12 * (self.sr / (self.su * self.sv))) @ self.B.T
+        if self.P is not None:
+            W = self.P @ W
+        return W
+
+
+def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
+    """Setup: bases of the u's and w's, the live rows and the scaling; None when no live row
+    constrains anything (then W = 0 is optimal). Records ``reduced_shape`` in ``info``."""
+    N, d1 = U.shape
+    B = query_basis(V)
+    Bm = V @ B
+    # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
+    P = None if d1 <= N else row_space_basis(U)
+    A = U if P is None else U @ P
+    info["reduced_shape"] = [int(A.shape[1]), int(B.shape[1])]
+    # rows with u_k w_k^T = 0 constrain nothing (the caller has checked that they hold)
+    live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bm, axis=1) > 0)
+    trivial = np.where(eq, rhs == 0, rhs <= 0)
+    if A.shape[1] == 0 or B.shape[1] == 0 or trivial[live].all():
+        return None
+    # scale rows and right-hand sides to at most 1: then ||M||_* >= 1 and the gap test is relative
+    su = float(np.max(np.linalg.norm(A[live], axis=1)))
+    sv = float(np.max(np.linalg.norm(Bm[live], axis=1)))
+    sr = float(np.max(np.abs(rhs[live])))
+    return _Reduction(_Problem(A[live] / su, Bm[live] / sv, rhs[live] / sr, eq[live]), B, P, live, su, sv, sr)
+
+
+@dataclass
+class _Iterate:
+    """The primal-dual iterate: ``X = [[X11, X12], [X12^T, X22]]`` (r1 + r2 square), slacks ``s``
+    of the inequality rows and multipliers ``lam`` (N',)."""
+
+    lam: np.ndarray
+    X11: np.ndarray
+    X12: np.ndarray
+    X22: np.ndarray
+    s: np.ndarray
+
+
+def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: float):
+    """Gap, violation and barrier parameter of the iterate; keeps the best iterate so far.
+
+    Returns ``(best, merit, mu, (nuc, dobj, gap, viol))`` with ``best = (merit, gap, violation,
+    X12, lam)`` (the violation after the least-norm clean-up near the end).
+    """
+    G = du.G
+    marg = pb.amap(x.X12)
+    viol = _violation(pb, marg)
+    nuc = float(np.linalg.svd(x.X12, compute_uv=False).sum())
+    dobj = float(pb.rhs @ x.lam)
+    gap = (nuc - dobj) / max(1.0, abs(nuc))
+    Xc = x.X12
+    if gap <= 10 * tol and viol > feas_tol:
+        # near the end rounding leaves violations of ~1e-10: try the least-norm correction
+        Xc, viol_c, gap_c = _clean_primal(pb, x.X12, x.lam, feas_tol)
+        if viol_c < viol:
+            gap, viol = gap_c, viol_c
+        else:
+            Xc = x.X12
+    merit = max(gap, viol)
+    if best is None or merit < best[0]:
+        best = (merit, gap, viol, Xc.copy(), x.lam.copy())
+    pobj = 0.5 * (np.trace(x.X11) + np.trace(x.X22))
+    mu = (pobj - float(np.sum(x.X12 * G)) + float(x.s @ x.lam[pb.ineq])) / pb.n_tot
+    return best, merit, mu, (nuc, dobj, gap, viol)
+
+
+def _stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float, time_limit) -> tuple[bool, bool, str]:
+    """``(optimal, stop, reason)``: whether the best iterate meets the tolerances, whether to stop,
+    and the ``info["stopped"]`` reason ("" when the optimum needs no further iteration)."""
+    optimal = best[1] <= tol and best[2] <= feas_tol
+    # go on while it pays: up to a gap 10x below tol, stop at the first iteration without progress
+    if optimal and (best[1] <= 0.1 * tol or since_best >= 1):
+        return optimal, True, ""
+    if time_limit is not None and time.perf_counter() - t0 > time_limit:
+        return optimal, True, "time limit"
+    if since_best >= (4 if best[0] < 1e-7 else 10):
+        return optimal, True, "stalled"
+    return optimal, False, ""
+
+
+class _NewtonSystem:
+    """The factorized Schur complement at an iterate and the HKM directions it gives."""
+
+    def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
+        I = pb.ineq
+        self.pb, self.x, self.du = pb, x, du
+        Msch = pb.schur(x.X11, x.X12, x.X22, du)
+        iI = np.flatnonzero(I)
+        Msch[iI, iI] += x.s / x.lam[I]
+        self.solve = _solve_factor(Msch)
+        del Msch
+        self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
+        self.X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
+        self.LX = np.linalg.cholesky(self.X)
+        self.Zi11 = 2.0 * (np.eye(pb.r1) + du.C @ du.G.T)
+        self.lamI = x.lam[I]
+
+    def direction(self, rvec, sig_mu, corr):
+        """``(dlam, dG, dX11, dX12, dX22, ds)`` for the right-hand side ``rvec`` (N',), centering
+        ``sig_mu`` and the second-order correction ``corr`` (or None)."""
+        pb, x, du, I, lamI = self.pb, self.x, self.du, self.pb.ineq, self.lamI
+        dlam = self.solve(rvec)
+        dG = pb.Gmap(dlam)
+        T11, T12, T22 = pb.XY(x.X11, x.X12, x.X22, dG, du)
+        dX11 = sig_mu * self.Zi11 - x.X11 + T11
+        dX12 = sig_mu * 2.0 * du.C - x.X12 + T12
+        dX22 = sig_mu * 2.0 * du.Si - x.X22 + T22
+        ds = -x.s - (x.s / lamI) * dlam[I] + sig_mu / lamI
+        if corr is not None:
+            dX11 += corr[0]
+            dX12 += corr[1]
+            dX22 += corr[2]
+            ds += corr[3]
+        return dlam, dG, _sym(dX11), dX12, _sym(dX22), ds
+
+    def max_steps(self, d):
+        """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible."""
+        dlam, dG, dX11, dX12, dX22, ds = d
+        dX = np.block([[dX11, dX12], [dX12.T, dX22]])
+        ap = min(_psd_step(self.LX, dX, 1.0), _lp_step(self.x.s, ds, 1.0))
+        ad = min(_lmi_step(self.du.G, dG, 1.0), _lp_step(self.lamI, dlam[self.pb.ineq], 1.0))
+        return ap, ad
+
+
+def _mehrotra_direction(nw: _NewtonSystem, mu: float):
+    """Newton direction: the predictor (affine scaling), Mehrotra's centering parameter sigma and
+    the corrector. Returns ``(d, sigma)`` with d as :meth:`_NewtonSystem.direction`."""
+    pb, x, du, I, lamI = nw.pb, nw.x, nw.du, nw.pb.ineq, nw.lamI
+    G, n_tot = du.G, pb.n_tot
+    # predictor (affine scaling direction) and Mehrotra's centering parameter
+    da = nw.direction(pb.rhs.copy(), 0.0, None)
+    ap, ad = nw.max_steps(da)
+    dlam_a, dG_a, dX11_a, dX12_a, dX22_a, ds_a = da
+    xz = (0.5 * (np.trace(x.X11 + ap * dX11_a) + np.trace(x.X22 + ap * dX22_a))
+          - float(np.sum((x.X12 + ap * dX12_a) * (G + ad * dG_a))))
+    mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
+    sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
+    # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
+    c11, c12, c22 = pb.XY(dX11_a, dX12_a, dX22_a, dG_a, du)
+    cs = -(ds_a * dlam_a[I]) / lamI
+    rvec = pb.rhs - sigma * mu * nw.g - pb.amap(c12)
+    rvec[I] += sigma * mu / lamI + cs
+    return nw.direction(rvec, sigma * mu, (c11, c12, c22, cs)), sigma
+
+
+def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
+    """Primal and dual step lengths: ``gamma`` times the largest feasible ones, then shortened
+    until the dual stays inside the ball and X positive definite despite rounding."""
+    pb, x = nw.pb, nw.x
+    ap, ad = nw.max_steps(d)
+    ap, ad = gamma * ap, gamma * ad
+    dlam, dG, dX11, dX12, dX22, ds = d
+    # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
+    for _ in range(60):
+        if _chol_S(pb.Gmap(x.lam + ad * dlam)) is not None:
+            break
+        ad *= 0.7
+    else:
+        ad = 0.0
+    for _ in range(60):
+        try:
+            np.linalg.cholesky(nw.X + ap * np.block([[dX11, dX12], [dX12.T, dX22]]))
+            break
+        except np.linalg.LinAlgError:
+            ap *= 0.7
+    else:
+        ap = 0.0
+    return ap, ad
+
+
+def _take_step(x: _Iterate, d, ap: float, ad: float) -> _Iterate:
+    dlam, dG, dX11, dX12, dX22, ds = d
+    return _Iterate(x.lam + ad * dlam, x.X11 + ap * dX11, x.X12 + ap * dX12, x.X22 + ap * dX22, x.s + ap * ds)
+
+
+def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
+             info: dict, t0: float):
+    """The path-following loop. Returns ``(best, status, iterations, last iterate)``; sets
+    ``info["stopped"]`` when a limit, a stall or rounding ended the run."""
+    best = None                     # (merit, gap, violation, X12, lam)
+    status = "inaccurate"
+    gamma = 0.95
+    it = since_best = 0
+    for it in range(1, max_iter + 1):
+        try:
+            du = _Dual(pb.A, pb.Bm, x.lam)
+        except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
+            info["stopped"] = "numerical limit"
+            break
+        best, merit, mu, (nuc, dobj, gap, viol) = _measure(pb, x, du, best, tol, feas_tol)
+        if verbose:
+            print(f"it {it:3d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} mu {mu:.2e}")
+        since_best = 0 if best[0] == merit else since_best + 1
+        optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
+        if optimal:
+            status = "optimal"
+        if stop:
+            if reason:
+                info["stopped"] = reason
+            break
+        try:
+            nw = _NewtonSystem(pb, x, du)
+            d, sigma = _mehrotra_direction(nw, mu)
+            ap, ad = _step_lengths(nw, d, gamma)
+            if max(ap, ad) < 1e-10:
+                info["stopped"] = "no progress"
+                break
+            x = _take_step(x, d, ap, ad)
+            gamma = 0.9 + 0.09 * min(ap, ad)
+            if verbose:
+                print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}")
+        except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:  # keep the best iterate
+            info["stopped"] = f"numerical limit ({type(exc).__name__})"
+            break
+    else:
+        info["stopped"] = "iteration limit"
+    return best, status, it, x
+
+
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
                 lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-9,
                 feas_tol: float = 1e-10, max_iter: int = 80, time_limit: float | None = None,
                 verbose: bool = False) -> IPMResult:
     """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows).
+
+    Steps: :func:`_reduce` (bases, live rows, scaling), :func:`_start` (interior point),
+    :func:`_iterate` (per iteration :func:`_measure` and :func:`_stopping_test`, then the
+    Newton direction :func:`_mehrotra_direction` on the factorized :class:`_NewtonSystem` and
+    :func:`_step_lengths`), and the final clean-up and map back to W.
 
     Parameters
     ----------
@@ -363,163 +616,18 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     eq = np.asarray(is_equality, bool)
     N, d1 = U.shape
     d2 = V.shape[1]
-    B = query_basis(V)
-    Bm = V @ B
-    # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
-    P = None if d1 <= N else row_space_basis(U)
-    A = U if P is None else U @ P
-    info: dict = {"method": "primal-dual interior point (HKM, Mehrotra)",
-                  "reduced_shape": [int(A.shape[1]), int(B.shape[1])]}
+    info: dict = {"method": "primal-dual interior point (HKM, Mehrotra)"}
+    red = _reduce(U, V, rhs, eq, info)
     lam = np.zeros(N)
-    # rows with u_k w_k^T = 0 constrain nothing (the caller has checked that they hold)
-    live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bm, axis=1) > 0)
-    trivial = np.where(eq, rhs == 0, rhs <= 0)
-    if A.shape[1] == 0 or B.shape[1] == 0 or trivial[live].all():
+    if red is None:
         info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0)
         return IPMResult("optimal", np.zeros((d1, d2)), lam, info)
-    # scale rows and right-hand sides to at most 1: then ||M||_* >= 1 and the gap test is relative
-    su = float(np.max(np.linalg.norm(A[live], axis=1)))
-    sv = float(np.max(np.linalg.norm(Bm[live], axis=1)))
-    sr = float(np.max(np.abs(rhs[live])))
-    pb = _Problem(A[live] / su, Bm[live] / sv, rhs[live] / sr, eq[live])
-    I = pb.ineq
-    nI = int(I.sum())
-    r1, r2 = pb.r1, pb.r2
-    n_tot = r1 + r2 + nI
-    M_init = None
-    if W_init is not None:
-        W_init = np.asarray(W_init, float)
-        M_init = (W_init if P is None else P.T @ W_init) @ B * (su * sv / sr)
-    lam_l, X11, X12, X22, s = _start(pb, None if lam_init is None else np.asarray(lam_init, float)[live], M_init)
-
-    best = None                     # (merit, gap, violation, X12, lam)
-    status = "inaccurate"
-    gamma = 0.95
-    it = since_best = 0
-    for it in range(1, max_iter + 1):
-        try:
-            du = _Dual(pb.A, pb.Bm, lam_l)
-        except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
-            info["stopped"] = "numerical limit"
-            break
-        G = du.G
-        marg = pb.amap(X12)
-        viol = _violation(pb, marg)
-        nuc = float(np.linalg.svd(X12, compute_uv=False).sum())
-        dobj = float(pb.rhs @ lam_l)
-        gap = (nuc - dobj) / max(1.0, abs(nuc))
-        Xc = X12
-        if gap <= 10 * tol and viol > feas_tol:
-            # near the end rounding leaves violations of ~1e-10: try the least-norm correction
-            Xc, viol_c, gap_c = _clean_primal(pb, X12, lam_l, feas_tol)
-            if viol_c < viol:
-                gap, viol = gap_c, viol_c
-            else:
-                Xc = X12
-        merit = max(gap, viol)
-        if best is None or merit < best[0]:
-            best = (merit, gap, viol, Xc.copy(), lam_l.copy())
-        pobj = 0.5 * (np.trace(X11) + np.trace(X22))
-        mu = (pobj - float(np.sum(X12 * G)) + float(s @ lam_l[I])) / n_tot
-        if verbose:
-            print(f"it {it:3d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} mu {mu:.2e}")
-        since_best = 0 if best[0] == merit else since_best + 1
-        if best[1] <= tol and best[2] <= feas_tol:
-            status = "optimal"
-            # go on while it pays: up to a gap 10x below tol, stop at the first iteration without progress
-            if best[1] <= 0.1 * tol or since_best >= 1:
-                break
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            info["stopped"] = "time limit"
-            break
-        if since_best >= (4 if best[0] < 1e-7 else 10):
-            info["stopped"] = "stalled"
-            break
-        try:
-            # ---- Schur complement and its factorization
-            Msch = pb.schur(X11, X12, X22, du)
-            iI = np.flatnonzero(I)
-            Msch[iI, iI] += s / lam_l[I]
-            solve = _solve_factor(Msch)
-            del Msch
-            g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
-            X = np.block([[X11, X12], [X12.T, X22]])
-            LX = np.linalg.cholesky(X)
-            Zi11 = 2.0 * (np.eye(r1) + du.C @ G.T)
-            lamI = lam_l[I]
-
-            def direction(rvec, sig_mu, corr):
-                dlam = solve(rvec)
-                dG = pb.Gmap(dlam)
-                T11, T12, T22 = pb.XY(X11, X12, X22, dG, du)
-                dX11 = sig_mu * Zi11 - X11 + T11
-                dX12 = sig_mu * 2.0 * du.C - X12 + T12
-                dX22 = sig_mu * 2.0 * du.Si - X22 + T22
-                ds = -s - (s / lamI) * dlam[I] + sig_mu / lamI
-                if corr is not None:
-                    dX11 += corr[0]
-                    dX12 += corr[1]
-                    dX22 += corr[2]
-                    ds += corr[3]
-                return dlam, dG, _sym(dX11), dX12, _sym(dX22), ds
-
-            def max_steps(d):
-                dlam, dG, dX11, dX12, dX22, ds = d
-                dX = np.block([[dX11, dX12], [dX12.T, dX22]])
-                ap = min(_psd_step(LX, dX, 1.0), _lp_step(s, ds, 1.0))
-                ad = min(_lmi_step(G, dG, 1.0), _lp_step(lamI, dlam[I], 1.0))
-                return ap, ad
-
-            # predictor (affine scaling direction) and Mehrotra's centering parameter
-            da = direction(pb.rhs.copy(), 0.0, None)
-            ap, ad = max_steps(da)
-            dlam_a, dG_a, dX11_a, dX12_a, dX22_a, ds_a = da
-            xz = (0.5 * (np.trace(X11 + ap * dX11_a) + np.trace(X22 + ap * dX22_a))
-                  - float(np.sum((X12 + ap * dX12_a) * (G + ad * dG_a))))
-            mu_a = (xz + float((s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
-            sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
-            # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
-            c11, c12, c22 = pb.XY(dX11_a, dX12_a, dX22_a, dG_a, du)
-            cs = -(ds_a * dlam_a[I]) / lamI
-            rvec = pb.rhs - sigma * mu * g - pb.amap(c12)
-            rvec[I] += sigma * mu / lamI + cs
-            d = direction(rvec, sigma * mu, (c11, c12, c22, cs))
-            ap, ad = max_steps(d)
-            ap, ad = gamma * ap, gamma * ad
-            dlam, dG, dX11, dX12, dX22, ds = d
-            # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
-            for _ in range(60):
-                if _chol_S(pb.Gmap(lam_l + ad * dlam)) is not None:
-                    break
-                ad *= 0.7
-            else:
-                ad = 0.0
-            for _ in range(60):
-                try:
-                    np.linalg.cholesky(X + ap * np.block([[dX11, dX12], [dX12.T, dX22]]))
-                    break
-                except np.linalg.LinAlgError:
-                    ap *= 0.7
-            else:
-                ap = 0.0
-            if max(ap, ad) < 1e-10:
-                info["stopped"] = "no progress"
-                break
-            X11 = X11 + ap * dX11
-            X12 = X12 + ap * dX12
-            X22 = X22 + ap * dX22
-            s = s + ap * ds
-            lam_l = lam_l + ad * dlam
-            gamma = 0.9 + 0.09 * min(ap, ad)
-            if verbose:
-                print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}")
-        except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:  # keep the best iterate
-            info["stopped"] = f"numerical limit ({type(exc).__name__})"
-            break
-    else:
-        info["stopped"] = "iteration limit"
+    pb = red.pb
+    x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
+                         red.M_init(W_init)))
+    best, status, it, x = _iterate(pb, x, tol, feas_tol, max_iter, time_limit, verbose, info, t0)
     if best is None:                # no iterate was evaluated (the start left the domain by rounding)
-        best = (np.inf, np.inf, _violation(pb, pb.amap(X12)), X12, np.zeros(pb.N))
+        best = (np.inf, np.inf, _violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
     merit, gap, viol, X12, lam_l = best
     X12, viol2, gap2 = _clean_primal(pb, X12, lam_l, feas_tol)
     if viol2 < viol:
@@ -527,9 +635,7 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         viol, gap = viol2, gap2
         if status != "optimal" and gap <= tol and viol <= feas_tol:
             status = "optimal"
-    W = (X12 * (sr / (su * sv))) @ B.T
-    if P is not None:
-        W = P @ W
-    lam[live] = lam_l / (su * sv)
+    W = red.W(X12)
+    lam[red.live] = lam_l / (red.su * red.sv)
     info.update(iterations=it, rel_gap=float(gap), violation=float(viol), seconds=time.perf_counter() - t0)
     return IPMResult(status, W, lam, info)

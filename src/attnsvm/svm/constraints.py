@@ -39,6 +39,16 @@ __all__ = [
     "seq_constraints",
     "prompt_constraints",
     "v_constraints",
+    "att_rows",
+    "gen_rows",
+    "fin_rows",
+    "prompt_rows",
+    "v_rows",
+    "check_valid",
+    "check_valid_selected",
+    "check_selected_sets",
+    "check_fin_inputs",
+    "check_probs",
 ]
 
 
@@ -236,8 +246,9 @@ def _check_queries(Z, n: int, d: int, name: str = "Z") -> np.ndarray:
     return Z
 
 
-def _check_valid(valid, n: int, T: int, chosen: np.ndarray, what: str) -> np.ndarray:
-    """The real-token mask ``valid (n, T)`` (all True when None); ``chosen (n, T)`` must lie inside it."""
+def check_valid(valid, n: int, T: int, chosen: np.ndarray, what: str) -> np.ndarray:
+    """The validated real-token mask ``valid (n, T)`` bool (all True when None); the tokens
+    ``chosen (n, T)`` bool must lie inside it (ValidationError naming the first that does not)."""
     if valid is None:
         return np.ones((n, T), bool)
     valid = as_mask_array(valid, "valid", (n, T), f"(n, T) = ({n}, {T})")
@@ -268,8 +279,24 @@ def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    return att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
+
+
+def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
+    """The validated real-token mask ``(n, T)`` for the selection ``sel (n,)`` (all True when None)."""
+    n = sel.shape[0]
+    chosen = np.arange(T)[None, :] == sel[:, None]
+    return check_valid(valid, n, T, chosen, "selected")
+
+
+def att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+    """The rows of :func:`att_constraints` from validated arrays (no checks, no copies of X).
+
+    ``X (n, T, d)`` and ``Z (n, d)`` float64, ``sel (n,)`` int64 in ``[0, T)``, ``ok (n, T)``
+    bool (the candidate tokens, containing the selected ones).
+    """
+    n, T, _ = X.shape
     others = np.arange(T)[None, :] != sel[:, None]
-    ok = _check_valid(valid, n, T, ~others, "selected")
     ii, tt = np.nonzero(others & ok)
     U = X[ii, tt]                       # (N, d); in place below: two N x d arrays at the peak, not three
     np.subtract(X[ii, sel[ii]], U, out=U)
@@ -303,11 +330,23 @@ def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
+    O = check_selected_sets(selected, n, T)
+    return gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
+
+
+def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
+    """The validated selected sets ``O (n, T)`` bool, at least one token per sample."""
     O = as_mask_array(selected, "selected", (n, T), f"(n, T) = ({n}, {T})")
     empty = np.flatnonzero(~O.any(axis=1))
     if empty.size:
         raise ValidationError(f"selected must mark at least one token per sample; sample {int(empty[0])} has none")
-    ok = _check_valid(valid, n, T, O, "selected")
+    return O
+
+
+def gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+    """The rows of :func:`gen_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``
+    float64, ``O (n, T)`` bool (non-empty sets), ``ok (n, T)`` bool (containing ``O``)."""
+    n, T, _ = X.shape
     r, a, b, rhs, eq = _gen_rows(O, ok)
     return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T))
 
@@ -336,16 +375,6 @@ def _gen_rows(O: np.ndarray, ok: np.ndarray):
     return r, a, b, np.where(eq, 0.0, 1.0), eq
 
 
-def _pairs(X, Z, rows, kind, shape) -> ConstraintSet:
-    if not rows:
-        d = X.shape[2]
-        e = np.zeros(0, np.int64)
-        return _make(np.zeros((0, d)), np.zeros((0, Z.shape[1])), np.zeros(0), np.zeros(0, bool), e, e, e, e, kind, shape)
-    i, a, b, rhs, eq = (np.array(c) for c in zip(*rows))
-    i, a, b = i.astype(np.int64), a.astype(np.int64), b.astype(np.int64)
-    return _make(X[i, a] - X[i, b], Z[i], rhs.astype(float), eq.astype(bool), i, np.full(i.size, -1), a, b, kind, shape)
-
-
 def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     """Rows of the finite component ``W_fin`` (equalities only).
 
@@ -362,18 +391,38 @@ def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
+    return fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
+
+
+def check_fin_inputs(selected, probs, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """The validated ``(O (n, T) bool, s (n, T) float64)`` of :func:`fin_constraints` (``s > 0`` on ``O``)."""
     O = as_mask_array(selected, "selected", (n, T), f"(n, T) = ({n}, {T})")
+    return O, check_probs(probs, O)
+
+
+def check_probs(probs, O: np.ndarray) -> np.ndarray:
+    """The validated softmax probabilities ``s (n, T)`` float64, > 0 on the selected tokens ``O (n, T)``."""
+    n, T = O.shape
     s = as_float_array(probs, "probs", 2, f"(n, T) = ({n}, {T})")
     if s.shape != (n, T):
         raise ValidationError(f"probs must have shape (n, T) = ({n}, {T}), got {s.shape}")
     if np.any(s[O] <= 0):
         raise ValidationError("probs must be > 0 on every selected token")
-    rows = []
-    for i in range(n):
-        chosen = np.flatnonzero(O[i])
-        for t in chosen[1:]:
-            rows.append((i, chosen[0], t, float(np.log(s[i, chosen[0]] / s[i, t])), True))
-    return _pairs(X, Z, rows, "fin", (n, T))
+    return s
+
+
+def fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
+    """The rows of :func:`fin_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``,
+    ``O (n, T)`` bool, ``s (n, T)`` float64 (> 0 on ``O``). Rows by sample, then token."""
+    n, T, _ = X.shape
+    i, t = np.nonzero(O)                                    # row-major: by sample, then token
+    first = O.argmax(axis=1)
+    keep = t != first[i]                                    # every selected token but the first
+    i, b = i[keep].astype(np.int64), t[keep].astype(np.int64)
+    a = first[i].astype(np.int64)
+    rhs = np.log(s[i, a] / s[i, b])
+    N = i.size
+    return _make(X[i, a] - X[i, b], Z[i], rhs, np.ones(N, bool), i, np.full(N, -1), a, b, "fin", (n, T))
 
 
 def seq_constraints(X, select, causal: bool = False, valid=None) -> ConstraintSet:
@@ -459,10 +508,17 @@ def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
     K = as_float_array(K, "keys", 3, "(n, T, d)")
     n, T, d = K.shape
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    return prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
+
+
+def prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
+    """The rows of :func:`prompt_constraints` from validated arrays: ``K (n, T, d)`` float64,
+    ``sel (n,)`` int64, ``zero_rows (n,)`` bool or None."""
+    n, T, d = K.shape
     ii, tt = np.nonzero(np.arange(T)[None, :] != sel[:, None])
     rhs = np.ones(ii.size)
     if zero_rows is not None:
-        rhs[np.asarray(zero_rows, bool)[ii]] = 0.0
+        rhs[zero_rows[ii]] = 0.0
     N = ii.size
     return _make(K[ii, sel[ii]] - K[ii, tt], np.ones((N, 1)), rhs, np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt,
                  "prompt", (n, T))
@@ -489,6 +545,13 @@ def v_constraints(X, Y, select) -> ConstraintSet:
     if not np.all(np.abs(Y) == 1.0):
         raise ValidationError("Y must hold labels in {-1, +1} only")
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
+    return v_rows(X, Y, sel)
+
+
+def v_rows(X: np.ndarray, Y: np.ndarray, sel: np.ndarray) -> ConstraintSet:
+    """The rows of :func:`v_constraints` from validated arrays: ``X (n, T, d)``, ``Y (n,)`` float64
+    in {-1, +1}, ``sel (n,)`` int64."""
+    n, T, _ = X.shape
     i = np.arange(n)
     return _make(Y[:, None] * X[i, sel], np.ones((n, 1)), np.ones(n), np.zeros(n, bool), i, np.full(n, -1), sel,
                  np.full(n, -1), "v", (n, T))

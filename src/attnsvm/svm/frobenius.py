@@ -29,11 +29,12 @@ from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
+                                   status_from)
 
 __all__ = ["solve_frobenius", "solve_frobenius_batch", "infeasible_solution", "frobenius_solution",
            "frobenius_certificate", "farkas_residual", "dense_frobenius_bytes", "check_solver_options", "frobenius_qp",
-           "require_dense_memory"]
+           "require_dense_memory", "row_sizes", "support_mask", "not_representable_error"]
 
 _METHODS = ("auto", "pdas", "goldfarb-idnani")
 
@@ -107,7 +108,10 @@ def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     ``lam (N,)`` of ``min 1/2 ||W||_F^2``, and the margins ``u_k^T W w_k`` (N,).
 
     Computed from the given arrays after the exact map to the row-normalized set
-    (``normalized``: the pair returned by ``cs.normalized()``, recomputed if None).
+    (``normalized``: the pair returned by ``cs.normalized()``, recomputed if None): the
+    stationarity residual compares the given W with the combination of the given multipliers
+    (:func:`~attnsvm.svm.solution.stationarity_residual`), so a W or multipliers that do not
+    belong together fail the certificate.
     """
     cs_n, sc = normalized if normalized is not None else cs.normalized()
     W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
@@ -121,15 +125,12 @@ def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     nW2 = float(np.sum(W_n * W_n))
     primal = 0.5 * nW2
     dual = float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    S = cs_n.combine(lam_n)
-    dW = float(np.linalg.norm(W_n - S))
-    den = float(np.sqrt(nW2)) if nW2 > 0 else float(np.linalg.norm(S))
     top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
     neg = float(np.max(-lam_n[ineq], initial=0.0))
     comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
     cert = Certificate(
-        max_violation=relative_violation(m_n, b, eq, _row_sizes(cs_n) * float(np.sqrt(nW2))),
-        stationarity_residual=dW / den if den > 0 else 0.0,
+        max_violation=relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.sqrt(nW2))),
+        stationarity_residual=stationarity_residual(cs_n.U, cs_n.V, lam_n, W_n),
         duality_gap=relative_gap(primal, dual),
         dual_infeasibility=max(neg, 0.0) / top_lam if top_lam > 0 else 0.0,
         complementarity=comp / nW2 if nW2 > 0 else comp,
@@ -137,12 +138,12 @@ def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     return cert, margins
 
 
-def _row_sizes(cs: ConstraintSet) -> np.ndarray:
+def row_sizes(cs: ConstraintSet) -> np.ndarray:
     """``||u_k|| ||w_k||`` for every row: shape (N,)."""
     return np.linalg.norm(cs.U, axis=1) * np.linalg.norm(cs.V, axis=1)
 
 
-def _support(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.ndarray:
+def support_mask(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.ndarray:
     """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)``."""
     b = cs.rhs
     R = float(np.max(np.abs(b))) if b.size else 1.0
@@ -150,7 +151,7 @@ def _support(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.n
     return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
 
 
-def _not_representable(what: str, sc: RowScaling, top_n: float, exponent) -> ValidationError:
+def not_representable_error(what: str, sc: RowScaling, top_n: float, exponent) -> ValidationError:
     e = int(np.max(exponent)) if np.ndim(exponent) else int(exponent)
     approx = float(np.log10(max(top_n, 1e-300))) + e * float(np.log10(2.0))
     return ValidationError(
@@ -178,13 +179,13 @@ def frobenius_solution(cs: ConstraintSet, lam: np.ndarray, formulation: str, inf
     W_n = cs_n.combine(lam_n)
     W = sc.W(W_n)
     if not representable(W, W_n):
-        raise _not_representable("solution W", sc, float(np.abs(W_n).max()), sc.E)
+        raise not_representable_error("solution W", sc, float(np.abs(W_n).max()), sc.E)
     lam_out = sc.lam(lam_n, "squared")
     if not representable(lam_out, lam_n):
-        raise _not_representable("multipliers", sc, float(np.abs(lam_n).max()), sc.E - sc.a - sc.b)
+        raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), sc.E - sc.a - sc.b)
     cert, margins = frobenius_certificate(cs, W, lam_out, normalized)
     nrm = float(np.ldexp(np.linalg.norm(W_n), sc.E)) if W_n.size else 0.0
-    support = _support(margins, cs, support_tol)
+    support = support_mask(margins, cs, support_tol)
     return SVMSolution(status_from(cert, "fro"), formulation, "fro", W, nrm, nrm, margins, lam_out, support, cs, cert,
                        support_tol=support_tol, info=info)
 

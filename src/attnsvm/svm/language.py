@@ -9,12 +9,17 @@ objective ``||W||_F + C sum xi``) is built from rank-one rows ``(a_opt - a_t)^T 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm.constraints import seq_constraints
-from attnsvm.svm.soft import solve_soft
 from attnsvm.language import LMData, token_loss
+from attnsvm.problem import TokenProblem
+from attnsvm.svm.api import solve_fin, solve_gen_svm
+from attnsvm.svm.constraints import seq_constraints
+from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm.soft import solve_soft
 
 
 def prefix_scores(data: LMData, loss: str = "logistic") -> np.ndarray:
@@ -46,12 +51,20 @@ def lm_constraints(data: LMData, loss: str = "logistic", select=None, tol: float
 
     Prefixes without a target (the last position) are dropped, and so are the rows of tokens
     identical to the selected one (same type: ``u = 0``, they would only add the constant
-    ``C`` to a soft-margin objective). Built by :func:`attnsvm.svm.constraints.seq_constraints`
+    ``C`` to a soft-margin objective). Built by :func:`attnsvm.svm.seq_constraints`
     (causal) and filtered.
+
+    Parameters
+    ----------
+    data : LMData with ``A (m, n, d)`` inputs, ``targets (m, n)``, ``E (V, d)``
+    loss : the token loss of :func:`prefix_scores`
+    select : (m, n) int, optional selected token per prefix (None: :func:`optimal_prefix_tokens`)
+    tol : rows with ``||u_k|| <= tol`` (a token of the selected one's type) are dropped
 
     Returns
     -------
-    ConstraintSet (kind "causal") with ``sample = l``, ``query = k``, ``token = opt``, ``other = t``.
+    ConstraintSet (kind "causal") with ``U (N, d)``, ``V (N, d)``, ``sample = l``, ``query = k``,
+    ``token = opt``, ``other = t``.
     """
     m, n, _ = data.A.shape
     if select is None:
@@ -65,8 +78,18 @@ def soft_margin_svm(data: LMData, C: float = 10.0, loss: str = "logistic", squar
     """Soft-margin Att-SVM of the paper's Definition 4.1 over every prefix.
 
     ``min ||W||_F + C sum xi`` (``||W||_F^2`` with ``squared``) s.t.
-    ``(a_opt - a_t)^T W a_k >= 1 - xi``, solved by :func:`attnsvm.svm.soft.solve_soft`
+    ``(a_opt - a_t)^T W a_k >= 1 - xi``, solved by :func:`attnsvm.svm.solve` (with ``C``)
     on the rank-one rows of :func:`lm_constraints`.
+
+    Parameters
+    ----------
+    data : LMData with ``A (m, n, d)``; C : float > 0; loss : as :func:`prefix_scores`
+    squared : objective ``||W||_F^2 + C sum xi``
+    cs : the rows, if already built by :func:`lm_constraints`
+
+    Returns
+    -------
+    SVMSolution with ``W (d, d)`` and ``slack (N,)``.
     """
     cs = lm_constraints(data, loss) if cs is None else cs
     if cs.N == 0:
@@ -87,8 +110,6 @@ def prefix_problem(data: LMData):
     -------
     (TokenProblem with X (P, n, d) and Z (P, d), valid (P, n) bool, seq (P,), pos (P,)), P = m (n - 1)
     """
-    from attnsvm.problem import TokenProblem
-
     m, n, _ = data.A.shape
     seq, pos = (a.ravel() for a in np.meshgrid(np.arange(m), np.arange(n - 1), indexing="ij"))
     valid = np.arange(n)[None, :] <= pos[:, None]
@@ -129,11 +150,6 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     as the list ``proj``), ``dim`` (dimension of the subspace of W_svm and the control:
     rank of tie and margin rows minus rank of the tie rows; 1 makes the control equal W_svm).
     """
-    from dataclasses import replace
-
-    from attnsvm.svm import solve_fin, solve_gen_svm
-    from attnsvm.svm.frobenius import solve_frobenius
-
     problem, valid, _, _ = prefix_problem(data)
     W = np.asarray(W, dtype=np.float64)
     s = prefix_softmax(data, W)
@@ -172,13 +188,13 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
         rand.append(Wf + Rr * Wr)
     # dimension of the subspace W_svm and the control live in: rank(tie + margin rows) - rank(tie rows)
     both = replace(tie, U=np.vstack([tie.U, ineq.U]), V=np.vstack([tie.V, ineq.V]))
-    dim = _rank(both) - _rank(tie)
+    dim = _span_dimension(both) - _span_dimension(tie)
     out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
                np.zeros((0,) + W.shape), proj=projs, dim=int(dim))
     return out
 
 
-def _rank(cs, rtol: float = 1e-9) -> int:
+def _span_dimension(cs, rtol: float = 1e-9) -> int:
     """Dimension of the span of the rank-one rows ``u_k w_k^T`` (eigenvalues of their Gram matrix)."""
     if cs.U.shape[0] == 0:
         return 0

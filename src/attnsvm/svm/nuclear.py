@@ -34,7 +34,8 @@ from attnsvm._validate import check_choice, check_number
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
-from attnsvm.svm.frobenius import _not_representable, _row_sizes, _support, require_dense_memory, frobenius_qp, infeasible_solution
+from attnsvm.svm.frobenius import (frobenius_qp, infeasible_solution, not_representable_error, require_dense_memory,
+                                   row_sizes, support_mask)
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
 __all__ = ["row_basis", "solve_nuclear", "nuclear_certificate", "nuclear_bytes"]
@@ -74,7 +75,7 @@ def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
     comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
     cert = Certificate(
-        max_violation=relative_violation(m_n, b, eq, _row_sizes(cs_n) * float(np.linalg.norm(W_n))),
+        max_violation=relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n))),
         stationarity_residual=max(spec - 1.0, 0.0) + align,
         duality_gap=relative_gap(nuc, dual),
         dual_infeasibility=float(np.max(-lam_n[ineq], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
@@ -236,13 +237,13 @@ def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info
     lam_n = np.asarray(lam_n, dtype=np.float64)
     W = sc.W(W_n)
     if not representable(W, W_n):
-        raise _not_representable("solution W", sc, float(np.abs(W_n).max()), sc.E)
+        raise not_representable_error("solution W", sc, float(np.abs(W_n).max()), sc.E)
     lam = sc.lam(lam_n, "norm")
     if not representable(lam, lam_n):
-        raise _not_representable("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
+        raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
     cert, margins = nuclear_certificate(cs, W, lam, normalized)
     nuc = float(np.ldexp(np.linalg.svd(W_n, compute_uv=False).sum(), sc.E)) if W_n.size else 0.0
-    support = _support(margins, cs, support_tol)
+    support = support_mask(margins, cs, support_tol)
     info["seconds"] = time.perf_counter() - t0
     return SVMSolution(status_from(cert, "nuclear"), formulation, "nuclear", W, nuc, nuc, margins, lam, support, cs,
                        cert, support_tol=support_tol, info=info)

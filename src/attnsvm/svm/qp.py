@@ -215,7 +215,8 @@ def _cholesky_delete(L: np.ndarray, k: int) -> np.ndarray:
     return M[:, : s - 1]
 
 
-def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int | None = None) -> QPResult:
+def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10,
+                    maxit: int | None = None) -> QPResult:
     """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
 
     Solves ``min 1/2 ||W||^2 s.t. <W, A_k> >= b_k`` (``==`` on ``eq``) where only
@@ -347,7 +348,8 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     return QPResult("optimal", lam, iterations=it, method="goldfarb-idnani")
 
 
-def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, method: str = "auto") -> QPResult:
+def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10,
+                  method: str = "auto") -> QPResult:
     """Solve the Frobenius dual QP given its Gram matrix (see module docstring).
 
     Parameters

@@ -249,7 +249,7 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
                                   "hard-margin SVM does not solve the problem: rescale the data towards unit size")
         W_s, lam_s, slack, info = _conic(cs_s, C_s, norm, squared)
     cert = soft_certificate(cs_s, W_s, lam_s, slack, C_s, norm, squared)
-    if status_from(cert, norm) != "optimal" and norm == "fro":
+    if status_from(cert, norm, stationarity=False) != "optimal" and norm == "fro":
         lam_p = _polish_duals(cs_s, W_s, slack, C_s, squared)
         if lam_p is not None:
             cert_p = soft_certificate(cs_s, W_s, lam_p, slack, C_s, norm, squared)
@@ -267,5 +267,6 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     objective = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
     support = (np.abs(margins - cs.rhs) <= support_tol * np.maximum(1.0, np.abs(cs.rhs))) | (slack > support_tol)
     info.update({"C": float(C), "squared": squared, "seconds": time.perf_counter() - t0})
-    return SVMSolution(status_from(cert, norm), "soft", norm, W, nrm, objective, margins, lam, support, cs, cert,
+    status = status_from(cert, norm, stationarity=False)
+    return SVMSolution(status, "soft", norm, W, nrm, objective, margins, lam, support, cs, cert,
                        slack=slack, support_tol=support_tol, info=info)

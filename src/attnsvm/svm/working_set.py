@@ -3,7 +3,7 @@
 A hard-margin SVM ``min ||W|| s.t. u_k^T W w_k >= rhs_k`` rests on few support rows
 (a dual solution with at most ``d1 d2`` nonzeros exists), and checking every margin of
 a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
-(:mod:`attnsvm.svm.margins`). So the outer loop here
+(:mod:`attnsvm.svm.row_values`). So the outer loop here
 
 1. solves the problem *exactly* on a working subset S of rows (Frobenius: the min-norm-point
    form of its dual on the s x s Gram matrix of S, kept up to date incrementally, by a
@@ -49,9 +49,10 @@ from attnsvm._validate import check_choice, check_number
 from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet
-from attnsvm.svm.margins import QueryGroups, constraint_values, query_groups, row_norms
+from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.qp import QPResult, solve_gram_qp
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
+                                   status_from)
 
 __all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "solve_dispatch", "WorkingSetSettings", "AUTO_DENSE_MAX_N",
            "METHODS", "ScaleError"]
@@ -166,7 +167,7 @@ def _rank_bound(cs: ConstraintSet, groups: QueryGroups | None) -> int:
     rank(V) from the distinct queries; rank(U) from ``U^T U`` accumulated in chunks (skipped,
     i.e. ``d1``, when the bound cannot matter: above 50000).
     """
-    from attnsvm.svm.margins import chunk_rows
+    from attnsvm.svm.row_values import chunk_rows
 
     N, d1, d2 = cs.N, cs.d1, cs.d2
     if N == 0:
@@ -843,14 +844,12 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     S_f = ws.combine(lam_f)
     primal = 0.5 * nrm ** 2
     dual = float(b_ws @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    S = ws.combine(lam_ws)
-    den = nrm if nrm > 0 else float(np.linalg.norm(S))
     top_lam = float(np.max(np.abs(lam_ws))) if lam_ws.size else 0.0
     slack_ws = np.ldexp(margins[ws.rows] - cs.rhs[ws.rows], -setup.e[ws.rows])
     comp = float(np.max(np.abs(lam_ws * np.where(ineq_ws, slack_ws, 0.0)), initial=0.0))
     cert = Certificate(
         max_violation=relative_violation(margins, cs.rhs, eq, setup.scale * nrm),
-        stationarity_residual=float(np.linalg.norm(W - S)) / den if den > 0 else 0.0,
+        stationarity_residual=_returned_residual(setup, lam, W),
         duality_gap=relative_gap(primal, dual),
         dual_infeasibility=float(np.max(-lam_ws[ineq_ws], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
         complementarity=comp / nrm ** 2 if nrm > 0 else comp,
@@ -858,6 +857,15 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     status = status_from(cert, "fro") if "stopped" not in info else "optimal_inaccurate"
     return SVMSolution(status, formulation, "fro", W, nrm, nrm, margins, lam, _support_mask(cs, margins, support_tol),
                        cs, cert, support_tol=support_tol, info=info)
+
+
+def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
+    """Frobenius stationarity residual of the returned pair: ``W (d1, d2)`` and the multipliers
+    ``lam (N,)`` of the rows of ``cs``, mapped exactly to the scaled rows (``lam'_k = lam_k 2^e_k``;
+    W is the same for scaled and unscaled rows). Only the rows with a nonzero multiplier are read."""
+    rows = np.flatnonzero(lam)
+    Un, Vn = setup.rows(rows)
+    return stationarity_residual(Un, Vn, np.ldexp(lam[rows], setup.e[rows]), W)
 
 
 def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,

@@ -1,9 +1,20 @@
-"""The causal one-layer model of the ``lm-*`` experiments: losses, gradients, GD and Lipschitz estimates.
+"""The causal one-layer language model: losses, gradients, GD and gradient Lipschitz estimates.
 
-Softmax or linear attention over each prefix with the tied head ``H = E^T``; the logit of key
-t for query k is ``a_t^T W a_k`` (paper convention ``x^T W z``). Per-vocabulary logistic (the
-paper's loss), cross-entropy or l2 loss, closed-form float64 gradients batched over runs,
-plain GD (the engine's ``train_sequence`` where it covers the setting).
+Shapes (R = runs, m = sequences, n = positions, d = dimension, V = vocabulary):
+
+=========  ==============  ==================================================
+A          (R, m, n, d)    token embeddings of each sequence
+targets    (R, m, n)       int64 next-token targets in [0, V), -1 = no target
+E          (R, V, d)       tied embedding: the head is ``H = E^T`` (logits ``E o``)
+W          (R, d, d)       key-query weights
+=========  ==============  ==================================================
+
+Softmax or linear attention over each prefix: the logit of key t for query k is ``a_t^T W a_k``
+(paper convention ``x^T W z``), ``s_k = softmax(a_t^T W a_k, t <= k)``, output ``o_k = sum_t s_kt a_t``.
+Per-vocabulary logistic (the paper's loss), cross-entropy or l2 loss, closed-form float64 gradients
+batched over runs (the softmax backward is the shared kernel
+:func:`attnsvm.training.kernel.softmax_backward`), plain GD (the engine's ``train_sequence`` where it
+covers the setting). Functions here do not change torch's thread count.
 """
 
 from __future__ import annotations
@@ -12,8 +23,13 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
+from attnsvm.language import LM_LOSSES as LOSSES, LMData
+from attnsvm.training.kernel import softmax_backward
 from attnsvm.training.train import train_sequence
-from attnsvm.language import LM_LOSSES as LOSSES, LMData, token_loss
+
+__all__ = ["LOSSES", "lm_loss_grad", "token_basis", "train_lm", "train_runs", "lipschitz_estimates",
+           "paper_lipschitz_bound"]
+
 
 def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "softmax", want_coef: bool = False):
     """Mean loss and its gradient in W of the causal one-layer model, batched over runs.
@@ -27,11 +43,14 @@ def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "
     attention : "softmax" (``s = softmax(a_t^T W a_k, t <= k)``) or "linear" (``s = a_t^T W a_k``, t <= k)
     want_coef : also return the logit coefficients ``c (R, m, n, n)`` (dL/dlogit)
 
+    The loss is the mean over the positions with a target; ``G = sum_k (sum_t c_kt a_t) a_k^T``
+    with ``c_k = (diag(s_k) - s_k s_k^T) beta_k`` (softmax, :func:`~attnsvm.training.kernel.softmax_backward`)
+    or ``c_k = beta_k`` on the prefix (linear), ``beta_kt = a_t^T E^T dL/dlogits_k``.
+
     Returns
     -------
     (L (R,), G (R, d, d)[, c])
     """
-    torch.set_num_threads(1)
     R, m, n, d = A.shape
     mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
     Af = A.reshape(R, m * n, d)
@@ -71,8 +90,7 @@ def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "
     beta = torch.matmul(gO, A.transpose(-1, -2))  # [.., k, t] = dL/ds_kt
     if attention == "softmax":
         # pairwise form c_t = s_t sum_tau s_tau (beta_t - beta_tau): exact when s is saturated
-        D = beta.unsqueeze(-1) - beta.unsqueeze(-2)
-        c = s * torch.matmul(D, s.unsqueeze(-1)).squeeze(-1)
+        c = softmax_backward(s, beta)
     else:
         c = beta * mask
     U = torch.matmul(c, A)  # (R, m, n, d): sum_t c_kt a_t
@@ -127,7 +145,6 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     dict: ``steps`` (C,), ``W`` (R, C, d, d), ``loss`` (R, C), ``finite`` (R,) bool (no overflow),
     ``lip_traj`` (R,) (if tracked), ``max_loss`` (R,) the largest loss along the run.
     """
-    torch.set_num_threads(1)
     arr = lambda x: x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)  # noqa: E731
     A, E, W0 = (np.asarray(arr(x), dtype=np.float64) for x in (A, E, W0))
     targets = np.asarray(arr(targets), dtype=np.int64)
@@ -185,7 +202,11 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
 
 
 def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):
-    """GD on every run of ``datas`` at once (the engine's ``train_sequence`` for the cross-entropy loss)."""
+    """GD on every run of ``datas`` at once (the engine's ``train_sequence`` for the cross-entropy loss).
+
+    cfg : has ``loss``, ``lr``, ``steps``; datas : R LMData of equal shapes (A (m, n, d), targets (m, n),
+    E (V, d)); W0 : (R, d, d). Returns a dict with ``steps`` (C,), ``W`` (R, C, d, d), ``loss`` (R, C).
+    """
     A = np.stack([x.A for x in datas])
     tg = np.stack([x.targets for x in datas])
     E = np.stack([x.E for x in datas])
@@ -221,11 +242,16 @@ def lipschitz_estimates(data: LMData, *, loss, attention, radius, centers, power
       products ``(grad(M + h u) - grad(M)) / h``;
     * ``pairs``: max over random pairs (x, y) in the ball of ``||grad x - grad y|| / ||x - y||``.
 
+    Parameters
+    ----------
+    data : LMData with A (m, n, d), targets (m, n), E (V, d)
+    loss, attention : as in :func:`lm_loss_grad`
+    radius : Frobenius radius of the ball; centers, power_iters, pairs : sample counts; seed : int
+
     Returns
     -------
     (power, pairs) : two floats
     """
-    torch.set_num_threads(1)
     g = np.random.default_rng(np.random.SeedSequence([seed, 5]))
     P = token_basis(data.A[None])[0]
     r = P.shape[1]
@@ -251,7 +277,8 @@ def lipschitz_estimates(data: LMData, *, loss, attention, radius, centers, power
         est = np.linalg.norm(Hu.reshape(k, -1), axis=1)
         u = Hu / np.maximum(est, 1e-300).reshape(k, 1, 1)
     X, Y = _ball(g, pairs, r, radius), _ball(g, pairs, r, radius)
-    ratio = np.linalg.norm((grad(X) - grad(Y)).reshape(pairs, -1), axis=1) / np.linalg.norm((X - Y).reshape(pairs, -1), axis=1)
+    num = np.linalg.norm((grad(X) - grad(Y)).reshape(pairs, -1), axis=1)
+    ratio = num / np.linalg.norm((X - Y).reshape(pairs, -1), axis=1)
     return float(est.max()), float(ratio.max())
 
 

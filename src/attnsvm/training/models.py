@@ -21,7 +21,8 @@ code's ``nn.Linear`` weight is ``W^T``). The output is ``f = h(X^T s)`` for a he
 
 Two ways to get gradients:
 
-* :func:`closed_form_step` computes loss, softmax and the gradients of the
+* :func:`~attnsvm.training.kernel.closed_form_step` (in :mod:`attnsvm.training.kernel`) computes loss,
+  softmax and the gradients of the
   linear-head model in closed form with batched tensor operations, using the
   pairwise form of the softmax Jacobian (max-margin spec section 2) so that the
   gradient keeps its direction when the attention is saturated;
@@ -42,9 +43,18 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.training.losses import apply_log_scale, margin_loss, margin_loss_grad_scaled, sample_losses
+from attnsvm.training.kernel import closed_form_step, pair_weights
+from attnsvm.training.losses import sample_losses
+from attnsvm.training.ops import (
+    DTYPE, _dot, attend, attention_logits, causal_mask, combine, fsum, prompt_logits, softmax, token_scores,
+)
 
-DTYPE = torch.float64
+#: public names, with the operations and the closed form re-exported from ops / kernel
+__all__ = [
+    "DTYPE", "finite_tensor", "LinearHead", "ReLUHead", "LambdaHead", "MatrixHead", "TokenForm", "token_form",
+    "has_token_form", "as_head", "AttentionModel", "linear_head_loss", "closed_form_step", "pair_weights",
+    "attention_logits", "prompt_logits", "token_scores", "attend", "combine", "softmax", "causal_mask", "fsum",
+]
 
 
 def finite_tensor(x, name: str, ndims: tuple, shape_doc: str) -> torch.Tensor:
@@ -66,102 +76,6 @@ def finite_tensor(x, name: str, ndims: tuple, shape_doc: str) -> torch.Tensor:
     if not bool(torch.isfinite(t.detach()).all()):
         raise ValidationError(f"{name} must be finite (no NaN or inf)")
     return t
-
-# ----------------------------------------------------------------------- logits
-
-
-def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(a * b).sum(-1)`` with broadcasting.
-
-    All contractions of this module are written this way (the contracted axis last)
-    instead of matmul/bmm: BLAS picks different kernels (and summation orders) for
-    different batch sizes, whereas an elementwise product reduced over the last axis
-    gives every run bitwise the same numbers whatever batch it is in.
-    """
-    return fsum(a * b)
-
-
-def fsum(x: torch.Tensor) -> torch.Tensor:
-    """Sum over the last axis in a fixed pairwise order made of elementwise adds.
-
-    ``Tensor.sum`` picks its summation order from the whole tensor's shape, so a
-    run's sum could change with the number of runs; elementwise adds cannot.
-    """
-    k = x.shape[-1]
-    if k == 0:
-        return x.sum(-1)
-    while k > 1:
-        h = k // 2
-        if k % 2 == 0:
-            x = x[..., :h] + x[..., h:]
-        else:
-            x = torch.cat([x[..., :h] + x[..., h : 2 * h], x[..., 2 * h :]], dim=-1)
-        k = x.shape[-1]
-    return x[..., 0]
-
-
-def attention_logits(X: torch.Tensor, queries: torch.Tensor, W: torch.Tensor, mask=None) -> torch.Tensor:
-    """Logits ``a[r, i, t] = x_{it}^T W_r z_i``.
-
-    X (R, n, T, d), queries (R, n, d), W (R, d, d), mask (R|1, n, T) bool or None -> (R, n, T).
-    Masked tokens get ``-inf``.
-    """
-    Wz = _dot(W.unsqueeze(1), queries.unsqueeze(2))  # (R, n, d): row i = W z_i
-    a = _dot(X, Wz.unsqueeze(2))
-    if mask is not None:
-        a = a.masked_fill(~mask, float("-inf"))
-    return a
-
-
-def prompt_logits(keys: torch.Tensor, p: torch.Tensor, mask=None) -> torch.Tensor:
-    """Logits ``a[r, i, t] = k_{it}^T p_r`` of the prompt model. keys (R, n, T, d), p (R, d) -> (R, n, T)."""
-    a = _dot(keys, p[:, None, None, :])
-    if mask is not None:
-        a = a.masked_fill(~mask, float("-inf"))
-    return a
-
-
-def token_scores(X: torch.Tensor, Y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Scores ``gamma[r, i, t] = Y_ri v_r^T x_rit``; X (R, n, T, d), Y (R, n), v (R, d) -> (R, n, T)."""
-    return Y.unsqueeze(-1) * _dot(X, v[:, None, None, :])
-
-
-def attend(s: torch.Tensor, X: torch.Tensor, Xt: torch.Tensor | None = None) -> torch.Tensor:
-    """Attended vectors ``X_i^T s_i``: s (R, n, T), X (R, n, T, d) -> (R, n, d).
-
-    ``Xt`` = ``X.transpose(-1, -2).contiguous()`` (R, n, d, T) may be passed precomputed.
-    """
-    if Xt is None:
-        Xt = X.transpose(-1, -2)
-    return _dot(Xt, s.unsqueeze(2))
-
-
-def combine(K: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """``W = K Q^T``: K, Q (R, d, m) -> (R, d, d)."""
-    return _dot(K.unsqueeze(2), Q.unsqueeze(1))
-
-
-def softmax(a: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis (log-sum-exp stable; ``-inf`` logits get probability 0)."""
-    return torch.softmax(a, dim=-1)
-
-
-def softmax_fast(a: torch.Tensor) -> torch.Tensor:
-    """Same as :func:`softmax` (``exp(a - max) / sum``) from elementwise ops into a new tensor.
-
-    For the short rows of these models (T of 2 to ~50) this measured several times
-    faster than ``torch.softmax`` on CPU (torch 2.13, float64). The vectorized
-    ``exp`` may round a tensor's tail differently, so this is not used in bitwise mode.
-    """
-    e = a - a.amax(-1, keepdim=True)
-    e.exp_()
-    return e.div_(e.sum(-1, keepdim=True))
-
-
-def causal_mask(T: int, causal: bool = True) -> torch.Tensor:
-    """(T, T) bool mask, row k = query position k: ``t <= k`` if causal, all True otherwise."""
-    full = torch.ones(T, T, dtype=torch.bool)
-    return torch.tril(full) if causal else full
 
 
 # ------------------------------------------------------------------------ heads
@@ -259,7 +173,10 @@ class _LinearTokens(TokenForm):
 
     def __init__(self, X, v, bitwise):
         v = v if v.ndim == 2 else v.expand(X.shape[0], -1)
-        self.fixed = _dot(X, v[:, None, None, :]) if bitwise else _bmv(X.reshape(X.shape[0], -1, X.shape[-1]), v, False).reshape(X.shape[:-1])
+        if bitwise:
+            self.fixed = _dot(X, v[:, None, None, :])
+        else:
+            self.fixed = _bmv(X.reshape(X.shape[0], -1, X.shape[-1]), v, False).reshape(X.shape[:-1])
         self.bitwise = bitwise
 
     def __call__(self, s):
@@ -380,7 +297,7 @@ class AttentionModel(torch.nn.Module):
 
     ``forward(X, queries=None, keys=None, mask=None)`` returns ``f`` (R, n) (or
     (R, n, V) for a matrix head) and stores the attention in ``self.softmax``.
-    For sequence problems pass the flattened samples (see :mod:`attnsvm.training.train`).
+    For sequence problems pass the flattened samples (see :func:`attnsvm.training.train.train_sequence`).
     """
 
     def __init__(self, param: str, *, W=None, K=None, Q=None, p=None, v=None, head=None, train_v: bool = False):
@@ -435,188 +352,16 @@ class AttentionModel(torch.nn.Module):
         return _dot(att, self.v.unsqueeze(1))
 
 
-# ----------------------------------------------------------- closed-form gradients
+# ------------------------------------------------------------- autograd reference
 
 
-def pair_weights(s: torch.Tensor, gamma: torch.Tensor, D: torch.Tensor | None = None) -> torch.Tensor:
-    """``c = (diag(s) - s s^T) gamma`` in the pairwise form ``c_t = s_t sum_tau s_tau (gamma_t - gamma_tau)``.
+def linear_head_loss(X, Y, v, *, param, W=None, K=None, Q=None, p=None, queries=None, keys=None, mask=None,
+                     loss="logistic"):
+    """Per-run mean loss (R,) of the linear-head model, built from differentiable torch ops (for autograd checks).
 
-    s, gamma (..., T); D (..., T, T) the precomputed differences ``gamma_t - gamma_tau`` (optional).
-    Exact to rounding even when ``s`` is saturated (the selected token's entry
-    is built from the small differences, not from ``gamma_t - s^T gamma``).
+    X (R, n, T, d), Y (R, n), v (R, d); W (R, d, d) / K, Q (R, d, m) / p (R, d) with keys (R, n, T, d).
     """
-    if D is None:
-        D = gamma.unsqueeze(-1) - gamma.unsqueeze(-2)
-    return s * _dot(D, s.unsqueeze(-2))
-
-
-def closed_form_step(
-    X,
-    Y,
-    v,
-    *,
-    param: str,
-    W=None,
-    K=None,
-    Q=None,
-    p=None,
-    queries=None,
-    keys=None,
-    mask=None,
-    loss: str = "logistic",
-    gamma=None,
-    D=None,
-    want_v: bool = False,
-    Xt=None,
-    Zt=None,
-    keysT=None,
-    bitwise: bool = True,
-    form: TokenForm | None = None,
-    scaled: bool = False,
-):
-    """Loss, softmax and gradients of the linear-head model in closed form.
-
-    ``L_r = (1/n) sum_i l(Y_i f_i)``, ``f_i = v^T X_i^T s_i`` (or ``f_i = h(X_i^T s_i)`` with ``form``).
-
-    Parameters
-    ----------
-    X : (R, n, T, d); Y : (R, n); v : (R, d) (may be None with ``form``)
-    param : "W" (give W (R,d,d)), "KQ" (K, Q (R,d,m)), "p" (p (R,d) and keys (R,n,T,d))
-    queries : (R, n, d) for "W" / "KQ"
-    mask : (R|1, n, T) bool or None
-    gamma, D : optional precomputed scores ``Y_i X_i v`` (R,n,T) and differences (R,n,T,T)
-    Xt, Zt, keysT : optional precomputed contiguous transposes (R,n,d,T), (R,d,n), (R,d,n*T)
-    bitwise : True: contractions as elementwise products with fixed-order sums, so each
-        run's numbers are bitwise independent of R; False: BLAS (bmm), about 2x faster,
-        results depend on R at the rounding level (~1e-16 relative per step)
-    want_v : also return the gradient in v (linear head only)
-    form : optional :class:`TokenForm` of a nonlinear head (from :func:`token_form` with the same
-        ``bitwise``); the token scores ``gamma = Y q`` are then recomputed from ``s`` at each call
-        (``gamma`` / ``D`` must not be given)
-    scaled : the exponential loss only (other losses ignore it). False (default): the gradients are
-        the true ones (``+-inf`` in a run whose gradient exceeds float64, margins below about -709;
-        never NaN). True: each run's gradients are divided by ``exp(log_scale)`` (see
-        :func:`attnsvm.training.losses.margin_loss_grad_scaled`) so that they cannot overflow, and the dict
-        has ``log_scale`` (R,); their direction is exact.
-
-    Inputs are not validated (this is the inner step of training); pass finite tensors.
-
-    Returns
-    -------
-    dict with ``loss`` (R,) (``+inf`` where the exponential loss exceeds float64), ``s`` (R,n,T),
-    ``G`` (R,d,d) gradient in W (for "W"/"KQ"), ``gK``, ``gQ`` (R,d,m) for "KQ", ``gp`` (R,d) for
-    "p", ``gv`` (R,d) if ``want_v``; ``log_scale`` (R,) with ``scaled`` and the exponential loss.
-    """
-    R, n, T, d = X.shape
-    if form is not None and (want_v or gamma is not None or D is not None):
-        raise ValidationError("closed_form_step with a head form takes no gamma / D and has no v-gradient")
-    if not bitwise:
-        out = _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form)
-        return _scale_out(out, scaled)
-    if gamma is None and form is None:
-        gamma = token_scores(X, Y, v)
-    if param == "p":
-        a = prompt_logits(keys, p, mask)
-    else:
-        if param == "KQ":
-            W = combine(K, Q)
-        a = attention_logits(X, queries, W, mask)
-    s = softmax(a)
-    if form is None:
-        if mask is not None:
-            gamma = gamma.masked_fill(~mask, 0.0)
-        u = fsum(s * gamma)
-    else:
-        f, q = form(s)
-        u = Y * f
-        gamma = Y.unsqueeze(-1) * q
-        if mask is not None:
-            gamma = gamma.masked_fill(~mask, 0.0)
-    out = {"s": s, "loss": fsum(margin_loss(u, loss, exact=True)) / n}
-    lp, log_scale = margin_loss_grad_scaled(u, loss, exact=True)
-    lp = lp / n  # (R, n), true l'(u)/n = lp * exp(log_scale)
-    out["log_scale"] = log_scale
-    c = pair_weights(s, gamma, D) * lp.unsqueeze(-1)  # (R, n, T)
-    if param == "p":
-        keysT = keys.reshape(R, n * T, d).transpose(1, 2) if keysT is None else keysT
-        out["gp"] = _dot(keysT, c.reshape(R, 1, n * T))
-    else:
-        U = attend(c, X, Xt)  # (R, n, d): u_i scaled by l'_i / n
-        Zt = queries.transpose(1, 2) if Zt is None else Zt  # (R, d, n)
-        G = _dot(U.transpose(1, 2).unsqueeze(2), Zt.unsqueeze(1))  # (R, d, d) = sum_i u_i z_i^T
-        out["G"] = G
-        if param == "KQ":
-            out["gK"] = _dot(G.unsqueeze(2), Q.transpose(1, 2).unsqueeze(1))  # G Q
-            out["gQ"] = _dot(G.transpose(1, 2).unsqueeze(2), K.transpose(1, 2).unsqueeze(1))  # G^T K
-    if want_v:
-        att = attend(s, X, Xt)
-        out["gv"] = _dot(att.transpose(1, 2), (lp * Y).unsqueeze(1))
-    return _scale_out(out, scaled)
-
-
-def _scale_out(out: dict, scaled: bool) -> dict:
-    """Drop ``log_scale`` when it is None; unless ``scaled``, multiply the gradients back (true values)."""
-    log_scale = out.pop("log_scale")
-    if log_scale is None:
-        return out
-    if scaled:
-        out["log_scale"] = log_scale
-        return out
-    for k in ("G", "gK", "gQ", "gp", "gv"):
-        if k in out:
-            out[k] = apply_log_scale(out[k], log_scale)
-    return out
-
-
-def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gamma, D, want_v, form=None):
-    """Same as :func:`closed_form_step` with BLAS contractions (fast; rounding may depend on R)."""
-    R, n, T, d = X.shape
-    if gamma is None and form is None:
-        gamma = Y.unsqueeze(-1) * torch.bmm(X.reshape(R, n * T, d), v.unsqueeze(-1)).reshape(R, n, T)
-    if mask is not None and gamma is not None:
-        gamma = gamma.masked_fill(~mask, 0.0)
-    if param == "p":
-        a = torch.bmm(keys.reshape(R, n * T, d), p.unsqueeze(-1)).reshape(R, n, T)
-    else:
-        if param == "KQ":
-            W = torch.bmm(K, Q.transpose(1, 2))
-        Wz = torch.bmm(queries, W.transpose(1, 2))  # (R, n, d)
-        a = torch.bmm(X.reshape(R * n, T, d), Wz.reshape(R * n, d, 1)).reshape(R, n, T)
-    if mask is not None:
-        a = a.masked_fill(~mask, float("-inf"))
-    s = softmax_fast(a)
-    if form is None:
-        u = (s * gamma).sum(-1)
-    else:
-        f, q = form(s)
-        u = Y * f
-        gamma = Y.unsqueeze(-1) * q
-        if mask is not None:
-            gamma = gamma.masked_fill(~mask, 0.0)
-    out = {"s": s, "loss": margin_loss(u, loss).mean(-1)}
-    lp, log_scale = margin_loss_grad_scaled(u, loss)
-    lp = lp / n
-    out["log_scale"] = log_scale
-    if D is None:
-        D = gamma.unsqueeze(-1) - gamma.unsqueeze(-2)
-    c = s * torch.matmul(D, s.unsqueeze(-1)).squeeze(-1) * lp.unsqueeze(-1)
-    if param == "p":
-        out["gp"] = torch.bmm(c.reshape(R, 1, n * T), keys.reshape(R, n * T, d)).reshape(R, d)
-    else:
-        U = torch.bmm(c.reshape(R * n, 1, T), X.reshape(R * n, T, d)).reshape(R, n, d)
-        G = torch.bmm(U.transpose(1, 2), queries)
-        out["G"] = G
-        if param == "KQ":
-            out["gK"] = torch.bmm(G, Q)
-            out["gQ"] = torch.bmm(G.transpose(1, 2), K)
-    if want_v:
-        att = torch.bmm(s.reshape(R * n, 1, T), X.reshape(R * n, T, d)).reshape(R, n, d)
-        out["gv"] = torch.bmm((lp * Y).unsqueeze(1), att).reshape(R, d)
-    return out
-
-
-def linear_head_loss(X, Y, v, *, param, W=None, K=None, Q=None, p=None, queries=None, keys=None, mask=None, loss="logistic"):
-    """Per-run mean loss (R,) of the linear-head model, built from differentiable torch ops (for autograd checks)."""
-    model_s = softmax(prompt_logits(keys, p, mask) if param == "p" else attention_logits(X, queries, combine(K, Q) if param == "KQ" else W, mask))
+    W = combine(K, Q) if param == "KQ" else W
+    model_s = softmax(prompt_logits(keys, p, mask) if param == "p" else attention_logits(X, queries, W, mask))
     f = _dot(attend(model_s, X), v.unsqueeze(1))
     return sample_losses(f, Y, loss).mean(-1)

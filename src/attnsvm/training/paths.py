@@ -166,8 +166,9 @@ def _refine_joint(K, X, Y, r, R, tv, tp, iters: int = 4, width: float = 0.05):
     for _ in range(iters):
         f = lambda th, tv_=tv: split(tv_, th)  # noqa: E731
         tp_new = _angle_min(f, 400, tp - width, tp + width)
-        tv_new = float(minimize_scalar(lambda x: float(sum(b[0] for b in split(x, tp_new))), bounds=(tv - width, tv + width),
-                                       method="bounded", options={"xatol": 1e-14, "maxiter": 500}).x)
+        tv_new = float(minimize_scalar(lambda x: float(sum(b[0] for b in split(x, tp_new))),
+                                       bounds=(tv - width, tv + width), method="bounded",
+                                       options={"xatol": 1e-14, "maxiter": 500}).x)
         moved = max(abs(tp_new - tp), abs(tv_new - tv))
         tv, tp = tv_new, tp_new
         if moved < 1e-10:

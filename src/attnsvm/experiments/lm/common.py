@@ -7,10 +7,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsvm.errors import ValidationError
 from attnsvm.experiments.base import ExperimentConfig
 from attnsvm.experiments.checks import ALPHA, check
-from attnsvm.language import LMData, MarkovLanguage, make_lm_data, markov_language
+from attnsvm.language import make_lm_data, markov_language
 
 PAPER_LM = "On the similarity between attention and SVM on the token separation and selection behavior (anonymous)"
 
@@ -153,9 +152,9 @@ def uncertified(frame, prefix: str, norm: str = "fro"):
     Reads the stored ``{prefix}_used``, ``{prefix}_certified``, ``{prefix}_status``,
     ``{prefix}_violation`` and ``{prefix}_gap`` columns: a used solve counts as certified only if
     its flag is set, its status is "optimal" and its relative violation and gap meet the package's
-    thresholds (:data:`attnsvm.svm.solution.CERTIFIED_VIOLATION` / ``CERTIFIED_GAP``; NaN fails).
+    thresholds (:data:`attnsvm.svm.CERTIFIED_VIOLATION` / ``CERTIFIED_GAP``; NaN fails).
     """
-    from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION
+    from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION
 
     import pandas as pd
 

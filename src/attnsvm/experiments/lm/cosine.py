@@ -12,7 +12,7 @@ import pandas as pd
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.metrics import correlation
-from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm import gen_svm_fit, soft_margin_svm, solve
 from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import integrity_check
 from attnsvm.experiments.common import log_steps
@@ -20,7 +20,6 @@ from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.lm.common import (PAPER_LM, LanguageFields, build_runs, grouped_ordering_check, ordering_check,
                           preset_deviations, uncertified)
 from attnsvm.training.language_model import train_runs
-from attnsvm.svm.language import gen_svm_fit, soft_margin_svm
 
 SOURCE = "causal-language-modeling.md section 4 (C1: GD direction correlates increasingly with the (soft-)margin SVM)"
 SOURCE_SPEC3 = "causal-language-modeling.md section 3 C1 (the similarity rises during training toward high values)"
@@ -101,7 +100,7 @@ class LMCosine(Experiment):
         res = train_runs(config, datas, W0, cps)
         rows = []
         for r, (sol, data) in enumerate(zip(sols, datas)):
-            hard = solve_frobenius(sol.constraints)  # exact: optimal, or a Farkas certificate of infeasibility
+            hard = solve(sol.constraints, method="dense")  # exact: optimal, or a Farkas certificate of infeasibility
             WK = res["W"][r, -1]
             fit = gen_svm_fit(data, WK, select_threshold=config.select_threshold, seed=1000 * config.seed + r)
             rows.append(_svm_row(sol, hard, fit, m, n, d, r))
@@ -149,7 +148,7 @@ class LMCosine(Experiment):
             "C1: the similarity to the soft-margin SVM rises from X(0) in every configuration (smallest over "
             "configurations of the mean paired rise minus its tolerance)",
             {f"{k}": g.to_numpy() for k, g in rise}, 0.0,
-            f"final mean cos per configuration: " + ", ".join(f"{k}: {v:.2f}" for k, v in
+            "final mean cos per configuration: " + ", ".join(f"{k}: {v:.2f}" for k, v in
                                                               last["cos"].groupby(level=["m", "n", "d"]).mean().items()),
             source=SOURCE, reason="comparator X(0): a random direction (its cosine with the SVM is about "
             "N(0, 1/d^2)); an ordering claim, so margin 0"))

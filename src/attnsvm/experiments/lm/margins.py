@@ -13,7 +13,7 @@ from attnsvm.experiments.common import log_steps
 from attnsvm.plotting import pyplot, save_figure, subplots
 from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, ordering_check, preset_deviations, uncertified
 from attnsvm.training.language_model import lm_loss_grad, train_runs
-from attnsvm.svm.language import lm_constraints, soft_margin_svm
+from attnsvm.svm import lm_constraints, soft_margin_svm
 
 
 SOURCE = ("causal-language-modeling.md section 4 (C2: margins separate over training); section 3 C2 (near 0 at the "
@@ -49,7 +49,6 @@ class LMMargins(Experiment):
 
     def run_task(self, config, task):
         chunk = task.params["runs"]
-        torch.set_num_threads(1)
         datas, W0 = build_runs(config, config.m, config.n, config.d, config.runs)
         steps = sorted(set(log_steps(config.steps, config.n_checkpoints)) | {s for s in config.hist_steps
                                                                                if 0 <= s <= config.steps})

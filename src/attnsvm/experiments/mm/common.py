@@ -2,8 +2,8 @@
 
 The model is ``f(X) = v^T X^T softmax(X W p)`` with a trainable prompt ``p`` ("Max-Margin
 Token Selection in Attention Mechanism", spec ``max-margin-token-selection.md``). Here:
-the p-SVM wrapper, the engine's prompt gradient and training, the float32 replay of the
-research notebooks, checkpoint grids, table lookups and the path-drawing helpers.
+the p-SVM wrapper, checkpoint grids (the prompt gradient, training and notebook replay live in
+:mod:`attnsvm.training.prompt` and are re-exported here), table lookups and the path-drawing helpers.
 
 Convention for step numbers: "iteration t" of the spec is index t of the notebooks' list of
 iterates, i.e. the iterate after t updates (step t here: "iteration 50" is step 50, "t = 1000"
@@ -24,14 +24,14 @@ from decimal import Decimal
 
 import numpy as np
 import pandas as pd
-import torch
 
 from attnsvm.generators import mm_joint, mm_multi_input
-from attnsvm.training.models import closed_form_step
 from attnsvm.problem import TokenProblem
-from attnsvm.svm import solve_p_svm, solve_v_svm
-from attnsvm.svm.solution import CERTIFIED_GAP, CERTIFIED_VIOLATION
-from attnsvm.training.train import train
+from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, solve_p_svm, solve_v_svm
+from attnsvm.training.prompt import (  # the prompt model's mathematics, re-exported for the mm experiments
+    engine_train as engine_train, notebook_float32 as notebook_float32, notebook_replay as notebook_replay,
+    prompt_grad as prompt_grad,
+)
 from attnsvm.experiments.checks import Check, check, integrity_check
 from attnsvm.experiments.common import log_steps
 
@@ -306,92 +306,6 @@ def e2_as_cross_attention() -> tuple[TokenProblem, np.ndarray]:
     prob = mm_multi_input()
     z = np.array([1.0, 1.0, 1.0]) / np.sqrt(3.0)
     return TokenProblem(prob.X, np.tile(z, (prob.n, 1)), Y=prob.Y, v=prob.v, name="e2-as-W"), z
-
-
-# ------------------------------------------------------------------ training
-
-
-def prompt_grad(problem: TokenProblem, P, loss: str = "logistic") -> np.ndarray:
-    """Loss gradients in p at the prompts ``P (R, d)`` (the engine's pairwise closed form)."""
-    P = np.atleast_2d(np.asarray(P, dtype=np.float64))
-    R = P.shape[0]
-    t = lambda a: torch.as_tensor(np.array(a, dtype=np.float64)).unsqueeze(0).expand(R, *np.shape(a)).contiguous()  # noqa: E731
-    out = closed_form_step(t(problem.X), t(problem.Y), t(problem.v), param="p", p=torch.as_tensor(P),
-                           keys=t(problem.keys), loss=loss)
-    return out["gp"].numpy()
-
-
-def engine_train(problem, init, *, steps, lr, optimizer, eps, checkpoints, loss="logistic", train_v=False):
-    """Train R prompt runs (one per row of ``init (R, d)``) with attnsvm.training.train.
-
-    ``problem``: one TokenProblem (all R runs on it) or a list of R problems of equal shape
-    (one run each, batched).
-    """
-    torch.set_num_threads(1)
-    init = np.atleast_2d(np.asarray(init, dtype=np.float64))
-    runs = None if isinstance(problem, (list, tuple)) else init.shape[0]
-    return train(list(problem) if runs is None else problem, param="p", runs=runs, steps=int(steps), lr=float(lr),
-                 optimizer=optimizer, init=init, checkpoints=checkpoints, eps=float(eps), loss=loss, train_v=train_v)
-
-
-def notebook_replay(problem: TokenProblem, p0, *, steps: int, lr: float, eps: float, optimizer: str = "ngd",
-                    loss: str = "logistic", train_v: bool = False, v0=None, eps_v: float = 1e-9,
-                    dtype: torch.dtype = torch.float32):
-    """Replay the research notebooks' protocol: autograd, (normalized) SGD, one run, in ``dtype``.
-
-    ``dtype=torch.float32`` is the notebooks' precision; ``torch.float64`` is the same protocol
-    (autograd, separate epsilons for p and v) in double precision, which is how the spec's
-    float64 [RUN] figures of E3 were made.
-
-    ``p <- p - lr g / (||g|| + eps)`` (``optimizer="ngd"``) or ``p <- p - lr g`` ("gd") on the
-    mean loss of the prompt model; with ``train_v`` the head is updated the same way with
-    its own ``eps_v``. The softmax Jacobian is applied in the naive form ``u = s^T gamma``
-    of autograd, which is what loses the selected token's gradient once attention saturates.
-
-    Returns
-    -------
-    dict with float64 arrays ``p (steps+1, d)``, ``v (steps+1, d)``, ``s (steps+1, n, T)``.
-    """
-    ft = dtype
-    X = torch.tensor(problem.X, dtype=ft)
-    W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
-    Y = torch.tensor(problem.Y, dtype=ft)
-    K = X @ W
-    p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
-    v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
-    v.requires_grad_(train_v)
-    ps, vs, ss = [], [], []
-    for it in range(steps + 1):
-        s = torch.softmax(K @ p, dim=-1)
-        f = (s.unsqueeze(1) @ X).squeeze(1) @ v
-        u = Y * f
-        if loss == "logistic":
-            L = torch.nn.functional.softplus(-u).mean()
-        elif loss == "exponential":
-            L = torch.exp(-u).mean()
-        else:
-            L = (-u).mean()
-        ps.append(p.detach().numpy().copy())
-        vs.append(v.detach().numpy().copy())
-        ss.append(s.detach().numpy().copy())
-        if it == steps:
-            break
-        L.backward()
-        with torch.no_grad():
-            g = p.grad
-            p -= lr * g / (g.norm() + eps) if optimizer == "ngd" else lr * g
-            p.grad = None
-            if train_v:
-                g = v.grad
-                v -= lr * g / (g.norm() + eps_v) if optimizer == "ngd" else lr * g
-                v.grad = None
-    return {"p": np.array(ps, dtype=np.float64), "v": np.array(vs, dtype=np.float64),
-            "s": np.array(ss, dtype=np.float64)}
-
-
-def notebook_float32(problem: TokenProblem, p0, **kw):
-    """:func:`notebook_replay` in float32 (the notebooks' precision)."""
-    return notebook_replay(problem, p0, dtype=torch.float32, **kw)
 
 
 # ------------------------------------------------------------------ drawing

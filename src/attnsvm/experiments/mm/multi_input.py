@@ -9,7 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.generators import mm_multi_input
 from attnsvm.metrics import correlation
-from attnsvm.training.models import closed_form_step
+from attnsvm.training.kernel import closed_form_step
 from attnsvm.svm import solve_p_svm, solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
@@ -200,7 +200,6 @@ class MultiInput(Experiment):
         with q trained as a prompt on keys x_t (W = I), GD step ``eta ||z||^2``, NGD step ``eta ||z||``.
         The two trajectories come from independent code paths (the engine's W and p parameterizations).
         """
-        torch.set_num_threads(1)
         cross, z = e2_as_cross_attention()
         wsol = solve_svm(cross)
         Wmm = certified_solution(wsol)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.generators import mm_multi_input, mm_single_input
@@ -97,7 +96,6 @@ class RegularizationPath(Experiment):
                 for q, sol in (("v_mm", vs), ("p_mm", pm), ("p_relax", pr)):
                     rows.append(dict(record="svm", dataset=kind, quantity=q, **svm_columns(sol)))
         else:
-            torch.set_num_threads(1)
             cross, _ = e2_as_cross_attention()
             wsol = solve_svm(cross)
             Wmm = certified_solution(wsol)

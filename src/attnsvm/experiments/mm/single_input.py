@@ -280,8 +280,8 @@ class SingleInput(Experiment):
             a = rows_at(f32, last).sort_values("init_y", ascending=False)
             b = rows_at(f64, last).sort_values("init_y", ascending=False)
             lines.append(
-                f"**Pitfall (float32 drift after saturation).** Replaying the notebook protocol in float32 "
-                f"(autograd, naive softmax Jacobian), the two local runs end at cos(p, p^mm_local) = "
+                "**Pitfall (float32 drift after saturation).** Replaying the notebook protocol in float32 "
+                "(autograd, naive softmax Jacobian), the two local runs end at cos(p, p^mm_local) = "
                 + ", ".join(f"{c:.3f}" for c in a["cos_local"]) + f" at step {last} (they drift to the global ray, "
                 "cos(p, p^mm_global) = " + ", ".join(f"{c:.3f}" for c in a["cos_global"]) + "), while float64 keeps "
                 "them local (cos = " + ", ".join(f"{c:.4f}" for c in b["cos_local"]) + "). Once the non-selected "

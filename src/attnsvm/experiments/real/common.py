@@ -16,7 +16,7 @@ SVM of their selections; a pretrained head's key-query matrix correlates with th
 its own selections) and compares the measurement with a comparator fixed in advance and
 measured on the same units: uniform attention, the initialization, Gaussian random
 directions, the other norm's SVM, random selections of the same sizes. The margin is a
-sampling interval over those units (:func:`_paired_check`, :func:`_sign_share_check`) or a
+sampling interval over those units (:func:`paired_check`, :func:`sign_share_check`) or a
 permutation level (:func:`_random_direction_check`), so a table of noise fails every check.
 Every SVM a comparison uses is certified (``SVMSolution.certified``); an uncertified one is
 never compared with (its correlations are NaN) and fails the integrity check.
@@ -28,20 +28,15 @@ tasks fail with that install hint.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pandas as pd
-from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.metrics import correlation
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
-from attnsvm.real.errors import INSTALL_HINT
-from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import ALPHA, Check, integrity_check
-from attnsvm.plotting import save_figure, subplots
 
 PARAMS = ("W", "KQ")
 #: the SVM in each parameterization's own norm (the implicit bias the theory predicts)
@@ -68,7 +63,7 @@ SRC_HEADS = ("transformers-as-svms.md 2.4 and 4 thm 2, 8 ((K,Q) points along the
 # ---------------------------------------------------------------- helpers
 
 
-def _attention(problem: TokenProblem, Ws: np.ndarray) -> np.ndarray:
+def attention_maps(problem: TokenProblem, Ws: np.ndarray) -> np.ndarray:
     """Attention of every checkpoint: Ws (C, d, d) -> (C, n, T).
 
     The same map as :func:`attnsvm.metrics.softmax_of`, contracted as ``X (W z)`` (``optimize``):
@@ -92,7 +87,7 @@ def _correct(problem: TokenProblem, att: np.ndarray) -> np.ndarray:
     return (np.sign(f) == problem.Y).astype(np.float64)
 
 
-def _uniform_correct(problem: TokenProblem) -> np.ndarray:
+def uniform_correct(problem: TokenProblem) -> np.ndarray:
     """Per-sample correctness with uniform attention (W = 0: the head on the mean token): (n,)."""
     return (np.sign(problem.X.mean(axis=1) @ problem.v) == problem.Y).astype(np.float64)
 
@@ -134,7 +129,7 @@ def _random_direction_corrs(W, draws: int, rng: np.random.Generator) -> np.ndarr
     return z / np.sqrt(z * z + c)
 
 
-def _image_ids(images: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def image_ids(images: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Index in ``reference (N, 8, 8)`` of each image of ``images (n, 8, 8)`` (first match): (n,) int.
 
     The seeds' train / test splits overlap, so per-image comparisons pool the seeds by image.
@@ -153,7 +148,7 @@ def _selection_sets(s: np.ndarray, threshold: float) -> tuple[np.ndarray, np.nda
     return alpha, O
 
 
-def _mean_curve(ax, table, x, y, label, **kw):
+def mean_curve(ax, table, x, y, label, **kw):
     if y not in table.columns or not table[y].notna().any():
         return
     g = table.groupby(x)[y]
@@ -162,13 +157,13 @@ def _mean_curve(ax, table, x, y, label, **kw):
     ax.fill_between(m.index, (m - sd).values, (m + sd).values, alpha=0.15, color=ax.lines[-1].get_color())
 
 
-def _final(table: pd.DataFrame) -> pd.DataFrame:
+def final_rows_of(table: pd.DataFrame) -> pd.DataFrame:
     cur = table[table["kind"] == "curve"]
     last = cur.groupby(["seed", "param"])["step"].transform("max")
     return cur[cur["step"] == last]
 
 
-def _train_param(problem: TokenProblem, param: str, config, seed: int):
+def train_param(problem: TokenProblem, param: str, config, seed: int):
     """Train one parameterization, solve the SVMs of its final selections and draw the random directions.
 
     Returns ``(res, alpha, O, svms, extra, nulls)``: ``svms`` maps each key of ``SVMS[param]`` to
@@ -192,10 +187,10 @@ def _train_param(problem: TokenProblem, param: str, config, seed: int):
     return res, alpha, O, svms, extra, nulls
 
 
-def _curve_rows(seed, param, result, train_p, test_p, svms, extra=None):
+def curve_rows(seed, param, result, train_p, test_p, svms, extra=None):
     Ws = result.W[0]
     att_tr = result.softmax[0]
-    att_te = _attention(test_p, Ws)
+    att_te = attention_maps(test_p, Ws)
     rows = pd.DataFrame({
         "kind": "curve", "seed": seed, "param": param, "step": result.steps, "loss": result.loss[0],
         "norm": result.norm[0], "max_softmax": att_tr.max(axis=2).mean(axis=1),
@@ -208,7 +203,7 @@ def _curve_rows(seed, param, result, train_p, test_p, svms, extra=None):
     return rows
 
 
-def _sample_rows(seed, param, split, unit, problem: TokenProblem, att0: np.ndarray, att1: np.ndarray,
+def sample_rows(seed, param, split, unit, problem: TokenProblem, att0: np.ndarray, att1: np.ndarray,
                  keyword=None) -> pd.DataFrame:
     """Per-sample comparison rows: ``att0``/``att1`` (n, T) attention at initialization / last step.
 
@@ -217,7 +212,7 @@ def _sample_rows(seed, param, split, unit, problem: TokenProblem, att0: np.ndarr
     last step, and (``keyword (n,)`` given) whether the argmax is the keyword at both.
     """
     out = pd.DataFrame({"kind": "sample", "seed": seed, "param": param, "split": split, "unit": unit,
-                        "correct_final": _correct(problem, att1), "correct_uniform": _uniform_correct(problem),
+                        "correct_final": _correct(problem, att1), "correct_uniform": uniform_correct(problem),
                         "maxatt_init": att0.max(axis=1), "maxatt_final": att1.max(axis=1)})
     if keyword is not None:
         out["keyword_init"] = (att0.argmax(axis=1) == keyword).astype(np.float64)
@@ -233,7 +228,7 @@ def _no_measurement(name, source, units, why, detail="") -> Check:
                  detail or f"no {units}")
 
 
-def _paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
+def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
                   detail: str = "") -> Check:
     """The claim "measurement > comparator" from per-unit paired differences ``diffs (n,)``.
 
@@ -270,7 +265,7 @@ def _paired_check(name: str, diffs, *, source: str, comparator: str, units: str,
     return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail)
 
 
-def _sign_share_check(name: str, wins: int, total: int, *, source: str, comparator: str, units: str,
+def sign_share_check(name: str, wins: int, total: int, *, source: str, comparator: str, units: str,
                       detail: str = "") -> Check:
     """Share of ``total`` units where the measurement beats the comparator, tested against chance (1/2).
 
@@ -325,7 +320,7 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
                  f"{detail}; {d}" if detail else d)
 
 
-def _certified_check(name: str, statuses, detail: str = "") -> Check:
+def certified_check(name: str, statuses, detail: str = "") -> Check:
     """Integrity: every SVM a comparison uses is certified (optimal with a passing certificate, or infeasible
     with Farkas multipliers); value = number that is not (NaN, failing, when there is no SVM)."""
     statuses = [str(s) for s in statuses]
@@ -338,7 +333,7 @@ def _certified_check(name: str, statuses, detail: str = "") -> Check:
                                   "1e-8 Frobenius / 1e-6 nuclear) is never compared with; none may be needed")
 
 
-def _run_statuses(fin: pd.DataFrame) -> list[str]:
+def run_statuses(fin: pd.DataFrame) -> list[str]:
     """Statuses of the SVMs of every run (final rows)."""
     out = []
     for param, keys in SVMS.items():
@@ -349,14 +344,14 @@ def _run_statuses(fin: pd.DataFrame) -> list[str]:
     return out
 
 
-def _nanmean(x) -> float:
+def nanmean(x) -> float:
     """Mean of the finite entries (NaN, without a warning, when there is none)."""
     x = np.asarray(x, dtype=np.float64)
     x = x[np.isfinite(x)]
     return float(x.mean()) if x.size else float("nan")
 
 
-def _per_unit(samples: pd.DataFrame, a: str, b: str) -> np.ndarray:
+def per_unit(samples: pd.DataFrame, a: str, b: str) -> np.ndarray:
     """Paired differences ``a - b`` averaged per unit (a unit seen in several seeds counts once)."""
     if samples.empty:
         return np.array([])
@@ -364,7 +359,7 @@ def _per_unit(samples: pd.DataFrame, a: str, b: str) -> np.ndarray:
     return d.groupby(samples["unit"].to_numpy()).mean().to_numpy()
 
 
-def _direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Check]:
+def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Check]:
     nulls = table[table["kind"] == "null"]
     out = []
     for param in PARAMS:
@@ -379,7 +374,7 @@ def _direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Ch
     return out
 
 
-def _deviation_quick(exp, config) -> list[dict]:
+def deviation_quick(exp, config) -> list[dict]:
     """The quick preset's departures from the full config (a deviation too)."""
     full = exp.Config()
     out = []
@@ -391,4 +386,4 @@ def _deviation_quick(exp, config) -> list[dict]:
     return out
 
 
-_NO_PROTOCOL = "no real-data protocol (the specs' experiments use synthetic data; transformers-as-svms.md 5)"
+NO_PROTOCOL = "no real-data protocol (the specs' experiments use synthetic data; transformers-as-svms.md 5)"

@@ -2,22 +2,34 @@
 Att-SVMs of their selections (see :mod:`attnsvm.experiments.real.common` for the comparators)."""
 
 from __future__ import annotations
-import math
-import os
+
 import numpy as np
 import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
-from attnsvm.metrics import correlation
-from attnsvm.problem import TokenProblem
-from attnsvm.svm import solve_svm
-from attnsvm.training.train import train
-from attnsvm.real.errors import INSTALL_HINT
+
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import ALPHA, Check, integrity_check
-from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.real.common import (
-    PARAMS, SRC_SELECT, SRC_ACCURACY, SRC_BIAS, _attention, _image_ids, _mean_curve, _final, _train_param, _curve_rows, _sample_rows, _paired_check, _certified_check, _run_statuses, _per_unit, _direction_checks, _deviation_quick, _NO_PROTOCOL,
+    NO_PROTOCOL,
+    PARAMS,
+    SRC_ACCURACY,
+    SRC_BIAS,
+    SRC_SELECT,
+    attention_maps,
+    certified_check,
+    curve_rows,
+    deviation_quick,
+    direction_checks,
+    final_rows_of,
+    image_ids,
+    mean_curve,
+    paired_check,
+    per_unit,
+    run_statuses,
+    sample_rows,
+    train_param,
 )
+from attnsvm.plotting import save_figure, subplots
+from attnsvm.real.errors import INSTALL_HINT
 
 # ---------------------------------------------------------------- real-digits
 
@@ -67,21 +79,21 @@ class RealDigits(Experiment):
         dt = digits_task(tuple(config.digits), config.patch, config.positional, config.query,
                          max_train=config.max_train, C=config.C, seed=seed)
         images, _ = load_images()
-        ids = {"train": _image_ids(dt.images_train, images), "test": _image_ids(dt.images_test, images)}
+        ids = {"train": image_ids(dt.images_train, images), "test": image_ids(dt.images_test, images)}
         tables = []
         for param in PARAMS:
-            res, alpha, O, svms, extra, nulls = _train_param(dt.train, param, config, seed)
+            res, alpha, O, svms, extra, nulls = train_param(dt.train, param, config, seed)
             opt = dt.train.scores().argmax(axis=1)
             extra.update({"mean_selected": float(O.sum(axis=1).mean()),
                           "frac_optimal_token": float(np.mean(alpha == opt)),
                           "head_test_acc": dt.head_test_accuracy, "head_train_acc": dt.head_train_accuracy})
-            tables.append(_curve_rows(seed, param, res, dt.train, dt.test, svms, extra))
+            tables.append(curve_rows(seed, param, res, dt.train, dt.test, svms, extra))
             tables.append(nulls)
             W01 = res.W[0, [0, -1]]
             for split, prob in (("train", dt.train), ("test", dt.test)):
-                att = _attention(prob, W01)
-                tables.append(_sample_rows(seed, param, split, ids[split], prob, att[0], att[1]))
-            att_te = _attention(dt.test, res.W[0, -1:])[0]
+                att = attention_maps(prob, W01)
+                tables.append(sample_rows(seed, param, split, ids[split], prob, att[0], att[1]))
+            att_te = attention_maps(dt.test, res.W[0, -1:])[0]
             k = min(config.examples, dt.test.n)
             ii, tt = np.meshgrid(np.arange(k), np.arange(dt.test.T), indexing="ij")
             tables.append(pd.DataFrame({"kind": "attention", "seed": seed, "param": param, "image": ii.ravel(),
@@ -96,22 +108,22 @@ class RealDigits(Experiment):
         fig, axes = subplots(1, 3, width=4.4, height=3.4)
         ax = axes[0, 0]
         for param, key, style in (("W", "corr_att_fro", "-"), ("KQ", "corr_att_nuc", "-"), ("KQ", "corr_att_fro", ":")):
-            _mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
+            mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
         ax.set_xlabel("step")
         ax.set_ylabel("correlation with the SVM")
         ax.set_title("direction")
         ax.legend(fontsize=7)
         ax = axes[0, 1]
         for param in PARAMS:
-            _mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
-            _mean_curve(ax, cur[cur["param"] == param], "step", "train_acc", f"{param} train", ls="--")
+            mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
+            mean_curve(ax, cur[cur["param"] == param], "step", "train_acc", f"{param} train", ls="--")
         ax.axhline(cur["head_test_acc"].mean(), color="grey", ls=":", label="uniform attention (test)")
         ax.set_xlabel("step")
         ax.set_ylabel("accuracy")
         ax.legend(fontsize=7)
         ax = axes[0, 2]
         for param in PARAMS:
-            _mean_curve(ax, cur[cur["param"] == param], "step", "max_softmax", param)
+            mean_curve(ax, cur[cur["param"] == param], "step", "max_softmax", param)
         ax.set_xlabel("step")
         ax.set_ylabel("mean largest attention weight")
         ax.legend(fontsize=7)
@@ -148,35 +160,35 @@ class RealDigits(Experiment):
         return paths
 
     def checks(self, config, table):
-        fin = _final(table)
+        fin = final_rows_of(table)
         smp = table[table["kind"] == "sample"]
         out = []
         for param in PARAMS:
             s = smp[smp["param"] == param]
             te, tr = s[s["split"] == "test"], s[s["split"] == "train"]
-            out.append(_paired_check(
+            out.append(paired_check(
                 f"{param}: test accuracy minus uniform attention (W = 0), per test image",
-                _per_unit(te, "correct_final", "correct_uniform"), source=SRC_ACCURACY, units="test images",
+                per_unit(te, "correct_final", "correct_uniform"), source=SRC_ACCURACY, units="test images",
                 comparator="uniform attention (W = 0: the head on the mean token)",
                 detail=f"accuracy {te['correct_final'].mean():.3f} vs uniform {te['correct_uniform'].mean():.3f}"))
-            out.append(_paired_check(
+            out.append(paired_check(
                 f"{param}: largest attention weight per training image, last step minus initialization",
-                _per_unit(tr, "maxatt_final", "maxatt_init"), source=SRC_SELECT, units="training images",
+                per_unit(tr, "maxatt_final", "maxatt_init"), source=SRC_SELECT, units="training images",
                 comparator="the initialization (near-uniform attention)",
                 detail=f"mean {tr['maxatt_final'].mean():.3f} vs {tr['maxatt_init'].mean():.3f} at initialization"))
-        out += _direction_checks(config, table, fin)
+        out += direction_checks(config, table, fin)
         kq = fin[fin["param"] == "KQ"].sort_values("seed")
-        out.append(_paired_check(
+        out.append(paired_check(
             "KQ: final corr(KQ^T, nuclear Att-SVM) minus corr(KQ^T, Frobenius Att-SVM), per run",
             (kq["corr_att_nuc"] - kq["corr_att_fro"]).to_numpy(np.float64), source=SRC_BIAS, units="runs",
             comparator="the Frobenius Att-SVM of the same selections (the W-parameterization's bias)",
             detail=f"corr(Frobenius SVM, nuclear SVM) {kq['svm_fro_nuc_corr'].mean():.3f} on average"))
-        out.append(_certified_check("every SVM compared with is certified", _run_statuses(fin)))
+        out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
         return out
 
     def deviations(self, config):
         return [
-            {"spec": _NO_PROTOCOL,
+            {"spec": NO_PROTOCOL,
              "here": f"digits {config.digits[0]} vs {config.digits[1]}, {config.patch}x{config.patch} patches + "
                      f"{config.positional} positions, mean-token query, {config.max_train} training images, "
                      f"{config.steps} NGD steps (lr {config.lr}), {len(config.seeds)} seeds",
@@ -188,10 +200,10 @@ class RealDigits(Experiment):
              "here": "Att-SVM of the argmax tokens only",
              "reason": "the linear head makes single-token selection the theory's prediction; the Gen-SVM of "
                        "thresholded sets was mostly infeasible here and cost a nuclear solve per run"},
-        ] + _deviation_quick(self, config)
+        ] + deviation_quick(self, config)
 
     def explain(self, config, table):
-        fin = _final(table)
+        fin = final_rows_of(table)
         if fin.empty:
             return self.notes
         W, KQ = fin[fin["param"] == "W"], fin[fin["param"] == "KQ"]

@@ -2,22 +2,33 @@
 same analysis as ``real-digits`` with the selected words."""
 
 from __future__ import annotations
-import math
-import os
+
 import numpy as np
 import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
-from attnsvm.metrics import correlation
-from attnsvm.problem import TokenProblem
-from attnsvm.svm import solve_svm
-from attnsvm.training.train import train
-from attnsvm.real.errors import INSTALL_HINT
+
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import ALPHA, Check, integrity_check
-from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.real.common import (
-    PARAMS, SRC_SELECT, _attention, _uniform_correct, _mean_curve, _final, _train_param, _curve_rows, _sample_rows, _paired_check, _certified_check, _run_statuses, _per_unit, _direction_checks, _deviation_quick, _NO_PROTOCOL,
+    NO_PROTOCOL,
+    PARAMS,
+    SRC_SELECT,
+    attention_maps,
+    certified_check,
+    curve_rows,
+    deviation_quick,
+    direction_checks,
+    final_rows_of,
+    mean_curve,
+    paired_check,
+    per_unit,
+    run_statuses,
+    sample_rows,
+    train_param,
+    uniform_correct,
 )
+from attnsvm.plotting import save_figure, subplots
+from attnsvm.problem import TokenProblem
+from attnsvm.real.errors import INSTALL_HINT
 
 # ---------------------------------------------------------------- real-minilm-embeddings
 
@@ -74,18 +85,18 @@ class RealMinilmEmbeddings(Experiment):
         v = fit_head(X[tr], st.labels[tr], C=config.C, seed=seed)
         train_p = TokenProblem(X[tr], query_index=0, Y=st.labels[tr], v=v, name="minilm sentiment (train)")
         test_p = TokenProblem(X[te], query_index=0, Y=st.labels[te], v=v, name="minilm sentiment (test)")
-        uniform = float(np.mean(_uniform_correct(test_p)))
+        uniform = float(np.mean(uniform_correct(test_p)))
         kw_tr, kw_te = st.keyword[tr] + 1, st.keyword[te] + 1
         tables = []
         for param in PARAMS:
-            res, alpha, O, svms, extra, nulls = _train_param(train_p, param, config, seed)
-            att_te = _attention(test_p, res.W[0])
+            res, alpha, O, svms, extra, nulls = train_param(train_p, param, config, seed)
+            att_te = attention_maps(test_p, res.W[0])
             extra.update({"keyword_rate_train": np.mean(res.softmax[0].argmax(axis=2) == kw_tr[None], axis=1),
                           "keyword_rate_test": np.mean(att_te.argmax(axis=2) == kw_te[None], axis=1),
                           "head_test_acc": uniform, "mean_selected": float(O.sum(axis=1).mean())})
-            tables.append(_curve_rows(seed, param, res, train_p, test_p, svms, extra))
+            tables.append(curve_rows(seed, param, res, train_p, test_p, svms, extra))
             tables.append(nulls)
-            tables.append(_sample_rows(seed, param, "test", [f"{seed}:{i}" for i in te], test_p, att_te[0], att_te[-1],
+            tables.append(sample_rows(seed, param, "test", [f"{seed}:{i}" for i in te], test_p, att_te[0], att_te[-1],
                                        keyword=kw_te))
             k = min(config.examples, test_p.n)
             rows = []
@@ -103,20 +114,20 @@ class RealMinilmEmbeddings(Experiment):
         fig, axes = subplots(1, 3, width=4.4, height=3.4)
         ax = axes[0, 0]
         for param, key, style in (("W", "corr_att_fro", "-"), ("KQ", "corr_att_nuc", "-"), ("KQ", "corr_att_fro", ":")):
-            _mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
+            mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
         ax.set_xlabel("step")
         ax.set_ylabel("correlation with the SVM")
         ax.legend(fontsize=7)
         ax = axes[0, 1]
         for param in PARAMS:
-            _mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
+            mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
         ax.axhline(cur["head_test_acc"].mean(), color="grey", ls=":", label="uniform attention")
         ax.set_xlabel("step")
         ax.set_ylabel("test accuracy")
         ax.legend(fontsize=7)
         ax = axes[0, 2]
         for param in PARAMS:
-            _mean_curve(ax, cur[cur["param"] == param], "step", "keyword_rate_test", param)
+            mean_curve(ax, cur[cur["param"] == param], "step", "keyword_rate_test", param)
         ax.set_xlabel("step")
         ax.set_ylabel("argmax on the sentiment word (test)")
         ax.legend(fontsize=7)
@@ -146,25 +157,25 @@ class RealMinilmEmbeddings(Experiment):
         return paths
 
     def checks(self, config, table):
-        fin = _final(table)
+        fin = final_rows_of(table)
         smp = table[(table["kind"] == "sample") & (table["split"] == "test")]
         out = []
         for param in PARAMS:
             s = smp[smp["param"] == param]
-            out.append(_paired_check(
+            out.append(paired_check(
                 f"{param}: argmax attention on the sentiment word, last step minus initialization, per test sentence",
-                _per_unit(s, "keyword_final", "keyword_init"), source=SRC_SELECT, units="test sentences",
+                per_unit(s, "keyword_final", "keyword_init"), source=SRC_SELECT, units="test sentences",
                 comparator="the initialization",
                 detail=(f"rate {s['keyword_final'].mean():.3f} vs {s['keyword_init'].mean():.3f} at initialization; "
                         f"test accuracy {s['correct_final'].mean():.3f} vs uniform attention "
                         f"{s['correct_uniform'].mean():.3f}")))
-        out += _direction_checks(config, table, fin)
-        out.append(_certified_check("every SVM compared with is certified", _run_statuses(fin)))
+        out += direction_checks(config, table, fin)
+        out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
         return out
 
     def deviations(self, config):
         return [
-            {"spec": _NO_PROTOCOL,
+            {"spec": NO_PROTOCOL,
              "here": f"MiniLM layer-{config.layer} states of generated sentiment sentences, [CLS] query, "
                      f"{config.n_train} training / {config.n_test} test sentences, {config.steps} NGD steps "
                      f"(lr {config.lr}), {len(config.seeds)} seed(s)",
@@ -177,10 +188,10 @@ class RealMinilmEmbeddings(Experiment):
              "here": "test accuracy against uniform attention is reported, not checked",
              "reason": "uniform attention already classifies the generated sentences almost perfectly (the mean "
                        "token holds the sentiment word), so the gain is a few sentences"},
-        ] + _deviation_quick(self, config)
+        ] + deviation_quick(self, config)
 
     def explain(self, config, table):
-        fin = _final(table)
+        fin = final_rows_of(table)
         if fin.empty:
             return self.notes
         W, KQ = fin[fin["param"] == "W"], fin[fin["param"] == "KQ"]

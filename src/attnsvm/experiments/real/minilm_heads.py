@@ -2,21 +2,13 @@
 key-query matrix with the nuclear-norm Gen-SVM of those selections, against random selections."""
 
 from __future__ import annotations
-import math
 import os
 import numpy as np
-import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
-from attnsvm.metrics import correlation
-from attnsvm.problem import TokenProblem
-from attnsvm.svm import solve_svm
-from attnsvm.training.train import train
 from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import ALPHA, Check, integrity_check
-from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.real.common import (
-    SRC_HEADS, _paired_check, _sign_share_check, _certified_check, _nanmean, _deviation_quick, _NO_PROTOCOL,
+    SRC_HEADS, paired_check, sign_share_check, certified_check, nanmean, deviation_quick, NO_PROTOCOL,
 )
 
 # ---------------------------------------------------------------- real-minilm-heads
@@ -86,22 +78,22 @@ class RealMinilmHeads(Experiment):
         gaps = np.concatenate([table["svm_gap"].to_numpy(float), table["random_gap"].to_numpy(float)])
         gap = f"largest relative duality gap {np.nanmax(gaps):.2g}" if np.isfinite(gaps).any() else "no gap"
         return [
-            _sign_share_check("share of heads whose corr_restricted with their own selections' SVM beats the "
+            sign_share_check("share of heads whose corr_restricted with their own selections' SVM beats the "
                               "random selections' (a head without both SVMs counts as not)",
                               wins, len(table), source=SRC_HEADS, comparator=comparator, units="heads"),
-            _paired_check("corr_restricted(W_h, nuclear Gen-SVM of its selections) minus random-selection baseline, "
+            paired_check("corr_restricted(W_h, nuclear Gen-SVM of its selections) minus random-selection baseline, "
                           "per head", own_r - rnd_r, source=SRC_HEADS, comparator=comparator, units="heads",
                           allow_missing=True,
-                          detail=f"mean {_nanmean(own_r):.3f} vs baseline {_nanmean(rnd_r):.3f}"),
-            _paired_check("corr(W_h, nuclear Gen-SVM of its selections) minus random-selection baseline, per head",
+                          detail=f"mean {nanmean(own_r):.3f} vs baseline {nanmean(rnd_r):.3f}"),
+            paired_check("corr(W_h, nuclear Gen-SVM of its selections) minus random-selection baseline, per head",
                           own - rnd, source=SRC_HEADS, comparator=comparator, units="heads", allow_missing=True,
-                          detail=f"mean {_nanmean(own):.3f} vs baseline {_nanmean(rnd):.3f}"),
-            _certified_check("every SVM compared with is certified (heads and baselines)", status, detail=gap),
+                          detail=f"mean {nanmean(own):.3f} vs baseline {nanmean(rnd):.3f}"),
+            certified_check("every SVM compared with is certified (heads and baselines)", status, detail=gap),
         ]
 
     def deviations(self, config):
         return [
-            {"spec": _NO_PROTOCOL + "; transformers-as-svms.md 4 thm 2 is a regularization-path result, not a "
+            {"spec": NO_PROTOCOL + "; transformers-as-svms.md 4 thm 2 is a regularization-path result, not a "
                                     "statement about pretrained heads",
              "here": f"{len(config.layers)} layers x {len(config.heads)} heads of all-MiniLM-L6-v2, {config.query} "
                      f"queries, selections at attention >= {config.threshold}, {config.n_sentences} sentences",
@@ -113,7 +105,7 @@ class RealMinilmHeads(Experiment):
                        "Measured (full run, one process): 48 sentences took 366 s on a busy machine (67/72 heads "
                        "above the baseline, 5 with an infeasible SVM in layer 0), 16 sentences 62 s on a nearly "
                        "idle one (72/72)"},
-        ] + _deviation_quick(self, config)
+        ] + deviation_quick(self, config)
 
     def explain(self, config, table):
         if table.empty or "corr_restricted" not in table.columns:

@@ -8,12 +8,19 @@ import numpy as np
 import pandas as pd
 from pydantic import PositiveInt
 
-from attnsvm.generators import random_problem
-from attnsvm.svm import solve_svm
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, integrity_check, share_check
+from attnsvm.experiments.tf.trajectories import (
+    approx_mean_check,
+    certificate_integrity,
+    item,
+    quick_deviations,
+    section,
+    svm_cert,
+)
+from attnsvm.generators import random_problem
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import approx_mean_check, certificate_integrity, item, quick_deviations, section, svm_cert
+from attnsvm.svm import solve_svm
 
 #: 7.2 item 4: P(feasible, alpha = opt) per (n, T) and d, as (op, target)
 FEASIBLE_OPT = {

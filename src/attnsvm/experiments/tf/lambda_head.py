@@ -72,8 +72,8 @@ class LambdaHeadExperiment(Experiment):
             if lam in lams:
                 out.append(approx_mean_check(f"mean |O_i| at lambda={lam:g} (about {target:.1f})", per_run.loc[lam],
                                              target, target, f"{per_run.loc[lam].size} runs", source=src, slack=0.05,
-                                             reason=f"spec: mean |O_i| grows from 1.2 to 4.0 over lambda in [0.05, 2] "
-                                                    f"(one decimal: rounding 0.05)"))
+                                             reason="spec: mean |O_i| grows from 1.2 to 4.0 over lambda in [0.05, 2] "
+                                                    "(one decimal: rounding 0.05)"))
         g = per_run.groupby(level=0)
         m, se = g.mean(), g.std(ddof=1).fillna(0) / np.sqrt(g.size())
         drops = []

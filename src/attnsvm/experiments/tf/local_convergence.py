@@ -8,14 +8,21 @@ import numpy as np
 import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
-from attnsvm.generators import random_problem
-from attnsvm.svm import solve_svm
-from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import mean_check, share_check
 from attnsvm.experiments.common import at_step, final_rows, seed_chunks
+from attnsvm.experiments.tf.trajectories import (
+    approx_mean_check,
+    certificate_integrity,
+    item,
+    nan_corr,
+    quick_deviations,
+    svm_cert,
+)
+from attnsvm.generators import random_problem
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import approx_mean_check, certificate_integrity, item, nan_corr, quick_deviations, svm_cert
+from attnsvm.svm import solve_svm
+from attnsvm.training.train import train
 
 
 class Config(ExperimentConfig):

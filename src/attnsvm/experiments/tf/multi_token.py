@@ -131,7 +131,8 @@ class MultiToken(Experiment):
                                        f"seeds tried: {int((table.d == d).groupby(table.seed).any().sum())}",
                                        reason="the spec's run count per d (accepted runs); fewer means the seed "
                                               "budget `attempts` is too small"))
-            m = f[["err_eq", "err_svm", "err_1token"]].mean() if len(f) else pd.Series(np.nan, ["err_eq", "err_svm", "err_1token"])
+            cols = ["err_eq", "err_svm", "err_1token"]
+            m = f[cols].mean() if len(f) else pd.Series(np.nan, cols)
             out.append(check(f"d={d}: mean 1-corr to W_fin + R W_svm below that to the Gen-SVM direction",
                              m.err_svm - m.err_eq, ">", 0, f"{m.err_eq:.4g} vs {m.err_svm:.4g}", source=src,
                              reason="spec: ordering svm-eq < Gen-SVM direction < 1token of the mean 1-corr at k = 2000"))
@@ -212,11 +213,13 @@ class MultiToken(Experiment):
         lines = ["Runs are rejected (and the next seed tried) as in the research code: all labels +1; an ambiguous "
                  "probability in (mask_threshold, select_threshold]; no masked token (finite solution); or an "
                  "infeasible SVM. Rejection sampling changes the effective data distribution.", "",
-                 "| d | seeds tried | accepted (used) | all labels +1 | ambiguous | finite | SVM infeasible |", "|---|---|---|---|---|---|---|"]
+                 "| d | seeds tried | accepted (used) | all labels +1 | ambiguous | finite | SVM infeasible |",
+                 "|---|---|---|---|---|---|---|"]
         first = table.drop_duplicates(["d", "seed"])
         for d, sub in first.groupby("d"):
             c = sub.status.value_counts()
             used = min(int(c.get("accepted", 0)), config.accepted)
             lines.append(f"| {d} | {len(sub)} | {c.get('accepted', 0)} ({used}) | {c.get('all labels +1', 0)} | "
-                         f"{c.get('ambiguous selection', 0)} | {c.get('finite solution (no masked token)', 0)} | {c.get('SVM infeasible', 0)} |")
+                         f"{c.get('ambiguous selection', 0)} | {c.get('finite solution (no masked token)', 0)} | "
+                         f"{c.get('SVM infeasible', 0)} |")
         return "\n".join(lines)

@@ -9,13 +9,20 @@ import numpy as np
 import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
-from attnsvm.generators import random_problem
-from attnsvm.metrics import rank
-from attnsvm.svm import solve_svm
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check
+from attnsvm.experiments.tf.trajectories import (
+    approx_mean_check,
+    certificate_integrity,
+    item,
+    quick_deviations,
+    section,
+    svm_cert,
+)
+from attnsvm.generators import random_problem
+from attnsvm.metrics import matrix_rank as rank
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import approx_mean_check, certificate_integrity, item, quick_deviations, section, svm_cert
+from attnsvm.svm import solve_svm
 
 
 class Config(ExperimentConfig):

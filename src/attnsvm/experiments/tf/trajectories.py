@@ -15,7 +15,7 @@ import torch
 from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.generators import tf_visualization1, tf_visualization2
-from attnsvm.metrics import correlation, rank
+from attnsvm.metrics import correlation, matrix_rank as rank
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register

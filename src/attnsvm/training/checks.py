@@ -1,0 +1,138 @@
+"""Argument checks at the public boundary of training (ValidationError naming the argument).
+
+Numbers (finite, in range), integers, seeds, checkpoints, optimizer names and the choice of
+gradient engine. Nothing here computes a gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.training.losses import MARGIN_LOSSES
+from attnsvm.training.models import has_token_form
+
+EPS = float(np.finfo(np.float64).eps)  # 2.220446049250313e-16
+OPTIMIZERS = ("ngd", "gd", "adam")
+
+
+def _real(x, name, expected) -> float:
+    """``x`` as a float (Python / numpy / 0-d numbers; no bool, str or complex), else ValidationError."""
+    try:
+        f = None if isinstance(x, (bool, np.bool_, str, bytes)) else float(x)
+    except (TypeError, ValueError):
+        f = None
+    if f is None:
+        raise ValidationError(f"{name} must be {expected}, got {x!r}")
+    return f
+
+
+def _check_positive(x, name, why="") -> float:
+    """A finite number > 0."""
+    f = _real(x, name, f"a finite number > 0{why}")
+    if not (np.isfinite(f) and f > 0):
+        raise ValidationError(f"{name} must be a finite number > 0{why}, got {x!r}")
+    return f
+
+
+def _check_lr(lr) -> float:
+    return _check_positive(lr, "lr", " (the step size)")
+
+
+def _check_eps(eps, optimizer="ngd") -> float:
+    """NGD's epsilon: finite > 0; the other optimizers do not use it (finite >= 0 accepted)."""
+    if optimizer == "ngd":
+        return _check_positive(eps, "eps", " (it guards normalized GD against a zero gradient)")
+    f = _real(eps, "eps", "a finite number >= 0")
+    if not (np.isfinite(f) and f >= 0):
+        raise ValidationError(f"eps must be a finite number >= 0, got {eps!r}")
+    return f
+
+
+def _check_ridge(ridge, param) -> float:
+    """None -> machine epsilon for KQ, 0 otherwise; else a finite number >= 0 (only KQ may be nonzero)."""
+    if ridge is None:
+        return EPS if param == "KQ" else 0.0
+    f = _real(ridge, "ridge", "None or a finite number >= 0")
+    if not (np.isfinite(f) and f >= 0):
+        raise ValidationError(f"ridge must be None or a finite number >= 0, got {ridge!r}")
+    if f and param != "KQ":
+        raise ValidationError("ridge applies to the (K, Q) parameterization only")
+    return f
+
+
+def _check_betas(betas) -> tuple:
+    """Adam's (beta1, beta2), each a number in [0, 1)."""
+    if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+        raise ValidationError(f"betas must be a pair (beta1, beta2) of numbers in [0, 1), got {betas!r}")
+    out = []
+    for i, b in enumerate(betas):
+        f = _real(b, f"betas[{i}]", "a number in [0, 1)")
+        if not (0.0 <= f < 1.0):
+            raise ValidationError(f"betas[{i}] must be a number in [0, 1) (Adam's moment decay), got {b!r}")
+        out.append(f)
+    return tuple(out)
+
+
+def _check_int(x, name, minimum):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < minimum:
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    return int(x)
+
+
+def _integral(x, name, minimum) -> int:
+    """An integer >= minimum; integral floats (3.0) are accepted, 2.5 / NaN / inf / bool are not."""
+    if isinstance(x, (bool, np.bool_)):
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    if isinstance(x, (int, np.integer)):
+        return _check_int(x, name, minimum)
+    f = _real(x, name, f"an integer >= {minimum}")
+    if not (np.isfinite(f) and f == np.floor(f) and f >= minimum):
+        raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
+    return int(f)
+
+
+def _seeds(seed, R):
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        seeds = [_integral(s, f"seed[{i}]", 0) for i, s in enumerate(np.asarray(seed, dtype=object).ravel())]
+        if np.ndim(seed) != 1 or len(seeds) != R:
+            raise ValidationError(f"seed list must give one seed per run ({R}), got shape {np.shape(seed)}")
+        return seeds
+    return [_check_int(seed, "seed", 0) + r for r in range(R)]
+
+
+def _checkpoints(steps, record_every, checkpoints):
+    if checkpoints is not None:
+        if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__iter__"):
+            raise ValidationError(f"checkpoints must be a list of integer steps in [0, steps={steps}], "
+                                  f"got {checkpoints!r}")
+        cps = sorted({_integral(c, f"checkpoints[{i}]", 0) for i, c in enumerate(checkpoints)})
+        if not cps or cps[-1] > steps:
+            raise ValidationError(f"checkpoints must be a non-empty list of steps in [0, steps={steps}], "
+                                  f"got {list(checkpoints)!r}")
+        return np.array(cps, dtype=np.int64)
+    every = _check_int(record_every, "record_every", 1)
+    cps = list(range(0, steps + 1, every))
+    if cps[-1] != steps:
+        cps.append(steps)
+    return np.array(cps, dtype=np.int64)
+
+
+def _check_common(lr, steps, optimizer, betas=(0.9, 0.999), adam_eps=1e-8):
+    """Boundary checks shared by train() and train_sequence()."""
+    if optimizer not in OPTIMIZERS:
+        raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    adam_eps = _check_positive(adam_eps, "adam_eps", " (Adam's denominator epsilon)")
+    return _check_lr(lr), _check_int(steps, "steps", 0), adam_eps, _check_betas(betas), optimizer
+
+
+def _resolve_engine(engine, head, loss, train_v):
+    """'auto' -> 'closed' (margin loss and the linear head or a head with a token form) or 'autograd'."""
+    if engine not in ("auto", "closed", "autograd"):
+        raise ValidationError(f"engine must be 'auto', 'closed' or 'autograd', got {engine!r}")
+    closed_ok = loss in MARGIN_LOSSES and (head is None or not train_v)
+    if engine == "auto":
+        return "closed" if closed_ok and has_token_form(head) else "autograd"
+    if engine == "closed" and not closed_ok:
+        raise ValidationError("engine='closed' needs a margin loss, and the linear head (head=None) when train_v=True")
+    return engine
