@@ -196,15 +196,15 @@ def _int_list(text, name):
 
 
 @cli.command()
-@click.option("--layers", default=None, help="Comma-separated layer indices (default: all 6).")
-@click.option("--heads", default=None, help="Comma-separated head indices (default: all 12).")
+@click.option("--layers", default=None, help="Comma-separated layer indices (default: all; MiniLM has 6).")
+@click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
 @click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
 @click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls"]), default="word", show_default=True,
-              help="Query token per sentence: a random word token or [CLS].")
+              help="Query token per sentence: a random word token or [CLS] (encoders only; decoders use word).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json and the heat map.")
@@ -212,9 +212,12 @@ def _int_list(text, name):
 @click.option("--max-memory", default=None,
               help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
                    "of available).")
+@click.option("--model", "model_dir", type=click.Path(), default=None,
+              help="Local model directory written by save_pretrained (config.json, weights, tokenizer files): a "
+                   "BERT-like encoder or a GPT-2-like decoder (default: the shipped MiniLM). Never downloads.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json,
-          max_memory):
-    """Probe the pretrained MiniLM's attention heads against the max-margin picture.
+          max_memory, model_dir):
+    """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
     selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
@@ -225,7 +228,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
     click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
                          as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
-                         max_length=max_length, max_memory=_max_memory(max_memory)))
+                         max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir))
 
 
 # -------------------------------------------------------------- experiments

