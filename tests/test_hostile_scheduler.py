@@ -197,3 +197,21 @@ def test_killed_dask_worker_does_not_recompute_stored_tasks(tmp_path):
     a = pd.read_parquet(os.path.join(summary.outdir, "results.parquet"))[cols].sort_values("seed").reset_index(drop=True)
     b = pd.read_parquet(os.path.join(serial.outdir, "results.parquet"))[cols].sort_values("seed").reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_scheduler_check_inside_a_running_event_loop(tmp_path):
+    """A Jupyter kernel runs an event loop in the calling thread: the check must still answer
+    (a real scheduler passes, a closed port is the usual clear error, never 'asyncio.run() cannot be called')."""
+    import asyncio
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        async def inside_a_loop(address):
+            check_scheduler(address, 5.0)
+
+        asyncio.run(inside_a_loop(cluster.scheduler_address))  # no exception: the scheduler answered
+        closed = f"tcp://127.0.0.1:{_closed_port()}"
+        with pytest.raises(SchedulerError, match="no Dask scheduler answered") as info:
+            asyncio.run(inside_a_loop(closed))
+        assert "running event loop" not in str(info.value)

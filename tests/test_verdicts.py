@@ -152,7 +152,7 @@ def test_failed_check_exits_1_and_tops_the_report(dummies, tmp_path):
     assert r.exit_code == 1
     assert "1 checks, 1 failed, 0 experiments skipped" in r.output
     page = open(os.path.join(out, "report.html")).read()
-    assert page.index("Failed checks") < page.index("<h2>Summary")
+    assert page.index("Failed checks") < page.index("<h2 id='summary'>Summary")
     assert "test-spec.md 1.1" in page and "the test&#x27;s number" in page
     assert "Deviations" in page and "a unit test" in page
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out, "--allow-failures"])

@@ -2,8 +2,13 @@
 
 Describe a token-selection problem, solve the SVMs of the theory exactly, train
 attention models and measure the theory against the training.
+
+This module re-exports the main names of the layers below it. ``import attnsvm`` loads
+numpy only: the solver, metric and training names are imported on their first use (PEP 562),
+and training needs torch.
 """
 
+#: The package version.
 __version__ = "0.1.0"
 
 from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError

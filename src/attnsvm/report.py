@@ -191,7 +191,12 @@ def write_report(outdir: str) -> tuple[str, str]:
 
     h = [f"<!doctype html><html><head><meta charset='utf-8'><title>attnsvm report</title><style>{_STYLE}</style></head><body>",
          "<h1>attnsvm reproduction report</h1>",
-         f"<p class='banner {'ok' if ok else 'bad'}' id='verdict'>{headline}: {_e(verdict)}</p>"]
+         f"<p class='banner {'ok' if ok else 'bad'}' id='verdict'>{headline}: {_e(verdict)}</p>",
+         "<p class='nav'>Jump to: " + " &middot; ".join(
+             f"<a href='#{a}'>{t}</a>" for a, t, show in (
+                 ("failed", "failed checks", failed), ("findings", "findings", findings), ("skipped", "skipped", skipped),
+                 ("summary", "summary", True), ("deviations", "deviations", True), ("environment", "environment", True))
+             if show) + "</p>"]
     md = ["# attnsvm reproduction report", "", f"**{headline}**: {verdict}", ""]
 
     if failed:
@@ -225,7 +230,7 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append("</table>")
         md.append("")
 
-    h.append("<h2>Summary</h2><table><tr><th>experiment</th><th>checks passed</th><th>preset</th><th>runs</th>"
+    h.append("<h2 id='summary'>Summary</h2><table><tr><th>experiment</th><th>checks passed</th><th>preset</th><th>runs</th>"
              "<th>wall time (s)</th><th>tasks (computed / resumed / failed)</th></tr>")
     md += ["## Summary", "", "| experiment | checks passed | preset | runs | wall time (s) | tasks computed / resumed / failed |",
            "|---|---|---|---|---|---|"]
@@ -306,7 +311,7 @@ def write_report(outdir: str) -> tuple[str, str]:
         md += ["```yaml", str(e.get("config_text", "")).rstrip(), "```", ""]
 
     pk = env.get("packages", {}) or {}
-    h.append("<h2>Environment</h2><table>")
+    h.append("<h2 id='environment'>Environment</h2><table>")
     h.append(f"<tr><td>python</td><td>{_e(env.get('python'))}</td></tr><tr><td>platform</td><td>{_e(env.get('platform'))}</td></tr>"
              f"<tr><td>cpus</td><td>{_e(env.get('cpus'))}</td></tr>")
     md += ["## Environment", "", f"- python {env.get('python')}, {env.get('platform')}, {env.get('cpus')} cpus"]

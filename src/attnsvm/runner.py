@@ -297,7 +297,10 @@ def _folder_lock(expdir: str):
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
+    if enabled:  # a notebook bar in Jupyter, a text bar elsewhere
+        from tqdm.auto import tqdm
+    else:  # tqdm.auto warns in a notebook without ipywidgets even for a disabled bar
+        from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="run", disable=not enabled, dynamic_ncols=True, leave=True)
 
@@ -565,6 +568,22 @@ def _failure(task: Task, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------- Dask
+def _run_blocking(make_coroutine):
+    """Run the coroutine ``make_coroutine()`` to completion and return its result, also when this thread
+    already runs an event loop (a Jupyter kernel does, and ``asyncio.run`` refuses to nest): then on a
+    fresh loop in a helper thread."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coroutine())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
+
+
 def check_scheduler(address: str, timeout: float) -> None:
     """Raise :class:`SchedulerError` unless a Dask scheduler answers at ``address`` within ``timeout`` seconds.
 
@@ -586,7 +605,7 @@ def check_scheduler(address: str, timeout: float) -> None:
 
     what = f"no Dask scheduler answered at {address!r}"
     try:
-        reply = asyncio.run(asyncio.wait_for(probe(), timeout))
+        reply = _run_blocking(lambda: asyncio.wait_for(probe(), timeout))
     except (asyncio.TimeoutError, TimeoutError):
         raise SchedulerError(f"{what} within --connect-timeout {timeout:g} s (is the address right and the scheduler "
                              "running?)") from None

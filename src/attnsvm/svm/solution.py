@@ -223,7 +223,8 @@ class SVMSolution:
     constraints : ConstraintSet, the rows with their labels
     certificate : Certificate
     slack : (N,) or None, soft margin only
-    info : dict, solver details (method, iterations, seconds)
+    info : dict
+        solver details: method, iterations, seconds
     """
 
     status: str

@@ -34,6 +34,10 @@ __all__ = ["LOSSES", "lm_loss_grad", "token_basis", "train_lm", "train_runs", "l
 def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "softmax", want_coef: bool = False):
     """Mean loss and its gradient in W of the causal one-layer model, batched over runs.
 
+    The loss is the mean over the positions with a target; ``G = sum_k (sum_t c_kt a_t) a_k^T``
+    with ``c_k = (diag(s_k) - s_k s_k^T) beta_k`` (softmax, :func:`~attnsvm.training.kernel.softmax_backward`)
+    or ``c_k = beta_k`` on the prefix (linear), ``beta_kt = a_t^T E^T dL/dlogits_k``.
+
     Parameters
     ----------
     W : (R, d, d) torch float64; A : (R, m, n, d); targets : (R, m, n) int64 (-1 = no target);
@@ -42,10 +46,6 @@ def lm_loss_grad(W, A, targets, E, *, loss: str = "logistic", attention: str = "
         "cross_entropy" or "l2" (``||E o - onehot||^2``)
     attention : "softmax" (``s = softmax(a_t^T W a_k, t <= k)``) or "linear" (``s = a_t^T W a_k``, t <= k)
     want_coef : also return the logit coefficients ``c (R, m, n, n)`` (dL/dlogit)
-
-    The loss is the mean over the positions with a target; ``G = sum_k (sum_t c_kt a_t) a_k^T``
-    with ``c_k = (diag(s_k) - s_k s_k^T) beta_k`` (softmax, :func:`~attnsvm.training.kernel.softmax_backward`)
-    or ``c_k = beta_k`` on the prefix (linear), ``beta_kt = a_t^T E^T dL/dlogits_k``.
 
     Returns
     -------

@@ -186,7 +186,8 @@ def train_sequence(
 
     Output k of sequence i is ``h(X_i^T softmax(X_i W x_{ik}))``; with ``causal`` the
     query k attends to tokens ``t <= k`` only. The loss is the mean over all (i, k)
-    (cross-entropy: over the positions that have a target).
+    (cross-entropy: over the positions that have a target). The arguments not listed
+    below are those of :func:`train`.
 
     Parameters
     ----------
@@ -197,8 +198,6 @@ def train_sequence(
     H : (d, V) output embedding for next-token prediction (logits ``H^T o``)
     loss : default "logistic", or "cross_entropy" when H is given
     threads : None or the number of torch threads during this call only (restored on return)
-
-    The other arguments are those of :func:`train`.
 
     Returns
     -------

@@ -1,0 +1,283 @@
+"""The HTML pages in a real browser: report.html of ``reproduce --quick`` and probe.html of a small probe.
+
+Selenium drives Debian's Chromium (``/usr/bin/chromium`` with ``/usr/bin/chromedriver``, headless,
+a fresh profile, no network services). The checks are small functions of a driver, each returning
+what is wrong (an empty list when the page is fine), and ``test_checks_catch_a_broken_page`` shows
+that each of them reports a broken page.
+
+When Chromium, chromedriver or selenium is missing the tests are skipped with the missing path
+named, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (then they fail with the same reason);
+``scripts/install_browser.sh`` installs both browser packages. Full-page screenshots go to
+``$ATTNSVM_ARTIFACTS`` (default ``<repo>/artifacts``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def require_browser() -> None:
+    """Skip (or, with ``ATTNSVM_REQUIRE_BROWSER=1``, fail) naming whatever the browser tests lack."""
+    missing = []
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("the Python package selenium (pip install selenium)")
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            missing.append(path)
+    if missing:
+        reason = f"browser tests need {', '.join(missing)} (scripts/install_browser.sh installs chromium and chromium-driver)"
+        if os.environ.get("ATTNSVM_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + "; ATTNSVM_REQUIRE_BROWSER=1 makes this a failure")
+        pytest.skip(reason)
+
+
+def artifacts_dir() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("ATTNSVM_ARTIFACTS", REPO / "artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    opts.add_argument("--window-size=1400,1000")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+# ------------------------------------------------------------------ checks
+def open_page(driver, path) -> None:
+    """Load a local file (``file://``) with an empty console log."""
+    driver.get_log("browser")  # drop what earlier pages logged
+    driver.get(pathlib.Path(path).resolve().as_uri())
+    assert driver.execute_script("return document.readyState") == "complete"
+
+
+def images_loaded(driver) -> list:
+    """The ``src`` of every ``<img>`` that did not load (not complete or ``naturalWidth == 0``)."""
+    return driver.execute_script(
+        "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);")
+
+
+def console_errors(driver) -> list:
+    """Console messages of level SEVERE since the last call (failed loads, ``console.error``, script errors)."""
+    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def broken_anchors(driver) -> list:
+    """Same-page links ``href="#id"`` whose target element does not exist."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('a[href^=\"#\"]')).map(a => a.getAttribute('href'))"
+        ".filter(h => h.length > 1 && !document.getElementById(decodeURIComponent(h.slice(1))));")
+
+
+def save_screenshot(driver, name: str) -> pathlib.Path:
+    """A full-page PNG (the whole scroll height, via CDP ``captureBeyondViewport``) in the artifacts folder."""
+    m = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
+    size = m.get("cssContentSize") or m["contentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                             "clip": clip})
+    path = artifacts_dir() / name
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
+
+
+def _precedes(driver, a, b) -> bool:
+    return bool(driver.execute_script("return !!(arguments[0].compareDocumentPosition(arguments[1]) & 4);", a, b))
+
+
+# ------------------------------------------------------------------ the checks can fail
+def test_checks_catch_a_broken_page(driver, tmp_path):
+    good = tmp_path / "good.png"
+    good.write_bytes(base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+                                      "RU5ErkJggg=="))
+    page = tmp_path / "bad.html"
+    page.write_text("<!doctype html><html><head><meta charset='utf-8'><title>bad</title></head><body>"
+                    "<img src='good.png' alt='ok'><img src='missing.png' alt='broken'>"
+                    "<a href='#here'>fine</a><a href='#nowhere'>dangling</a><p id='here'>x</p>"
+                    "<script>console.error('deliberate failure');</script></body></html>")
+    open_page(driver, page)
+    broken = images_loaded(driver)
+    assert len(broken) == 1 and broken[0].endswith("/missing.png"), broken
+    errors = console_errors(driver)
+    assert any("deliberate failure" in e for e in errors), errors
+    assert any("missing.png" in e for e in errors), errors  # the failed load is logged too
+    assert broken_anchors(driver) == ["#nowhere"]
+    # and a clean page passes all three
+    page.write_text("<!doctype html><html><head><meta charset='utf-8'><title>ok</title></head><body>"
+                    "<img src='good.png' alt='ok'><a href='#here'>fine</a><p id='here'>x</p></body></html>")
+    open_page(driver, page)
+    assert images_loaded(driver) == [] and console_errors(driver) == [] and broken_anchors(driver) == []
+
+
+def test_missing_browser_skips_or_fails(monkeypatch):
+    """The one skip rule: a visible skip naming the path, a failure under ATTNSVM_REQUIRE_BROWSER=1."""
+    monkeypatch.setitem(globals(), "CHROMEDRIVER", "/nonexistent/chromedriver")
+    monkeypatch.delenv("ATTNSVM_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="/nonexistent/chromedriver"):
+        require_browser()
+    monkeypatch.setenv("ATTNSVM_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="/nonexistent/chromedriver"):
+        require_browser()
+
+
+# ------------------------------------------------------------------ report.html
+def test_report_in_browser(driver, quick_out):
+    from selenium.webdriver.common.by import By
+
+    from attnsvm.experiments import registry
+
+    open_page(driver, quick_out / "report.html")
+
+    assert images_loaded(driver) == []
+    assert console_errors(driver) == []
+    assert broken_anchors(driver) == []
+    reg = registry()
+    ran = sorted(p.name for p in quick_out.iterdir() if (p / "meta.json").is_file())
+    skipped = json.loads((quick_out / "skipped.json").read_text()) if (quick_out / "skipped.json").exists() else []
+    assert set(ran) <= set(reg), set(ran) - set(reg)
+    assert set(ran) | {s["name"] for s in skipped} == set(reg)  # every registered experiment ran or is named skipped
+    assert ran
+
+    # the verdict and the summary table with links and pass counts come before the experiments' sections
+    verdict = driver.find_element(By.ID, "verdict")
+    summary_h2 = next(h for h in driver.find_elements(By.TAG_NAME, "h2") if h.text.strip() == "Summary")
+    summary = summary_h2.find_element(By.XPATH, "following-sibling::table[1]")
+    first_section = driver.find_element(By.CSS_SELECTOR, "section")
+    assert _precedes(driver, verdict, summary) and _precedes(driver, summary, first_section)
+    rows = {r.find_element(By.CSS_SELECTOR, "td a").get_attribute("href").rsplit("#", 1)[1]: r
+            for r in summary.find_elements(By.XPATH, ".//tr[td/a]")}
+    assert set(rows) == set(ran)
+
+    # one round trip: per section, the first column of its check table and its config block
+    sections = driver.execute_script("""
+        const out = {};
+        for (const sec of document.querySelectorAll('section[id]')) {
+            const table = sec.querySelector('table');
+            const cfg = Array.from(sec.querySelectorAll('details')).filter(
+                d => d.querySelector('summary').textContent.trim().startsWith('config'));
+            out[sec.id] = {claims: table ? Array.from(table.querySelectorAll('tr')).filter(r => r.querySelector('td'))
+                                             .map(r => r.querySelector('td').textContent) : [],
+                           configs: cfg.map(d => d.querySelector('pre').textContent)};
+        }
+        return out;""")
+    for name in ran:
+        checks = json.loads((quick_out / name / "checks.json").read_text())
+        cell = rows[name].find_elements(By.TAG_NAME, "td")[1].text
+        assert cell == f"{sum(c['passed'] for c in checks)}/{len(checks)}", (name, cell)
+        assert driver.find_element(By.ID, name).tag_name == "section"
+        assert sections[name]["claims"] == [c["name"] for c in checks], name
+        assert len(sections[name]["configs"]) == 1, name
+        text = sections[name]["configs"][0]
+        meta = json.loads((quick_out / name / "meta.json").read_text())
+        assert text.strip() and all(f"{key}:" in text for key in (meta.get("config") or {})), name
+    # every experiment shows its figures (each writes at least one PNG; all loaded, checked above)
+    assert len(driver.find_elements(By.CSS_SELECTOR, "section img")) >= len(ran)
+    path = save_screenshot(driver, "report.png")
+    assert path.stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------ probe.html
+HOSTILE = "A <script>console.error('injected')</script> & \"quoted\" sentence."
+
+
+@pytest.fixture(scope="module")
+def probe_page(tmp_path_factory):
+    """A tiny MiniLM probe written by run_probe: (folder, probe.json payload)."""
+    pytest.importorskip("transformers")
+    from attnsvm.cli.probe import run_probe
+
+    out = tmp_path_factory.mktemp("probe")
+    sentences = ["The cat sat on the mat while the dog slept.", HOSTILE, "Margins decide which token wins.",
+                 "Every head reads its own tokens here.", "A short one.", "Attention selects a few tokens at a time.",
+                 "The solver returns multipliers for every row.", "Nuclear norms favour low rank matrices."]
+    text = run_probe([5], [0, 3], sentences, out=str(out), svm_sentences=6)
+    assert str(out / "probe.html") in text
+    return out, json.loads((out / "probe.json").read_text())
+
+
+def test_probe_view_in_browser(driver, probe_page):
+    from selenium.webdriver.common.by import By
+
+    out, payload = probe_page
+    open_page(driver, out / "probe.html")
+    assert images_loaded(driver) == []
+    assert len(driver.find_elements(By.TAG_NAME, "img")) == 1  # probe_heatmap.png, relative path
+    assert console_errors(driver) == []  # the hostile sentence's script is text, never run
+    assert broken_anchors(driver) == []
+    heads = [(r["layer"], r["head"]) for r in payload["heads"]]
+    sections = driver.find_elements(By.CSS_SELECTOR, "section.head")
+    assert [s.get_attribute("id") for s in sections] == [f"head-{l}-{h}" for l, h in heads]
+
+    # every heat-map cell links to its head's section; following one lands there
+    links = driver.find_elements(By.CSS_SELECTOR, "table.grid a")
+    assert {a.get_attribute("href").rsplit("#", 1)[1] for a in links} == {f"head-{l}-{h}" for l, h in heads}
+    target = links[-1].get_attribute("href").rsplit("#", 1)[1]
+    links[-1].click()
+    assert driver.current_url.endswith("#" + target)
+    assert driver.execute_script("return document.querySelector(':target').id") == target
+    top, height, scrolled = driver.execute_script(
+        "return [document.getElementById(arguments[0]).getBoundingClientRect().top, window.innerHeight, window.scrollY]",
+        target)
+    assert scrolled > 0 and -5 < top < height, (top, height, scrolled)  # scrolled to it (as far as the page allows)
+
+    roles = {"sel", "sup", "oth", "unk", "na"}
+    threshold = payload["config"]["threshold"]
+    for sec in sections:
+        for sent in sec.find_elements(By.CSS_SELECTOR, "div.sent"):
+            spans = sent.find_elements(By.CSS_SELECTOR, "span.tok")
+            assert spans
+            info = driver.execute_script(
+                "return arguments[0].map(s => [s.className, parseFloat(s.dataset.att), "
+                "getComputedStyle(s).borderTopStyle, getComputedStyle(s).outlineStyle]);", spans)
+            classes = [set(c.split()) for c, *_ in info]
+            assert all(len(c & roles) == 1 and "tok" in c for c in classes)
+            assert sum("q" in c for c in classes) == 1
+            att = [a for _, a, *_ in info]
+            best = max(range(len(att)), key=att.__getitem__)
+            assert "sel" in classes[best]
+            for c, a in zip(classes, att):
+                if a >= threshold + 1e-5:
+                    assert "sel" in c
+                elif "sel" in c and a < threshold - 1e-5:
+                    assert a == att[best]
+            for (cls, _, border, outline), c in zip(info, classes):  # the CSS marks are really applied
+                assert border == {"sel": "solid", "sup": "dashed", "oth": "solid", "unk": "dotted", "na": "solid"}[
+                    (c & roles).pop()], cls
+                assert (outline == "solid") == ("q" in c), cls
+    body = driver.find_element(By.TAG_NAME, "body").text
+    assert "<script>console.error('injected')</script>" in body  # shown as text
+    assert driver.find_element(By.ID, "legend").is_displayed()
+    driver.execute_script("window.scrollTo(0, 0)")
+    path = save_screenshot(driver, "probe.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_artifacts_folder_is_ignored():
+    ignore = (REPO / ".gitignore").read_text().split()
+    assert "artifacts/" in ignore

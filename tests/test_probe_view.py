@@ -1,0 +1,193 @@
+"""probe.html (attnsvm.real.probe_view) from a small real MiniLM probe: sections, marks, escaping."""
+
+from __future__ import annotations
+
+import html
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from attnsvm.real.probe import _LAST_FORWARD, head_svm, probe_heads  # noqa: E402
+from attnsvm.real.probe_view import ROLES, head_anchor, render_probe_view, token_roles, write_probe_view  # noqa: E402
+
+HOSTILE = "Beware <script>alert('x')</script> & <b>bold</b> \"quotes\" here."
+SENTENCES = ["The cat sat on the mat while the dog slept.", HOSTILE, "Margins decide which token wins.",
+             "Every head reads its own tokens here.", "A short one.", "Attention selects a few tokens at a time.",
+             "The solver returns multipliers for every row.", "Nuclear norms favour low rank matrices.",
+             "Queries look for keys that match them.", "Small models still have many heads.",
+             "Each layer mixes the tokens once more.", "The last sentence closes the probe."]
+LAYER, HEADS, M_SVM, VIEW = 5, [0, 3], 8, 4
+FORWARD = {}  # the probe's forward pass (the probe module keeps only the last one)
+
+
+class _Page(HTMLParser):
+    """Sections (id -> attributes), token spans (section id, sentence, token, classes, att, text), links, imgs."""
+
+    def __init__(self):
+        super().__init__()
+        self.sections, self.spans, self.links, self.imgs, self.tags = {}, [], [], [], []
+        self._section = None
+        self._span = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if tag == "section":
+            self._section = a.get("id")
+            self.sections[self._section] = a
+        elif tag == "span" and "tok" in a.get("class", "").split() and self._section:
+            self._span = {"section": self._section, "i": int(a["data-i"]), "t": int(a["data-t"]),
+                          "classes": set(a["class"].split()), "att": float(a["data-att"]), "text": ""}
+        elif tag == "a" and "href" in a:
+            self.links.append(a["href"])
+        elif tag == "img":
+            self.imgs.append(a.get("src"))
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self._section = None
+        elif tag == "span" and self._span is not None:
+            self.spans.append(self._span)
+            self._span = None
+
+    def handle_data(self, data):
+        if self._span is not None:
+            self._span["text"] += data
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    res = probe_heads(SENTENCES, layers=[LAYER], heads=HEADS, svm_sentences=M_SVM, view_sentences=VIEW)
+    FORWARD["fw"] = _LAST_FORWARD["forward"]
+    out = tmp_path_factory.mktemp("view")
+    (out / "probe_heatmap.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # only its name matters here
+    path = write_probe_view(res, str(out), heatmap="probe_heatmap.png")
+    text = open(path, encoding="utf-8").read()
+    page = _Page()
+    page.feed(text)
+    return res, text, page
+
+
+def test_result_keeps_attention_support_and_candidates(probe):
+    res, _, _ = probe
+    T = res.selected[(LAYER, 0)].shape[1]
+    assert set(res.attention) == set(res.support) == {(LAYER, h) for h in HEADS}
+    for key in res.attention:
+        assert res.attention[key].shape == (VIEW, T) and res.support[key].shape == (M_SVM, T)
+        assert res.support[key].dtype == bool
+        assert not (res.support[key] & res.selected[key][:M_SVM]).any()  # a support token is never selected
+        assert res.support[key].any()
+        np.testing.assert_allclose(res.attention[key].sum(axis=1), 1.0, atol=1e-9)
+    assert res.candidates.shape == (VIEW, T)
+
+
+def test_support_is_the_solutions_active_margin(probe):
+    """The stored support is SVMSolution.support_tokens() of the head's SVM: exactly the non-selected
+    tokens at margin 1 of W_svm, the others strictly beyond it."""
+    res, _, _ = probe
+    from attnsvm.real.minilm import augment
+
+    fw = FORWARD["fw"]
+    X = augment(fw.layer_input(LAYER)) * fw.mask[:, :, None]
+    Z = X[np.arange(len(X)), res.queries]
+    h = HEADS[0]
+    O = res.selected[(LAYER, h)][:M_SVM]
+    sol = head_svm(X[:M_SVM], Z[:M_SVM], fw.mask[:M_SVM], O)
+    assert sol.status == "optimal"
+    np.testing.assert_array_equal(sol.support_tokens(), res.support[(LAYER, h)])
+    logits = np.einsum("ntd,de,ne->nt", X[:M_SVM], sol.W, Z[:M_SVM])
+    margin = logits[np.arange(M_SVM), O.argmax(axis=1)][:, None] - logits
+    sup, other = res.support[(LAYER, h)], fw.mask[:M_SVM] & ~O & ~res.support[(LAYER, h)]
+    assert np.allclose(margin[sup], 1.0, rtol=1e-5)
+    assert (margin[other] > 1.0 + 1e-6).all()
+
+
+def test_every_head_has_a_section_linked_from_the_heat_map(probe):
+    res, text, page = probe
+    ids = [head_anchor(LAYER, h) for h in HEADS]
+    assert list(page.sections) == ids
+    for h, sid in zip(HEADS, ids):
+        assert page.sections[sid]["data-layer"] == str(LAYER) and page.sections[sid]["data-head"] == str(h)
+        # twice per head: the corr_restricted and the advantage grids
+        assert page.links.count("#" + sid) == 2
+    assert all(link[1:] in page.sections or link[1:] == "top" for link in page.links if link.startswith("#"))
+    row = res.table.iloc[0]
+    assert f"{row['corr_restricted']:.4f}" in text and f"{row['corr_random_restricted']:.4f}" in text
+    assert "id='layers'" in text and "heads above baseline" in text and "MiniLM" in text
+
+
+def test_marks_agree_with_the_probe_result(probe):
+    res, _, page = probe
+    seen = set()
+    for s in page.spans:
+        h = int(s["section"].rsplit("-", 1)[1])
+        i, t = s["i"], s["t"]
+        key = (LAYER, h)
+        assert s["text"] == res.tokens[i][t]  # the parser unescapes: the token text round-trips
+        assert abs(s["att"] - res.attention[key][i, t]) <= 1e-5 * max(1.0, res.attention[key][i, t])
+        role = (s["classes"] & set(ROLES)).pop()
+        if res.selected[key][i, t]:
+            assert role == "sel"
+        elif i < M_SVM:
+            assert role == ("sup" if res.support[key][i, t] else "oth")
+        assert ("q" in s["classes"]) == (t == res.queries[i])
+        seen.add((h, i, t))
+    assert seen == {(h, i, t) for h in HEADS for i in range(VIEW) for t in range(len(res.tokens[i]))}
+    assert {"sel", "sup", "oth"} <= {r for s in page.spans for r in s["classes"]}
+
+
+def test_roles_outside_the_svm_and_for_causal_candidates():
+    sel = np.array([False, True, False, False])
+    cand = np.array([True, True, True, False])
+    assert token_roles(sel, cand, np.array([True, False, False, False])) == ["sup", "sel", "oth", "na"]
+    assert token_roles(sel, cand, None) == ["unk", "sel", "unk", "na"]
+
+
+def test_text_is_escaped(probe):
+    res, text, page = probe
+    assert "<script" not in text.lower() and "<b>bold</b>" not in text
+    assert html.escape(HOSTILE, quote=True) in text
+    # the tokenizer splits the tag into '<', 'script', '>': the token spans hold them escaped
+    hostile = [s["text"] for s in page.spans if s["i"] == 1]
+    assert "<" in hostile and ">" in hostile
+    assert re.search(r"data-i='1'[^>]*>&lt;</span>", text)
+    assert "script" not in page.tags
+
+
+def test_legend_classes_and_self_contained(probe):
+    _, text, page = probe
+    assert "id='legend'" in text
+    legend = text[text.index("id='legend'"):text.index("</table>", text.index("id='legend'"))]
+    for role in ROLES:
+        assert f"class='tok {role}'" in legend and f".tok.{role}{{" in text
+    assert ".tok.q{" in text and "alpha = sqrt(attention)" in legend
+    assert page.imgs == ["probe_heatmap.png"]  # relative, and the only resource
+    assert "http://" not in text and "https://" not in text and "<link" not in text and "@import" not in text
+
+
+def test_run_probe_and_cli_write_the_page(tmp_path):
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    r = CliRunner().invoke(cli, ["probe", "--layers", "0", "--heads", "1", "--n-sentences", "5", "--svm-sentences", "0",
+                                 "--view-sentences", "2", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    page_path = tmp_path / "probe.html"
+    assert str(page_path) in r.output.splitlines()[-1] and r.output.splitlines()[-1].startswith("wrote ")
+    page = _Page()
+    page.feed(page_path.read_text(encoding="utf-8"))
+    assert list(page.sections) == ["head-0-1"] and {s["i"] for s in page.spans} == {0, 1}
+    assert {r for s in page.spans for r in s["classes"]} & set(ROLES) <= {"sel", "unk"}  # no SVM: no support marks
+    assert page.imgs == ["probe_heatmap.png"]
+
+
+def test_render_limits_sentences(probe):
+    res, _, _ = probe
+    page = _Page()
+    page.feed(render_probe_view(res, sentences=1))
+    assert {s["i"] for s in page.spans} == {0} and page.imgs == []
