@@ -1,0 +1,78 @@
+"""The agreement curve of the probe (corr_restricted vs the number of sentences): one implementation with
+probe_heads, NaN only where an SVM is not certified, the figure, and the validation of ``sizes``."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from attnsvm.errors import ValidationError  # noqa: E402
+from attnsvm.real.agreement import COLUMNS, agreement_curve, agreement_figure  # noqa: E402
+from attnsvm.real.minilm import load_minilm  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.sentences import corpus_sentences  # noqa: E402
+
+LAYER, HEADS = 2, [0, 5]
+
+
+@pytest.fixture(scope="module")
+def curve():
+    sentences = corpus_sentences(40, 0)
+    model = load_minilm()
+    res = agreement_curve(model, sentences, sizes=(8, 16, None), layers=[LAYER], heads=HEADS)
+    return model, sentences, res
+
+
+def test_table_shape_and_columns(curve):
+    _, sentences, res = curve
+    t = res.table
+    assert list(t.columns) == list(COLUMNS)
+    assert res.sizes == [8, 16, len(sentences)]
+    assert len(t) == len(HEADS) * 3
+    assert sorted(t["m"].unique()) == [8, 16, 40]
+    assert set(t["layer"]) == {LAYER} and sorted(t["head"].unique()) == HEADS
+    assert (t["seconds"] > 0).all()
+    assert np.allclose(t["advantage"], t["corr_restricted"] - t["corr_random_restricted"], equal_nan=True)
+
+
+def test_largest_size_is_probe_heads(curve):
+    model, sentences, res = curve
+    ref = probe_heads(sentences, layers=[LAYER], heads=HEADS, svm_sentences=len(sentences), model=model).table
+    got = res.table[res.table["m"] == len(sentences)].reset_index(drop=True)
+    for col in ("corr", "corr_restricted", "corr_random_restricted", "advantage", "svm_gap"):
+        np.testing.assert_allclose(got[col].to_numpy(float), ref[col].to_numpy(float), rtol=0, atol=1e-12,
+                                   equal_nan=True, err_msg=col)
+    assert list(got["svm_status"]) == list(ref["svm_status"])
+    assert list(got["random_status"]) == list(ref["random_status"])
+
+
+def test_nan_only_without_certificate(curve):
+    t = curve[2].table
+    nan = t["corr_restricted"].isna()
+    assert (t.loc[nan, "svm_status"] != "optimal").all()
+    assert (t.loc[~nan, "svm_status"] == "optimal").all()
+    assert (t.loc[~nan, "svm_gap"] <= 1e-6).all()
+    base_nan = t["corr_random_restricted"].isna()
+    assert t.loc[base_nan, "random_status"].map(lambda s: any(x != "optimal" for x in s.split(","))).all()
+
+
+def test_figure(curve, tmp_path):
+    paths = agreement_figure(curve[2].table, str(tmp_path))
+    assert [p.rsplit(".", 1)[1] for p in paths] == ["png", "pdf"]
+    for p in paths:
+        assert (tmp_path / p.rsplit("/", 1)[1]).stat().st_size > 0
+
+
+@pytest.mark.parametrize("sizes", [(0,), (8, -1), (8.0,), ("8",), (True,), (41,), ()])
+def test_bad_sizes(sizes):
+    with pytest.raises(ValidationError, match="sizes"):
+        agreement_curve("unused", corpus_sentences(40, 0), sizes=sizes)
+
+
+def test_infeasible_baseline_is_nan_with_its_status():
+    """Repeated sentences share tokens and queries, so random selections of them conflict: no W separates them."""
+    sentences = ["the cat sat on the mat ."] * 8 + ["Margins decide which token wins.", "A short one here."]
+    t = agreement_curve(None, sentences, sizes=(None,), layers=[1], heads=[0]).table
+    assert t["random_status"].tolist() == ["infeasible"] and t["svm_status"].tolist() == ["optimal"]
+    assert np.isnan(t["corr_random_restricted"]).all() and np.isnan(t["advantage"]).all()
+    assert np.isfinite(t["corr_restricted"]).all()
