@@ -23,12 +23,15 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 
 def _tiny(kind, path, tokenizer=True, seed=0):
     import torch
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaConfig, RobertaModel
 
     torch.manual_seed(seed)
     if kind == "bert":
         model = BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=128))
+    elif kind == "roberta":  # RoBERTa: BERT's layers, positions counted from padding_idx + 1
+        model = RobertaModel(RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           intermediate_size=64, max_position_embeddings=130, pad_token_id=0))
     else:
         model = GPT2Model(GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=2, n_positions=128,
                                      bos_token_id=101, eos_token_id=102))
@@ -39,11 +42,11 @@ def _tiny(kind, path, tokenizer=True, seed=0):
     return str(path)
 
 
-@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "gpt2"])
 def test_head_weights_reproduce_the_attention(tmp_path, kind):
     """softmax_t(x~_t^T W_h x~_s) over the tokens the query sees == the model's attention, every head."""
     m = load_model(_tiny(kind, tmp_path / kind))
-    assert m.family.name == kind and m.family.causal == (kind == "gpt2")
+    assert m.family.name == {"roberta": "bert"}.get(kind, kind) and m.family.causal == (kind == "gpt2")
     fw = m.forward(SENTENCES[:3])
     n, T = fw.mask.shape
     causal = np.tril(np.ones((T, T), bool)) if m.family.causal else np.ones((T, T), bool)
