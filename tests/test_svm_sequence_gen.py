@@ -65,6 +65,30 @@ def test_rows_match_the_per_query_reference(seed, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+def test_queries_mask_keeps_only_the_rows_of_those_queries(causal):
+    """queries=valid changes nothing; a sub-mask of queries drops exactly the other queries' rows (the
+    candidates stay all valid tokens); a padded query is refused."""
+    X, valid, sel = _instance(5, causal=causal)
+    full = seq_constraints(X, sel, causal, valid)
+    same = seq_constraints(X, sel, causal, valid, queries=valid)
+    for name in ("U", "V", "rhs", "is_equality", "sample", "query", "token", "other"):
+        np.testing.assert_array_equal(getattr(same, name), getattr(full, name))
+    queries = valid & (np.random.default_rng(0).random(valid.shape) < 0.5)
+    queries[0, 1] = True
+    cs = seq_constraints(X, sel, causal, valid, queries=queries)
+    keep = queries[full.sample, full.query]
+    assert cs.N == int(keep.sum()) and 0 < cs.N < full.N
+    assert not np.any(~queries[cs.sample, cs.query])  # no row of a non-query position
+    for name in ("U", "V", "rhs", "is_equality", "sample", "query", "token", "other"):
+        np.testing.assert_array_equal(getattr(cs, name), getattr(full, name)[keep])
+    pad = np.argwhere(~valid)[0]
+    bad = queries.copy()
+    bad[tuple(pad)] = True
+    with pytest.raises(ValidationError, match="padding"):
+        seq_constraints(X, sel, causal, valid, queries=bad)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_singleton_sets_are_the_single_selection_form(causal):
     rng = np.random.default_rng(3)
     n, T, d = 3, 5, 6

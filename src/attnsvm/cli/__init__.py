@@ -214,8 +214,9 @@ def _sizes(text):
 @click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
 @click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
-@click.option("--query", type=click.Choice(["word", "cls"]), default="word", show_default=True,
-              help="Query token per sentence: a random word token or [CLS] (encoders only; decoders use word).")
+@click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
+              help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
+                   "every word token is a query (one sequence Gen-SVM per head over all of them; slower).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html.")

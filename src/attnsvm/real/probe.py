@@ -27,6 +27,18 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
 
+Every word token a query (``query="all"``): each sentence's word tokens (not [CLS]/[SEP] or other
+special tokens; for causal decoders every non-special token at position >= 1) are all queries, each
+selecting ``{t : A[i, h, k, t] >= threshold}`` plus the argmax among its candidates (the real tokens;
+for decoders the real tokens up to and including the query). Each head's SVM is then the sequence
+Gen-SVM of all these (query, selection) pairs on the first ``svm_sentences`` sentences
+(:func:`attnsvm.svm.seq_constraints` with ``queries`` = the word tokens, ``valid`` = the real tokens,
+``causal`` for decoders; :func:`head_seq_svm`), the random baselines draw, per (sentence, query), a set
+of the same size uniformly among that query's candidates, B spans all the queries used, and the
+``frac_*``, ``mean_selected`` and ``max_attention`` statistics are over all (sentence, query) pairs.
+It has ~T times the rows of one query per sentence: 8 MiniLM corpus sentences give 190 queries and
+5490 rows per head, ~40 s per SVM on one core (layer 5; the working-set method), so keep ``svm_sentences`` small.
+
 Causal decoders (GPT-2-like): the tokens are the states after the layer norm before attention
 (``ln_1``), the query is a random non-special token at position >= 1, and its candidates are the
 real tokens up to it (itself included); the selections, the random baselines, the Gen-SVM rows
@@ -62,11 +74,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm import gen_constraints, row_basis, solve
+from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.sentences import corpus_sentences
 
-QUERIES = ("word", "cls")
+QUERIES = ("word", "cls", "all")
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
 
 
@@ -99,9 +111,11 @@ class ProbeResult:
         and ``random_gap`` (their largest relative duality gap); ``svm_seconds`` and ``random_seconds``
         (the solver's wall time of the head's SVM and of its baselines' SVMs together)
     sentences : list of str
-    queries : (n,) int query token of each sentence
+    queries : (n,) int query token of each sentence; for ``query="all"`` the (n, T) bool mask of the
+        query positions (the word tokens)
     tokens : list of token lists
-    selected : dict ``(layer, head) -> (n, T) bool`` selections on all sentences
+    selected : dict ``(layer, head) -> (n, T) bool`` selections on all sentences; for ``query="all"``
+        ``(n, T, T) bool`` indexed ``[sentence, query, token]`` (rows of non-query positions all False)
     seconds : dict of timings (forward, svm, total)
     config : dict of the arguments
     attention : dict ``(layer, head) -> (k, T) float``: the head's attention row from the query of
@@ -114,6 +128,11 @@ class ProbeResult:
         empty when no SVM was solved (``svm_sentences=0``)
     candidates : (k, T) bool or None: the tokens each of the first k sentences' query can select
         (the real tokens; for causal decoders those up to the query)
+
+    For ``query="all"``, ``attention``, ``support`` and ``candidates`` (what the probe view shows)
+    are those of each sentence's *first* query (its first word token; ``argmax`` of ``queries[i]``):
+    attention ``(k, T)`` and candidates ``(k, T)`` of that query's row, support ``(m_svm, T)`` the
+    support tokens of that query's rows in the head's sequence SVM.
     """
 
     table: object
@@ -199,6 +218,29 @@ def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarra
                  **solver_options)
 
 
+def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected: np.ndarray, *, causal: bool = False,
+                 method: str = "auto", **solver_options):
+    """Nuclear-norm sequence Gen-SVM of one head's selections from many queries per sentence.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens (padded positions are ignored but must be finite); the query k of
+        sentence i is the token ``X[i, k]``
+    mask : (n, T) bool, real tokens (the candidates; causal: those up to the query)
+    queries : (n, T) bool, the query positions (inside ``mask``)
+    selected : (n, T, T) bool ``[sentence, query, token]``, a non-empty set of candidates per query
+    causal : the candidates of query k are the real tokens ``t <= k``
+    method, **solver_options : as :func:`head_svm`
+
+    Returns
+    -------
+    SVMSolution (``W (d, d)``, formulation "seq" or "causal", norm "nuclear"), from
+    :func:`attnsvm.svm.seq_constraints` ``(X, selected, causal, valid=mask, queries=queries)``.
+    """
+    return solve(seq_constraints(X, selected, causal, valid=mask, queries=queries), "nuclear", method=method,
+                 **solver_options)
+
+
 def _summary(sol) -> dict:
     """What the table keeps of an SVMSolution (not its rows): W (None unless ``sol.certified``:
     nothing is compared with an infeasible or uncertified solution), ``sol.status`` ("optimal",
@@ -249,7 +291,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
     n_sentences : number of corpus sentences when ``sentences`` is None
     layers, heads : indices to probe (default all: 0..5, 0..11)
-    query : "word" (a random word token per sentence) or "cls" (encoders only). For causal
+    query : "word" (a random word token per sentence), "cls" (encoders only) or "all" (every
+        word token of every sentence is a query: see the module docstring). For causal
         decoders the query is a random non-special token at position >= 1 and its candidates
         are the real tokens up to it (itself included): selections, random baselines and the
         Gen-SVM rows all use those candidates only (the causal Gen-SVM of one query per sentence)
@@ -306,7 +349,20 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     n, T = fw.mask.shape
     lengths = fw.lengths
     rng = np.random.default_rng(seed)
-    if causal:  # a random non-special token with at least one token before it (else the last real token)
+    qmask = cand3 = None
+    if query == "all":  # every word token is a query; q: each sentence's first one (what the view shows)
+        pos = np.arange(T)
+        if fw.special is not None:
+            qmask = fw.mask & ~fw.special & ((pos[None, :] >= 1) if causal else True)
+        else:  # the tokens strictly between [CLS] and [SEP]
+            qmask = fw.mask & (pos[None, :] >= 1) & ((pos[None, :] < lengths[:, None] - 1) if not causal else True)
+        q = qmask.argmax(axis=1)
+        cand3 = np.broadcast_to(fw.mask[:, None, :], (n, T, T))  # [sentence, query, token]
+        if causal:
+            cand3 = cand3 & np.tri(T, dtype=bool)[None]
+        cand3 = cand3 & qmask[:, :, None]  # no candidates (hence no selections) at non-query positions
+        cand = cand3[np.arange(n), q]
+    elif causal:  # a random non-special token with at least one token before it (else the last real token)
         pos = np.arange(T)
         special = fw.special if fw.special is not None else np.zeros_like(fw.mask)
         allowed = fw.mask & ~special & (pos[None, :] >= 1)
@@ -327,38 +383,72 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     t_svm = 0.0
     for l in layers:
         X = augment(fw.layer_input(l)) * fw.mask[:, :, None]
-        Z = X[idx, q]
-        A = fw.attentions[l][idx, :, q, :]  # (n, H, T): row of each sentence's query
-        A = A[:, heads].transpose(1, 0, 2)  # (h, n, T)
-        sel = select_tokens(A, cand, threshold)  # (h, n, T)
-        am = np.where(cand, A, -1.0).argmax(axis=-1)  # (h, n)
-        for k, h in enumerate(heads):
-            selected[(l, h)] = sel[k]
-            attention[(l, h)] = np.where(fw.mask[:k_view], A[k, :k_view], 0.0)
-        sols = None
-        if m_svm >= 1:
-            say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
-            t1 = time.perf_counter()
-            Xs, ms, Zs = X[:m_svm], cand[:m_svm], Z[:m_svm]
-            first = np.argmax(ms, axis=1)
-            diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
-            P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
-            rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
-            # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
-            sols = [_summary(head_svm(Xs, Zs, ms, o, max_memory=max_memory))
-                    for o in np.concatenate([sel[:, :m_svm], rand])]
-            t_svm += time.perf_counter() - t1
+        if query == "all":
+            Aall = fw.attentions[l][:, heads].transpose(1, 0, 2, 3)  # (h, n, T, T) [head, sentence, query, token]
+            sel = select_tokens(Aall, cand3, threshold) & qmask[None, :, :, None]  # (h, n, T, T)
+            amall = np.where(cand3, Aall, -1.0).argmax(axis=-1)  # (h, n, T)
+            qi, qk = np.nonzero(qmask)  # all (sentence, query) pairs
+            A = Aall[:, idx, q]  # (h, n, T): each sentence's first query, for the view
+            pair_stats = [(amall[k][qi, qk], qk, lengths[qi], sel[k][qi, qk].sum(axis=1),
+                           np.where(cand3[qi, qk], Aall[k][qi, qk], 0).max(axis=1)) for k in range(len(heads))]
+            for k, h in enumerate(heads):
+                selected[(l, h)] = sel[k]
+                attention[(l, h)] = np.where(fw.mask[:k_view], A[k, :k_view], 0.0)
+            del Aall, amall
+            sols = None
+            if m_svm >= 1:
+                say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm sequence Gen-SVMs on "
+                    f"{m_svm} sentences ({int(qmask[:m_svm].sum())} queries)")
+                t1 = time.perf_counter()
+                Xs, vs, qs, cs = X[:m_svm], fw.mask[:m_svm], qmask[:m_svm], cand3[:m_svm]
+                ms = cs.any(axis=1)  # the tokens some query sees
+                first = np.argmax(ms, axis=1)
+                diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
+                P, B = row_basis(diffs), row_basis(Xs[qs])  # the spans the SVMs live in
+                rand = np.concatenate([random_like(sel[:, :m_svm], cs, rng) for _ in range(baseline_draws)])
+                sols = []
+                for o in np.concatenate([sel[:, :m_svm], rand]):
+                    s_o = _summary(head_seq_svm(Xs, vs, qs, o, causal=causal, max_memory=max_memory))
+                    if s_o["support"].ndim == 3:  # the support of each sentence's first query, for the view
+                        s_o["support"] = s_o["support"][np.arange(m_svm), q[:m_svm]]
+                    sols.append(s_o)
+                t_svm += time.perf_counter() - t1
+        else:
+            Z = X[idx, q]
+            A = fw.attentions[l][idx, :, q, :]  # (n, H, T): row of each sentence's query
+            A = A[:, heads].transpose(1, 0, 2)  # (h, n, T)
+            sel = select_tokens(A, cand, threshold)  # (h, n, T)
+            am = np.where(cand, A, -1.0).argmax(axis=-1)  # (h, n)
+            for k, h in enumerate(heads):
+                selected[(l, h)] = sel[k]
+                attention[(l, h)] = np.where(fw.mask[:k_view], A[k, :k_view], 0.0)
+            sols = None
+            if m_svm >= 1:
+                say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
+                t1 = time.perf_counter()
+                Xs, ms, Zs = X[:m_svm], cand[:m_svm], Z[:m_svm]
+                first = np.argmax(ms, axis=1)
+                diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
+                P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
+                rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
+                # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
+                sols = [_summary(head_svm(Xs, Zs, ms, o, max_memory=max_memory))
+                        for o in np.concatenate([sel[:, :m_svm], rand])]
+                t_svm += time.perf_counter() - t1
+            pair_stats = [(am[k], q, lengths, sel[k].sum(axis=1), np.where(cand, A[k], 0).max(axis=1))
+                          for k in range(len(heads))]
         for k, h in enumerate(heads):
             Wh = model.head_weights(l, h)
             row = {"layer": l, "head": h}
-            s_k, a_k = sel[k], am[k]
-            row["mean_selected"] = float(s_k.sum(axis=1).mean())
+            # per (sentence, query) pair: argmax token, query position, sentence length, |O|, largest attention
+            a_k, q_k, len_k, size_k, max_k = pair_stats[k]
+            row["mean_selected"] = float(size_k.mean())
             row["frac_cls"] = float(np.mean(a_k == 0))
-            row["frac_sep"] = float(np.mean(a_k == lengths - 1))
-            row["frac_self"] = float(np.mean(a_k == q))
-            row["frac_prev"] = float(np.mean(a_k == q - 1))
-            row["frac_next"] = float(np.mean(a_k == q + 1))
-            row["max_attention"] = float(np.where(cand, A[k], 0).max(axis=1).mean())
+            row["frac_sep"] = float(np.mean(a_k == len_k - 1))
+            row["frac_self"] = float(np.mean(a_k == q_k))
+            row["frac_prev"] = float(np.mean(a_k == q_k - 1))
+            row["frac_next"] = float(np.mean(a_k == q_k + 1))
+            row["max_attention"] = float(max_k.mean())
             if sols is not None:
                 Wr = P @ (P.T @ Wh @ B) @ B.T
                 sol = sols[k]
@@ -386,8 +476,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=model.path, family=model.family.name)
     seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
-    return ProbeResult(table, list(sentences), q, fw.tokens, selected, seconds, cfg, attention, support,
-                       cand[:k_view].copy())
+    return ProbeResult(table, list(sentences), qmask.copy() if query == "all" else q, fw.tokens, selected, seconds, cfg,
+                       attention, support, cand[:k_view].copy())
 
 
 def format_table(table, columns=None) -> str:

@@ -190,11 +190,13 @@ def _sentence_html(result, layer: int, head: int, i: int) -> str:
     toks = list(result.tokens[i])
     L = len(toks)
     att = np.asarray(result.attention[(layer, head)][i])[:L]
-    sel = np.asarray(result.selected[(layer, head)][i])[:L]
+    sel = np.asarray(result.selected[(layer, head)][i])
+    qi = np.asarray(result.queries[i])
+    q = int(qi.argmax()) if qi.ndim else int(qi)  # query="all": the sentence's first query (queries is a mask)
+    sel = (sel[q] if sel.ndim == 2 else sel)[:L]
     cand = np.asarray(result.candidates[i])[:L] if result.candidates is not None else np.ones(L, bool)
     sup_all = result.support.get((layer, head))
     sup = np.asarray(sup_all[i])[:L] if sup_all is not None and i < len(sup_all) else None
-    q = int(result.queries[i])
     roles = token_roles(sel, cand, sup)
     spans = []
     for t, (tok, role) in enumerate(zip(toks, roles)):
@@ -293,6 +295,9 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("<h2>Legend</h2>" + _legend())
     h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head; the SVM saw the first "
              f"{_e(cfg.get('svm_sentences', 0))} of {_e(cfg.get('n_sentences', len(result.sentences)))}.</p>")
+    if cfg.get("query") == "all":
+        h.append("<p class='small'>query = all: every word token is a query and the SVM uses all of them; each sentence "
+                 "below shows only its first query's attention row, selection and support tokens.</p>")
     for _, r in table.iterrows():
         h.append(_head_section(result, r, n_show))
     h.append("</body></html>")

@@ -425,7 +425,7 @@ def fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> Cons
     return _make(X[i, a] - X[i, b], Z[i], rhs, np.ones(N, bool), i, np.full(N, -1), a, b, "fin", (n, T))
 
 
-def seq_constraints(X, select, causal: bool = False, valid=None) -> ConstraintSet:
+def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -> ConstraintSet:
     """Sequence / causal SVM rows: every (real) token ``x_{ik}`` is a query.
 
     Single selections (``select (n, T)`` int): ``(x_{i, a_{ik}} - x_{it})^T W x_{ik} >= 1``
@@ -444,6 +444,9 @@ def seq_constraints(X, select, causal: bool = False, valid=None) -> ConstraintSe
     causal : bool
     valid : (n, T) bool, optional real tokens of padded sequences (None: all). A padded
         token is neither a query nor a candidate.
+    queries : (n, T) bool, optional: the tokens that are queries (default ``valid``: every real
+        token). Only these queries get rows (``select`` is ignored at the others); the candidates
+        stay the valid tokens (``t <= k`` if causal). Every query must be a valid token.
 
     Returns
     -------
@@ -457,7 +460,15 @@ def seq_constraints(X, select, causal: bool = False, valid=None) -> ConstraintSe
     cand = np.broadcast_to(ok[:, None, :], (n, T, T))     # [sample, query, token]
     if causal:
         cand = cand & np.tri(T, dtype=bool)[None]
-    qi, qk = np.nonzero(ok)                                 # the real queries
+    if queries is None:
+        qok = ok
+    else:
+        qok = as_mask_array(queries, "queries", (n, T), f"(n, T) = ({n}, {T})")
+        pad = np.argwhere(qok & ~ok)
+        if pad.size:
+            i, k = (int(v) for v in pad[0])
+            raise ValidationError(f"queries[{i}, {k}] marks token {k} of sample {i}, which is padding (valid is False)")
+    qi, qk = np.nonzero(qok)                                # the real queries
     if np.asarray(select).ndim == 3:
         O = as_mask_array(select, "select", (n, T, T), f"(n, T, T) = ({n}, {T}, {T})")[qi, qk]
         C = cand[qi, qk]
