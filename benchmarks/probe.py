@@ -11,8 +11,9 @@ Needs the real extra: pip install 'attnsvm[real]'.
 """
 
 import argparse
-import os
 import time
+
+from _offline import offline_threads
 
 
 def main():
@@ -21,14 +22,7 @@ def main():
     ap.add_argument("--svm-sentences", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(args.threads)
-    threadpool_limits(args.threads)
+    offline_threads(args.threads)
     from attnsvm.real.minilm import load_minilm
     from attnsvm.real.probe import probe_heads
 

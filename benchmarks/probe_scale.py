@@ -27,8 +27,9 @@ Needs the real extra: pip install 'attnsvm[real]'.
 from __future__ import annotations
 
 import argparse
-import os
 import time
+
+from _offline import offline_threads
 
 
 def main():
@@ -43,15 +44,8 @@ def main():
     ap.add_argument("--baseline", action="store_true", help="also the random selections of equal sizes")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    offline_threads(args.threads)
     import numpy as np
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(args.threads)
-    threadpool_limits(args.threads)
     from attnsvm.real.minilm import augment, load_minilm
     from attnsvm.real.probe import _corr, _summary, random_like, select_tokens
     from attnsvm.real.sentences import corpus_sentences
