@@ -178,7 +178,8 @@ def test_run_probe_and_cli_write_the_page(tmp_path):
                                  "--view-sentences", "2", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     page_path = tmp_path / "probe.html"
-    assert str(page_path) in r.output.splitlines()[-1] and r.output.splitlines()[-1].startswith("wrote ")
+    last = r.stdout.splitlines()[-1]  # stdout: the progress bar of the stored heads goes to stderr
+    assert str(page_path) in last and last.startswith("wrote ")
     page = _Page()
     page.feed(page_path.read_text(encoding="utf-8"))
     assert list(page.sections) == ["head-0-1"] and {s["i"] for s in page.spans} == {0, 1}

@@ -214,3 +214,37 @@ def test_ipm_reports_limits():
     assert res.status == "inaccurate" and res.info["stopped"] == "iteration limit"
     assert res.W.shape == (8, 8) and np.all(res.lam >= 0)
     assert np.linalg.norm(cs.combine(res.lam), 2) < 1  # the dual iterate is always feasible
+
+
+def test_schur_complement_on_distinct_queries_matches_its_definition():
+    """The IPM's N x N Schur complement M_kl = <A_k, X A_l Z^{-1}>: built on the distinct queries
+    (rows sharing a query, as one query per sample gives) it equals the product of the full
+    block matrices, and the path without groups gives the same matrix."""
+    from attnsvm.svm import barrier as br
+
+    rng = np.random.default_rng(3)
+    U = rng.standard_normal((60, 7))
+    V = np.repeat(rng.standard_normal((12, 5)), 5, axis=0)      # 12 queries, 5 rows each
+    red = br._reduce(U, V, np.ones(60), np.zeros(60, bool), {})
+    pb = red.pb
+    assert pb.qidx is not None and pb.Bq.shape[0] == 12
+    x = br._Iterate(*br._start(pb, None, None))
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    M = pb.schur(x.X11, x.X12, x.X22, du)
+    M_plain = br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq).schur(x.X11, x.X12, x.X22, du)
+    assert br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq).qidx is None
+    np.testing.assert_allclose(M, M_plain, rtol=1e-12, atol=1e-13 * np.abs(M_plain).max())
+    r1, r2 = pb.r1, pb.r2
+    X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
+    Zi = 2.0 * np.block([[np.eye(r1) + du.C @ du.G.T, du.C], [du.C.T, du.Si]])
+    Z = 0.5 * np.block([[np.eye(r1), -du.G], [-du.G.T, np.eye(r2)]])
+    np.testing.assert_allclose(Zi @ Z, np.eye(r1 + r2), atol=1e-10)
+
+    def Ak(k):
+        out = np.zeros((r1 + r2, r1 + r2))
+        out[:r1, r1:] = 0.5 * np.outer(pb.A[k], pb.Bm[k])
+        return out + out.T
+
+    for k, l in [(0, 0), (0, 1), (3, 17), (59, 4), (22, 23)]:
+        ref = np.trace(Ak(k) @ X @ Ak(l) @ Zi)
+        assert M[k, l] == pytest.approx(ref, rel=1e-10, abs=1e-12 * np.abs(M).max())

@@ -219,7 +219,9 @@ def _sizes(text):
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
-@click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html.")
+@click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html; each "
+                                         "head is stored in OUT/probe as it finishes, so the same command resumes a "
+                                         "killed probe ('attnsvm report OUT' shows it).")
 @click.option("--view-sentences", type=click.IntRange(min=0), default=4, show_default=True,
               help="Sentences per head shown in probe.html, tokens shaded by the head's attention.")
 @click.option("--curve", default=None,
@@ -233,8 +235,14 @@ def _sizes(text):
 @click.option("--model", "model_dir", type=click.Path(), default=None,
               help="Local model directory written by save_pretrained (config.json, weights, tokenizer files): a "
                    "BERT-like encoder or a GPT-2-like decoder (default: the shipped MiniLM). Never downloads.")
+@click.option("--workers", type=int, default=None,
+              help="Share the heads among N local worker processes (Dask; needs --out).")
+@click.option("--scheduler", default=None, help="Share the heads among the workers of a Dask scheduler, e.g. "
+                                                "tcp://host:8786 (needs --out).")
+@click.option("--connect-timeout", type=float, default=20.0, show_default=True,
+              help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, as_json, max_memory, model_dir):
+          curve, as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -244,10 +252,12 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     """
     from attnsvm.cli.probe import run_probe
 
+    out = _outdir(out) if out is not None else None
     click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
                          as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
                          max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
-                         view_sentences=view_sentences, curve=_sizes(curve)))
+                         view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
+                         connect_timeout=connect_timeout, progress_bar=not as_json))
 
 
 # -------------------------------------------------------------- experiments

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
+
+import numpy as np
 
 
 from attnsvm.errors import ValidationError
@@ -45,7 +48,8 @@ def read_sentences(path) -> list[str]:
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int = 128, progress=None, max_memory=None, model=None,
-              view_sentences: int = 4, curve=None) -> str:
+              view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
+              connect_timeout: float = 20.0, progress_bar: bool = False) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -55,7 +59,12 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
     n_sentences : sentences drawn when ``sentences`` is None
     out : optional directory: writes ``probe.csv``, ``probe.json``, the heat map
-        ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there
+        ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there.
+        With ``out`` the heads run as resumable runner tasks stored in ``out/probe``
+        (:mod:`attnsvm.experiments.real.probe_run`): the same command resumes a killed probe
+    workers, scheduler, connect_timeout : share the heads among N local worker processes or the
+        workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out``)
+    progress_bar : show the runner's progress bar over the heads (with ``out``)
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
     model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder or GPT-2-like decoder)
@@ -73,11 +82,21 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
 
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
-    res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads, svm_sentences=svm_sentences,
-                      threshold=threshold, query=query, seed=seed, max_length=max_length, progress=progress,
-                      max_memory=max_memory, model=model, view_sentences=view_sentences)
+    if (scheduler or (workers is not None and workers != 1)) and not out:
+        raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR as well")
+    kw = dict(threshold=threshold, query=query, seed=seed, max_length=max_length, max_memory=max_memory,
+              view_sentences=view_sentences)
+    stored = None
+    if out:
+        res, stored = _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, out, workers,
+                                    scheduler, connect_timeout, progress_bar, progress, kw)
+    else:
+        res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads,
+                          svm_sentences=svm_sentences, progress=progress, model=model, **kw)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
+    if stored is not None:
+        payload["stored"] = stored
     agreement = None
     if curve is not None:
         from attnsvm.real.agreement import agreement_curve
@@ -120,6 +139,53 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                          f"{g['corr_random_restricted'].mean():>8.4f}  {int((g['advantage'] > 0).sum()):>3}/{len(g):<3}  "
                          f"{int((g['svm_status'] == 'optimal').sum()):>5}/{len(g):<3}")
         lines.append(f"agreement curve: SVMs {agreement.seconds['svm']:.1f} s, total {agreement.seconds['total']:.1f} s")
+    if stored is not None:
+        lines.append(f"heads stored in {stored['dir']}: {stored['computed']} computed, {stored['resumed']} resumed, "
+                     f"{len(stored['failed'])} failed; checks {stored['checks_passed']}/{stored['checks']} passed")
+        lines += [f"  FAILED head {f['key']}: {f['error']}" for f in stored["failed"]]
     if written:
         lines.append("wrote " + ", ".join(written))
     return "\n".join(lines)
+
+
+def _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, out, workers, scheduler,
+                  connect_timeout, progress_bar, progress, kw):
+    """The probe with one runner task per head, stored in ``out/probe`` (resumable), then the
+    selections and attention of the first sentences for the view from one pass without SVMs.
+
+    Returns ``(ProbeResult, stored)`` with ``stored`` the run's summary (folder, computed, resumed,
+    failed tasks, checks)."""
+    import pandas as pd
+
+    from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun
+    from attnsvm.real.probe import check_indices, probe_heads, resolve_model
+    from attnsvm.runner import run_experiment
+
+    loaded = resolve_model(model, kw["max_memory"])
+    cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
+                      layers=check_indices(layers, loaded.n_layers, "layers"),
+                      heads=check_indices(heads, loaded.n_heads, "heads"), query=kw["query"],
+                      threshold=kw["threshold"], seed=kw["seed"], max_length=kw["max_length"],
+                      view_sentences=kw["view_sentences"], model=None if model is None else loaded.path)
+    t0 = time.perf_counter()
+    summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
+                             connect_timeout=connect_timeout, max_memory=kw["max_memory"])
+    path = os.path.join(summary.outdir, "results.parquet")
+    table = pd.read_parquet(path) if os.path.exists(path) else pd.DataFrame()
+    view = probe_heads(sentences, n_sentences=n_sentences, layers=cfg.layers, heads=cfg.heads, svm_sentences=0,
+                       progress=progress, model=loaded, **kw)
+    if not table.empty:
+        table = table.sort_values(["layer", "head"], ignore_index=True)
+        if "view_support" in table.columns:
+            view.support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
+                            for r in table.itertuples() if r.view_support != "[]"}
+        svm = float(table["seconds_svm"].sum()) if "seconds_svm" in table.columns else 0.0
+        table = table.drop(columns=[c for c in ("view_support", "seconds_svm") if c in table.columns])
+        view.seconds.update(svm=svm)
+    view.table = table
+    view.config["svm_sentences"] = min(int(svm_sentences), len(view.sentences))
+    view.seconds["total"] = time.perf_counter() - t0
+    stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
+              "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
+              "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
+    return view, stored

@@ -19,7 +19,9 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    beyond ~800 rows inside the working set, which certifies over all rows) (relative duality
    gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
-   sizes (per sentence, uniformly among its real tokens) get the same SVM.
+   sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
+   generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
+   depend on which other heads are probed with it, nor in which order or process.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares
@@ -107,6 +109,7 @@ class ProbeResult:
         svm_nuclear`` (the head's SVM: status "optimal" (certified) / "optimal_inaccurate" /
         "infeasible", relative duality gap, the certificate's relative largest violation,
         numerical rank, nuclear norm; correlations with an SVM that is not certified are NaN),
+        ``svm_support`` (its number of support tokens, the sum of ``support``),
         ``random_status`` (statuses of the baseline SVMs, comma-separated)
         and ``random_gap`` (their largest relative duality gap); ``svm_seconds`` and ``random_seconds``
         (the solver's wall time of the head's SVM and of its baselines' SVMs together)
@@ -147,7 +150,9 @@ class ProbeResult:
     candidates: np.ndarray | None = None
 
 
-def _check_indices(values, upper, name):
+def check_indices(values, upper: int, name: str) -> list:
+    """``values`` (None: all of ``range(upper)``; an int or a list of ints in [0, upper)) as a sorted
+    list without repeats; ValidationError naming ``name`` otherwise."""
     if values is None:
         return list(range(upper))
     if isinstance(values, (int, np.integer)):
@@ -190,6 +195,22 @@ def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
     order = np.argsort(-scores, axis=-1)
     ranks = np.argsort(order, axis=-1)
     return (ranks < sizes[..., None]) & mask
+
+
+def baseline_rng(seed: int, layer: int, head: int) -> np.random.Generator:
+    """The generator of one head's random baseline selections: seeded by ``(seed, layer, head)`` only."""
+    return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head)])
+
+
+def _baselines(sel: np.ndarray, mask: np.ndarray, seed: int, layer: int, heads, draws: int) -> np.ndarray:
+    """Random selections like ``sel (h, ...)``: ``(draws * h, ...)``, draw j of head k at ``j * h + k``,
+    each head's draws from :func:`baseline_rng`."""
+    out = np.empty((draws,) + sel.shape, dtype=bool)
+    for k, h in enumerate(heads):
+        rng = baseline_rng(seed, layer, h)
+        for j in range(draws):
+            out[j, k] = random_like(sel[k], mask, rng)
+    return out.reshape((draws * sel.shape[0],) + sel.shape[1:])
 
 
 def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, *, method: str = "auto",
@@ -326,8 +347,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     if causal and query == "cls":
         raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "
                               "sees only itself; use query='word' (--query word)")
-    layers = _check_indices(layers, model.n_layers, "layers")
-    heads = _check_indices(heads, model.n_heads, "heads")
+    layers = check_indices(layers, model.n_layers, "layers")
+    heads = check_indices(heads, model.n_heads, "heads")
     if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
         raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
     if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
@@ -405,7 +426,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 first = np.argmax(ms, axis=1)
                 diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
                 P, B = row_basis(diffs), row_basis(Xs[qs])  # the spans the SVMs live in
-                rand = np.concatenate([random_like(sel[:, :m_svm], cs, rng) for _ in range(baseline_draws)])
+                rand = _baselines(sel[:, :m_svm], cs, seed, l, heads, baseline_draws)
                 sols = []
                 for o in np.concatenate([sel[:, :m_svm], rand]):
                     s_o = _summary(head_seq_svm(Xs, vs, qs, o, causal=causal, max_memory=max_memory))
@@ -430,7 +451,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 first = np.argmax(ms, axis=1)
                 diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
                 P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
-                rand = np.concatenate([random_like(sel[:, :m_svm], ms, rng) for _ in range(baseline_draws)])
+                rand = _baselines(sel[:, :m_svm], ms, seed, l, heads, baseline_draws)
                 # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
                 sols = [_summary(head_svm(Xs, Zs, ms, o, max_memory=max_memory))
                         for o in np.concatenate([sel[:, :m_svm], rand])]
@@ -465,6 +486,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 sv = np.linalg.svd(sol["W"], compute_uv=False) if sol["W"] is not None else np.zeros(1)
                 row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0
                 row["svm_nuclear"] = sol["nuclear"]
+                row["svm_support"] = int(np.asarray(sol["support"]).sum())
                 row["random_status"] = ",".join(d["status"] for d in draws)
                 row["random_gap"] = float(np.max([d["gap"] for d in draws]))
                 row["svm_seconds"] = sol["seconds"]
@@ -487,11 +509,11 @@ def format_table(table, columns=None) -> str:
                           if c in table.columns]
     head = "  ".join(f"{c:>12}" for c in columns)
     lines = [head]
-    for _, r in table[columns].iterrows():
+    for _, r in table[columns].astype(object).iterrows():  # object: integer columns stay integers
         cells = []
         for c in columns:
             v = r[c]
-            if isinstance(v, float):
+            if isinstance(v, (float, np.floating)):
                 cells.append(f"{v:>12.1e}" if c in ("svm_gap", "svm_violation", "random_gap") else f"{v:>12.4f}")
             else:
                 cells.append(f"{str(v):>12}")

@@ -221,7 +221,7 @@ def _head_section(result, r, n_show: int) -> str:
                    f"({'above' if adv > 0 else 'not above'} baseline); unrestricted corr {_num(r['corr'])} vs "
                    f"{_num(r['corr_random'])}.</p>")
         sup = result.support.get((l, h))
-        n_sup = int(np.asarray(sup).sum()) if sup is not None else 0
+        n_sup = int(r["svm_support"]) if "svm_support" in r.index else int(np.asarray(sup).sum()) if sup is not None else 0
         m = int(result.config.get("svm_sentences", 0))
         out.append(_kv([("SVM status", _e(r["svm_status"])), ("relative duality gap", _num(r["svm_gap"], ".2e")),
                         ("relative violation", _num(r["svm_violation"], ".2e")), ("rank", _e(int(r["svm_rank"]))),

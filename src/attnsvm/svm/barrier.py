@@ -104,6 +104,10 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     return vt[: int(np.sum(s > rtol * s[0]))].T.copy()
 
 
+#: :class:`_Problem` works on the distinct queries when there are at most this fraction of the rows
+_GROUPED_MAX = 0.75
+
+
 def _sym(T):
     return 0.5 * (T + T.T)
 
@@ -117,7 +121,7 @@ class _Dual:
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
         r2 = self.G.shape[1]
-        self.Si = sla.cho_solve((self.L, True), np.eye(r2))
+        self.Si = _potrs(self.L, np.eye(r2), lower=True)
         self.Si = _sym(self.Si)
         self.C = self.G @ self.Si
         self.AG = A @ self.G
@@ -167,13 +171,36 @@ def _lmi_step(G, dG, cap, rtol=1e-3):
     return lo
 
 
+def _trsm(L, B):
+    """``L^{-1} B`` for lower triangular ``L`` (LAPACK trtrs directly: scipy's wrapper costs ~60 us a call)."""
+    X, info = sla.lapack.dtrtrs(L, B, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"triangular solve failed (trtrs info {info})")
+    return X
+
+
+def _potrs(F, B, lower: bool):
+    """``(F F^T)^{-1} B`` (lower) or ``(F^T F)^{-1} B`` (upper) from a Cholesky factor F (LAPACK potrs directly)."""
+    X, info = sla.lapack.dpotrs(F, B, lower=int(lower))
+    if info != 0:
+        raise np.linalg.LinAlgError(f"Cholesky solve failed (potrs info {info})")
+    return X
+
+
+def _min_eig_congruent(L, dX) -> float:
+    """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`."""
+    K = _trsm(L, dX)
+    K = _sym(_trsm(L, np.ascontiguousarray(K.T)))
+    if K.shape[0] <= 64:  # numpy's full solver: less call overhead than scipy's subset solver
+        return float(np.linalg.eigvalsh(K)[0])
+    return float(sla.eigh(K, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
+
+
 def _psd_step(L, dX, cap):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric)."""
     n = L.shape[0]
     if n <= 400:
-        K = sla.solve_triangular(L, dX, lower=True)
-        K = sla.solve_triangular(L, K.T, lower=True)
-        lmin = float(sla.eigh(_sym(K), eigvals_only=True, subset_by_index=[0, 0])[0])
+        lmin = _min_eig_congruent(L, dX)
     else:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
@@ -186,9 +213,7 @@ def _psd_step(L, dX, cap):
             v0 = np.random.default_rng(0).standard_normal(n)     # deterministic start (ARPACK's is random)
             lmin = float(eigsh(op, k=1, which="SA", tol=1e-8, maxiter=20 * n, v0=v0, return_eigenvectors=False)[0])
         except Exception:  # ARPACK did not converge: fall back to the dense computation
-            K = sla.solve_triangular(L, dX, lower=True)
-            K = sla.solve_triangular(L, K.T, lower=True)
-            lmin = float(sla.eigh(_sym(K), eigvals_only=True, subset_by_index=[0, 0])[0])
+            lmin = _min_eig_congruent(L, dX)
     if lmin >= 0:
         return cap
     return min(cap, -1.0 / lmin)
@@ -204,13 +229,17 @@ def _lp_step(x, dx, cap):
 class _Problem:
     """Reduced data and the linear maps of the SDP."""
 
-    def __init__(self, A, Bm, rhs, eq):
+    def __init__(self, A, Bm, rhs, eq, groups=None):
         self.A, self.Bm, self.rhs, self.eq = A, Bm, rhs, eq
         self.ineq = ~eq
         self.N, self.r1 = A.shape
         self.r2 = Bm.shape[1]
         self.n_tot = self.r1 + self.r2 + int(self.ineq.sum())     # the barrier parameter's divisor
         self.KA = A @ A.T
+        # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
+        self.Bq = self.qidx = None
+        if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
+            self.Bq, self.qidx = groups
 
     def Gmap(self, lam):
         return self.A.T @ (lam[:, None] * self.Bm)
@@ -231,26 +260,40 @@ class _Problem:
         T22 = X12.T @ dG @ Si + X22 @ dGtC
         return _sym(T11), 0.5 * (T12 + T21.T), _sym(T22)
 
+    def _bb(self, H):
+        """``Bm H Bm^T`` (N x N) for ``H (r2, r2)``: from the distinct queries when rows share them."""
+        if self.qidx is None:
+            return (self.Bm @ H) @ self.Bm.T
+        q = self.qidx
+        return ((self.Bq @ H) @ self.Bq.T)[q][:, q]
+
+    def _bt(self, R):
+        """``Bm R^T`` (N x N) for ``R (N, r2)``: from the distinct queries when rows share them."""
+        if self.qidx is None:
+            return self.Bm @ R.T
+        return (self.Bq @ R.T)[self.qidx]
+
     def schur(self, X11, X12, X22, du):
-        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N), see the module docstring."""
-        A, Bm = self.A, self.Bm
-        AX12 = A @ X12
-        M = Bm @ AX12.T                                # K1 = Bm X12^T A^T
-        M *= du.AC @ Bm.T                              # K2 = A C Bm^T
-        T = AX12 @ Bm.T                                # K1^T
-        T *= Bm @ du.AC.T                              # K2^T
-        M += T
-        np.matmul(du.AC, du.AG.T, out=T)               # A G S^{-1} G^T A^T
+        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N), see the module docstring.
+
+        ``K1 o K2`` and its transpose are one product; the factors with ``Bm`` on the left are
+        computed on the distinct queries (``Bq``) and expanded when rows share queries, which
+        leaves two N x N x r products (``A H A^T``) per call instead of eight.
+        """
+        A = self.A
+        M = self._bt(A @ X12)                          # K1 = Bm X12^T A^T
+        M *= self._bt(du.AC).T                         # K2 = A C Bm^T
+        M += M.T.copy()                                # K1 o K2 + (K1 o K2)^T
+        T = du.AC @ du.AG.T                            # A G S^{-1} G^T A^T
         T += self.KA
-        T *= (Bm @ X22) @ Bm.T
+        T *= self._bb(X22)
         M += T
         try:
             AR = A @ np.linalg.cholesky(X11)
             K5 = AR @ AR.T                             # A X11 A^T (gemm beats syrk here)
         except np.linalg.LinAlgError:
             K5 = (A @ X11) @ A.T
-        np.matmul(Bm @ du.Si, Bm.T, out=T)
-        K5 *= T
+        K5 *= self._bb(du.Si)
         M += K5
         M *= 0.5
         return M
@@ -270,7 +313,7 @@ def _solve_factor(M):
                 Ms.flat[:: Ms.shape[0] + 1] += reg
             cf = sla.cho_factor(Ms, lower=False, check_finite=False)
             if np.all(np.isfinite(cf[0])):
-                return lambda r: sc * sla.cho_solve(cf, sc * r, check_finite=False)
+                return lambda r: sc * _potrs(cf[0], sc * r, lower=False)
         except (np.linalg.LinAlgError, sla.LinAlgError):
             pass
         reg = 1e-14 if reg == 0 else reg * 99
@@ -365,10 +408,19 @@ class _Reduction:
 
 def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
     """Setup: bases of the u's and w's, the live rows and the scaling; None when no live row
-    constrains anything (then W = 0 is optimal). Records ``reduced_shape`` in ``info``."""
+    constrains anything (then W = 0 is optimal). Records ``reduced_shape`` in ``info``.
+
+    Rows with equal w's (one query per sample) get bit-identical rows of ``Bm``: they are mapped
+    once per distinct w, which lets :meth:`_Problem.schur` work on the distinct queries."""
     N, d1 = U.shape
-    B = query_basis(V)
-    Bm = V @ B
+    if V.size:
+        Vq, qinv = np.unique(V, axis=0, return_inverse=True)
+        qinv = np.asarray(qinv).ravel()
+    else:
+        Vq, qinv = V, np.zeros(0, np.int64)
+    B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
+    Bq = Vq @ B
+    Bm = Bq[qinv]
     # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
     P = None if d1 <= N else row_space_basis(U)
     A = U if P is None else U @ P
@@ -382,7 +434,10 @@ def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
     su = float(np.max(np.linalg.norm(A[live], axis=1)))
     sv = float(np.max(np.linalg.norm(Bm[live], axis=1)))
     sr = float(np.max(np.abs(rhs[live])))
-    return _Reduction(_Problem(A[live] / su, Bm[live] / sv, rhs[live] / sr, eq[live]), B, P, live, su, sv, sr)
+    used, qidx = np.unique(qinv[live], return_inverse=True)
+    Bq = Bq[used] / sv
+    return _Reduction(_Problem(A[live] / su, Bq[np.asarray(qidx).ravel()], rhs[live] / sr, eq[live],
+                               groups=(Bq, np.asarray(qidx).ravel())), B, P, live, su, sv, sr)
 
 
 @dataclass

@@ -155,7 +155,8 @@ def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
 
 
 def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
-                  support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None) -> SVMSolution:
+                  support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None,
+                  gap_tol: float = 1e-9) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
 
     Parameters
@@ -169,6 +170,8 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     support_tol : margins within this (relative) distance of rhs count as support, in [0, 1)
     max_memory : bytes or a size string: refuse (ResourceLimitError) before allocating the
         N x N matrices when they need more (default: the package limit)
+    gap_tol : in (0, 1e-6]: the relative duality gap the interior-point method aims at (its
+        ``tol``); the status below still comes from the certificate
 
     Returns
     -------
@@ -182,6 +185,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     check_choice(solver, "solver", _SOLVERS)
     support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
     time_limit = check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
+    gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
     # feasibility (and the Farkas certificate) from the exact Frobenius dual QP of the
@@ -204,7 +208,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     if solver in ("auto", "ipm"):
         try:
             res = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
-                              time_limit=time_limit)
+                              tol=gap_tol, time_limit=time_limit)
         except Exception as exc:  # numerical breakdown the method could not absorb
             if solver == "ipm":
                 raise
