@@ -38,7 +38,7 @@ from attnsvm.svm.frobenius import (frobenius_qp, infeasible_solution, not_repres
                                    row_sizes, support_mask)
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
-__all__ = ["row_basis", "solve_nuclear", "nuclear_certificate", "nuclear_bytes"]
+__all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "nuclear_certificate", "nuclear_bytes"]
 
 _SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
 
@@ -195,6 +195,27 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
                    "(N x N Schur complement)", max_memory,
                    hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
+    start = _frobenius_start(cs, formulation, t0)
+    if isinstance(start, SVMSolution):
+        return start
+    normalized, lam0, W0 = start
+    cs_n = normalized[0]
+    if solver in ("auto", "ipm"):
+        try:
+            res, err = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
+                                   tol=gap_tol, time_limit=time_limit), ""
+        except Exception as exc:  # numerical breakdown the method could not absorb
+            if solver == "ipm":
+                raise
+            res, err = None, f"{type(exc).__name__}: {exc}"
+        return _ipm_outcome(cs, normalized, res, err, solver, time_limit, formulation, support_tol, t0)
+    W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
+    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+
+
+def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):
+    """Feasibility and the start of the IPM from the exact Frobenius dual QP of the row-normalized set:
+    the infeasible SVMSolution (Farkas certificate), or ``(normalized, lam0, W0)``."""
     normalized = cs.normalized()
     cs_n, sc = normalized
     res0, G = frobenius_qp(cs_n)
@@ -203,35 +224,103 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
         info = {"method": res0.method, "iterations": res0.iterations, "seconds": time.perf_counter() - t0}
         return infeasible_solution(cs, sc.farkas(res0.farkas), formulation, "nuclear", info,
                                    res0.info.get("offending"))
-    lam0 = res0.lam
-    W0 = cs_n.combine(lam0)
-    if solver in ("auto", "ipm"):
-        try:
-            res = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
-                              tol=gap_tol, time_limit=time_limit)
-        except Exception as exc:  # numerical breakdown the method could not absorb
-            if solver == "ipm":
-                raise
-            res, err = None, f"{type(exc).__name__}: {exc}"
-        if res is not None:
-            W_n, lam_n = res.W, res.lam
-            info = dict(res.info, solver="ipm", solver_status=res.status)
-            good = res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)
-        else:
-            info, good = {"solver": "ipm", "ipm_error": err}, False
-        small = min(cs.d1, cs.N) + min(cs.d2, cs.N) <= 300
-        if solver == "auto" and not good and (res is None or (small and time_limit is None)):
-            try:
-                W_n, lam_n, info2 = _solve_cvxpy(cs_n, "cvxpy", time_limit)
-            except Exception as exc:
-                if res is None:
-                    raise
-                info["fallback_error"] = f"{type(exc).__name__}: {exc}"
-            else:
-                info = dict(info2, ipm=info)
+    return normalized, res0.lam, cs_n.combine(res0.lam)
+
+
+def _frobenius_starts(sets, formulation, t0) -> list:
+    """:func:`_frobenius_start` of every set; the Frobenius dual QPs of sets of equal size run batched
+    (:func:`~attnsvm.svm.qp.pdas_batch`), a set it does not verify (infeasible or hard) alone."""
+    from attnsvm.svm.qp import pdas_batch
+
+    out: list = [None] * len(sets)
+    normalized = [cs.normalized() for cs in sets]
+    groups: dict = {}
+    for k, (cs_n, _) in enumerate(normalized):
+        groups.setdefault((cs_n.N, cs_n.d1, cs_n.d2), []).append(k)
+    for ks in groups.values():
+        if len(ks) > 1:
+            Un = np.stack([normalized[k][0].U for k in ks])
+            Vn = np.stack([normalized[k][0].V for k in ks])
+            G = np.einsum("rkd,rld->rkl", Un, Un)
+            G *= np.einsum("rkd,rld->rkl", Vn, Vn)
+            lam, ok = pdas_batch(G, np.stack([normalized[k][0].rhs for k in ks]),
+                                 np.stack([normalized[k][0].is_equality for k in ks]))
+            for j, k in enumerate(ks):
+                if ok[j]:
+                    out[k] = (normalized[k], lam[j], normalized[k][0].combine(lam[j]))
+        for k in ks:
+            if out[k] is None:
+                out[k] = _frobenius_start(sets[k], formulation or sets[k].kind, t0)
+    return out
+
+
+def _ipm_outcome(cs, normalized, res, err: str, solver: str, time_limit, formulation, support_tol, t0) -> SVMSolution:
+    """The solution from the IPM's result ``res`` (None: it raised ``err``), after the cvxpy fallback
+    of ``solver="auto"`` on small problems it did not solve accurately."""
+    cs_n = normalized[0]
+    if res is not None:
+        W_n, lam_n = res.W, res.lam
+        info = dict(res.info, solver="ipm", solver_status=res.status)
+        good = res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)
     else:
-        W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
+        info, good = {"solver": "ipm", "ipm_error": err}, False
+    small = min(cs.d1, cs.N) + min(cs.d2, cs.N) <= 300
+    if solver == "auto" and not good and (res is None or (small and time_limit is None)):
+        try:
+            W_n, lam_n, info2 = _solve_cvxpy(cs_n, "cvxpy", time_limit)
+        except Exception as exc:
+            if res is None:
+                raise
+            info["fallback_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            info = dict(info2, ipm=info)
     return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+
+
+def solve_nuclear_batch(sets, *, formulation: str | None = None, support_tol: float = 1e-5,
+                        gap_tol: float = 1e-9, max_memory=None) -> list:
+    """:func:`solve_nuclear` (solver "auto") of many small constraint sets at once: the interior-point
+    iterations of sets with equal reduced shape run stacked (:func:`attnsvm.svm.barrier_batch.nuclear_ipm_batch`),
+    which removes most of the per-call cost of small solves; feasibility, start and certificate are
+    those of :func:`solve_nuclear`, per set.
+
+    Parameters
+    ----------
+    sets : list of ConstraintSet
+    formulation, support_tol, gap_tol, max_memory : as :func:`solve_nuclear`
+
+    Returns
+    -------
+    list of SVMSolution, one per set (status from each certificate, as :func:`solve_nuclear`)
+    """
+    from attnsvm.svm.barrier_batch import nuclear_ipm_batch
+
+    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    t0 = time.perf_counter()
+    out: list = [None] * len(sets)
+    todo = []
+    if sets:  # the stacked IPM holds every set's N x N matrices at once
+        n_max = max(cs.N for cs in sets)
+        require_dense_memory(n_max, max_memory)
+        require_memory(sum(nuclear_bytes(cs.N, cs.d1, cs.d2) for cs in sets),
+                       f"batched nuclear-norm solve of {len(sets)} sets of up to {n_max} constraints", max_memory,
+                       hint="fewer sets per batch or fewer constraints per set")
+    for k, start in enumerate(_frobenius_starts(sets, formulation, t0)):
+        if isinstance(start, SVMSolution):
+            out[k] = start
+        else:
+            todo.append((k, start))
+    problems = [(st[0][0].U, st[0][0].V, st[0][0].rhs, st[0][0].is_equality, st[1], st[2]) for _, st in todo]
+    try:
+        results, err = nuclear_ipm_batch(problems, tol=gap_tol), ""
+    except Exception:  # a numerical breakdown of the stack: every set alone
+        return [o if o is not None else solve_nuclear(cs, formulation=formulation, support_tol=support_tol,
+                                                      gap_tol=gap_tol, max_memory=max_memory)
+                for o, cs in zip(out, sets)]
+    for (k, start), res in zip(todo, results):
+        out[k] = _ipm_outcome(sets[k], start[0], res, err, "auto", None, formulation or sets[k].kind, support_tol, t0)
+    return out
 
 
 def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0) -> SVMSolution:
