@@ -39,7 +39,7 @@ Gen-SVM of all these (query, selection) pairs on the first ``svm_sentences`` sen
 of the same size uniformly among that query's candidates, B spans all the queries used, and the
 ``frac_*``, ``mean_selected`` and ``max_attention`` statistics are over all (sentence, query) pairs.
 It has ~T times the rows of one query per sentence: 8 MiniLM corpus sentences give 190 queries and
-5490 rows per head, ~40 s per SVM on one core (layer 5; the working-set method), so keep ``svm_sentences`` small.
+5490 rows per head, ~14 s per SVM on one core (layer 5; the working-set method), so keep ``svm_sentences`` small.
 
 Causal decoders (GPT-2-like): the tokens are the states after the layer norm before attention
 (``ln_1``), the query is a random non-special token at position >= 1, and its candidates are the
@@ -53,8 +53,12 @@ iterations of O(N^2 (385 + m) + N^3 / 3)); beyond, the working-set method (:func
 method "auto") solves the exact SVM of a growing subset of rows with the same interior-point
 method and checks all N margins, which grows more slowly but still faster than m (measured
 with ``python benchmarks/probe_scale.py``, layer 3, one thread, CPU seconds per certified
-SVM: ~1-2 s at m = 48, ~5 s at m = 128, ~14-25 s at m = 256, 57-159 s at m = 512 and 156-312 s
-at m = 1000; random selections need about twice the working set and take several times longer).
+SVM: ~1-2 s at m = 48, ~5 s at m = 128, ~14-25 s at m = 256; at m = 1000 (N = 16919 rows) the
+12 heads of layer 3 took 19-219 s each, 1148 s together, with working sets of 650-3850 rows;
+random selections need about twice the working set and take many times longer, the interior
+point's cost growing as the cube of the working set). With ``--out`` each head is stored as it
+finishes (``attnsvm.experiments.real.probe_run``), so a long probe can be stopped,
+resumed and shared among processes.
 The default m = 48 probes all 72 heads and their 72 baselines (256 sentences) in about 4
 to 8 minutes on one core. The heads of a layer share only the tokens, queries and the bases
 P, B; each selection is its own SDP. Selections and their statistics always use all

@@ -891,7 +891,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     tol : in (0, 1): a row is violated when its relative violation (see
         :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
-        (planted (2000, 51, 64): the default batch took 341 s in 9 rounds, 4x that batch 389 s in 8,
+        (planted (2000, 51, 64), N = 1e5: 143 s in 9 rounds today, ``python benchmarks/solvers.py
+        --scale --only nuc-planted-1e5``; 341 s before the Schur complement on distinct queries, with
         one row per query and subsets solved to a gap of 1e-9)
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
     gap_tol : relative duality gap each subset's interior-point solve aims at (``gap_tol`` of
