@@ -38,6 +38,9 @@ def main():
     print(f"model load {t_load:.1f} s, forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
           f"probe total {res.seconds['total']:.1f} s, wall {time.perf_counter() - t0:.1f} s, "
           f"CPU {time.process_time() - c0:.1f} s ({args.threads} thread(s))")
+    if "svm_status" not in t.columns:  # --svm-sentences 0: selections only
+        print("no SVMs solved (--svm-sentences 0): selections and their statistics only")
+        return
     status = list(t["svm_status"]) + [s for r in t["random_status"] for s in r.split(",")]
     print(f"SVMs reported optimal by the solver: {sum(s == 'optimal' for s in status)}/{len(status)} "
           f"(heads: max relative gap {t['svm_gap'].max():.1e}, max violation {t['svm_violation'].max():.1e}), "
