@@ -157,11 +157,15 @@ def _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, o
     failed tasks, checks)."""
     import pandas as pd
 
+    from attnsvm.experiments.real import probe_run
     from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun
     from attnsvm.real.probe import check_indices, probe_heads, resolve_model
     from attnsvm.runner import run_experiment
 
     loaded = resolve_model(model, kw["max_memory"])
+    if model is not None:  # tasks run in this process use the loaded model (and its cached forward pass)
+        probe_run._MODELS.clear()
+        probe_run._MODELS[loaded.path] = loaded
     cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
                       layers=check_indices(layers, loaded.n_layers, "layers"),
                       heads=check_indices(heads, loaded.n_heads, "heads"), query=kw["query"],
