@@ -508,7 +508,7 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     ``norm="fro"``: vectorized active-set QPs. ``norm="nuclear"``: per instance the same
     feasibility test, start and certificate as :func:`attnsvm.svm.nuclear.solve_nuclear`, with the
     interior-point iterations of all instances stacked
-    (:func:`attnsvm.svm.nuclear.solve_nuclear_batch`): at (n, T, d) = (6, 8, 10) about 3x less time
+    (:func:`attnsvm.svm.nuclear.solve_nuclear_batch`): at (n, T, d) = (6, 8, 10) 3-4x less time
     per instance than one call each (``python benchmarks/solvers.py --quick`` prints both).
 
     Parameters
