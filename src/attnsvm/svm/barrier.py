@@ -693,14 +693,21 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     best, status, it, x = _iterate(pb, x, tol, feas_tol, max_iter, time_limit, verbose, info, t0)
     if best is None:                # no iterate was evaluated (the start left the domain by rounding)
         best = (np.inf, np.inf, _violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
+    return _result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+
+
+def _result(red: _Reduction, best, status: str, iterations: int, info: dict, N: int, tol: float, feas_tol: float,
+            seconds: float) -> IPMResult:
+    """The :class:`IPMResult` of the best iterate ``best = (merit, gap, violation, X12, lam)``: the
+    least-norm clean-up of its last violations, then W and the multipliers of the caller's N rows."""
     merit, gap, viol, X12, lam_l = best
-    X12, viol2, gap2 = _clean_primal(pb, X12, lam_l, feas_tol)
+    X12, viol2, gap2 = _clean_primal(red.pb, X12, lam_l, feas_tol)
     if viol2 < viol:
         info["cleaned"] = {"violation": [float(viol), float(viol2)], "rel_gap": [float(gap), float(gap2)]}
         viol, gap = viol2, gap2
         if status != "optimal" and gap <= tol and viol <= feas_tol:
             status = "optimal"
-    W = red.W(X12)
+    lam = np.zeros(N)
     lam[red.live] = lam_l / (red.su * red.sv)
-    info.update(iterations=it, rel_gap=float(gap), violation=float(viol), seconds=time.perf_counter() - t0)
-    return IPMResult(status, W, lam, info)
+    info.update(iterations=iterations, rel_gap=float(gap), violation=float(viol), seconds=seconds)
+    return IPMResult(status, red.W(X12), lam, info)

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.svm.barrier import (IPMResult, _clean_primal, _Problem, _reduce, _start, _sym, _t, _violation,
+from attnsvm.svm.barrier import (_clean_primal, _Problem, _reduce, _result, _start, _sym, _t, _violation,
                                  nuclear_ipm)
 
 __all__ = ["nuclear_ipm_batch"]
@@ -303,21 +303,11 @@ def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, m
         results = _solve_stack([m[1] for m in members], [m[2] for m in members], tol, feas_tol, max_iter)
         secs = (time.perf_counter() - t1) / len(members)
         for (k, red, _, info, N), (best, status, its, stopped) in zip(members, results):
-            pb = red.pb
             merit, gap, viol, X12, lam_l = best
             if not np.isfinite(merit):      # never measured (the start left the domain): the start itself
-                viol = _violation(pb, pb.amap(X12))
-            X12c, viol2, gap2 = _clean_primal(pb, X12, lam_l, feas_tol)
-            if viol2 < viol:
-                info["cleaned"] = {"violation": [float(viol), float(viol2)], "rel_gap": [float(gap), float(gap2)]}
-                X12, viol, gap = X12c, viol2, gap2
-                if status != "optimal" and gap <= tol and viol <= feas_tol:
-                    status = "optimal"
-            lam = np.zeros(N)
-            lam[red.live] = lam_l / (red.su * red.sv)
+                best = (merit, gap, _violation(red.pb, red.pb.amap(X12)), X12, lam_l)
             if stopped:
                 info["stopped"] = stopped
-            info.update(iterations=its, rel_gap=float(gap), violation=float(viol), seconds=secs,
-                        batch=len(members))
-            out[k] = IPMResult(str(status), red.W(X12), lam, info)
+            info["batch"] = len(members)
+            out[k] = _result(red, best, str(status), its, info, N, tol, feas_tol, secs)
     return out
