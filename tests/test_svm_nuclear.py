@@ -224,7 +224,7 @@ def test_schur_complement_on_distinct_queries_matches_its_definition():
 
     rng = np.random.default_rng(3)
     U = rng.standard_normal((60, 7))
-    V = np.repeat(rng.standard_normal((12, 5)), 5, axis=0)      # 12 queries, 5 rows each
+    V = np.repeat(rng.standard_normal((12, 5)), 5, axis=0)[rng.permutation(60)]  # 12 queries, 5 rows each, mixed
     red = br._reduce(U, V, np.ones(60), np.zeros(60, bool), {})
     pb = red.pb
     assert pb.qidx is not None and pb.Bq.shape[0] == 12

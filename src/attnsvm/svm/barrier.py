@@ -273,7 +273,8 @@ class _Problem:
         if self.qidx is None:
             return (self.Bm @ H) @ _t(self.Bm)
         q = self.qidx
-        return ((self.Bq @ H) @ self.Bq.T)[q][:, q]
+        # rows by fancy indexing, columns by take (fancy indexing along columns is much slower)
+        return ((self.Bq @ H) @ self.Bq.T)[q].take(q, axis=1)
 
     def _bt(self, R):
         """``Bm R^T`` (N x N) for ``R (N, r2)``: from the distinct queries when rows share them."""
