@@ -36,7 +36,7 @@ import numpy as np
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array, check_choice, check_number
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import (ConstraintSet, att_rows, check_fin_inputs, check_probs, check_selected_sets,
+from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
                                      check_valid, check_valid_selected, fin_rows, gen_rows, prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
@@ -584,8 +584,7 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
 def _nuclear_batch(U: np.ndarray, V: np.ndarray, max_memory) -> BatchSolution:
     """The nuclear-norm Att-SVMs of the rows ``U (R, N, d)``, ``V (R, N, d)`` (right-hand sides 1)."""
     R, N, d = U.shape
-    sets = [ConstraintSet(U[r], V[r], np.ones(N), np.zeros(N, bool), *(np.full(N, -1),) * 4, "att", (N, 1))
-            for r in range(R)]
+    sets = [bare_set(U[r], V[r], np.ones(N), np.zeros(N, bool), "att") for r in range(R)]
     sols = solve_nuclear_batch(sets, formulation="att", max_memory=max_memory)
     W = np.stack([s.W if s.W is not None else np.full((d, d), np.nan) for s in sols]) if R else np.zeros((0, d, d))
     W[[not s.feasible for s in sols]] = np.nan

@@ -102,7 +102,7 @@ class ConstraintSet:
 
     def gram(self) -> np.ndarray:
         """Gram matrix ``(U U^T) * (V V^T)`` of the constraint matrices, shape (N, N)."""
-        return (self.U @ self.U.T) * (self.V @ self.V.T)
+        return row_gram(self.U, self.V)
 
     def combine(self, lam: np.ndarray) -> np.ndarray:
         """``sum_k lam_k u_k w_k^T``, shape (d1, d2)."""
@@ -230,6 +230,21 @@ def _normalize(cs: "ConstraintSet") -> tuple["ConstraintSet", RowScaling]:
         rhs = np.where(nz, np.ldexp(mant, np.where(nz, er - E, 0)), 0.0)
     cs_n = ConstraintSet(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
     return cs_n, RowScaling(a, b, E)
+
+
+def row_gram(U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``<u_k w_k^T, u_l w_l^T> = (U U^T) * (V V^T)`` for ``U (..., N, d1)``, ``V (..., N, d2)``:
+    ``(..., N, N)`` (one set of rows, or a stack of R sets)."""
+    G = U @ U.swapaxes(-1, -2)
+    G *= V @ V.swapaxes(-1, -2)
+    return G
+
+
+def bare_set(U, V, rhs, is_equality, kind: str) -> ConstraintSet:
+    """The rows ``U (N, d1)``, ``V (N, d2)``, ``rhs``, ``is_equality (N,)`` as a ConstraintSet without
+    sample, query and token labels (all -1; shape (N, 1)), as the batched solvers build them."""
+    N = U.shape[0]
+    return ConstraintSet(U, V, rhs, is_equality, *(np.full(N, -1),) * 4, kind, (N, 1))
 
 
 def _make(U, V, rhs, eq, sample, query, token, other, kind, shape) -> ConstraintSet:

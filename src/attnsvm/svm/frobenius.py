@@ -27,7 +27,7 @@ import numpy as np
 from attnsvm._validate import check_choice, check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
+from attnsvm.svm.constraints import ConstraintSet, RowScaling, bare_set, representable, row_gram
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
 from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
                                    status_from)
@@ -275,21 +275,18 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
     R, N, d1 = U.shape
     d2 = V.shape[2]
     require_dense_memory(N, max_memory, R=R, what="batched dense Frobenius solve")
-    sets = [ConstraintSet(U[r], V[r], rhs[r], is_equality[r], np.full(N, -1), np.full(N, -1), np.full(N, -1),
-                          np.full(N, -1), "batch", (N, 1)).normalized() for r in range(R)]
+    sets = [bare_set(U[r], V[r], rhs[r], is_equality[r], "batch").normalized() for r in range(R)]
     Un = np.stack([s[0].U for s in sets]) if R else np.zeros((0, N, d1))
     Vn = np.stack([s[0].V for s in sets]) if R else np.zeros((0, N, d2))
     bn = np.stack([s[0].rhs for s in sets]) if R else np.zeros((0, N))
-    G = np.einsum("rkd,rld->rkl", Un, Un)
-    G *= np.einsum("rkd,rld->rkl", Vn, Vn)
+    G = row_gram(Un, Vn)
     lam_n, ok = pdas_batch(G, bn, is_equality, tol=tol)
     W = np.full((R, d1, d2), np.nan)
     lam = np.zeros((R, N))
     status = np.empty(R, dtype=object)
     certs: list[Certificate] = []
     for r in range(R):
-        cs_r, (cs_n, sc) = ConstraintSet(U[r], V[r], rhs[r], is_equality[r], *(np.full(N, -1),) * 4, "batch",
-                                         (N, 1)), sets[r]
+        cs_r, (cs_n, sc) = bare_set(U[r], V[r], rhs[r], is_equality[r], "batch"), sets[r]
         res = None if ok[r] else goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
         if res is not None and res.status == "infeasible":
             f = sc.farkas(res.farkas)

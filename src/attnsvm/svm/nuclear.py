@@ -33,7 +33,7 @@ import numpy as np
 from attnsvm._validate import check_choice, check_number
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
-from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable
+from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable, row_gram
 from attnsvm.svm.frobenius import (frobenius_qp, infeasible_solution, not_representable_error, require_dense_memory,
                                    row_sizes, support_mask)
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
@@ -241,9 +241,7 @@ def _frobenius_starts(sets, formulation, t0) -> list:
         if len(ks) > 1:
             Un = np.stack([normalized[k][0].U for k in ks])
             Vn = np.stack([normalized[k][0].V for k in ks])
-            G = np.einsum("rkd,rld->rkl", Un, Un)
-            G *= np.einsum("rkd,rld->rkl", Vn, Vn)
-            lam, ok = pdas_batch(G, np.stack([normalized[k][0].rhs for k in ks]),
+            lam, ok = pdas_batch(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
                                  np.stack([normalized[k][0].is_equality for k in ks]))
             for j, k in enumerate(ks):
                 if ok[j]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
-from attnsvm.svm.constraints import ConstraintSet, representable
+from attnsvm.svm.constraints import ConstraintSet, representable, row_gram
 from attnsvm.svm.nuclear import row_basis
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
 
@@ -187,7 +187,7 @@ def _polish_duals(cs: ConstraintSet, W: np.ndarray, slack: np.ndarray, C: float,
     idx = np.flatnonzero(free)
     if idx.size:
         Uf, Vf = cs.U[idx], cs.V[idx]
-        G = (Uf @ Uf.T) * (Vf @ Vf.T)
+        G = row_gram(Uf, Vf)
         rhs = np.einsum("kd,kd->k", Uf @ Rm, Vf)
         lam[idx] = np.linalg.lstsq(G, rhs, rcond=1e-13)[0]
     return np.clip(lam, 0.0, C)

@@ -48,7 +48,7 @@ import numpy as np
 from attnsvm._validate import check_choice, check_number
 from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
@@ -155,7 +155,7 @@ class _GramSet:
         cross = (self.U @ Un.T) * (self.V @ Vn.T)
         G[:s, s:] = cross
         G[s:, :s] = cross.T
-        G[s:, s:] = (Un @ Un.T) * (Vn @ Vn.T)
+        G[s:, s:] = row_gram(Un, Vn)
         self.G = G
         self.rows = np.concatenate([self.rows, new])
         self.U = np.concatenate([self.U, Un])
