@@ -45,6 +45,7 @@ MODULES = [
     "attnsvm.real",
     "attnsvm.real.digits",
     "attnsvm.real.sentences",
+    "attnsvm.real.pretrained",
     "attnsvm.real.minilm",
     "attnsvm.real.adapters",
     "attnsvm.real.probe",

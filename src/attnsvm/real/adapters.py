@@ -1,12 +1,12 @@
 """Architecture families: where a pretrained model keeps each head's query/key projections.
 
-A family adapter tells :class:`attnsvm.real.minilm.PretrainedTransformer` how to read one
+A family adapter tells :class:`attnsvm.real.pretrained.PretrainedTransformer` how to read one
 architecture. Every supported family scores key token t for query token s with a fixed
 bilinear form of the states the projections act on,
 
     score(s, t) = (W_K^T x_t + b_K) . (W_Q^T x_s + b_Q) * scale      (+ mask)
 
-so the key-query matrix of :mod:`attnsvm.real.minilm` (key on the left, bias augmentation
+so the key-query matrix of :mod:`attnsvm.real.pretrained` (key on the left, bias augmentation
 with a constant 1) reproduces the model's attention exactly.
 
 Families
