@@ -218,7 +218,9 @@ def _sizes(text):
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-length", type=int, default=128, show_default=True, help="Longer sentences are truncated (with a warning).")
+@click.option("--max-length", type=int, default=None,
+              help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "
+                   "and the model's position limit (printed).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html; each "
                                          "head is stored in OUT/probe as it finishes, so the same command resumes a "
                                          "killed probe ('attnsvm report OUT' shows it).")

@@ -17,12 +17,16 @@ from attnsvm.real.figures import heatmap_figure
 from attnsvm.real.probe_view import write_probe_view
 
 
+#: the longest line ``--sentences`` accepts (characters); the model reads at most its position limit in tokens
+MAX_SENTENCE_CHARS = 100_000
+
+
 def read_sentences(path) -> list[str]:
     """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
 
     Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
-    allows, or holds no non-empty line.
+    allows, holds no non-empty line or a line longer than :data:`MAX_SENTENCE_CHARS` characters.
     """
     from attnsvm.npzfile import input_file, require_file_memory
 
@@ -40,6 +44,12 @@ def read_sentences(path) -> list[str]:
         raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}); expected one sentence per line in UTF-8") from None
     sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    del raw, text
+    long_ = next((k for k, line in enumerate(sentences) if len(line) > MAX_SENTENCE_CHARS), None)
+    if long_ is not None:
+        raise ValidationError(f"--sentences: sentence {long_ + 1} of {path!r} has {len(sentences[long_])} characters; "
+                              f"a sentence may have at most {MAX_SENTENCE_CHARS} (the probe reads at most "
+                              "--max-length tokens of each): one sentence per line")
     if not sentences:
         raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line")
     return sentences
@@ -47,7 +57,7 @@ def read_sentences(path) -> list[str]:
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int = 128, progress=None, max_memory=None, model=None,
+              seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
@@ -67,6 +77,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
+        (``max_length`` None: the smaller of 128 and the model's position limit, printed)
     model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder or GPT-2-like decoder)
     view_sentences : sentences shown per head in ``probe.html`` (their tokens shaded by attention)
     curve : optional list of sentence counts m (int, or None for all loaded sentences): also each
@@ -78,12 +89,21 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
-    from attnsvm.real.probe import format_table, probe_heads
+    from attnsvm.real.probe import format_table, probe_heads, resolve_model
+    from attnsvm.real.sentences import check_seed
 
+    check_seed(seed)
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
     if (scheduler or (workers is not None and workers != 1)) and not out:
         raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR as well")
+    loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
+    if model is not None:
+        model = loaded
+    length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
+                   + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
+                      if max_length is None else ""))
+    max_length = loaded.probe_max_length(max_length)
     kw = dict(threshold=threshold, query=query, seed=seed, max_length=max_length, max_memory=max_memory,
               view_sentences=view_sentences)
     stored = None
@@ -128,6 +148,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         lines.append(f"mean corr_restricted {table['corr_restricted'].mean():.4f} vs random selections "
                      f"{table['corr_random_restricted'].mean():.4f} (advantage {table['advantage'].mean():.4f}; "
                      f"{int((table['advantage'] > 0).sum())}/{len(table)} heads above baseline)")
+    lines.append(length_note)
     lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
                  f"forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
                  f"total {res.seconds['total']:.1f} s")

@@ -91,6 +91,70 @@ class Family:
         w, b = attn.c_attn.weight, attn.c_attn.bias  # Conv1D: (d, 3d), (3d,), columns [q | k | v]
         return w[:, d + lo:d + hi], w[:, lo:hi], b[d + lo:d + hi], b[lo:hi]
 
+    # ---------------------------------------------------------------- config and weight files
+    def dims(self, config, where: str = "the model") -> dict:
+        """The sizes the config declares, each a positive integer (else a ValidationError naming the field).
+
+        Returns
+        -------
+        dict with ``layers, heads, d, positions, vocab, inner`` (and ``types`` for BERT-like models),
+        read through the transformers config's attribute names (``num_hidden_layers`` is GPT-2's ``n_layer``)
+        """
+        fields = {"layers": "num_hidden_layers", "heads": "num_attention_heads", "d": "hidden_size",
+                  "positions": "max_position_embeddings", "vocab": "vocab_size"}
+        fields.update({"inner": "intermediate_size", "types": "type_vocab_size"} if self.name == "bert"
+                      else {"inner": "n_inner"})
+        out = {}
+        for key, attr in fields.items():
+            value = getattr(config, attr, None)
+            if key == "inner" and value is None and self.name == "gpt2":  # GPT-2's default MLP width
+                value = 4 * out["d"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"{where}: its config declares {attr} = {value!r}; expected a positive integer")
+            out[key] = value
+        if out["d"] % out["heads"]:
+            raise ValidationError(f"{where}: hidden_size {out['d']} is not a multiple of num_attention_heads "
+                                  f"{out['heads']} (every head needs the same size)")
+        return out
+
+    def n_params(self, dims: dict) -> int:
+        """Parameters of the base model as :meth:`dims` declares it (what building it allocates)."""
+        d, inner, L = dims["d"], dims["inner"], dims["layers"]
+        if self.name == "bert":
+            embed = (dims["vocab"] + dims["positions"] + dims["types"]) * d + 2 * d
+            layer = 4 * (d * d + d) + 2 * d + (d * inner + inner) + (inner * d + d) + 2 * d
+            return embed + L * layer + d * d + d  # + pooler
+        embed = (dims["vocab"] + dims["positions"]) * d
+        layer = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (d * inner + inner) + (inner * d + d)
+        return embed + L * layer + 2 * d  # + ln_f
+
+    def query_key_tensors(self, layer: int) -> tuple:
+        """Names (in the base model, without a task model's prefix) of the weights holding layer's W_Q and W_K."""
+        if self.name == "bert":
+            return (f"encoder.layer.{layer}.attention.self.query.weight",
+                    f"encoder.layer.{layer}.attention.self.key.weight")
+        return (f"h.{layer}.attn.c_attn.weight",)
+
+    def missing_query_key(self, names, n_layers: int, show: int = 6) -> tuple:
+        """The query/key weights of layers 0..n_layers-1 that ``names`` (tensor names of the weight files,
+        with or without a task model's prefix such as ``bert.`` or ``transformer.``) lack.
+
+        Returns ``(count, first)``: how many are missing and the first ``show`` of them in layer order."""
+        have = set()
+        for n in names:
+            have.add(n)
+            head, _, rest = n.partition(".")
+            if head in ("bert", "roberta", "transformer"):
+                have.add(rest)
+        count, first = 0, []
+        for l in range(n_layers):
+            for t in self.query_key_tensors(l):
+                if t not in have:
+                    count += 1
+                    if len(first) < show:
+                        first.append(t)
+        return count, first
+
     def scale(self, config, layer: int, head_dim: int) -> float:
         """The factor the scores are multiplied by (1/sqrt(m), GPT-2 optionally also 1/(layer + 1))."""
         if self.name == "bert":

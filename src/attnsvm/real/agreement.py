@@ -89,7 +89,7 @@ def _check_sizes(sizes, n: int) -> list:
 
 def agreement_curve(model=None, sentences=None, *, sizes=(48, 128, 512, None), layers=None, heads=None,
                     query: str = "word", threshold: float = 0.1, baseline_draws: int = 1, seed: int = 0,
-                    max_length: int = 128, n_sentences: int = 1000, progress=None,
+                    max_length: int | None = None, n_sentences: int = 1000, progress=None,
                     max_memory=None) -> AgreementResult:
     """Each head's agreement with its nuclear-norm Gen-SVM as the number of sentences m grows.
 

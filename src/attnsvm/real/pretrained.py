@@ -52,22 +52,202 @@ equals the model's attention exactly. ``bias="drop"`` returns the (d, d) block
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.errors import ValidationError
+from attnsvm.errors import NonFiniteError, ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.real.adapters import family_of
 from attnsvm.real.errors import require
 
 BIAS_MODES = ("augment", "drop")
+#: memory that building one transformer layer takes beyond its parameters (torch modules and their Python
+#: objects; measured about 55 KB per BERT layer and 41 KB per GPT-2 layer with transformers 5, width 8)
+MODULE_BYTES_PER_LAYER = 64 * 2**10
+#: the largest config.json read (real ones are a few KB) and the deepest nesting of its values
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_CONFIG_DEPTH = 32
+#: safetensors headers longer than this are refused (the safetensors library's own limit)
+MAX_SAFETENSORS_HEADER = 100_000_000
+SAFETENSORS_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+                      "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+#: the probe's default token limit per sentence: the smaller of this and the model's position limit
+DEFAULT_MAX_LENGTH = 128
+#: characters of a sentence kept per token of the length limit (longer text is cut before tokenization)
+CHARS_PER_TOKEN = 100
+#: peak bytes the tokenizer holds per character of text (fast tokenizers keep ids, offsets and strings per token)
+TOKENIZER_BYTES_PER_CHAR = 256
 #: vocabulary files of the tokenizers transformers loads offline (at least one must be in a model directory)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
                    "sentencepiece.bpe.model")
+
+
+class ModelFilesError(ValidationError):
+    """A model directory's weight files are broken, hostile or do not hold the weights its config declares."""
+
+
+@dataclass(frozen=True)
+class WeightFiles:
+    """The weight files of a model directory.
+
+    Attributes
+    ----------
+    files : list of file names (``*.safetensors``, ``*.bin``)
+    nbytes : int, their total size
+    names : set of tensor names from the safetensors headers, or None when the weights are ``*.bin`` only
+    """
+
+    files: list
+    nbytes: int
+    names: set | None
+
+
+def safetensors_names(path) -> set:
+    """The tensor names of a safetensors file after checking its layout, without reading any tensor.
+
+    The header (an 8-byte little-endian length, then that many bytes of JSON) must fit the file and
+    :data:`MAX_SAFETENSORS_HEADER`; every tensor needs a known dtype, a shape of non-negative integers and
+    data offsets inside the file spanning exactly ``prod(shape) x itemsize`` bytes, and the tensors must cover
+    the data exactly. Anything else is a :class:`ModelFilesError` saying what is wrong (empty, truncated,
+    random bytes, a header claiming terabytes).
+    """
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    bad = f"the weight file {path!r} is not a valid safetensors file"
+    if size < 8:
+        raise ModelFilesError(f"{bad}: it has {size} bytes, fewer than the 8 of its header length")
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if n > min(size - 8, MAX_SAFETENSORS_HEADER):
+            raise ModelFilesError(f"{bad}: its header claims {n} bytes but the file holds {size - 8} after the "
+                                  f"length (and headers may have at most {MAX_SAFETENSORS_HEADER}); truncated or "
+                                  "not safetensors")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ModelFilesError(f"{bad}: its {n}-byte header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ModelFilesError(f"{bad}: its header is a JSON {type(header).__name__}, expected an object")
+    data, end, names = size - 8 - n, 0, set()
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        meta = meta if isinstance(meta, dict) else {}
+        shape, offsets, dtype = meta.get("shape"), meta.get("data_offsets"), meta.get("dtype")
+        ints = lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)  # noqa: E731
+        if dtype not in SAFETENSORS_DTYPES or not ints(shape) or not ints(offsets) or len(offsets) != 2:
+            raise ModelFilesError(f"{bad}: tensor {name!r} has no valid dtype, shape and data_offsets ({meta!r:.200})")
+        lo, hi = offsets
+        if not lo <= hi <= data or hi - lo != math.prod(shape) * SAFETENSORS_DTYPES[dtype]:
+            raise ModelFilesError(f"{bad}: tensor {name!r} ({dtype}, shape {shape}) claims bytes {lo}..{hi} of the "
+                                  f"{data} data bytes the file holds (truncated or inconsistent)")
+        end = max(end, hi)
+        names.add(name)
+    if end != data:
+        raise ModelFilesError(f"{bad}: its tensors cover {end} of its {data} data bytes")
+    return names
+
+
+def check_weight_files(path) -> WeightFiles:
+    """The weight files of a model directory, each safetensors file checked by :func:`safetensors_names`.
+
+    Raises a ValidationError when there is none. ``*.bin`` files are left to transformers, which
+    unpickles them with ``torch.load(weights_only=True)`` (anything but tensors is refused).
+    """
+    path = os.fspath(path)
+    files = sorted(f for f in os.listdir(path) if f.endswith((".safetensors", ".bin"))
+                   and os.path.isfile(os.path.join(path, f)))
+    if not files:
+        raise ValidationError(f"model directory {path!r} holds no weights (*.safetensors or *.bin); "
+                              "save the model with save_pretrained(DIR)")
+    nbytes = sum(os.path.getsize(os.path.join(path, f)) for f in files)
+    safe = [f for f in files if f.endswith(".safetensors")]
+    names = set().union(*(safetensors_names(os.path.join(path, f)) for f in safe)) if safe else None
+    return WeightFiles(files, nbytes, names)
+
+
+def _load_failure(exc: Exception) -> str:
+    """Why transformers could not load a model, in one line."""
+    if type(exc).__name__ == "UnpicklingError":
+        return ("a pickle weight file (*.bin) holds objects other than tensors, which are refused "
+                "(torch.load weights_only); save the model with save_pretrained(DIR) as safetensors")
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
+
+
+#: tensors a base model may lack or a checkpoint may hold beyond it without changing any head or state the
+#: probe reads: BERT's pooler (after the last layer) and task heads, GPT-2's causal-mask buffers
+_UNUSED = re.compile(r"^(pooler\.|cls\.|lm_head\.|classifier\.|qa_outputs\.|score\.)|(^|\.)attn\.(masked_)?bias$"
+                     r"|(^|\.)position_ids$")
+
+
+def _query_key_first(name: str):
+    """Sort key putting query/key weights (BERT ``.query.``/``.key.``, GPT-2 ``c_attn``) first."""
+    return (not (".query." in name or ".key." in name or ".c_attn." in name), name)
+
+
+def check_loading_report(info: dict, path) -> None:
+    """Refuse a model whose weight files do not hold exactly the weights it is built from.
+
+    ``info`` is transformers' loading report (``from_pretrained(..., output_loading_info=True)``): a
+    missing tensor would be initialised at random, an unexpected one means the files belong to another
+    architecture or layer count. Both are a :class:`ModelFilesError` naming the tensors (query/key
+    weights first), except the tensors the probe never reads (:data:`_UNUSED`: pooler, task heads).
+    """
+    missing = sorted((t for t in info.get("missing_keys", ()) if not _UNUSED.search(t)), key=_query_key_first)
+    unexpected = sorted((t for t in info.get("unexpected_keys", ()) if not _UNUSED.search(t)), key=_query_key_first)
+    mismatched = [str(t[0] if isinstance(t, (tuple, list)) else t) for t in info.get("mismatched_keys", ())]
+    errors = [str(e) for e in info.get("error_msgs", ())]
+    if not (missing or unexpected or mismatched or errors):
+        return
+    show = lambda ts: ", ".join(ts[:6]) + (", ..." if len(ts) > 6 else "")  # noqa: E731
+    parts = [f"{len(ts)} {what} ({show(ts)})" for what, ts in (("missing", missing), ("unexpected", unexpected),
+                                                                ("of the wrong shape", mismatched)) if ts]
+    parts += [f"loading errors: {show(errors)}"] if errors else []
+    raise ModelFilesError(f"the weight files in {os.fspath(path)!r} do not match the model its config declares, "
+                          f"tensors {'; '.join(parts)}. The probe refuses weights that are not the model's "
+                          "(transformers would initialise missing ones at random and ignore unexpected ones)")
+
+
+def check_finite_weights(model, path) -> None:
+    """A :class:`ModelFilesError` naming the parameters holding NaN or infinity (query/key weights first)."""
+    import torch
+
+    bad = [n for n, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if bad:
+        bad.sort(key=_query_key_first)
+        raise ModelFilesError(f"the model in {os.fspath(path)!r} has non-finite (NaN or infinite) weights in "
+                              f"{len(bad)} tensor(s): {', '.join(bad[:6])}{', ...' if len(bad) > 6 else ''}")
+
+
+def position_limit(config) -> int:
+    """Tokens per sequence the model's position embeddings allow (RoBERTa's start after the padding index)."""
+    limit = int(config.max_position_embeddings)
+    if getattr(config, "model_type", "") == "roberta":
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return limit
+
+
+def _depth(obj) -> int:
+    """Nesting depth of a JSON value (iterative: a hostile file cannot exhaust the stack)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_CONFIG_DEPTH:
+            break
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+    return deepest
 
 
 def check_sentences(sentences) -> list:
@@ -151,24 +331,38 @@ class PretrainedTransformer:
         transformers = require("transformers", "the MiniLM model" if name == "MiniLM" else "probing a pretrained model")
         torch = require("torch", "the MiniLM model" if name == "MiniLM" else "probing a pretrained model")
         self.path = path
-        # the weights on disk, loaded once and converted once to ``dtype`` (both copies alive at the peak)
-        files = [f for f in os.listdir(self.path) if f.endswith((".safetensors", ".bin"))]
-        if not files:
-            raise ValidationError(f"model directory {path!r} holds no weights (*.safetensors or *.bin); "
-                                  "save the model with save_pretrained(DIR)")
-        weights = sum(os.path.getsize(os.path.join(self.path, f)) for f in files)
+        weights = check_weight_files(path)
         if not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
             raise ValidationError(f"no tokenizer could be loaded from the model directory {path!r}: none of "
                                   f"{', '.join(TOKENIZER_FILES)} is there; save the tokenizer beside the model with "
                                   "tokenizer.save_pretrained(DIR)")
-        require_memory(weights * (1 + {"float64": 2, "float32": 1}.get(dtype, 2)), f"loading {self.name} ({dtype})",
-                       max_memory, hint="raise --max-memory or ATTNSVM_MAX_MEMORY")
         hf_logging = transformers.utils.logging
         bar = hf_logging.is_progress_bar_enabled()
         verbosity = hf_logging.get_verbosity()
         hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
+        hf_logging.set_verbosity_error()  # the loading report is read below (check_loading_report), not printed
         try:
+            try:
+                config = transformers.AutoConfig.from_pretrained(self.path, local_files_only=True)
+            except Exception as exc:  # a config transformers rejects: ValueError, TypeError, KeyError, ...
+                raise ValidationError(f"transformers cannot read the model config in {path!r}: "
+                                      f"{_load_failure(exc)}") from None
+            dims = self.family.dims(config, f"the model at {path!r}")
+            # the model as its config declares it (layers x width), before building: the weights on disk, the
+            # model built from the config, its copy in ``dtype`` (all alive at the peak) and per-layer modules
+            declared = max(weights.nbytes, 4 * self.family.n_params(dims))
+            require_memory(declared + weights.nbytes + declared * {"float64": 2, "float32": 1}[dtype]
+                           + MODULE_BYTES_PER_LAYER * dims["layers"],
+                           f"loading {self.name} ({dtype}; {dims['layers']} layers of width {dims['d']} as its "
+                           "config declares)", max_memory, hint="raise --max-memory or ATTNSVM_MAX_MEMORY")
+            if weights.names is not None:  # safetensors headers: every declared layer's W_Q and W_K must be there
+                count, first = self.family.missing_query_key(weights.names, dims["layers"])
+                if count:
+                    raise ModelFilesError(
+                        f"the weights in {path!r} do not hold the query/key tensors its config declares "
+                        f"({cfg_json.get('model_type')}, {dims['layers']} layers): {count} missing "
+                        f"({', '.join(first)}{', ...' if count > len(first) else ''}); refusing to probe weights "
+                        "transformers would initialise at random")
             try:
                 self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
             except Exception as exc:  # transformers raises OSError, ValueError, TypeError ... for missing files
@@ -177,14 +371,17 @@ class PretrainedTransformer:
             if not getattr(self.tokenizer, "is_fast", False) and not hasattr(self.tokenizer, "convert_ids_to_tokens"):
                 raise ValidationError(f"the tokenizer of {path!r} cannot map ids back to tokens")
             try:
-                self.model = transformers.AutoModel.from_pretrained(self.path, local_files_only=True,
-                                                                    attn_implementation="eager")
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                raise ValidationError(f"transformers cannot load the model in {path!r}: {exc}") from None
+                self.model, info = transformers.AutoModel.from_pretrained(
+                    self.path, config=config, local_files_only=True, attn_implementation="eager",
+                    output_loading_info=True)
+            except Exception as exc:  # broken or hostile files: OSError, SafetensorError, UnpicklingError, ...
+                raise ModelFilesError(f"transformers cannot load the model in {path!r}: {_load_failure(exc)}") \
+                    from None
         finally:
             hf_logging.set_verbosity(verbosity)
             if bar:
                 hf_logging.enable_progress_bar()
+        check_loading_report(info, path)
         if self.tokenizer.pad_token is None:  # GPT-2 tokenizers have none; padding is masked anyway
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
             if self.tokenizer.pad_token is None:
@@ -193,16 +390,21 @@ class PretrainedTransformer:
         self.model.eval()
         self.torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
         self.model.to(self.torch_dtype)
+        check_finite_weights(self.model, path)
         cfg = self.model.config
         self.n_layers, self.n_heads, self.d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
         self.head_dim = self.d // self.n_heads
-        self.max_length = int(min(self.tokenizer.model_max_length, cfg.max_position_embeddings))
+        self.max_length = int(min(self.tokenizer.model_max_length, position_limit(cfg)))
         self.n_special = int(self.tokenizer.num_special_tokens_to_add(pair=False))
 
     # ------------------------------------------------------------ tokenization
-    def encode(self, sentences, max_length: int | None = None):
+    def encode(self, sentences, max_length: int | None = None, *, max_memory=None):
         """Tokenize with the tokenizer's special tokens (MiniLM: ``[CLS] ... [SEP]``), padding to the longest
         (on the right), truncating with a warning.
+
+        A sentence longer than ``CHARS_PER_TOKEN x max_length`` characters is cut to that many first (with a
+        warning; it counts as truncated), and the tokenizer's memory (:data:`TOKENIZER_BYTES_PER_CHAR` per
+        character) is checked against ``max_memory`` before tokenizing.
 
         Returns
         -------
@@ -211,9 +413,19 @@ class PretrainedTransformer:
         truncated : (n,) bool
         """
         sentences = check_sentences(sentences)
-        limit = self.max_length if max_length is None else int(max_length)
-        if not self.n_special + 1 <= limit <= self.max_length:
-            raise ValidationError(f"max_length must lie in [{self.n_special + 1}, {self.max_length}], got {max_length}")
+        limit = self.max_length if max_length is None else self._check_max_length(max_length)
+        # text beyond CHARS_PER_TOKEN characters per token of the limit cannot fit it: cut before tokenizing
+        chars = CHARS_PER_TOKEN * limit
+        long_ = [k for k, s in enumerate(sentences) if len(s) > chars]
+        if long_:
+            warnings.warn(f"{len(long_)} sentence(s) longer than {chars} characters ({CHARS_PER_TOKEN} per token of "
+                          f"the limit of {limit} tokens) were cut to their first {chars} characters before "
+                          f"tokenization (first: sentence {long_[0]}, {len(sentences[long_[0]])} characters)",
+                          UserWarning, stacklevel=3)
+            sentences = [s[:chars] for s in sentences]
+        require_memory(TOKENIZER_BYTES_PER_CHAR * sum(len(s) for s in sentences),
+                       f"tokenizing {len(sentences)} sentences", max_memory,
+                       hint="use fewer or shorter sentences, a smaller --max-length, or raise --max-memory")
         hf_logging = require("transformers", "the MiniLM model").utils.logging
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # we warn about truncation ourselves
@@ -225,6 +437,7 @@ class PretrainedTransformer:
             k = int(np.flatnonzero(lengths <= self.n_special)[0])
             raise ValidationError(f"sentence {k} has no tokens after tokenization: {sentences[k]!r}")
         truncated = lengths > limit
+        truncated[long_] = True
         if truncated.any():
             which = np.flatnonzero(truncated)
             warnings.warn(
@@ -258,7 +471,7 @@ class PretrainedTransformer:
         Forward with ``hidden (L+1, n, T, d)``, ``attentions (L, n, H, T, T)``.
         """
         torch = require("torch", "the MiniLM model")
-        batch, tokens, truncated = self.encode(sentences, max_length)
+        batch, tokens, truncated = self.encode(sentences, max_length, max_memory=max_memory)
         ids, am = batch["input_ids"], batch["attention_mask"]
         n, T = ids.shape
         L, H, d = self.n_layers, self.n_heads, self.d
@@ -284,6 +497,10 @@ class PretrainedTransformer:
                                                    .to(torch.float64).numpy() for l in range(L)])
                 if attentions:
                     att[:, sl, :, :t_len, :t_len] = np.stack([a.to(torch.float64).numpy() for a in out.attentions])
+        for l in range(L + 1):  # finite weights can still overflow (float32): no NaN reaches an SVM
+            if not np.isfinite(hid[l]).all() or (norm and l < L and not np.isfinite(inp[l]).all()):
+                raise NonFiniteError(f"the forward pass of {self.name} gave non-finite (NaN or infinite) token "
+                                     f"states at hidden layer {l}")
         mask = am.numpy().astype(bool)
         special = np.isin(ids.numpy(), list(self.tokenizer.all_special_ids)) & mask
         return Forward(hid, att, mask, tokens, truncated, inp, special)
@@ -306,6 +523,20 @@ class PretrainedTransformer:
         fw = self.forward(sentences, max_length=max_length, attentions=False)
         X = fw.hidden[layer] * fw.mask[:, :, None]
         return X, fw.mask, fw.tokens
+
+    def _check_max_length(self, max_length) -> int:
+        if isinstance(max_length, (bool, np.bool_)) or not isinstance(max_length, (int, np.integer)) \
+                or not self.n_special + 1 <= max_length <= self.max_length:
+            raise ValidationError(f"max_length must be an integer in [{self.n_special + 1}, {self.max_length}] "
+                                  f"({self.name}'s position limit), got {max_length!r}")
+        return int(max_length)
+
+    def probe_max_length(self, max_length=None) -> int:
+        """The probe's token limit per sentence: ``max_length`` checked against the model's position limit,
+        or (None) the smaller of :data:`DEFAULT_MAX_LENGTH` (128) and that limit."""
+        if max_length is None:
+            return min(DEFAULT_MAX_LENGTH, self.max_length)
+        return self._check_max_length(max_length)
 
     # ------------------------------------------------------------ weights
     def _check_layer(self, layer, upper, what):
@@ -368,11 +599,20 @@ def read_model_config(path) -> dict:
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValidationError(f"{path!r} is not a transformers model directory: it has no config.json")
+    size = os.path.getsize(cfg_path)
+    if size > MAX_CONFIG_BYTES:
+        raise ValidationError(f"the model config {cfg_path!r} has {size} bytes; a config.json has a few KB "
+                              f"(at most {MAX_CONFIG_BYTES} are read)")
     try:
         with open(cfg_path, encoding="utf-8") as fh:
             cfg = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ValidationError(f"cannot read the model config {cfg_path!r}: {exc}") from None
+    except RecursionError:
+        raise ValidationError(f"cannot read the model config {cfg_path!r}: its values are nested too deeply") from None
+    if _depth(cfg) > MAX_CONFIG_DEPTH:
+        raise ValidationError(f"the model config {cfg_path!r} nests values more than {MAX_CONFIG_DEPTH} levels deep; "
+                              "a config.json is a flat object of settings")
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise ValidationError(f"the model config {cfg_path!r} has no model_type")
     return cfg

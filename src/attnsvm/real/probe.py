@@ -82,7 +82,7 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
-from attnsvm.real.sentences import corpus_sentences
+from attnsvm.real.sentences import check_seed, corpus_sentences
 
 QUERIES = ("word", "cls", "all")
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
@@ -304,7 +304,7 @@ def resolve_model(model, max_memory=None) -> PretrainedTransformer:
 
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
-                max_length: int = 128, model=None, progress=None, max_memory=None,
+                max_length: int | None = None, model=None, progress=None, max_memory=None,
                 view_sentences: int = 4) -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
@@ -325,7 +325,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
         faster than quadratically with it (see the module docstring)
     baseline_draws : random selections per head
-    max_length : truncation length (warns when a sentence is cut)
+    max_length : truncation length (warns when a sentence is cut); None: the smaller of 128 and the
+        model's position limit (:meth:`~attnsvm.real.pretrained.PretrainedTransformer.probe_max_length`)
     progress : optional callable ``progress(message)``
     max_memory : bytes or a size such as "8G" for the forward pass and every SVM (default: the
         package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
@@ -347,6 +348,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         sentences = corpus_sentences(n_sentences, seed)
     sentences = check_sentences(sentences)
     model = resolve_model(model, max_memory)
+    max_length = model.probe_max_length(max_length)
+    seed = check_seed(seed)
     causal = model.family.causal
     if causal and query == "cls":
         raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnsvm.errors import ValidationError
+from attnsvm.generators import _check_seed as check_seed  # the package's one seed check (integer >= 0)
 
 # Templates of exactly 8 whitespace-separated words; {n} is a noun, {a} the sentiment adjective.
 TEMPLATES = (
@@ -81,7 +82,7 @@ def sentiment_task(n: int, seed: int = 0) -> SentenceTask:
     Parameters
     ----------
     n : number of sentences (>= 2)
-    seed : numpy PCG64 seed
+    seed : numpy PCG64 seed, an integer >= 0
 
     Returns
     -------
@@ -89,7 +90,7 @@ def sentiment_task(n: int, seed: int = 0) -> SentenceTask:
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 2:
         raise ValidationError(f"n must be an integer >= 2, got {n!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     labels = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
     rng.shuffle(labels)
     sentences, keyword, words = [], [], []
@@ -180,6 +181,7 @@ def corpus_sentences(n: int, seed: int = 0) -> list:
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValidationError(f"n must be an integer >= 1, got {n!r}")
+    seed = check_seed(seed)
     pool = _corpus()
     if not pool:  # pragma: no cover
         return sentiment_task(max(n, 2), seed).sentences[:n]
