@@ -232,11 +232,18 @@ def test_a_config_declaring_huge_layer_counts_is_refused_before_building(tmp_pat
     """The memory check uses the model as its config declares it (layers x width), not the weight files;
     under a limit it does fit, the weight files' missing layers refuse it, still before building."""
     path = _edit_config(_bert(tmp_path / "m"), num_hidden_layers=layers)
-    with pytest.raises(ResourceLimitError, match=rf"{layers} layers of width 16 as its config declares\) needs"):
+    with pytest.raises(ResourceLimitError, match=rf"needs about .* as its config declares it \({layers} layers of width 16\)"):
         load_model(path, max_memory="2G")
     with pytest.raises(ModelFilesError, match=rf"{layers} layers\): {2 * layers - 4} missing "
                                               r"\(encoder\.layer\.2\.attention\.self\.query\.weight"):
         load_model(path, max_memory="1T")
+
+
+def test_a_config_declaring_a_huge_width_is_sized_as_declared(tmp_path):
+    """Tiny weight files, a config declaring width 2048: ~96M parameters, refused under 256M before building."""
+    path = _edit_config(_bert(tmp_path / "m"), hidden_size=2048)
+    with pytest.raises(ResourceLimitError, match=r"needs about 1\.\d GiB, .* \(2 layers of width 2048\)"):
+        load_model(path, max_memory="256M")
 
 
 def test_probe_seed_must_be_non_negative(tmp_path):

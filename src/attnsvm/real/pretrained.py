@@ -353,8 +353,9 @@ class PretrainedTransformer:
             declared = max(weights.nbytes, 4 * self.family.n_params(dims))
             require_memory(declared + weights.nbytes + declared * {"float64": 2, "float32": 1}[dtype]
                            + MODULE_BYTES_PER_LAYER * dims["layers"],
-                           f"loading {self.name} ({dtype}; {dims['layers']} layers of width {dims['d']} as its "
-                           "config declares)", max_memory, hint="raise --max-memory or ATTNSVM_MAX_MEMORY")
+                           f"loading {self.name} ({dtype})", max_memory,
+                           hint=f"counted as its config declares it ({dims['layers']} layers of width {dims['d']}); "
+                                "raise --max-memory or ATTNSVM_MAX_MEMORY")
             if weights.names is not None:  # safetensors headers: every declared layer's W_Q and W_K must be there
                 count, first = self.family.missing_query_key(weights.names, dims["layers"])
                 if count:
