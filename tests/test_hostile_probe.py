@@ -337,3 +337,20 @@ def test_a_loaded_model_is_a_pretrained_transformer_under_both_import_paths(tmp_
 
     assert minilm.PretrainedTransformer is pretrained.PretrainedTransformer is PretrainedTransformer
     assert minilm.augment is pretrained.augment and minilm.Forward is pretrained.Forward
+
+
+def test_the_loading_report_rule():
+    """Only the pooler, task heads and GPT-2's mask buffers may be missing or unexpected; every weight a head
+    or a state depends on may not (``c_attn.bias`` is GPT-2's query/key/value bias, not a mask buffer)."""
+    from attnsvm.real.pretrained import check_loading_report
+
+    check_loading_report({"missing_keys": {"pooler.dense.weight"}, "unexpected_keys": {
+        "cls.predictions.bias", "lm_head.weight", "h.0.attn.bias", "h.3.attn.masked_bias",
+        "embeddings.position_ids"}, "mismatched_keys": set(), "error_msgs": []}, "DIR")
+    for report, match in (({"missing_keys": {"h.0.attn.c_attn.bias"}}, r"1 missing \(h\.0\.attn\.c_attn\.bias\)"),
+                          ({"unexpected_keys": {"encoder.layer.0.output.dense.weight", "h.0.attn.c_attn.weight"}},
+                           r"2 unexpected \(h\.0\.attn\.c_attn\.weight, encoder\.layer\.0\.output\.dense\.weight\)"),
+                          ({"mismatched_keys": [("wte.weight", (3, 4), (5, 4))]}, r"1 of the wrong shape \(wte"),
+                          ({"error_msgs": ["size mismatch"]}, "loading errors: size mismatch")):
+        with pytest.raises(ModelFilesError, match=match):
+            check_loading_report(report, "DIR")
