@@ -55,9 +55,12 @@ def load_model(path=None, dtype: str = "float64", *, max_memory=None) -> Pretrai
     """A pretrained transformer from a local directory (None: the shipped MiniLM, :func:`load_minilm`).
 
     Refuses paths that are not model directories, missing tokenizers, unsupported architectures
-    (:class:`attnsvm.real.adapters.UnsupportedModelError`) and models whose weights would not fit
-    the memory limit (:class:`attnsvm.errors.ResourceLimitError`; ``max_memory`` as in
-    :func:`attnsvm.memory.require_memory`, estimated from the weight files), before loading any weight.
+    (:class:`attnsvm.real.adapters.UnsupportedModelError`), configs whose sizes are not positive
+    integers and models that would not fit the memory limit (:class:`attnsvm.errors.ResourceLimitError`;
+    ``max_memory`` as in :func:`attnsvm.memory.require_memory`, estimated from the model as its config
+    declares it and from the weight files), before loading any weight; and weights that are not the
+    model's (:class:`attnsvm.real.pretrained.ModelFilesError`: broken files, missing, unexpected or
+    non-finite tensors, named). See :class:`attnsvm.real.pretrained.PretrainedTransformer`.
     """
     if path is None:
         return load_minilm(dtype)

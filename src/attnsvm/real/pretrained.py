@@ -309,8 +309,18 @@ class PretrainedTransformer:
     (``*.safetensors`` or ``*.bin``) and the tokenizer files. The architecture family
     (:mod:`attnsvm.real.adapters`: BERT-like encoders, GPT-2-like decoders) decides which states
     each head acts on and where its query/key projections are; other families are refused with
-    :class:`attnsvm.real.adapters.UnsupportedModelError` saying why. Use :func:`load_model`
-    (any directory) or :func:`load_minilm` (the shipped MiniLM).
+    :class:`attnsvm.real.adapters.UnsupportedModelError` saying why. Use
+    :func:`attnsvm.real.minilm.load_model` (any directory) or :func:`attnsvm.real.minilm.load_minilm`
+    (the shipped MiniLM).
+
+    Loading refuses, before building the model: a config that is too large, nested deeper than
+    :data:`MAX_CONFIG_DEPTH` or declares a size that is not a positive integer; a model that would not fit
+    ``max_memory`` as its config declares it (parameters x 4 bytes, its copy in ``dtype``, the weight files
+    and :data:`MODULE_BYTES_PER_LAYER` per layer); safetensors files whose layout is broken
+    (:func:`safetensors_names`) or that lack the query/key weights of a declared layer. After loading:
+    any tensor transformers' loading report finds missing or unexpected (:func:`check_loading_report`)
+    and non-finite weights (:func:`check_finite_weights`). Each is a :class:`ModelFilesError` naming
+    the files and tensors.
 
     Attributes
     ----------
