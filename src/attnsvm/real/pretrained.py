@@ -319,8 +319,9 @@ class PretrainedTransformer:
     and :data:`MODULE_BYTES_PER_LAYER` per layer); safetensors files whose layout is broken
     (:func:`safetensors_names`) or that lack the query/key weights of a declared layer. After loading:
     any tensor transformers' loading report finds missing or unexpected (:func:`check_loading_report`)
-    and non-finite weights (:func:`check_finite_weights`). Each is a :class:`ModelFilesError` naming
-    the files and tensors.
+    and non-finite weights (:func:`check_finite_weights`). Weight problems are a :class:`ModelFilesError`
+    naming the files and tensors, config problems a ValidationError naming the field, memory a
+    :class:`attnsvm.errors.ResourceLimitError`.
 
     Attributes
     ----------
