@@ -321,7 +321,8 @@ def takeaway(checks, problems=()) -> str:
     by = {v: [c for c in checks if verdict_of(c) == v] for v in VERDICTS}
     n = len(checks)
     if len(by["pass"]) == n:
-        return f"all {n} checks pass, e.g. {human(checks[0]['name'])}"
+        main = next((c for c in checks if c.get("kind") != "integrity"), checks[0])
+        return f"all {n} checks pass, e.g. {human(main['name'])}"
     parts = [f"{len(by['pass'])} of {n} checks pass"]
     for v, word in (("fail", "fails"), ("inconclusive", "inconclusive"), ("finding", "finding")):
         if by[v]:
@@ -349,7 +350,7 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em a
           ".banner{padding:.7em 1em;border-radius:6px;border-left:8px solid}.banner.green{background:#dafbe1;"
           "border-color:#1a7f37}.banner.amber{background:#fff8c5;border-color:#bf8700}.banner.red{background:#ffebe9;"
           "border-color:#cf222e}.banner .head{font-weight:700;font-size:1.15em}.banner ul{margin:.3em 0}"
-          ".toc td.take{font-size:.9em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
+          ".toc td.take{font-size:.9em;max-width:44em}.toc td .small{max-width:34em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
           ".notes{max-width:1000px}details{margin:.5em 0}summary{cursor:pointer;color:#0550ae}"
           "h2.paper{margin-top:2em;border-bottom:3px solid #444}")
 
@@ -442,8 +443,9 @@ def _banner(all_checks, broken, skipped, n_exps, total_wall):
     else:
         colour = "green"
         head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
-    summary = (f"{counts_line([c for _, c in all_checks])}; {len(all_checks) - len([1 for _, c in all_checks if verdict_of(c) == 'pass'])} "
-               f"failed, {len(skipped)} experiments skipped; {n_exps} experiment(s), {total_wall:.1f} s of wall time.")
+    n_bad = sum(1 for _, c in all_checks if verdict_of(c) != "pass")
+    summary = (f"{counts_line([c for _, c in all_checks])}; {n_bad} not passed, {len(skipped)} experiments skipped; "
+               f"{n_exps} experiment(s), {total_wall:.1f} s of wall time.")
     items = []
     for label, rows in (("failed", failed), ("inconclusive", inconclusive), ("finding", findings)):
         for n, c in rows[:8]:
@@ -484,6 +486,12 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append("<ul>" + "".join(f"<li><b>{_e(label)}</b> " + (f"<a href='#{_e(n)}'>{_e(n)}</a>: " if n else "")
                                   + f"{_e(text)}</li>" for label, n, text in items) + "</ul>")
     h.append("</div>")
+    h.append("<p class='nav'>Jump to: " + " &middot; ".join(
+        f"<a href='#{a}'>{t}</a>" for a, t, show in (
+            ("failed", "failed checks", failed), ("unreadable", "unreadable results", broken),
+            ("summary", "summary by paper", True), ("inconclusive", "inconclusive checks", inconclusive),
+            ("findings", "findings", findings), ("skipped", "skipped experiments", skipped),
+            ("environment", "environment", True)) if show) + "</p>")
     md = ["# attnsvm reproduction report", "", f"**{headline}.** {summary}", ""]
     md += [f"- {label} {n + ': ' if n else ''}{text}" for label, n, text in items] + ([""] if items else [])
 
@@ -494,12 +502,12 @@ def write_report(outdir: str) -> tuple[str, str]:
     # ---- summary: contents by paper
     h.append("<h2 id='summary'>Summary</h2><p class='small'>By paper: each experiment's checks and a one-line "
              "takeaway generated from them. Click a name for its figures, checks and notes.</p>"
-             "<table class='toc'><tr><th>experiment</th><th>title</th><th>takeaway</th><th>checks passed</th>"
+             "<table class='toc'><tr><th>experiment</th><th>takeaway</th><th>checks passed</th>"
              "<th>preset</th><th>runs</th><th>wall time (s)</th></tr>")
     md += ["## Summary", "", "| experiment | checks passed | preset | runs | wall time (s) | takeaway |",
            "|---|---|---|---|---|---|"]
     for title, members in groups:
-        h.append(f"<tr class='paper'><th colspan='7'>{_e(title)}</th></tr>")
+        h.append(f"<tr class='paper'><th colspan='6'>{_e(title)}</th></tr>")
         for e in members:
             cs = e["checks"]
             npass = sum(verdict_of(c) == "pass" for c in cs)
@@ -511,17 +519,17 @@ def write_report(outdir: str) -> tuple[str, str]:
                 cls = ("fail" if ("fail" in verdicts or e.get("problems")) else
                        "finding" if verdicts - {"pass"} else "pass")
             take = takeaway(cs, e.get("problems", []))
-            h.append(f"<tr data-experiment='{_e(e['name'])}'><td><a href='#{_e(e['name'])}'>{_e(e['name'])}</a></td>"
-                     f"<td>{_e(human(e.get('title', '')))}</td><td class='take'>{_e(take)}</td>"
+            h.append(f"<tr data-experiment='{_e(e['name'])}'><td><a href='#{_e(e['name'])}'>{_e(e['name'])}</a>"
+                     f"<div class='small'>{_e(human(e.get('title', '')))}</div></td><td class='take'>{_e(take)}</td>"
                      f"<td class='{cls}'>{_e(cell)}</td><td>{_e(e.get('preset', ''))}</td><td>{_e(e.get('runs', '-'))}</td>"
                      f"<td>{_seconds(e):.1f}</td></tr>")
             md.append(f"| {_md(e['name'])} | {cell} | {_md(e.get('preset', ''))} | {_md(e.get('runs', '-'))} | "
                       f"{_seconds(e):.1f} | {_md(take)} |")
     if skipped:
-        h.append("<tr class='paper'><th colspan='7'>Skipped (not run here)</th></tr>")
+        h.append("<tr class='paper'><th colspan='6'>Skipped (not run here)</th></tr>")
         for s in skipped:
-            h.append(f"<tr><td>{_e(s.get('name'))}</td><td>{_e(s.get('title', ''))}</td><td class='take'>skipped: "
-                     f"{_e(s.get('reason'))}</td><td class='small'>skipped</td><td></td><td></td><td></td></tr>")
+            h.append(f"<tr><td>{_e(s.get('name'))}<div class='small'>{_e(s.get('title', ''))}</div></td><td class='take'>"
+                     f"skipped: {_e(s.get('reason'))}</td><td class='small'>skipped</td><td></td><td></td><td></td></tr>")
             md.append(f"| {_md(s.get('name'))} | skipped | | | | {_md(s.get('reason'))} |")
     h.append("</table>")
     md.append("")
@@ -535,6 +543,13 @@ def write_report(outdir: str) -> tuple[str, str]:
                 md.append(f"- {e['name']}: {p}")
         h.append("</ul>")
         md.append("")
+    for title, members in groups:
+        h.append(f"<h2 class='paper'>{_e(title)}</h2>")
+        md += [f"# {title}", ""]
+        for e in members:
+            _section(e, h, md, power)
+
+    # ---- the details the banner links to, after the experiments
     if inconclusive:
         h.append("<h2 id='inconclusive'>Inconclusive checks</h2><p>The run cannot tell whether the claim holds at "
                  "these sizes (too little power); a larger preset decides.</p>"
@@ -559,12 +574,6 @@ def write_report(outdir: str) -> tuple[str, str]:
             md.append(f"| {_md(s.get('name'))} | {_md(s.get('reason'))} | {_md(s.get('hint'))} |")
         h.append("</table>")
         md.append("")
-
-    for title, members in groups:
-        h.append(f"<h2 class='paper'>{_e(title)}</h2>")
-        md += [f"# {title}", ""]
-        for e in members:
-            _section(e, h, md, power)
 
     pk = env.get("packages", {}) if isinstance(env.get("packages", {}), dict) else {}
     h.append("<h2 id='environment'>Environment</h2><table>")
