@@ -350,7 +350,8 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em a
           ".banner{padding:.7em 1em;border-radius:6px;border-left:8px solid}.banner.green{background:#dafbe1;"
           "border-color:#1a7f37}.banner.amber{background:#fff8c5;border-color:#bf8700}.banner.red{background:#ffebe9;"
           "border-color:#cf222e}.banner .head{font-weight:700;font-size:1.15em}.banner ul{margin:.3em 0}"
-          ".toc td.take{font-size:.9em;max-width:44em}.toc td .small{max-width:34em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
+          ".toc td.take{font-size:.9em;max-width:44em}"
+          ".toc td .small{max-width:34em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
           ".notes{max-width:1000px}details{margin:.5em 0}summary{cursor:pointer;color:#0550ae}"
           "h2.paper{margin-top:2em;border-bottom:3px solid #444}")
 
