@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: the colour of a head without a value (NaN) in the heat maps, hatched on top
+NAN_COLOUR = "#9e9e9e"
+
 
 def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
     """Heat maps over layers x heads: corr_restricted, its random baseline and the advantage.
@@ -32,8 +35,7 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
 
     from matplotlib.patches import Rectangle
 
-    cmap = matplotlib.colormaps["RdBu_r"].copy()
-    cmap.set_bad("#9e9e9e")  # no value: grey (white is 0.0 on this scale), hatched below
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad=NAN_COLOUR)  # white is 0.0 on this scale
     any_nan = False
     for ax, key in zip(axes[0], keys):
         grid = grids[key]
