@@ -56,7 +56,7 @@ ROLES = {
     "sel": "selected: in O_i (attention >= threshold, or the argmax)",
     "sup": "support: not selected, on the SVM's margin (active row)",
     "oth": "other: not selected, beyond the SVM's margin",
-    "unk": "not selected, sentence outside the SVM's sentences",
+    "unk": "not selected, support unknown (a sentence outside the SVM's, or not the probe's query)",
     "na": "not a candidate of the query (causal: after it)",
 }
 
