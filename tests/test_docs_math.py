@@ -18,6 +18,7 @@ api_math = pytest.importorskip("api_math")
     ("G = sum_it c_it x_it z_i^T", r"G = \sum_{it} c_{it} x_{it} z_i^\top"),
     ("0 <= lam <= C", r"0 \le \lambda \le C"),
     ("gamma[i, t] = Y_i v^T x_it", r"\gamma[i, t] = Y_i v^\top x_{it}"),
+    ("u_k^T W w_k >= rhs_k", r"u_k^\top W w_k \ge \mathrm{rhs}_k"),
 ])
 def test_formulas_become_latex(ascii_, latex):
     assert api_math.is_formula(ascii_)
@@ -25,7 +26,8 @@ def test_formulas_become_latex(ascii_, latex):
     assert api_math.convert_line(f"where ``{ascii_}`` holds") == f"where :math:`{latex}` holds"
 
 
-@pytest.mark.parametrize("code", ['">= 0.4"', "attnsvm.solve_svm(problem)", "norm='fro'", "X", "(n, T, d)", "None"])
+@pytest.mark.parametrize("code", ['">= 0.4"', "attnsvm.solve_svm(problem)", "norm='fro'", "X", "(n, T, d)", "None",
+                                  "min ||W|| subject to u_k^T W w_k >= rhs_k"])
 def test_code_stays_code(code):
     assert api_math.convert_line(f"see ``{code}``") == f"see ``{code}``"
 

@@ -18,9 +18,14 @@ _GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "eta", "theta", "lambda"
           "phi", "psi", "omega")
 
 
+_KNOWN = set(_GREEK) | {"sum", "min", "max", "log", "exp", "det", "argmax", "sqrt", "rhs"}
+
+
 def is_formula(text: str) -> bool:
-    """Whether a literal is a formula (math notation, no code markers)."""
-    return bool(_MATHY.search(text)) and not _CODE.search(text) and len(text) <= 120
+    """Whether a literal is a formula: math notation, no code markers, no English words (a word of four
+    or more letters that is not a Greek letter or an operator keeps the literal as code)."""
+    words = [w for w in re.findall(r"(?<![A-Za-z_])[A-Za-z]{4,}(?![A-Za-z])", text) if w not in _KNOWN]
+    return bool(_MATHY.search(text)) and not _CODE.search(text) and not words and len(text) <= 120
 
 
 def to_latex(text: str) -> str:
@@ -36,7 +41,7 @@ def to_latex(text: str) -> str:
     t = re.sub(r"(?<!\\)\bargmax(?![A-Za-z])", r"\\operatorname{argmax}", t)
     t = re.sub(r"(?<!\\)\b(sum|min|max|log|exp|det)(?![A-Za-z])", r"\\\1", t)
     t = re.sub(r"\bsqrt\(([^()]*)\)", r"\\sqrt{\1}", t)
-    t = re.sub(r"\brhs\b", r"\\mathrm{rhs}", t)
+    t = re.sub(r"(?<!\\)\brhs(?![A-Za-z])", r"\\mathrm{rhs}", t)
     t = re.sub(r"(?<=[A-Za-z0-9)}])_([A-Za-z0-9]{2,})\b", r"_{\1}", t)
     t = t.replace("~", r"\sim ").replace("%", r"\%").replace("#", r"\#").replace("&", r"\&")
     return re.sub(r"\s+", " ", t).strip()
