@@ -250,6 +250,9 @@ def test_run_probe_and_cli_write_the_page(tmp_path):
                                  "--view-sentences", "2", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     page_path = tmp_path / "probe.html"
+    assert "columns: mean_selected = mean |O_i|" in r.stdout  # the table's column legend
+    # the view's pass reuses the forward pass of the stored heads: labelled, not printed as "forward 0.0 s"
+    assert "forward pass reused from an earlier probe" in r.stdout and "forward 0.0 s" not in r.stdout
     last = r.stdout.splitlines()[-1]  # stdout: the progress bar of the stored heads goes to stderr
     assert str(page_path) in last and last.startswith("wrote ")
     page = _Page()

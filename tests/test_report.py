@@ -66,13 +66,14 @@ def test_counts_line_and_verdicts():
 
 
 def test_figure_before_checks_before_notes_and_deviations_collapsed(tmp_path):
-    _folder(tmp_path, "exp-one", [_check("the claim")], explain="Some **notes**.",
+    _folder(tmp_path, "exp-one", [_check("the claim", spec_ref="internal-spec 7.2 item 9")], explain="Some **notes**.",
             deviations=[{"spec": "100 runs", "here": "3 runs", "reason": "time"}])
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
     sec = page[page.index("<section id='exp-one'>"):]
     assert sec.index("<img") < sec.index("<table class='checks'>") < sec.index("<h3>Notes</h3>")
     assert "<details class='deviations'><summary>Deviations from the paper's protocol (1)</summary>" in sec
     assert page.index("id='summary'") < page.index("<section")  # contents before the experiments
+    assert "internal-spec" not in page  # spec_ref is internal, never shown
 
 
 def test_every_value_is_escaped(tmp_path):
