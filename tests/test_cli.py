@@ -89,6 +89,12 @@ def test_usage_errors_are_one_line(args, match):
     assert lines[0].startswith("attnsvm: error: ") and match in lines[0], lines
 
 
+def test_no_command_shows_the_help():
+    r = run()
+    assert "Usage: attnsvm [OPTIONS] COMMAND" in r.stdout + r.stderr and "Commands:" in r.stdout + r.stderr
+    assert "attnsvm: error" not in r.stderr
+
+
 def test_list_is_fast_grouped_and_imports_nothing_heavy():
     """``attnsvm list`` reads the catalog: no experiment imports, within a second, grouped by paper."""
     import time

@@ -53,7 +53,10 @@ class _Group(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
         except click.UsageError as exc:
-            click.echo(f"attnsvm: error: {_usage_line(exc)}", err=True)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # 'attnsvm' alone: click's help, as before
+                exc.show()
+            else:
+                click.echo(f"attnsvm: error: {_usage_line(exc)}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()
