@@ -158,3 +158,18 @@ def test_probe_heat_map_draws_nan_apart_from_zero(tmp_path):
     # a cell of a 2 x 2 grid is over 50 x 50 px at 130 dpi: well over 1000 grey pixels between the hatch lines;
     # without NaN only antialiased text edges come near that grey (a few dozen pixels)
     assert n_none < 300 and n_grey > 1000 + n_none, (n_grey, n_none)
+
+
+def test_quick_presets_draw_only_panels_with_data(quick_out):
+    """tf-svm-rank's quick preset has one T (panel (b) would repeat panel (a)) and lm-cosine's one d: their
+    figures leave those panels out (one panel column is about 650 px wide at 130 dpi, two about 1300,
+    lm-cosine's three about 2065)."""
+    import matplotlib.image as mpimg
+
+    from attnsvm.experiments import build_config, registry
+
+    rank = build_config(registry()["tf-svm-rank"], quick=True)
+    cosine = build_config(registry()["lm-cosine"], quick=True)
+    assert rank.Ts == [] and len(cosine.vary_d) == 1  # the premise: these presets vary nothing there
+    assert mpimg.imread(quick_out / "tf-svm-rank" / "svm_rank.png").shape[1] < 1000
+    assert mpimg.imread(quick_out / "lm-cosine" / "lm_cosine.png").shape[1] < 1700
