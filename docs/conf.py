@@ -46,6 +46,7 @@ extensions = [
     "notebook_times",  # _ext/: one line per executed notebook with its execution time
     "cli_help",  # _ext/: docs/_generated/*.txt from `python -m attnsvm ... --help`
     "api_pages",  # _ext/: docs/api/generated/*.rst from each public module's __all__
+    "api_math",  # _ext/: the docstrings' ASCII formulas (``x^T W z >= 1``) rendered as math in the API pages
 ]
 
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "_generated"]
@@ -75,4 +76,7 @@ napoleon_use_param = False
 # -------------------------------------------------------------------------- HTML
 html_theme = "furo"
 html_title = f"attnsvm {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+# furo's content column is a fixed 46em with no theme option for it; _static/wide.css widens it on
+# screens that show the sidebar (code, outputs and the display formulas then fit)
+html_css_files = ["wide.css"]

@@ -38,3 +38,18 @@ def quick_out(quick_reproduce):
     out, r = quick_reproduce
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out
+
+
+#: test files that load the MiniLM model, build a wheel or drive a browser: each takes from about a minute to
+#: several on 2 cores. Tests that use the session's ``reproduce --quick`` (the fixtures below) are slow too.
+SLOW_FILES = {"test_browser.py", "test_wheel.py", "test_real_minilm.py", "test_real_probe.py", "test_probe_view.py",
+              "test_probe_stored.py", "test_probe_query_all.py", "test_real_agreement.py", "test_real_any_model.py",
+              "test_cli_probe_curve.py"}
+SLOW_FIXTURES = {"quick_reproduce", "quick_out", "quick_results"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests ``slow``: ``pytest -m "not slow"`` is the fast subset; plain ``pytest`` runs all."""
+    for item in items:
+        if item.path.name in SLOW_FILES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -107,8 +107,55 @@ def save_screenshot(driver, name: str) -> pathlib.Path:
     return path
 
 
+def raw_markup(driver) -> list:
+    """Visible text that is unrendered Markdown or a Python repr: ``**``, ``np.int64(`` and the like."""
+    text = driver.execute_script("return document.body.innerText")
+    return [m for m in ("**", "np.int64(", "np.float64(", "np.True_", "np.False_") if m in text]
+
+
+def shrunk_images(driver) -> list:
+    """``(src, shown / natural width)`` of every image shown below half its natural width."""
+    return driver.execute_script(
+        "return Array.from(document.images).filter(i => i.naturalWidth > 0 && i.clientWidth < 0.5 * i.naturalWidth)"
+        ".map(i => [i.getAttribute('src'), i.clientWidth / i.naturalWidth]);")
+
+
+#: the banner's background colour (computed style) per colour class
+BANNER_RGB = {"green": "rgba(218, 251, 225, 1)", "amber": "rgba(255, 248, 197, 1)", "red": "rgba(255, 235, 233, 1)"}
+
+
+def banner_problems(driver, checks, skipped=()) -> list:
+    """What is wrong with the verdict banner for these checks: its colour (red for an unexpected failure,
+    amber for findings, inconclusive checks or skipped experiments, green only when all passed), its
+    counts and the names of the checks that did not pass."""
+    from attnsvm.report import counts_line, human, verdict_of
+
+    from selenium.webdriver.common.by import By
+
+    banner = driver.find_element(By.ID, "verdict")
+    verdicts = [verdict_of(c) for c in checks]
+    want = "red" if "fail" in verdicts else "amber" if (set(verdicts) - {"pass"} or skipped) else "green"
+    out = []
+    bg = banner.value_of_css_property("background-color")
+    if bg != BANNER_RGB[want]:
+        out.append(f"banner colour {bg}, expected {want} {BANNER_RGB[want]}")
+    text = banner.text
+    if counts_line(checks) not in text:
+        out.append(f"banner lacks {counts_line(checks)!r}")
+    if want == "green" and "All checks pass" not in text:
+        out.append("green banner without 'All checks pass'")
+    for c, v in zip(checks, verdicts):
+        if v != "pass" and human(c["name"]) not in text:
+            out.append(f"banner does not name the {v} check {c['name']!r}")
+    return out
+
+
 def _precedes(driver, a, b) -> bool:
     return bool(driver.execute_script("return !!(arguments[0].compareDocumentPosition(arguments[1]) & 4);", a, b))
+
+
+#: a 400 x 1 PNG (white), shown at 100 px by the broken page below
+WIDE_PNG = "iVBORw0KGgoAAAANSUhEUgAAAZAAAAABCAIAAAB/kG/JAAAAE0lEQVR4nGP4PwpGwSgYBUMEAACCJauNnb+xSgAAAABJRU5ErkJggg=="
 
 
 # ------------------------------------------------------------------ the checks can fail
@@ -133,6 +180,21 @@ def test_checks_catch_a_broken_page(driver, tmp_path):
                     "<img src='good.png' alt='ok'><a href='#here'>fine</a><p id='here'>x</p></body></html>")
     open_page(driver, page)
     assert images_loaded(driver) == [] and console_errors(driver) == [] and broken_anchors(driver) == []
+    # raw markup, shrunk images and a banner that does not match the checks are reported
+    wide = tmp_path / "wide.png"
+    wide.write_bytes(base64.b64decode(WIDE_PNG))
+    page.write_text("<!doctype html><html><head><meta charset='utf-8'><title>x</title></head><body>"
+                    "<div id='verdict' style='background:#dafbe1'>All checks pass: 2 checks: 2 pass, 0 fail, "
+                    "0 inconclusive, 0 findings</div><p>**Pitfall** d in [np.int64(10)]</p>"
+                    "<img src='wide.png' style='width:100px' alt='w'></body></html>")
+    open_page(driver, page)
+    assert raw_markup(driver) == ["**", "np.int64("]
+    assert [src for src, _ in shrunk_images(driver)] == ["wide.png"]
+    ok = [{"name": "a", "passed": True}, {"name": "b", "passed": True}]
+    assert banner_problems(driver, ok) == []
+    bad = [{"name": "a", "passed": True}, {"name": "b", "passed": False}]
+    problems = banner_problems(driver, bad)
+    assert any("expected red" in p for p in problems) and any("'b'" in p for p in problems)
 
 
 def test_missing_browser_skips_or_fails(monkeypatch):
@@ -151,6 +213,7 @@ def test_report_in_browser(driver, quick_out):
     from selenium.webdriver.common.by import By
 
     from attnsvm.experiments import registry
+    from attnsvm.report import human, verdict_of
 
     open_page(driver, quick_out / "report.html")
 
@@ -174,28 +237,38 @@ def test_report_in_browser(driver, quick_out):
             for r in summary.find_elements(By.XPATH, ".//tr[td/a]")}
     assert set(rows) == set(ran)
 
-    # one round trip: per section, the first column of its check table and its config block
+    # the banner's colour and words follow checks.json (and the skipped list)
+    all_checks = [c for name in ran for c in json.loads((quick_out / name / "checks.json").read_text())]
+    assert banner_problems(driver, all_checks, skipped) == []
+
+    # one round trip: per section, its check table's first column, its config block, and whether its first
+    # figure comes before its checks
     sections = driver.execute_script("""
         const out = {};
         for (const sec of document.querySelectorAll('section[id]')) {
-            const table = sec.querySelector('table');
+            const table = sec.querySelector('table.checks');
+            const img = sec.querySelector('img');
             const cfg = Array.from(sec.querySelectorAll('details')).filter(
                 d => d.querySelector('summary').textContent.trim().startsWith('config'));
             out[sec.id] = {claims: table ? Array.from(table.querySelectorAll('tr')).filter(r => r.querySelector('td'))
                                              .map(r => r.querySelector('td').textContent) : [],
-                           configs: cfg.map(d => d.querySelector('pre').textContent)};
+                           configs: cfg.map(d => d.querySelector('pre').textContent),
+                           figureFirst: !!(img && table && (img.compareDocumentPosition(table) & 4))};
         }
         return out;""")
     for name in ran:
         checks = json.loads((quick_out / name / "checks.json").read_text())
-        cell = rows[name].find_elements(By.TAG_NAME, "td")[1].text
-        assert cell == f"{sum(c['passed'] for c in checks)}/{len(checks)}", (name, cell)
+        cell = rows[name].find_elements(By.TAG_NAME, "td")[2].text
+        assert cell == f"{sum(verdict_of(c) == 'pass' for c in checks)}/{len(checks)}", (name, cell)
         assert driver.find_element(By.ID, name).tag_name == "section"
-        assert sections[name]["claims"] == [c["name"] for c in checks], name
+        assert sections[name]["claims"] == [human(c["name"]) for c in checks], name
+        assert sections[name]["figureFirst"], name
         assert len(sections[name]["configs"]) == 1, name
         text = sections[name]["configs"][0]
         meta = json.loads((quick_out / name / "meta.json").read_text())
         assert text.strip() and all(f"{key}:" in text for key in (meta.get("config") or {})), name
+    assert raw_markup(driver) == []
+    assert shrunk_images(driver) == []
     # every experiment shows its figures (each writes at least one PNG; all loaded, checked above)
     assert len(driver.find_elements(By.CSS_SELECTOR, "section img")) >= len(ran)
     path = save_screenshot(driver, "report.png")
@@ -273,9 +346,65 @@ def test_probe_view_in_browser(driver, probe_page):
     body = driver.find_element(By.TAG_NAME, "body").text
     assert "<script>console.error('injected')</script>" in body  # shown as text
     assert driver.find_element(By.ID, "legend").is_displayed()
+    assert shrunk_images(driver) == []
+    # the verdict comes first
+    assert _precedes(driver, driver.find_element(By.ID, "verdict"), driver.find_element(By.ID, "heatmap"))
     driver.execute_script("window.scrollTo(0, 0)")
     path = save_screenshot(driver, "probe.png")
     assert path.stat().st_size > 10_000
+    check_explorer(driver)
+    driver.execute_script("document.getElementById('explorer').scrollIntoView()")
+    driver.save_screenshot(str(artifacts_dir() / "probe-explorer.png"))
+
+
+def check_explorer(driver) -> None:
+    """The chooser: picking a sentence, a query, clicking a token or a matrix row changes what is shown."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    data = json.loads(driver.execute_script("return document.getElementById('probe-data').textContent"))
+    layer = str(data["layers"][0])
+
+    def state():
+        return driver.execute_script("const e = document.getElementById('shown'), s = e.dataset;"
+                                     "return [s.layer, +s.sentence, +s.query, e.textContent];")
+
+    assert state()[:3] == [layer, 0, data["sentences"][0]["query"]]
+    text0 = state()[3]
+    Select(driver.find_element(By.ID, "pick-sentence")).select_by_value("2")
+    _, i, q, text = state()
+    sent = data["sentences"][2]
+    assert i == 2 and q == sent["query"] and sent["text"] in text and text != text0
+    options = driver.find_elements(By.CSS_SELECTOR, "#pick-query option")
+    assert len(options) == len(sent["tokens"])  # every token of the sentence can be the query
+    new_q = (q + 1) % len(options)
+    Select(driver.find_element(By.ID, "pick-query")).select_by_value(str(new_q))
+    assert state()[2] == new_q
+
+    def rows():
+        return driver.execute_script(
+            "return Array.from(document.querySelectorAll('#heads-rows .hrow')).map(r => [r.dataset.head, "
+            "Array.from(r.querySelectorAll('.tok')).map(t => [t.classList.contains('q'), parseFloat(t.dataset.att), "
+            "t.textContent])]);")
+
+    shown = rows()
+    assert [int(h) for h, _ in shown] == data["heads"][layer]  # one row per head of the layer
+    for h, toks in shown:
+        assert [k for k, (is_q, _, _) in enumerate(toks) if is_q] == [new_q]
+        assert [t for _, _, t in toks] == sent["tokens"]
+        np.testing.assert_allclose([a for _, a, _ in toks], np.array(data["att"][f"{layer}-{h}"][2][new_q]) / 1000,
+                                   atol=1e-3)
+    driver.find_elements(By.CSS_SELECTOR, "#heads-rows .hrow .tok")[1].click()  # a token becomes the query
+    assert state()[2] == 1
+    matrix_rows = driver.find_elements(By.CSS_SELECTOR, "#matrix tbody tr")
+    assert len(matrix_rows) == len(sent["tokens"])
+    assert [r.get_attribute("class") for r in matrix_rows].index("cur") == 1
+    matrix_rows[3].click()  # so does a row of the attention matrix
+    assert state()[2] == 3
+    Select(driver.find_element(By.ID, "pick-head")).select_by_value(str(data["heads"][layer][-1]))
+    title = driver.find_element(By.ID, "matrix-title").text
+    assert f"head {data['heads'][layer][-1]}:" in title and "sentence 2" in title
 
 
 def test_artifacts_folder_is_ignored():

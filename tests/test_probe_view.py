@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 from html.parser import HTMLParser
 
@@ -12,7 +13,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from attnsvm.real.probe import _LAST_FORWARD, head_svm, probe_heads  # noqa: E402
-from attnsvm.real.probe_view import ROLES, head_anchor, render_probe_view, token_roles, write_probe_view  # noqa: E402
+from attnsvm.real.probe_view import (  # noqa: E402
+    ROLES, head_anchor, head_reason, render_probe_view, token_roles, write_probe_view)
 
 HOSTILE = "Beware <script>alert('x')</script> & <b>bold</b> \"quotes\" here."
 SENTENCES = ["The cat sat on the mat while the dog slept.", HOSTILE, "Margins decide which token wins.",
@@ -147,15 +149,85 @@ def test_roles_outside_the_svm_and_for_causal_candidates():
     assert token_roles(sel, cand, None) == ["unk", "sel", "unk", "na"]
 
 
+def _data(text) -> dict:
+    """The explorer's inline JSON block."""
+    start = text.index("<script type='application/json' id='probe-data'>") + len(
+        "<script type='application/json' id='probe-data'>")
+    return json.loads(text[start:text.index("</script>", start)])
+
+
 def test_text_is_escaped(probe):
     res, text, page = probe
-    assert "<script" not in text.lower() and "<b>bold</b>" not in text
+    # the only scripts are the page's own two (the explorer's data and code); the sentence's tag is text
+    assert text.lower().count("<script") == 2 and page.tags.count("script") == 2
+    assert "<script>alert" not in text and "<b>bold</b>" not in text
     assert html.escape(HOSTILE, quote=True) in text
+    data_block = text[text.index("id='probe-data'>"):text.index("</script>", text.index("id='probe-data'>"))]
+    assert "<" not in data_block[len("id='probe-data'>"):] and _data(text)["sentences"][1]["text"] == HOSTILE
     # the tokenizer splits the tag into '<', 'script', '>': the token spans hold them escaped
     hostile = [s["text"] for s in page.spans if s["i"] == 1]
     assert "<" in hostile and ">" in hostile
     assert re.search(r"data-i='1'[^>]*>&lt;</span>", text)
-    assert "script" not in page.tags
+
+
+
+def test_explorer_data_is_the_probes_attention(probe):
+    """Every head's matrix for every kept sentence, all its queries; the probe's query row is ProbeResult.attention."""
+    res, text, _ = probe
+    data = _data(text)
+    assert data["layers"] == [LAYER] and data["heads"] == {str(LAYER): HEADS} and data["threshold"] == 0.1
+    assert [s["text"] for s in data["sentences"]] == SENTENCES[:VIEW]
+    for i, s in enumerate(data["sentences"]):
+        n_tok = len(res.tokens[i])
+        assert s["tokens"] == list(res.tokens[i]) and s["query"] == int(res.queries[i])
+        for h in HEADS:
+            M = np.array(data["att"][f"{LAYER}-{h}"][i]) / 1000
+            assert M.shape == (n_tok, n_tok)  # every query of the sentence
+            np.testing.assert_allclose(M.sum(axis=1), 1.0, atol=n_tok * 5e-4)  # rows of softmax probabilities
+            np.testing.assert_allclose(M[s["query"]], res.attention[(LAYER, h)][i, :n_tok], atol=5e-4)
+            assert data["support"][f"{LAYER}-{h}"][i] == np.flatnonzero(res.support[(LAYER, h)][i, :n_tok]).tolist()
+    fw = FORWARD["fw"]
+    for h in HEADS:
+        np.testing.assert_allclose(res.matrices[(LAYER, h)], fw.attentions[LAYER][:VIEW, h] * fw.mask[:VIEW, :, None]
+                                   * fw.mask[:VIEW, None, :], atol=1e-6)
+
+
+def test_verdict_comes_first_and_says_what_it_shows(probe):
+    res, text, _ = probe
+    assert text.index("id='verdict'") < text.index("id='heatmap'") < text.index("id='explorer'")
+    above = int((res.table["advantage"] > 0).sum())
+    assert f"<b>{above} of {len(HEADS)} heads</b> score above the baseline" in text
+    assert "What it does not show" in text and "no null distribution" in text
+    # with null verdicts in the rows, the counts per verdict lead instead
+    table = res.table.copy()
+    table["verdict"] = ["beyond null", "not distinguishable"][:len(table)]
+    table["n_null"] = 20
+    res2 = type(res)(**{**res.__dict__, "table": table})
+    page = render_probe_view(res2)
+    block = page[page.index("id='verdict'"):page.index("</div>", page.index("id='verdict'"))]
+    assert "<b>1 of 2 heads</b> point along their own selections' SVM beyond" in block and "20 null draws" in block
+    assert "<td>5</td><td class='num'>1</td><td class='num'>1</td><td class='num'>0</td><td class='num'>0</td>" in block
+
+
+def test_heads_without_a_number_say_why(probe):
+    res, _, _ = probe
+    table = res.table.copy()
+    table.loc[0, ["svm_status", "corr_restricted", "advantage"]] = ["infeasible", np.nan, np.nan]
+    table.loc[1, ["svm_status", "corr_restricted", "advantage"]] = ["optimal_inaccurate", np.nan, np.nan]
+    page = render_probe_view(type(res)(**{**res.__dict__, "table": table}))
+    sec0 = page[page.index(f"id='{head_anchor(LAYER, HEADS[0])}'"):page.index(f"id='{head_anchor(LAYER, HEADS[1])}'")]
+    sec1 = page[page.index(f"id='{head_anchor(LAYER, HEADS[1])}'"):]
+    assert "<p class='reason'>No number: the SVM of this head&#x27;s selections is infeasible." in sec0
+    assert "<p class='reason'>No number: the solver stopped without a certificate" in sec1
+    assert head_reason(res.table.iloc[0]) == ""  # a certified head with a number needs no reason
+    assert "heads without a number</th>" in page
+
+
+def test_cached_forward_is_labelled(probe):
+    res, _, _ = probe
+    page = render_probe_view(type(res)(**{**res.__dict__, "forward_cached": True}))
+    assert "cached (reused from the previous probe of the same sentences)" in page
+    assert "cached" not in render_probe_view(type(res)(**{**res.__dict__, "forward_cached": False}))
 
 
 def test_legend_classes_and_self_contained(probe):
@@ -178,6 +250,9 @@ def test_run_probe_and_cli_write_the_page(tmp_path):
                                  "--view-sentences", "2", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     page_path = tmp_path / "probe.html"
+    assert "columns: mean_selected = mean |O_i|" in r.stdout  # the table's column legend
+    # the view's pass reuses the forward pass of the stored heads: labelled, not printed as "forward 0.0 s"
+    assert "forward pass reused from an earlier probe" in r.stdout and "forward 0.0 s" not in r.stdout
     last = r.stdout.splitlines()[-1]  # stdout: the progress bar of the stored heads goes to stderr
     assert str(page_path) in last and last.startswith("wrote ")
     page = _Page()

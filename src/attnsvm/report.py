@@ -1,12 +1,23 @@
 """One HTML page (and a Markdown twin) summarizing every experiment in a results folder.
 
-Order of the page: the verdict line, failed checks (those that fail the run first, then
-listed findings with their evidence), skipped experiments with how to enable them, the
-summary table, the deviations from the spec's protocols, then one section per
-experiment (checks with their source and the origin of each threshold, figures, notes,
-the config and provenance that produced the numbers) and the environment.
+Order of the page, as a paper reader takes it in:
 
-A folder whose ``meta.json`` or ``checks.json`` cannot be read is shown with the error
+1. the **verdict banner**: red when a check failed unexpectedly (or a folder is unreadable),
+   amber for listed findings, inconclusive checks or skipped experiments, green only when every
+   check passed; it names what failed and counts "N checks: P pass, F fail, I inconclusive,
+   K findings";
+2. the **summary**: a table of contents grouped by paper, one row per experiment with its title
+   and a one-line takeaway generated from its checks;
+3. the failed checks, unreadable folders, findings and skipped experiments;
+4. one **section per experiment**, grouped by paper: figures first, then the checks (claim,
+   source, value, threshold and its origin, verdict), then the notes (Markdown, rendered by
+   :func:`markdown_html`), the deviations from the paper's protocol (collapsed), provenance and
+   config; then the environment.
+
+A check's verdict is its ``verdict`` field (``pass``, ``fail``, ``inconclusive``, ``finding``)
+when checks.json carries one, else ``pass`` / ``finding`` / ``fail`` from ``passed`` and the
+findings list. Every value that reaches the page is escaped. A folder whose ``meta.json`` or
+``checks.json`` cannot be read, or holds fields of the wrong type, is shown with the error
 instead of breaking the report of the others.
 """
 
@@ -14,12 +25,16 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
+import re
 
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
+#: the verdicts a check can carry, in the order the banner counts them
+VERDICTS = ("pass", "fail", "inconclusive", "finding")
 
 
 def _read_json(path: str, default):
@@ -33,6 +48,17 @@ def _read_json(path: str, default):
         return default, f"{os.path.basename(path)} is unreadable ({type(exc).__name__}: {exc}); re-run the experiment"
 
 
+def _number(value):
+    """``float(value)`` when it is a finite number (bools excluded), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if math.isfinite(out) else None
+
+
 def _load(expdir: str) -> dict | None:
     meta_path = os.path.join(expdir, "meta.json")
     if not os.path.isfile(meta_path):
@@ -42,6 +68,20 @@ def _load(expdir: str) -> dict | None:
     if not isinstance(meta, dict):
         problems.append(err or "meta.json does not hold a JSON object; re-run the experiment")
         meta = {"name": os.path.basename(expdir)}
+    for key in ("wall_seconds",):
+        if key in meta and meta[key] is not None and _number(meta[key]) is None:
+            problems.append(f"meta.json: {key} is {meta[key]!r}, not a number; re-run the experiment")
+            meta[key] = None
+    for key in ("figures", "deviations", "provenance"):
+        if key in meta and not isinstance(meta[key], list):
+            problems.append(f"meta.json: {key} is not a list; re-run the experiment")
+            meta[key] = []
+    for key in ("name", "title", "paper", "explain", "preset"):
+        if key in meta and meta[key] is not None and not isinstance(meta[key], str):
+            problems.append(f"meta.json: {key} is not text; re-run the experiment")
+            meta[key] = str(meta[key]) if key != "name" else os.path.basename(expdir)
+    if not isinstance(meta.get("environment", {}), dict):
+        meta["environment"] = {}
     checks, err = _read_json(os.path.join(expdir, "checks.json"), [])
     if err:
         problems.append(err)
@@ -98,61 +138,244 @@ def collect(outdir: str) -> list[dict]:
     return sorted(found, key=lambda e: (order.get(e["name"], len(order)), e["name"]))
 
 
+# ------------------------------------------------------------------ values for people
+_NP_SCALAR = re.compile(r"np\.(?:u?int|float|complex|bool|str)_?\d*\(\s*([^()]*?)\s*\)")
+_NP_BOOL = re.compile(r"np\.(True|False)_")
+_FLAT_DICT = re.compile(r"\{((?:\s*'[^'{}]*'\s*:\s*[^,{}]+,?)+)\}")
+
+
+def human(text) -> str:
+    """``text`` without Python reprs: ``np.int64(10)`` -> ``10``, ``np.True_`` -> ``True``,
+    ``{'ok': 15, 'infeasible': 11}`` -> ``ok 15, infeasible 11``. Not escaped."""
+    s = str(text if text is not None else "")
+    for _ in range(3):  # nested reprs, e.g. np.float64(np.int64(1)) never occur, lists of them do
+        s = _NP_SCALAR.sub(r"\1", s)
+    s = _NP_BOOL.sub(r"\1", s)
+
+    def flat(m):
+        items = re.findall(r"'([^']*)'\s*:\s*([^,{}]+)", m.group(1))
+        return ", ".join(f"{k} {v.strip()}" for k, v in items)
+
+    return _FLAT_DICT.sub(flat, s)
+
+
 def _fmt(value) -> str:
+    """A check's value for people: integers without ``.0``, 4 significant digits, ``nan`` for none."""
     if value is None:
         return "nan"
+    if isinstance(value, bool):
+        return str(value)
     try:
         value = float(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return human(value)
     if value != value:
         return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     if value == int(value) and abs(value) < 1e9:
         return str(int(value))
     return f"{value:.4g}"
 
 
+def _seconds(e: dict) -> float:
+    return _number(e.get("wall_seconds")) or 0.0
+
+
 def _e(text) -> str:
-    return html.escape(str(text if text is not None else ""))
+    return html.escape(str(text if text is not None else ""), quote=True)
 
 
 def _md(text) -> str:
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+    return human(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _verdict(c: dict) -> str:
-    if c["passed"]:
+# ------------------------------------------------------------------ markdown
+_INLINE = [
+    (re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"), r"<b>\1</b>"),
+    (re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])"), r"<i>\1</i>"),
+    (re.compile(r"(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"), r"<i>\1</i>"),
+]
+
+
+def _inline(text: str) -> str:
+    """Inline Markdown of an already escaped line: `code`, **bold**, *italic*."""
+    parts = re.split(r"(`[^`]+`)", text)
+    out = []
+    for part in parts:
+        if len(part) > 1 and part.startswith("`") and part.endswith("`"):
+            out.append(f"<code>{part[1:-1]}</code>")
+            continue
+        for pattern, repl in _INLINE:
+            part = pattern.sub(repl, part)
+        out.append(part)
+    return "".join(out)
+
+
+def _table_cells(line: str) -> list:
+    line = line.strip()
+    if line.startswith("|"):
+        line = line[1:]
+    if line.endswith("|") and not line.endswith("\\|"):
+        line = line[:-1]
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
+
+
+def markdown_html(text) -> str:
+    """HTML of a small, safe Markdown subset: paragraphs, ``#`` headings, ``-``/``*``/``1.`` lists,
+    pipe tables, fenced code blocks and inline `code`, **bold**, *italic*.
+
+    The text is escaped before any markup is added, so no tag or attribute of the input survives.
+    """
+    lines = human(text).replace("\r\n", "\n").split("\n")
+    out, k = [], 0
+    while k < len(lines):
+        line = lines[k]
+        s = line.strip()
+        if not s:
+            k += 1
+            continue
+        if s.startswith("```"):
+            k += 1
+            code = []
+            while k < len(lines) and not lines[k].strip().startswith("```"):
+                code.append(lines[k])
+                k += 1
+            k += 1
+            out.append("<pre>" + _e("\n".join(code)) + "</pre>")
+            continue
+        if s.startswith("|"):
+            rows = []
+            while k < len(lines) and lines[k].strip().startswith("|"):
+                rows.append(lines[k])
+                k += 1
+            cells = [_table_cells(r) for r in rows if not re.fullmatch(r"\|?[\s:\-|]+\|?", r.strip())]
+            if cells:
+                head, body = cells[0], cells[1:]
+                t = ["<table class='md'><tr>" + "".join(f"<th>{_inline(_e(c))}</th>" for c in head) + "</tr>"]
+                t += ["<tr>" + "".join(f"<td>{_inline(_e(c))}</td>" for c in r) + "</tr>" for r in body]
+                out.append("".join(t) + "</table>")
+            continue
+        m = re.match(r"(#{1,6})\s+(.*)", s)
+        if m:
+            level = min(len(m.group(1)) + 3, 6)
+            out.append(f"<h{level}>{_inline(_e(m.group(2)))}</h{level}>")
+            k += 1
+            continue
+        if re.match(r"([-*+]|\d+[.)])\s+", s):
+            ordered = bool(re.match(r"\d+[.)]\s+", s))
+            items = []
+            while k < len(lines) and lines[k].strip():
+                t = lines[k].strip()
+                m2 = re.match(r"([-*+]|\d+[.)])\s+(.*)", t)
+                if m2:
+                    items.append(m2.group(2))
+                elif items:
+                    items[-1] += " " + t
+                k += 1
+            tag = "ol" if ordered else "ul"
+            out.append(f"<{tag}>" + "".join(f"<li>{_inline(_e(i))}</li>" for i in items) + f"</{tag}>")
+            continue
+        para = []
+        while k < len(lines) and lines[k].strip() and not lines[k].strip().startswith(("|", "```")) \
+                and not re.match(r"(#{1,6}\s|([-*+]|\d+[.)])\s+)", lines[k].strip()):
+            para.append(lines[k].strip())
+            k += 1
+        out.append("<p>" + _inline(_e(" ".join(para))) + "</p>")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ verdicts
+def verdict_of(c: dict) -> str:
+    """The verdict of a check: its ``verdict`` field when valid, else from ``passed`` and ``finding``."""
+    v = c.get("verdict")
+    if v in VERDICTS:
+        return v
+    if c.get("passed"):
+        return "pass"
+    return "finding" if c.get("finding") else "fail"
+
+
+def _verdict_label(c: dict) -> str:
+    v = verdict_of(c)
+    if v == "pass":
         return "pass (listed finding no longer holds)" if c.get("finding_resolved") else "pass"
-    return "FINDING" if c.get("finding") else "FAIL"
+    return {"fail": "FAIL", "finding": "FINDING", "inconclusive": "inconclusive"}[v]
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+def counts_line(checks) -> str:
+    """``"N checks: P pass, F fail, I inconclusive, K findings"``."""
+    n = {v: 0 for v in VERDICTS}
+    for c in checks:
+        n[verdict_of(c)] += 1
+    return (f"{len(checks)} checks: {n['pass']} pass, {n['fail']} fail, {n['inconclusive']} inconclusive, "
+            f"{n['finding']} findings")
+
+
+def takeaway(checks, problems=()) -> str:
+    """One line per experiment, generated from its checks."""
+    if problems:
+        return "results unreadable: " + human(problems[0])
+    if not checks:
+        return "no checks (figures and notes only)"
+    by = {v: [c for c in checks if verdict_of(c) == v] for v in VERDICTS}
+    n = len(checks)
+    if len(by["pass"]) == n:
+        main = next((c for c in checks if c.get("kind") != "integrity"), checks[0])
+        return f"all {n} checks pass, e.g. {human(main['name'])}"
+    parts = [f"{len(by['pass'])} of {n} checks pass"]
+    for v, word in (("fail", "fails"), ("inconclusive", "inconclusive"), ("finding", "finding")):
+        if by[v]:
+            more = f" (+{len(by[v]) - 1} more)" if len(by[v]) > 1 else ""
+            parts.append(f"{word}: {human(by[v][0]['name'])}{more}")
+    return "; ".join(parts)
+
+
+def _detail(c: dict) -> str:
+    detail = human(c.get("detail", ""))
+    if c.get("finding") and verdict_of(c) == "finding":
+        detail = f"finding: {human(c.get('finding_reason', ''))}" + (f"; {detail}" if detail else "")
+    if c.get("alternative"):
+        detail += ("; " if detail else "") + f"alternative: {human(c['alternative'])}"
+    return detail
+
+
+_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.45}"
           "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;"
-          "vertical-align:top}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:700}"
-          ".finding{color:#9a6700;font-weight:700}.small{font-size:.85em;color:#555}img{max-width:100%;border:1px solid #eee}"
-          "pre{background:#f6f8fa;padding:.6em;overflow:auto;white-space:pre-wrap}section{margin-bottom:2.5em}"
-          ".banner{padding:.6em 1em;border-radius:6px;font-weight:600}.banner.ok{background:#dafbe1}"
-          ".banner.bad{background:#ffebe9}")
+          "vertical-align:top}th{background:#f6f8fa}.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:700}"
+          ".finding,.inconclusive{color:#9a6700;font-weight:700}.small{font-size:.85em;color:#555}"
+          ".fig{margin:.8em 0}.fig img{max-width:100%;height:auto;border:1px solid #eee;display:block}"
+          "pre{background:#f6f8fa;padding:.6em;overflow:auto;white-space:pre-wrap}section{margin-bottom:3em;"
+          "padding-top:.5em;border-top:2px solid #ddd}code{background:#f6f8fa;padding:0 .2em}"
+          ".banner{padding:.7em 1em;border-radius:6px;border-left:8px solid}.banner.green{background:#dafbe1;"
+          "border-color:#1a7f37}.banner.amber{background:#fff8c5;border-color:#bf8700}.banner.red{background:#ffebe9;"
+          "border-color:#cf222e}.banner .head{font-weight:700;font-size:1.15em}.banner ul{margin:.3em 0}"
+          ".toc td.take{font-size:.9em;max-width:44em}"
+          ".toc td .small{max-width:34em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
+          ".notes{max-width:1000px}details{margin:.5em 0}summary{cursor:pointer;color:#0550ae}"
+          "h2.paper{margin-top:2em;border-bottom:3px solid #444}")
 
 
-def _check_rows_html(checks, with_experiment=False, exp_name=""):
+def _check_rows_html(checks, with_experiment=False, exp_name="", power=False):
     head = ("<tr>" + ("<th>experiment</th>" if with_experiment else "") +
             "<th>claim</th><th>source</th><th>kind</th><th>value</th><th>threshold</th><th>threshold from</th>"
-            "<th>verdict</th><th>detail</th></tr>")
+            + ("<th>power</th>" if power else "") + "<th>verdict</th><th>detail</th></tr>")
     rows = [head]
     for item in checks:
         e, c = item if with_experiment else (exp_name, item)
-        v = _verdict(c)
-        cls = "pass" if c["passed"] else ("finding" if c.get("finding") else "fail")
-        detail = c.get("detail", "")
-        if c.get("finding"):
-            detail = f"finding: {c.get('finding_reason', '')}" + (f"; {detail}" if detail else "")
-        rows.append("<tr>" + (f"<td><a href='#{_e(e)}'>{_e(e)}</a></td>" if with_experiment else "") +
-                    f"<td>{_e(c['name'])}</td><td class='small'>{_e(c.get('source', ''))}</td><td>{_e(c.get('kind', ''))}</td>"
-                    f"<td>{_fmt(c.get('value'))}</td><td>{_e(c.get('threshold', ''))}</td>"
-                    f"<td class='small'>{_e(c.get('threshold_reason', ''))}</td><td class='{cls}'>{_e(v)}</td>"
-                    f"<td class='small'>{_e(detail)}</td></tr>")
-    return "<table>" + "".join(rows) + "</table>"
+        v = verdict_of(c)
+        pw = ""
+        if power:
+            p = _number(c.get("power"))
+            pw = f"<td>{_e(_fmt(p)) if p is not None else 'not computed'}</td>"
+        rows.append("<tr class='check' data-verdict='" + _e(v) + "'>" +
+                    (f"<td><a href='#{_e(e)}'>{_e(e)}</a></td>" if with_experiment else "") +
+                    f"<td>{_e(human(c['name']))}</td><td class='small'>{_e(human(c.get('source', '')))}</td>"
+                    f"<td>{_e(c.get('kind', ''))}</td><td>{_e(_fmt(c.get('value')))}</td>"
+                    f"<td>{_e(human(c.get('threshold', '')))}</td>"
+                    f"<td class='small'>{_e(human(c.get('threshold_reason', '')))}</td>{pw}"
+                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_e(_detail(c))}</td></tr>")
+    return "<table class='checks'>" + "".join(rows) + "</table>"
 
 
 def _check_rows_md(checks, with_experiment=False, exp_name=""):
@@ -161,13 +384,81 @@ def _check_rows_md(checks, with_experiment=False, exp_name=""):
            ("|---" if with_experiment else "") + "|---|---|---|---|---|---|---|---|"]
     for item in checks:
         e, c = item if with_experiment else (exp_name, item)
-        detail = c.get("detail", "")
-        if c.get("finding"):
-            detail = f"finding: {c.get('finding_reason', '')}" + (f"; {detail}" if detail else "")
         out.append(("| " + _md(e) + " " if with_experiment else "") +
-                   f"| {_md(c['name'])} | {_md(c.get('source', ''))} | {_md(c.get('kind', ''))} | {_fmt(c.get('value'))} | "
-                   f"{_md(c.get('threshold', ''))} | {_md(c.get('threshold_reason', ''))} | {_verdict(c)} | {_md(detail)} |")
+                   f"| {_md(c['name'])} | {_md(c.get('source', ''))} | {_md(c.get('kind', ''))} | "
+                   f"{_md(_fmt(c.get('value')))} | {_md(c.get('threshold', ''))} | {_md(c.get('threshold_reason', ''))} | "
+                   f"{_md(_verdict_label(c))} | {_md(_detail(c))} |")
     return out
+
+
+def _groups(exps):
+    """``[(group title, [experiments])]`` in registry order; experiments of unknown groups last."""
+    from attnsvm.experiments.base import GROUP_TITLES, group_of, registry
+
+    reg = registry()
+    out: dict = {}
+    for e in exps:
+        exp = reg.get(e["name"])
+        key = group_of(exp) if exp is not None else ""
+        title = GROUP_TITLES.get(key, "Other experiments")
+        out.setdefault(title, []).append(e)
+    return list(out.items())
+
+
+def _preset_line(e: dict) -> str:
+    """What the preset of this run changed: the quick preset's sizes next to the full ones."""
+    from attnsvm.experiments.base import registry
+
+    exp = registry().get(e["name"])
+    cfg = e.get("config") if isinstance(e.get("config"), dict) else None
+    if exp is None or cfg is None or e.get("preset") != "quick" or not exp.quick:
+        return ""
+    try:
+        full = exp.Config().model_dump()
+    except Exception:  # noqa: BLE001 - a config without defaults: show this run's values only
+        full = {}
+    parts = []
+    for key in exp.quick:
+        here = cfg.get(key, exp.quick[key])
+        parts.append(f"{key} = {here!r}" + (f" (full preset {full[key]!r})" if key in full else ""))
+    return ("This run used the quick preset, smaller than the papers' protocol: " + "; ".join(parts)
+            + ". Statistical checks widen their tolerances to these sizes; numbers in the notes below that "
+            "describe the full preset are not this run's.")
+
+
+def _banner(all_checks, broken, skipped, n_exps, total_wall):
+    failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
+    inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
+    findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
+    if failed or broken:
+        colour = "red"
+        head = ("FAILURES: " + ", ".join(x for x in (f"{len(failed)} check(s) failed unexpectedly" if failed else "",
+                                                      f"{len(broken)} result folder(s) unreadable" if broken else "")
+                                          if x))
+    elif findings or inconclusive or skipped:
+        colour = "amber"
+        head = "No unexpected failures, but not everything passed: " + ", ".join(
+            x for x in (f"{len(findings)} listed finding(s)" if findings else "",
+                        f"{len(inconclusive)} inconclusive check(s)" if inconclusive else "",
+                        f"{len(skipped)} experiment(s) skipped" if skipped else "") if x)
+    else:
+        colour = "green"
+        head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
+    n_bad = sum(1 for _, c in all_checks if verdict_of(c) != "pass")
+    summary = (f"{counts_line([c for _, c in all_checks])}; {n_bad} not passed, {len(skipped)} experiments skipped; "
+               f"{n_exps} experiment(s), {total_wall:.1f} s of wall time.")
+    items = []
+    for label, rows in (("failed", failed), ("inconclusive", inconclusive), ("finding", findings)):
+        for n, c in rows[:8]:
+            items.append((label, n, f"{human(c['name'])} (value {_fmt(c.get('value'))}, needs "
+                                    f"{human(c.get('threshold', ''))})"))
+        if len(rows) > 8:
+            items.append((label, "", f"and {len(rows) - 8} more {label} check(s), listed below"))
+    for e in broken:
+        items.append(("unreadable", e["name"], "; ".join(human(p) for p in e["problems"])))
+    for s in skipped:
+        items.append(("skipped", s.get("name", ""), human(s.get("reason", ""))))
+    return colour, head, summary, items
 
 
 def write_report(outdir: str) -> tuple[str, str]:
@@ -176,32 +467,74 @@ def write_report(outdir: str) -> tuple[str, str]:
     skipped, _ = _read_json(os.path.join(outdir, SKIPPED_FILE), [])
     skipped = [s for s in (skipped if isinstance(skipped, list) else []) if isinstance(s, dict)]
     all_checks = [(e["name"], c) for e in exps for c in e["checks"]]
-    failed = [(n, c) for n, c in all_checks if not c["passed"] and not c.get("finding")]
-    findings = [(n, c) for n, c in all_checks if not c["passed"] and c.get("finding")]
-    resolved = [(n, c) for n, c in all_checks if c["passed"] and c.get("finding_resolved")]
+    failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
+    inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
+    findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
+    resolved = [(n, c) for n, c in all_checks if c.get("passed") and c.get("finding_resolved")]
     broken = [e for e in exps if e.get("problems")]
-    n_pass = sum(1 for _, c in all_checks if c["passed"])
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
-    total_wall = sum(float(e.get("wall_seconds", 0.0) or 0.0) for e in exps)
-    ok = not failed and not broken
-    verdict = (f"{len(all_checks)} checks, {len(failed) + len(findings)} failed, {len(skipped)} experiments "
-               f"skipped; {n_pass} passed, {len(failed)} unexpected failure(s), {len(findings)} listed finding(s) "
-               f"fail as documented; {len(exps)} experiment(s), {total_wall:.1f} s of wall time.")
-    headline = "FAILURES" if not ok else ("No unexpected failures" if findings else "All checks pass")
+    total_wall = sum(_seconds(e) for e in exps)
+    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), total_wall)
+    power = any("power" in c for _, c in all_checks)
+    groups = _groups(exps)
 
-    h = [f"<!doctype html><html><head><meta charset='utf-8'><title>attnsvm report</title><style>{_STYLE}</style></head><body>",
+    h = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>attnsvm report</title>"
+         f"<style>{_STYLE}</style></head><body>",
          "<h1>attnsvm reproduction report</h1>",
-         f"<p class='banner {'ok' if ok else 'bad'}' id='verdict'>{headline}: {_e(verdict)}</p>",
-         "<p class='nav'>Jump to: " + " &middot; ".join(
-             f"<a href='#{a}'>{t}</a>" for a, t, show in (
-                 ("failed", "failed checks", failed), ("findings", "findings", findings), ("skipped", "skipped", skipped),
-                 ("summary", "summary", True), ("deviations", "deviations", True), ("environment", "environment", True))
-             if show) + "</p>"]
-    md = ["# attnsvm reproduction report", "", f"**{headline}**: {verdict}", ""]
+         f"<div class='banner {colour}' id='verdict' data-colour='{colour}'><div class='head'>{_e(headline)}</div>"
+         f"<div class='counts'>{_e(summary)}</div>"]
+    if items:
+        h.append("<ul>" + "".join(f"<li><b>{_e(label)}</b> " + (f"<a href='#{_e(n)}'>{_e(n)}</a>: " if n else "")
+                                  + f"{_e(text)}</li>" for label, n, text in items) + "</ul>")
+    h.append("</div>")
+    h.append("<p class='nav'>Jump to: " + " &middot; ".join(
+        f"<a href='#{a}'>{t}</a>" for a, t, show in (
+            ("failed", "failed checks", failed), ("unreadable", "unreadable results", broken),
+            ("summary", "summary by paper", True), ("inconclusive", "inconclusive checks", inconclusive),
+            ("findings", "findings", findings), ("skipped", "skipped experiments", skipped),
+            ("environment", "environment", True)) if show) + "</p>")
+    md = ["# attnsvm reproduction report", "", f"**{headline}.** {summary}", ""]
+    md += [f"- {label} {n + ': ' if n else ''}{text}" for label, n, text in items] + ([""] if items else [])
 
+    # ---- unexpected failures first (usually none), then the contents by paper
     if failed:
-        h.append("<h2 id='failed'>Failed checks</h2>" + _check_rows_html(failed, True))
+        h.append("<h2 id='failed'>Failed checks</h2>" + _check_rows_html(failed, True, power=power))
         md += ["## Failed checks", ""] + _check_rows_md(failed, True) + [""]
+    # ---- summary: contents by paper
+    h.append("<h2 id='summary'>Summary</h2><p class='small'>By paper: each experiment's checks and a one-line "
+             "takeaway generated from them. Click a name for its figures, checks and notes.</p>"
+             "<table class='toc'><tr><th>experiment</th><th>takeaway</th><th>checks passed</th>"
+             "<th>preset</th><th>runs</th><th>wall time (s)</th></tr>")
+    md += ["## Summary", "", "| experiment | checks passed | preset | runs | wall time (s) | takeaway |",
+           "|---|---|---|---|---|---|"]
+    for title, members in groups:
+        h.append(f"<tr class='paper'><th colspan='6'>{_e(title)}</th></tr>")
+        for e in members:
+            cs = e["checks"]
+            npass = sum(verdict_of(c) == "pass" for c in cs)
+            verdicts = {verdict_of(c) for c in cs}
+            if not cs:
+                cell, cls = "no checks", "fail" if e.get("problems") else "small"
+            else:
+                cell = f"{npass}/{len(cs)}"
+                cls = ("fail" if ("fail" in verdicts or e.get("problems")) else
+                       "finding" if verdicts - {"pass"} else "pass")
+            take = takeaway(cs, e.get("problems", []))
+            h.append(f"<tr data-experiment='{_e(e['name'])}'><td><a href='#{_e(e['name'])}'>{_e(e['name'])}</a>"
+                     f"<div class='small'>{_e(human(e.get('title', '')))}</div></td><td class='take'>{_e(take)}</td>"
+                     f"<td class='{cls}'>{_e(cell)}</td><td>{_e(e.get('preset', ''))}</td><td>{_e(e.get('runs', '-'))}</td>"
+                     f"<td>{_seconds(e):.1f}</td></tr>")
+            md.append(f"| {_md(e['name'])} | {cell} | {_md(e.get('preset', ''))} | {_md(e.get('runs', '-'))} | "
+                      f"{_seconds(e):.1f} | {_md(take)} |")
+    if skipped:
+        h.append("<tr class='paper'><th colspan='6'>Skipped (not run here)</th></tr>")
+        for s in skipped:
+            h.append(f"<tr><td>{_e(s.get('name'))}<div class='small'>{_e(s.get('title', ''))}</div></td><td class='take'>"
+                     f"skipped: {_e(s.get('reason'))}</td><td class='small'>skipped</td><td></td><td></td><td></td></tr>")
+            md.append(f"| {_md(s.get('name'))} | skipped | | | | {_md(s.get('reason'))} |")
+    h.append("</table>")
+    md.append("")
+
     if broken:
         h.append("<h2 id='unreadable'>Unreadable results</h2><ul>")
         md += ["## Unreadable results", ""]
@@ -211,18 +544,31 @@ def write_report(outdir: str) -> tuple[str, str]:
                 md.append(f"- {e['name']}: {p}")
         h.append("</ul>")
         md.append("")
+    for title, members in groups:
+        h.append(f"<h2 class='paper'>{_e(title)}</h2>")
+        md += [f"# {title}", ""]
+        for e in members:
+            _section(e, h, md, power)
+
+    # ---- the details the banner links to, after the experiments
+    if inconclusive:
+        h.append("<h2 id='inconclusive'>Inconclusive checks</h2><p>The run cannot tell whether the claim holds at "
+                 "these sizes (too little power); a larger preset decides.</p>"
+                 + _check_rows_html(inconclusive, True, power=power))
+        md += ["## Inconclusive checks", ""] + _check_rows_md(inconclusive, True) + [""]
     if findings:
-        h.append("<h2 id='findings'>Findings</h2><p>Spec targets that careful measurement contradicts. They stay failing "
-                 "checks (listed in <code>findings.txt</code> with their reason) and do not change the exit status.</p>"
-                 + _check_rows_html(findings, True))
-        md += ["## Findings", "", "Spec targets that careful measurement contradicts; they stay failing checks and do not "
-               "change the exit status.", ""] + _check_rows_md(findings, True) + [""]
+        h.append("<h2 id='findings'>Findings</h2><p>Paper targets that careful measurement contradicts. They stay "
+                 "failing checks (listed in <code>findings.txt</code> with their reason) and do not change the exit "
+                 "status.</p>" + _check_rows_html(findings, True, power=power))
+        md += ["## Findings", "", "Paper targets that careful measurement contradicts; they stay failing checks and do "
+               "not change the exit status.", ""] + _check_rows_md(findings, True) + [""]
     if resolved:
         h.append("<h2 id='resolved'>Listed findings that now pass</h2><p>Remove them from findings.txt.</p>"
-                 + _check_rows_html(resolved, True))
+                 + _check_rows_html(resolved, True, power=power))
         md += ["## Listed findings that now pass", ""] + _check_rows_md(resolved, True) + [""]
     if skipped:
-        h.append("<h2 id='skipped'>Skipped experiments</h2><table><tr><th>experiment</th><th>reason</th><th>to enable</th></tr>")
+        h.append("<h2 id='skipped'>Skipped experiments</h2><table><tr><th>experiment</th><th>reason</th>"
+                 "<th>to enable</th></tr>")
         md += ["## Skipped experiments", "", "| experiment | reason | to enable |", "|---|---|---|"]
         for s in skipped:
             h.append(f"<tr><td>{_e(s.get('name'))}</td><td>{_e(s.get('reason'))}</td><td>{_e(s.get('hint'))}</td></tr>")
@@ -230,87 +576,7 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append("</table>")
         md.append("")
 
-    h.append("<h2 id='summary'>Summary</h2><table><tr><th>experiment</th><th>checks passed</th><th>preset</th><th>runs</th>"
-             "<th>wall time (s)</th><th>tasks (computed / resumed / failed)</th></tr>")
-    md += ["## Summary", "", "| experiment | checks passed | preset | runs | wall time (s) | tasks computed / resumed / failed |",
-           "|---|---|---|---|---|---|"]
-    for e in exps:
-        cs = e["checks"]
-        npass = sum(c["passed"] for c in cs)
-        bad = any(not c["passed"] and not c.get("finding") for c in cs) or e.get("problems")
-        if not cs:
-            cell, cls = "no checks", "fail" if e.get("problems") else "small"
-        else:
-            cell, cls = f"{npass}/{len(cs)}", "fail" if bad else ("finding" if npass < len(cs) else "pass")
-        tasks = f"{e.get('computed', '-')} / {e.get('resumed', '-')} / {e.get('failed', '-')}"
-        h.append(f"<tr><td><a href='#{_e(e['name'])}'>{_e(e['name'])}</a></td><td class='{cls}'>{_e(cell)}</td>"
-                 f"<td>{_e(e.get('preset', ''))}</td><td>{_e(e.get('runs', '-'))}</td>"
-                 f"<td>{float(e.get('wall_seconds', 0) or 0):.1f}</td><td>{_e(tasks)}</td></tr>")
-        md.append(f"| {e['name']} | {cell} | {e.get('preset', '')} | {e.get('runs', '-')} | "
-                  f"{float(e.get('wall_seconds', 0) or 0):.1f} | {tasks} |")
-    for s in skipped:
-        h.append(f"<tr><td>{_e(s.get('name'))}</td><td class='small'>skipped</td><td></td><td></td><td></td><td></td></tr>")
-        md.append(f"| {_md(s.get('name'))} | skipped | | | | |")
-    h.append("</table>")
-    md.append("")
-
-    devs = [(e["name"], d) for e in exps for d in (e.get("deviations") or []) if isinstance(d, dict)]
-    h.append("<h2 id='deviations'>Deviations from the specs' protocols</h2>")
-    md += ["## Deviations from the specs' protocols", ""]
-    if devs:
-        h.append("<table><tr><th>experiment</th><th>the spec</th><th>this run</th><th>why</th></tr>")
-        md += ["| experiment | the spec | this run | why |", "|---|---|---|---|"]
-        for n, d in devs:
-            h.append(f"<tr><td><a href='#{_e(n)}'>{_e(n)}</a></td><td>{_e(d.get('spec'))}</td><td>{_e(d.get('here'))}</td>"
-                     f"<td>{_e(d.get('reason'))}</td></tr>")
-            md.append(f"| {_md(n)} | {_md(d.get('spec'))} | {_md(d.get('here'))} | {_md(d.get('reason'))} |")
-        h.append("</table>")
-    else:
-        h.append("<p>None recorded.</p>")
-        md.append("None recorded.")
-    md.append("")
-
-    for e in exps:
-        name = e["name"]
-        h.append(f"<section id='{_e(name)}'><h2>{_e(name)}: {_e(e.get('title', ''))}</h2>")
-        md += [f"## {name}: {e.get('title', '')}", ""]
-        if e.get("paper"):
-            h.append(f"<p><i>{_e(e['paper'])}</i></p>")
-            md += [f"*{e['paper']}*", ""]
-        for p in e.get("problems", []):
-            h.append(f"<p class='fail'>{_e(p)}</p>")
-            md += [f"**{p}**", ""]
-        if e["checks"]:
-            h.append(_check_rows_html(e["checks"], exp_name=name))
-            md += _check_rows_md(e["checks"], exp_name=name) + [""]
-        else:
-            h.append("<p class='small'>no checks</p>")
-            md += ["no checks", ""]
-        for fig in e.get("figures", []) or []:
-            if str(fig).endswith(".png"):
-                src = f"{e['dir']}/{fig}"
-                h.append(f"<p><img src='{_e(src)}' alt='{_e(fig)}'></p>")
-                md += [f"![{fig}]({src})", ""]
-        if e.get("explain"):
-            h.append(f"<h3>Notes</h3><pre>{_e(e['explain'])}</pre>")
-            md += ["### Notes", "", str(e["explain"]), ""]
-        prov = e.get("provenance") or []
-        if prov:
-            h.append("<details><summary>provenance: what produced these numbers "
-                     f"({len(prov)} shard(s))</summary><table><tr><th>task</th><th>config hash</th><th>code version</th>"
-                     "<th>seeds</th><th>written</th></tr>")
-            for p in prov:
-                h.append(f"<tr><td>{_e(p.get('task'))}</td><td>{_e(p.get('config_hash'))}</td><td>{_e(p.get('version'))}</td>"
-                         f"<td class='small'>{_e(p.get('seeds'))}</td><td>{_e(p.get('written'))}</td></tr>")
-            h.append("</table></details>")
-        h.append(f"<details><summary>config (hash {_e(e.get('config_hash', ''))}, preset {_e(e.get('preset', ''))})</summary>"
-                 f"<pre>{_e(e.get('config_text', ''))}</pre></details>")
-        h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {float(e.get('wall_seconds', 0) or 0):.1f} s, "
-                 f"workers: {_e(e.get('workers'))}"
-                 f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
-        md += ["```yaml", str(e.get("config_text", "")).rstrip(), "```", ""]
-
-    pk = env.get("packages", {}) or {}
+    pk = env.get("packages", {}) if isinstance(env.get("packages", {}), dict) else {}
     h.append("<h2 id='environment'>Environment</h2><table>")
     h.append(f"<tr><td>python</td><td>{_e(env.get('python'))}</td></tr><tr><td>platform</td><td>{_e(env.get('platform'))}</td></tr>"
              f"<tr><td>cpus</td><td>{_e(env.get('cpus'))}</td></tr>")
@@ -327,3 +593,61 @@ def write_report(outdir: str) -> tuple[str, str]:
         except OSError as exc:
             raise ValidationError(f"cannot write the report to {path!r}: {oserror_text(exc, path)}") from None
     return html_path, md_path
+
+
+def _section(e: dict, h: list, md: list, power: bool) -> None:
+    """One experiment: title, paper, takeaway, figures, checks, notes, deviations, provenance, config."""
+    name = e["name"]
+    h.append(f"<section id='{_e(name)}'><h2>{_e(name)}: {_e(human(e.get('title', '')))}</h2>")
+    md += [f"## {name}: {human(e.get('title', ''))}", ""]
+    if e.get("paper"):
+        h.append(f"<p><i>{_e(human(e['paper']))}</i></p>")
+        md += [f"*{human(e['paper'])}*", ""]
+    h.append(f"<p class='takeaway'><b>Takeaway:</b> {_e(takeaway(e['checks'], e.get('problems', [])))}</p>")
+    for p in e.get("problems", []):
+        h.append(f"<p class='fail'>{_e(p)}</p>")
+        md += [f"**{p}**", ""]
+    for fig in e.get("figures", []) or []:
+        if isinstance(fig, str) and fig.endswith(".png"):
+            src = f"{e['dir']}/{fig}"
+            h.append(f"<div class='fig'><img src='{_e(src)}' alt='{_e(fig)}'></div>")
+            md += [f"![{fig}]({src})", ""]
+    h.append("<h3>Checks</h3>")
+    if e["checks"]:
+        h.append(_check_rows_html(e["checks"], exp_name=name, power=power))
+        md += _check_rows_md(e["checks"], exp_name=name) + [""]
+    else:
+        h.append("<p class='small'>no checks</p>")
+        md += ["no checks", ""]
+    preset = _preset_line(e)
+    if e.get("explain") or preset:
+        h.append("<h3>Notes</h3><div class='notes'>" + (f"<p class='preset'>{_e(preset)}</p>" if preset else "")
+                 + markdown_html(e.get("explain") or "") + "</div>")
+        md += ["### Notes", ""] + ([preset, ""] if preset else []) + [human(e.get("explain") or ""), ""]
+    devs = [d for d in (e.get("deviations") or []) if isinstance(d, dict)]
+    if devs:
+        h.append(f"<details class='deviations'><summary>Deviations from the paper's protocol ({len(devs)})</summary>"
+                 "<table><tr><th>the paper's protocol</th><th>this run</th><th>why</th></tr>")
+        md += [f"### Deviations from the paper's protocol ({len(devs)})", "", "| the paper's protocol | this run | why |",
+               "|---|---|---|"]
+        for d in devs:
+            h.append(f"<tr><td>{_e(human(d.get('spec')))}</td><td>{_e(human(d.get('here')))}</td>"
+                     f"<td>{_e(human(d.get('reason')))}</td></tr>")
+            md.append(f"| {_md(d.get('spec'))} | {_md(d.get('here'))} | {_md(d.get('reason'))} |")
+        h.append("</table></details>")
+        md.append("")
+    prov = [p for p in (e.get("provenance") or []) if isinstance(p, dict)]
+    if prov:
+        h.append("<details><summary>provenance: what produced these numbers "
+                 f"({len(prov)} shard(s))</summary><table><tr><th>task</th><th>config hash</th><th>code version</th>"
+                 "<th>seeds</th><th>written</th></tr>")
+        for p in prov:
+            h.append(f"<tr><td>{_e(p.get('task'))}</td><td>{_e(p.get('config_hash'))}</td><td>{_e(p.get('version'))}</td>"
+                     f"<td class='small'>{_e(human(p.get('seeds')))}</td><td>{_e(p.get('written'))}</td></tr>")
+        h.append("</table></details>")
+    h.append(f"<details><summary>config (hash {_e(e.get('config_hash', ''))}, preset {_e(e.get('preset', ''))})</summary>"
+             f"<pre>{_e(e.get('config_text', ''))}</pre></details>")
+    h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {_seconds(e):.1f} s, "
+             f"workers: {_e(e.get('workers'))}"
+             f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
+    md += ["```yaml", str(e.get("config_text", "")).rstrip(), "```", ""]

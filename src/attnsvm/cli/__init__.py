@@ -25,8 +25,46 @@ class UserError(click.ClickException):
         click.echo(f"attnsvm: error: {self.format_message()}", err=True)
 
 
+def _usage_line(exc: click.UsageError) -> str:
+    """One line for a click usage error: the message (with click's suggestion) and where to read the usage."""
+    msg = " ".join(exc.format_message().split())
+    ctx = exc.ctx
+    where = ctx.command_path if ctx is not None else "attnsvm"
+    if ctx is not None and isinstance(ctx.command, click.Group) and msg.startswith("No such command"):
+        import difflib
+
+        name = msg.split("'")[1] if msg.count("'") >= 2 else ""
+        near = difflib.get_close_matches(name, list(ctx.command.commands), n=1)
+        if near and "Did you mean" not in msg:
+            msg += f" Did you mean {near[0]!r}?"
+    return f"{msg} (see '{where} --help')"
+
+
 class _Group(click.Group):
-    """Turn attnsvm's own errors into one-line messages instead of tracebacks."""
+    """Turn attnsvm's own errors into one-line messages instead of tracebacks.
+
+    Click's usage errors (unknown command or option, missing or bad argument) print one line
+    ``attnsvm: error: ...`` with click's suggestion instead of click's three-line block, exit 2.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # 'attnsvm' alone: click's help, as before
+                exc.show()
+            else:
+                click.echo(f"attnsvm: error: {_usage_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("attnsvm: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
         try:
@@ -344,11 +382,15 @@ _allow_opt = click.option("--allow-failures", is_flag=True,
 
 @cli.command("list")
 def list_cmd():
-    """List the registered experiments."""
-    from attnsvm.experiments import registry
+    """List the experiments by paper: name, the extra it needs, its measured quick time, title.
 
-    for name, exp in registry().items():
-        click.echo(f"{name:<24} {exp.title}")
+    Reads the catalog shipped beside this module (``cli/experiments.json``, written by
+    ``scripts/catalog.py`` from the registry and a timed ``reproduce --quick``), so it answers
+    without importing the experiments.
+    """
+    from attnsvm.cli.catalog import format_catalog, load_catalog
+
+    click.echo(format_catalog(load_catalog()))
 
 
 @cli.command()

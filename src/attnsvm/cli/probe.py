@@ -55,6 +55,15 @@ def read_sentences(path) -> list[str]:
     return sentences
 
 
+#: the legend printed under the table of ``attnsvm probe``
+_COLUMNS = ("columns: mean_selected = mean |O_i|, the tokens a query attends to with weight >= the threshold; "
+            "frac_cls = share of argmaxes on [CLS];\n  corr = cosine of the head's key-query matrix W_h with the SVM of "
+            "its selections; corr_restricted = the same with W_h projected on what the sentences reveal;\n  "
+            "corr_random_restricted = that cosine for random selections of the same sizes (the baseline); advantage = "
+            "corr_restricted - baseline;\n  svm_status = optimal (certified) / optimal_inaccurate / infeasible (no "
+            "number: no matrix separates the selections); svm_gap = its relative duality gap")
+
+
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
@@ -143,14 +152,16 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             written += agreement_figure(agreement.table, out, "probe_agreement")
     if as_json:
         return json.dumps(payload, indent=2)
-    lines = [format_table(table), ""]
+    lines = [format_table(table), _COLUMNS, ""]
     if "advantage" in table.columns:
         lines.append(f"mean corr_restricted {table['corr_restricted'].mean():.4f} vs random selections "
                      f"{table['corr_random_restricted'].mean():.4f} (advantage {table['advantage'].mean():.4f}; "
                      f"{int((table['advantage'] > 0).sum())}/{len(table)} heads above baseline)")
     lines.append(length_note)
     lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
-                 f"forward {res.seconds['forward']:.1f} s, SVMs {res.seconds['svm']:.1f} s, "
+                 + ("forward pass reused from an earlier probe of the same sentences in this process (not re-timed), "
+                    if res.forward_cached else f"forward {res.seconds['forward']:.1f} s, ")
+                 + f"SVMs {res.seconds['svm']:.1f} s, "
                  f"total {res.seconds['total']:.1f} s")
     if agreement is not None:
         lines += ["", "agreement with the SVM by the number of sentences m in it (mean over the layer's heads):",

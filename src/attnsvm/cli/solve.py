@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -10,7 +11,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
 
-__all__ = ["run_solve", "read_selection_file", "format_solution"]
+__all__ = ["run_solve", "read_selection_file", "format_solution", "describe_selection"]
 
 
 def read_selection_file(path: str) -> np.ndarray:
@@ -109,6 +110,7 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
     ValidationError (a ValueError) for user errors (bad file, bad selection, bad norm).
     """
     problem = TokenProblem.load(problem_path)
+    arr = None
     if select is None or select == "opt":
         sol = solve_svm(problem, None, norm=norm)
     else:
@@ -117,9 +119,67 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
             sol = solve_gen_svm(problem, arr, norm=norm)
         else:
             sol = solve_svm(problem, arr, norm=norm)
+    what, optimality = describe_selection(problem, select, arr, sol, norm)
     if output:
         sol.save(output)
-    text = sol.to_json() if as_json else format_solution(sol)
-    if output and not as_json:
+    if as_json:
+        data = json.loads(sol.to_json())
+        data.update(selection=what, optimality=optimality)
+        return json.dumps(data, indent=2)
+    text = f"selection     {what}\noptimality    {optimality}\n" + format_solution(sol)
+    if output:
         text += f"\nwritten       {os.fspath(output)}"
     return text
+
+
+def _tokens(values) -> str:
+    values = [int(v) for v in np.asarray(values).ravel()]
+    shown = ", ".join(map(str, values[:12]))
+    return f"[{shown}{', ...' if len(values) > 12 else ''}]"
+
+
+def describe_selection(problem, select, arr, sol: SVMSolution, norm: str) -> tuple[str, str]:
+    """``(which selection was solved, its optimality)`` in words, for ``attnsvm solve``.
+
+    Parameters
+    ----------
+    problem : TokenProblem (n, T, d)
+    select : "opt" / None or the selection file's path
+    arr : None (optimal tokens) or the selection read from the file: (n,) int or (n, T) bool
+    sol : the SVM solution of that selection
+
+    The optimality of one token per sample (Att-SVM) follows the papers: *globally optimal*
+    when every selected token has the sample's highest score ``Y_i v^T x_it``, *locally
+    optimal* when the SVM is certified and every selected token scores strictly higher than
+    each of its support tokens (:func:`attnsvm.svm.is_locally_optimal`), *neither* otherwise.
+    It needs labels Y and a head v; sets of tokens (Gen-SVM) have no such notion.
+    """
+    from attnsvm.svm import is_locally_optimal
+
+    has_scores = problem.Y is not None and problem.v is not None
+    if arr is None:
+        if not has_scores:
+            return ("the optimal tokens (Att-SVM)", "not defined (the problem has no labels Y or head v)")
+        opt = problem.optimal_tokens()
+        what = f"the optimal token of each sample (Att-SVM): {_tokens(opt.index)}"
+        ties = int(np.sum(opt.has_tie))
+        note = f"; {ties} sample(s) have a tied optimal token" if ties else ""
+        return what, f"globally optimal (by construction: each sample's highest-scoring token{note})"
+    if arr.ndim == 2:
+        sizes = np.asarray(arr, bool).sum(axis=1) if arr.dtype == bool else None
+        size_text = f", {int(sizes.min())} to {int(sizes.max())} tokens per sample" if sizes is not None else ""
+        return (f"sets of tokens from {os.fspath(select)} (Gen-SVM, {arr.shape[0]} samples{size_text})",
+                "not assessed (global and local optimality are defined for one token per sample)")
+    what = f"tokens from {os.fspath(select)} (Att-SVM): {_tokens(arr)}"
+    if not has_scores:
+        return what, "not defined (the problem has no labels Y or head v)"
+    opt = problem.optimal_tokens()
+    if arr.shape == (problem.n,) and np.all(opt.tied[np.arange(problem.n), arr]):
+        return what, "globally optimal (every selected token has its sample's highest score)"
+    if not sol.feasible:
+        return what, "neither (the selection is not separable: its SVM is infeasible)"
+    if sol.status != "optimal":
+        return what, "not determined (the SVM's certificate did not pass, so its support tokens are uncertain)"
+    if is_locally_optimal(problem, arr, norm=norm, solution=sol):
+        return what, "locally optimal (each selected token scores above all of its support tokens), not global"
+    return what, "neither (a support token scores at least as high as the selected token of its sample)"

@@ -167,6 +167,20 @@ def register(cls):
 #: the paper groups, each a subpackage of :mod:`attnsvm.experiments`, in the order ``attnsvm list`` shows them
 GROUPS = ("tf", "mm", "lm", "real")
 
+#: the paper (or part of the package) behind each group, as ``attnsvm list`` and the report title it
+GROUP_TITLES = {
+    "tf": "Transformers as Support Vector Machines (arXiv 2308.16898)",
+    "mm": "Max-Margin Token Selection in Attention Mechanism (NeurIPS 2023, arXiv 2306.13596)",
+    "lm": "On the similarity between attention and SVM on the token separation and selection behavior (causal-LM paper)",
+    "real": "Beyond the papers: real data and a real model (needs the 'real' extra)",
+}
+
+
+def group_of(exp) -> str:
+    """The paper group (a key of :data:`GROUP_TITLES`) of an experiment, from its module; "" when outside them."""
+    parts = type(exp).__module__.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["attnsvm", "experiments"] and parts[2] in GROUPS else ""
+
 
 def _discover() -> None:
     """Import every module of the paper groups once, so that their experiments register themselves."""
@@ -180,8 +194,7 @@ def _discover() -> None:
 
 
 def _position(exp: Experiment) -> tuple:
-    parts = type(exp).__module__.split(".")
-    group = parts[2] if len(parts) > 2 and parts[:2] == ["attnsvm", "experiments"] else ""
+    group = group_of(exp)
     rank = GROUPS.index(group) if group in GROUPS else len(GROUPS)
     return rank, exp.order, exp.name
 

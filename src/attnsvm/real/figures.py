@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+#: the colour of a head without a value (NaN) in the heat maps, hatched on top
+NAN_COLOUR = "#9e9e9e"
+
 
 def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
     """Heat maps over layers x heads: corr_restricted, its random baseline and the advantage.
 
+    A head without a value (NaN: infeasible or uncertified SVM) is a grey hatched cell, distinct from
+    0.0 (white on the diverging scale); a note under the panels says so when there is one.
     Returns the PNG and PDF paths.
     """
     from attnsvm.plotting import save_figure, subplots
@@ -26,13 +31,25 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
         grids[key] = grid
     # one colour scale for all panels, so the baseline reads against the heads' own correlation
     lim = max(max(float(np.nanmax(np.abs(g))) for g in grids.values()), 1e-6)
+    import matplotlib
+
+    from matplotlib.patches import Rectangle
+
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad=NAN_COLOUR)  # white is 0.0 on this scale
+    any_nan = False
     for ax, key in zip(axes[0], keys):
         grid = grids[key]
-        im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(len(heads)), [str(h) for h in heads], fontsize=7)
-        ax.set_yticks(range(len(layers)), [str(l) for l in layers], fontsize=7)
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_title(key.replace("_", " "), fontsize=9)
+        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-lim, vmax=lim, aspect="auto")
+        for r, c in zip(*np.nonzero(~np.isfinite(grid))):
+            any_nan = True
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="#424242", lw=0))
+        ax.set_xticks(range(len(heads)), [str(h) for h in heads], fontsize=10)
+        ax.set_yticks(range(len(layers)), [str(l) for l in layers], fontsize=10)
+        ax.set_xlabel("head", fontsize=10)
+        ax.set_ylabel("layer", fontsize=10)
+        ax.set_title(key.replace("_", " "), fontsize=11)
         fig.colorbar(im, ax=ax, shrink=0.8)
+    if any_nan:
+        fig.text(0.5, -0.02, "grey hatched cells: no value (the head's SVM is infeasible or not certified; see probe.html "
+                 "for the reason)", ha="center", va="top", fontsize=10)
     return save_figure(fig, outdir, stem)

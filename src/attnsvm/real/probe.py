@@ -152,6 +152,11 @@ class ProbeResult:
     attention: dict = field(default_factory=dict)
     support: dict = field(default_factory=dict)
     candidates: np.ndarray | None = None
+    #: ``(layer, head) -> (k, T, T) float32``: the head's whole attention matrix ``[query, token]`` on each of
+    #: the first k sentences (zero on padding), what the probe view's sentence and query chooser shows
+    matrices: dict = field(default_factory=dict)
+    #: whether the forward pass was reused from the previous probe of the same text (its time is then ~0)
+    forward_cached: bool = False
 
 
 def check_indices(values, upper: int, name: str) -> list:
@@ -367,7 +372,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
 
     t0 = time.perf_counter()
     key = (id(model), tuple(sentences), int(max_length))
-    if _LAST_FORWARD.get("key") == key:  # experiments probe one layer per task on the same sentences
+    cached = _LAST_FORWARD.get("key") == key
+    if cached:  # experiments probe one layer per task on the same sentences
         fw = _LAST_FORWARD["forward"]
     else:
         fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
@@ -407,9 +413,13 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     m_svm = min(int(svm_sentences), n)
     k_view = min(int(view_sentences), n)
     idx = np.arange(n)
-    rows, selected, attention, support = [], {}, {}, {}
+    rows, selected, attention, support, matrices = [], {}, {}, {}, {}
     t_svm = 0.0
     for l in layers:
+        view = fw.attentions[l][:k_view][:, heads] * fw.mask[:k_view, None, :, None] * fw.mask[:k_view, None, None, :]
+        for k, h in enumerate(heads):  # (k, T, T) [sentence, query, token], for the view's chooser
+            matrices[(l, h)] = np.asarray(view[:, k], dtype=np.float32)
+        del view
         X = augment(fw.layer_input(l)) * fw.mask[:, :, None]
         if query == "all":
             Aall = fw.attentions[l][:, heads].transpose(1, 0, 2, 3)  # (h, n, T, T) [head, sentence, query, token]
@@ -506,7 +516,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         cfg.update(model=model.path, family=model.family.name)
     seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
     return ProbeResult(table, list(sentences), qmask.copy() if query == "all" else q, fw.tokens, selected, seconds, cfg,
-                       attention, support, cand[:k_view].copy())
+                       attention, support, cand[:k_view].copy(), matrices, cached)
 
 
 def format_table(table, columns=None) -> str:

@@ -20,14 +20,26 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
   - ``unk``: not selected, in a sentence the SVM did not see (``i >= svm_sentences``)
   - ``na``: not a candidate of the query (causal decoders: after the query)
 
-Every token is a ``<span class="tok ROLE [q]" data-i=I data-t=T data-att=A>``; all text is escaped
-with :func:`html.escape`. No script, no external resource: inline CSS, the heat-map PNG by a
-relative path.
+* **Verdict first** (``id='verdict'``): per layer, the heads beyond the null / not distinguishable /
+  below it / without an SVM when the probe rows carry a ``verdict`` (a null distribution of the
+  score exists); otherwise the heads above the random-selection baseline, with a sentence on what
+  such counts do and do not show.
+* **Explorer** (``id='explorer'``): a chooser of layer, sentence and query (every token of the kept
+  sentences; clicking a token or a matrix row picks it as the query), one sentence across all heads
+  of the layer (tokens shaded by each head's attention from the query), and the chosen head's
+  whole attention matrix for the sentence. The data is one inline JSON block (``<`` written as
+  ``\u003c``) read by one inline script that builds the nodes with ``textContent`` only.
+* Heads without a number (infeasible or uncertified SVM) say why in plain language.
+
+Every static token is a ``<span class="tok ROLE [q]" data-i=I data-t=T data-att=A>``; all text is
+escaped with :func:`html.escape`. No external resource, no network: inline CSS and script, the
+heat-map PNG by a relative path.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 
@@ -36,14 +48,15 @@ import numpy as np
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 
-__all__ = ["ROLES", "token_roles", "render_probe_view", "write_probe_view", "head_anchor"]
+__all__ = ["ROLES", "PROBE_VERDICTS", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
+           "head_reason"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
     "sel": "selected: in O_i (attention >= threshold, or the argmax)",
     "sup": "support: not selected, on the SVM's margin (active row)",
     "oth": "other: not selected, beyond the SVM's margin",
-    "unk": "not selected, sentence outside the SVM's sentences",
+    "unk": "not selected, support unknown (a sentence outside the SVM's, or not the probe's query)",
     "na": "not a candidate of the query (causal: after it)",
 }
 
@@ -63,6 +76,16 @@ font-family:ui-monospace,monospace;font-size:.9em}
 .tok.q{outline:2px solid #000;outline-offset:2px;font-weight:700}
 .legend .tok{margin-right:.4em}.legend td{border:none;padding:.15em .5em}
 .swatch{display:inline-block;width:2.4em;text-align:center;font-size:.75em;border:1px solid #ccc}
+.verdict{padding:.7em 1em;border-radius:6px;background:#f6f8fa;border-left:8px solid #0969da}
+.reason{color:#9a6700}.controls{display:flex;flex-wrap:wrap;gap:1.2em;margin:.6em 0;padding:.6em;background:#f6f8fa;
+border-radius:6px}.controls select{font-size:1em;max-width:40em}#shown{font-weight:600}
+.hrow{display:flex;flex-wrap:wrap;align-items:center;row-gap:.2em;margin:.3em 0;padding-bottom:.2em;
+border-bottom:1px solid #f0f0f0}.hrow .hl{width:5.5em;font-size:.85em;color:#555;flex:none}
+.hrow .tok{cursor:pointer}#matrix{font-size:.75em;border-collapse:collapse}#matrix td{width:1.9em;height:1.4em;padding:0;
+border:1px solid #eee;text-align:center;cursor:pointer}#matrix th{font-weight:400;font-family:ui-monospace,monospace;
+padding:0 .3em;border:none;background:none}#matrix thead th{writing-mode:vertical-rl;transform:rotate(180deg);
+text-align:left;vertical-align:bottom}#matrix tr.cur th,#matrix tr.cur td{outline:2px solid #000}
+#matrix tr.cur th{font-weight:700}
 """
 
 
@@ -155,7 +178,7 @@ def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
                 continue
             v = float(r[key])
             bg, fg = _diverging(v, lim) if lim > 0 else ("#eeeeee", "#222")
-            tip = f"layer {l}, head {h}: {key} {_num(v)}"
+            tip = f"layer {l}, head {h}: {key} {_num(v)}" + (f". {head_reason(r)}" if v != v else "")
             row.append(f"<td style='background:{bg};color:{fg}'><a href='#{head_anchor(l, h)}' title='{_e(tip)}'>"
                        f"{_num(v, '.2f')}</a></td>")
         out.append("".join(row) + "</tr>")
@@ -228,6 +251,11 @@ def _head_section(result, r, n_show: int) -> str:
                         ("nuclear norm", _num(r["svm_nuclear"])),
                         ("support tokens", f"{n_sup} on {m} sentences ({_num(n_sup / max(m, 1), '.2f')} per sentence)"),
                         ("random baselines", f"{_e(r['random_status'])} (largest gap {_num(r['random_gap'], '.2e')})")]))
+        reason = head_reason(r)
+        if reason:
+            out.append(f"<p class='reason'>{_e(reason)}</p>")
+        if "verdict" in r.index and isinstance(r["verdict"], str):
+            out.append(f"<p class='small'>verdict against the null: <b>{_e(r['verdict'])}</b></p>")
     else:
         out.append("<p class='small'>No SVM was solved (svm_sentences = 0): selections only.</p>")
     out.append(f"<p class='small'>mean |O_i| {_num(r['mean_selected'], '.2f')}, mean largest attention "
@@ -266,19 +294,15 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h = ["<!doctype html><html lang='en'><head><meta charset='utf-8'><title>attnsvm probe</title>",
          f"<style>{_STYLE}</style></head><body><a id='top'></a>",
          f"<h1>attnsvm probe: {_e(model)}</h1>",
+         _verdict_html(table, cfg),
          "<p class='small'>Each head's query (one token per sentence) <i>selects</i> the tokens it attends to with weight "
          ">= the threshold (always the argmax). The nuclear-norm Gen-SVM of those selections is the max-margin "
          "key-query matrix that produces them; <b>corr_restricted</b> is the cosine between the head's key-query matrix "
          "(projected on what these sentences can reveal) and that SVM solution. The baseline is the same SVM of random "
          "selections of the same sizes; the <b>advantage</b> is the difference.</p>"]
-    h.append("<h2>Run</h2><div class='maps'>")
-    h.append(_kv([("model", _e(model)), ("family", _e(family))] + [(key, _e(v)) for key, v in cfg.items()
-                                                                 if key not in ("model", "family")], "config"))
-    h.append(_kv([(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items()], "timings"))
-    h.append("</div>")
-    h.append("<h2>Per layer</h2>" + _layer_summary(table))
     has_svm = "advantage" in table.columns
-    h.append("<h2 id='heatmap'>Layer x head</h2><p class='small'>Click a cell for the head's section.</p><div class='maps'>")
+    h.append("<h2 id='heatmap'>Layer x head</h2><p class='small'>Click a cell for the head's section; grey cells have no "
+             "number (hover for the reason).</p><div class='maps'>")
     if has_svm:
         vals = np.concatenate([table[c].to_numpy(float) for c in ("corr_restricted", "corr_random_restricted", "advantage")])
         vals = vals[np.isfinite(vals)]
@@ -292,9 +316,21 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     if heatmap:
         h.append(f"<p><img src='{_e(heatmap)}' alt='heat maps of corr_restricted, its random baseline and the advantage'>"
                  "</p>")
+    h.append(_explorer_html(result, n_show))
     h.append("<h2>Legend</h2>" + _legend())
-    h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head; the SVM saw the first "
-             f"{_e(cfg.get('svm_sentences', 0))} of {_e(cfg.get('n_sentences', len(result.sentences)))}.</p>")
+    h.append("<h2>Run</h2><div class='maps'>")
+    h.append(_kv([("model", _e(model)), ("family", _e(family))] + [(key, _e(v)) for key, v in cfg.items()
+                                                                 if key not in ("model", "family")], "config"))
+    timing = [(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items()]
+    if getattr(result, "forward_cached", False):
+        timing = [(k, "cached (reused from the previous probe of the same sentences)" if k == "forward (s)" else v)
+                  for k, v in timing]
+    h.append(_kv(timing, "timings"))
+    h.append("</div>")
+    h.append("<h2>Per layer</h2>" + _layer_summary(table))
+    h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head, each with the probe's own query; the SVM "
+             f"saw the first {_e(cfg.get('svm_sentences', 0))} of {_e(cfg.get('n_sentences', len(result.sentences)))}."
+             "</p>")
     if cfg.get("query") == "all":
         h.append("<p class='small'>query = all: every word token is a query and the SVM uses all of them; each sentence "
                  "below shows only its first query's attention row, selection and support tokens.</p>")
@@ -319,3 +355,204 @@ def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentenc
     except OSError as exc:
         raise ValidationError(f"cannot write the probe view to {path!r}: {oserror_text(exc, path)}") from None
     return path
+
+
+# ------------------------------------------------------------------ verdict, reasons, explorer
+#: the verdicts a probe row can carry (a null distribution of the score exists), in the order counted
+PROBE_VERDICTS = ("beyond null", "not distinguishable", "below null", "no SVM")
+
+
+def head_reason(r) -> str:
+    """A plain-language reason why a head has no number (NaN), or "" when it has one.
+
+    ``r``: a probe row (mapping) with ``svm_status`` and the correlations; ``verdict_reason`` when present.
+    """
+    get = r.get if hasattr(r, "get") else (lambda k, d=None: d)
+    given = get("verdict_reason")
+    if isinstance(given, str) and given.strip():
+        return given.strip()
+    status = get("svm_status")
+    corr = get("corr_restricted")
+    nan = corr is None or (isinstance(corr, float) and corr != corr)
+    if status == "infeasible":
+        return ("No number: the SVM of this head's selections is infeasible. No key-query matrix gives every selected "
+                "token a higher score than the other tokens of its sentence by a margin (for instance, two sentences "
+                "present the same token states but the head selects differently), so there is no max-margin "
+                "direction to compare the head with; the nuclear norm is reported as inf.")
+    if status == "optimal_inaccurate":
+        return ("No number: the solver stopped without a certificate (duality gap or violation above tolerance), "
+                "so the SVM direction is not trusted and its correlation is withheld.")
+    if status not in (None, "optimal") and nan:
+        return f"No number: the SVM ended with status {status!r}, which carries no certified direction."
+    if nan and status == "optimal":
+        return ("No number: the head's key-query matrix has no component in the span these sentences can reveal "
+                "(its restriction is zero), so its cosine with the SVM is undefined.")
+    return ""
+
+
+def _verdict_html(table, cfg) -> str:
+    """The verdict block: per layer counts (null verdicts when present, else against the random baseline)."""
+    rows = []
+    if "verdict" in table.columns:
+        head = "<tr><th>layer</th>" + "".join(f"<th>{_e(v)}</th>" for v in PROBE_VERDICTS) + "<th>heads</th></tr>"
+        tot = {v: 0 for v in PROBE_VERDICTS}
+        for l, g in table.groupby("layer", sort=True):
+            counts = {v: int((g["verdict"] == v).sum()) for v in PROBE_VERDICTS}
+            for v in PROBE_VERDICTS:
+                tot[v] += counts[v]
+            rows.append(f"<tr><td>{int(l)}</td>" + "".join(f"<td class='num'>{counts[v]}</td>" for v in PROBE_VERDICTS)
+                        + f"<td class='num'>{len(g)}</td></tr>")
+        n_null = table["n_null"].dropna() if "n_null" in table.columns else []
+        draws = f" ({int(np.max(n_null))} null draws per head)" if len(n_null) else ""
+        lead = (f"<b>{tot['beyond null']} of {len(table)} heads</b> point along their own selections' SVM beyond "
+                f"what the null distribution of the score allows{draws}; {tot['not distinguishable']} are not "
+                f"distinguishable from it, {tot['below null']} fall below it and {tot['no SVM']} have no SVM.")
+        sentence = ("A head <i>beyond null</i> has a corr_restricted larger than the scores of its null heads at the "
+                    "stated false-discovery level (q-value); <i>not distinguishable</i> is no evidence either way at "
+                    "these sentence counts.")
+    else:
+        if "advantage" not in table.columns:
+            return ("<div class='verdict' id='verdict'><b>No SVMs were solved</b> (svm_sentences = 0): this page shows "
+                    "the heads' selections and attention only, no comparison with the max-margin picture.</div>")
+        head = ("<tr><th>layer</th><th>heads above the random baseline</th><th>mean corr_restricted</th>"
+                "<th>mean random baseline</th><th>heads without a number</th></tr>")
+        above_all = 0
+        for l, g in table.groupby("layer", sort=True):
+            above = int((g["advantage"] > 0).sum())
+            above_all += above
+            nan = int(g["corr_restricted"].isna().sum())
+            rows.append(f"<tr><td>{int(l)}</td><td class='num'>{above}/{len(g)}</td>"
+                        f"<td class='num'>{_num(g['corr_restricted'].mean())}</td>"
+                        f"<td class='num'>{_num(g['corr_random_restricted'].mean())}</td><td class='num'>{nan}</td></tr>")
+        lead = (f"<b>{above_all} of {len(table)} heads</b> score above the baseline of random selections of the same "
+                f"sizes (mean corr_restricted {_num(table['corr_restricted'].mean(), '.3f')} vs "
+                f"{_num(table['corr_random_restricted'].mean(), '.3f')}).")
+        sentence = (f"What this shows: whether a head's key-query matrix is closer to the max-margin SVM of the tokens "
+                    f"it selects than to the SVMs of random selections ({_e(cfg.get('baseline_draws', 1))} draw(s) per "
+                    "head). What it does not show: that the difference is beyond chance (there is no null "
+                    "distribution here, so a head above the baseline by a few hundredths may be noise), nor how "
+                    "strong a value such as 0.15 is in absolute terms: a cosine between two matrices of this size is "
+                    "near 0 for unrelated directions and 1 only for the same direction.")
+    return (f"<div class='verdict' id='verdict'><p>{lead}</p><table id='verdict-layers'>{head}{''.join(rows)}</table>"
+            f"<p class='small'>{sentence}</p></div>")
+
+
+def _explorer_data(result, n_show: int) -> dict:
+    """The JSON the explorer reads: sentences, their tokens and probe queries, and every head's attention
+    matrices (permille integers) with the support tokens of the probe's query."""
+    cfg = dict(result.config)
+    keys = sorted(result.matrices) if getattr(result, "matrices", None) else []
+    sents = []
+    for i in range(n_show):
+        toks = [str(t) for t in result.tokens[i]]
+        qi = np.asarray(result.queries[i])
+        q = int(qi.argmax()) if qi.ndim else int(qi)
+        sents.append({"text": str(result.sentences[i]), "tokens": toks, "query": q})
+    att, sup = {}, {}
+    for key in keys:
+        mats = np.asarray(result.matrices[key])
+        name = f"{key[0]}-{key[1]}"
+        att[name] = [np.rint(1000 * mats[i, :len(s["tokens"]), :len(s["tokens"])]).astype(int).tolist()
+                     for i, s in enumerate(sents) if i < len(mats)]
+        sp = result.support.get(key)
+        if sp is not None:
+            sup[name] = [np.flatnonzero(np.asarray(sp[i])[:len(sents[i]["tokens"])]).tolist()
+                         for i in range(min(len(sp), len(sents)))]
+    layers = sorted({k[0] for k in keys})
+    return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
+            "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
+            "sentences": sents, "att": att, "support": sup, "svm_sentences": int(cfg.get("svm_sentences", 0))}
+
+
+_SCRIPT = r"""
+(function () {
+  const D = JSON.parse(document.getElementById('probe-data').textContent);
+  const $ = id => document.getElementById(id);
+  const L = $('pick-layer'), S = $('pick-sentence'), Q = $('pick-query'), H = $('pick-head');
+  const opt = (sel, value, text) => {
+    const o = document.createElement('option'); o.value = value; o.textContent = text; sel.appendChild(o);
+  };
+  const shade = a => 'rgba(255,140,0,' + Math.sqrt(Math.max(0, Math.min(1, a))).toFixed(3) + ')';
+  D.layers.forEach(l => opt(L, l, 'layer ' + l));
+  D.sentences.forEach((s, i) => opt(S, i, i + ': ' + (s.text.length > 70 ? s.text.slice(0, 70) + '...' : s.text)));
+  function fillQueries() {
+    const s = D.sentences[+S.value]; Q.textContent = '';
+    s.tokens.forEach((t, k) => opt(Q, k, k + ': ' + t + (k === s.query ? '  (the probe\'s query)' : '')));
+    Q.value = s.query;
+  }
+  function fillHeads() {
+    const cur = H.value; H.textContent = '';
+    D.heads[L.value].forEach(h => opt(H, h, 'head ' + h));
+    if (D.heads[L.value].map(String).includes(cur)) H.value = cur;
+  }
+  function roleOf(row, t, key, i, q) {
+    const s = D.sentences[i];
+    let best = 0; row.forEach((a, k) => { if (a > row[best]) best = k; });
+    if (row[t] >= 1000 * D.threshold - 0.5 || t === best) return 'sel';
+    if (q !== s.query || i >= D.svm_sentences || !D.support[key] || !D.support[key][i]) return 'unk';
+    return D.support[key][i].includes(t) ? 'sup' : 'oth';
+  }
+  function render() {
+    const l = L.value, i = +S.value, q = +Q.value, s = D.sentences[i];
+    const shown = $('shown');
+    shown.dataset.layer = l; shown.dataset.sentence = i; shown.dataset.query = q;
+    shown.textContent = 'Layer ' + l + ', sentence ' + i + ': "' + s.text + '"; query token ' + q + ' "' + s.tokens[q] + '"' +
+      (q === s.query ? ' (the probe\'s query)' : ' (not the probe\'s query: support tokens unknown)');
+    const box = $('heads-rows'); box.textContent = '';
+    D.heads[l].forEach(h => {
+      const key = l + '-' + h, row = D.att[key][i][q];
+      const div = document.createElement('div'); div.className = 'hrow'; div.dataset.head = h;
+      const lab = document.createElement('span'); lab.className = 'hl'; lab.textContent = 'head ' + h; div.appendChild(lab);
+      s.tokens.forEach((t, k) => {
+        const sp = document.createElement('span');
+        sp.className = 'tok ' + roleOf(row, k, key, i, q) + (k === q ? ' q' : '');
+        sp.textContent = t; sp.dataset.t = k; sp.dataset.att = (row[k] / 1000).toFixed(3);
+        sp.style.background = shade(row[k] / 1000);
+        sp.title = t + ' | attention ' + (row[k] / 1000).toFixed(3) + ' | click: make it the query';
+        sp.addEventListener('click', () => { Q.value = k; render(); });
+        div.appendChild(sp);
+      });
+      box.appendChild(div);
+    });
+    const h = H.value, M = D.att[l + '-' + h][i], tab = $('matrix'); tab.textContent = '';
+    $('matrix-title').textContent = 'Layer ' + l + ', head ' + h + ': attention of every query (rows) over the tokens ' +
+      '(columns) of sentence ' + i + '; click a row to make it the query';
+    const thead = document.createElement('thead'), hr = document.createElement('tr');
+    hr.appendChild(document.createElement('th'));
+    s.tokens.forEach(t => { const th = document.createElement('th'); th.textContent = t; hr.appendChild(th); });
+    thead.appendChild(hr); tab.appendChild(thead);
+    const tb = document.createElement('tbody');
+    M.forEach((r, k) => {
+      const tr = document.createElement('tr'); tr.dataset.query = k; if (k === q) tr.className = 'cur';
+      const th = document.createElement('th'); th.textContent = s.tokens[k]; tr.appendChild(th);
+      r.forEach((a, t) => { const td = document.createElement('td'); td.style.background = shade(a / 1000);
+        td.title = s.tokens[k] + ' -> ' + s.tokens[t] + ': ' + (a / 1000).toFixed(3); tr.appendChild(td); });
+      tr.addEventListener('click', () => { Q.value = k; render(); });
+      tb.appendChild(tr);
+    });
+    tab.appendChild(tb);
+  }
+  L.addEventListener('change', () => { fillHeads(); render(); });
+  S.addEventListener('change', () => { fillQueries(); render(); });
+  Q.addEventListener('change', render);
+  H.addEventListener('change', render);
+  fillHeads(); fillQueries(); render();
+})();
+"""
+
+
+def _explorer_html(result, n_show: int) -> str:
+    """The chooser, the all-heads view of one sentence and the attention matrix (empty without matrices)."""
+    if not getattr(result, "matrices", None) or n_show == 0:
+        return ""
+    data = json.dumps(_explorer_data(result, n_show), separators=(",", ":"))
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return ("<h2>Explore one sentence</h2><div id='explorer'><p class='small'>Pick a layer, one of the "
+            f"{n_show} kept sentences and any of its tokens as the query. Each row below is one head of the layer: the "
+            "sentence's tokens shaded by that head's attention from the query, marked as in the legend (support "
+            "tokens only for the probe's own query of a sentence the SVM saw). Click a token to make it the "
+            "query.</p><div class='controls'><label>layer <select id='pick-layer'></select></label>"
+            "<label>sentence <select id='pick-sentence'></select></label><label>query <select id='pick-query'></select>"
+            "</label><label>head of the matrix <select id='pick-head'></select></label></div>"
+            "<p id='shown'></p><div id='heads-rows'></div><h3 id='matrix-title'></h3><table id='matrix'></table></div>"
+            f"<script type='application/json' id='probe-data'>{data}</script><script>{_SCRIPT}</script>")

@@ -215,7 +215,9 @@ class LMCosine(Experiment):
         cur = self._curves(table)
         panels = (("m", config.vary_m, dict(n=config.n, d=config.d)), ("n", config.vary_n, dict(m=config.m, d=config.d)),
                   ("d", config.vary_d, dict(m=config.m, n=config.n)))
-        fig, axes = subplots(1, 3, width=16 / 3, height=4.5, sharey=True)
+        # a panel that varies nothing (a quick preset's single d) would repeat a curve of the others
+        panels = tuple(p for p in panels if len(p[1]) > 1) or panels[:1]
+        fig, axes = subplots(1, len(panels), width=16 / 3, height=4.5, sharey=True)
         axes = axes[0]
         for ax, (var, values, fixed) in zip(axes, panels):
             for v in values:

@@ -285,11 +285,17 @@ class SVMRank(Experiment):
         if "protocol" not in table:
             table = table.assign(protocol="accurate")
         protos = [p for p in ("accurate", "research") if p in set(table.protocol)]
-        fig, axes = subplots(len(protos), 2, width=5, height=3.8)
+        # a panel is drawn only with a cell of its own (a quick preset's single T would repeat panel (a))
+        extra = {"a": panel_cells(config, "a"), "b": [c for c in panel_cells(config, "b") if c not in panel_cells(config, "a")]}
+        panels = [(v, p) for v, p in (("n", "a"), ("T", "b")) if p == "a" or extra["b"]]
+        fig, axes = subplots(len(protos), len(panels), width=5, height=3.8)
         col = plt_colors()
         for row, protocol in enumerate(protos):
             tab = table[table.protocol == protocol]
-            for ax, (varied, panel) in zip(axes[row], (("n", "a"), ("T", "b"))):
+            for ax, (varied, panel) in zip(axes[row], panels):
+                if panel == "b" and not any(((tab.n == n) & (tab["T"] == T)).any() for n, T in extra["b"]):
+                    ax.set_visible(False)  # this protocol did not run panel (b)'s own cells
+                    continue
                 for k, (n, T) in enumerate(panel_cells(config, panel)):
                     sub = tab[(tab.n == n) & (tab["T"] == T)]
                     if sub.empty:
