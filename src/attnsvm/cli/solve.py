@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from attnsvm._files import printable
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
@@ -108,6 +109,11 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
     ------
     ValidationError (a ValueError) for user errors (bad file, bad selection, bad norm).
     """
+    if output:
+        from attnsvm.npzfile import output_file
+
+        reads = [problem_path] + ([select] if select not in (None, "opt") and isinstance(select, (str, os.PathLike)) else [])
+        output = output_file(output, "--output", "solution file", inputs=reads)
     problem = TokenProblem.load(problem_path)
     if select is None or select == "opt":
         sol = solve_svm(problem, None, norm=norm)
@@ -121,5 +127,5 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
         sol.save(output)
     text = sol.to_json() if as_json else format_solution(sol)
     if output and not as_json:
-        text += f"\nwritten       {os.fspath(output)}"
+        text += f"\nwritten       {printable(os.fspath(output))}"
     return text
