@@ -387,9 +387,9 @@ def provenance_mismatch(stored: dict, expected: dict) -> str | None:
     if stored.get("inputs") != expected.get("inputs"):
         old, new = stored.get("inputs"), expected.get("inputs") or {}
         old = old if isinstance(old, dict) else {}
-        changed = sorted((k for k in set(old) | set(new) if old.get(k) != new.get(k)), key=str) or ["inputs"]
-        return (f"its inputs changed since it was written ({', '.join(_short(k, 40) for k in changed)}: stored "
-                f"{_short(stored.get('inputs'))}, now {_short(expected.get('inputs'))})")
+        changed = sorted((k for k in set(old) | set(new) if old.get(k) != new.get(k)), key=str)
+        return "its inputs changed since it was written (" + "; ".join(
+            f"{_short(k, 40)}: {_short(old.get(k), 30)}, now {_short(new.get(k), 30)}" for k in changed) + ")"
     return None
 
 
