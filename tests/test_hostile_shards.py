@@ -326,3 +326,35 @@ def test_the_probe_records_a_digest_of_its_model_files(tmp_path):
     assert ProbeRun().input_digests(cfg) == first
     (model / "config.json").write_text('{"model_type": "gpt2"}')
     assert ProbeRun().input_digests(cfg) != first
+
+
+def test_probe_recomputes_heads_after_the_model_files_are_replaced_in_place(tmp_path):
+    """Before: `attnsvm probe --model M --out O` showed the old model's numbers after M's weights were replaced
+    (the shards were keyed on the path). End to end with a tiny BERT whose weights are re-drawn in place."""
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+    from test_real_any_model import SENTENCES, _tiny
+
+    model = _tiny("bert", tmp_path / "model", seed=0)
+    f = tmp_path / "s.txt"
+    f.write_text("\n".join(SENTENCES[:4]) + "\n")
+
+    def probe(out):
+        r = CliRunner().invoke(cli, ["probe", "--model", model, "--sentences", str(f), "--svm-sentences", "3",
+                                     "--layers", "1", "--out", str(out), "--json"])
+        assert r.exit_code == 0, r.output
+        data = json.loads((out / "probe.json").read_text())
+        return data["stored"], pd.DataFrame(data["heads"]).drop(columns=["svm_seconds", "random_seconds"],
+                                                                  errors="ignore")
+
+    first, old = probe(tmp_path / "out")
+    assert (first["computed"], first["resumed"]) == (2, 0)
+    assert probe(tmp_path / "out")[0]["resumed"] == 2
+    _tiny("bert", tmp_path / "model", tokenizer=False, seed=1)  # same path, other weights
+    again, table = probe(tmp_path / "out")
+    assert (again["computed"], again["resumed"]) == (2, 0)
+    fresh = probe(tmp_path / "fresh")[1]
+    pd.testing.assert_frame_equal(table, fresh)
+    assert not table.equals(old), list(old.columns)  # the new weights give other numbers
