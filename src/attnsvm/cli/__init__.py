@@ -258,11 +258,12 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     from attnsvm.cli.probe import run_probe
 
     out = _outdir(out) if out is not None else None
-    click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
-                         as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
-                         max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
-                         view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
-                         connect_timeout=connect_timeout, progress_bar=not as_json))
+    text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
+                     as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
+                     max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
+                     view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
+                     connect_timeout=connect_timeout, progress_bar=not as_json)
+    click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 
 # -------------------------------------------------------------- experiments
@@ -282,9 +283,9 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
-        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {f['error']}", err=True)
+        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {printable(f['error'])}", err=True)
     for r in summary.recomputed:
-        click.echo(f"  recomputed task {r['key']}: its stored shard could not be used ({r['error']}); "
+        click.echo(f"  recomputed task {r['key']}: its stored shard could not be used ({printable(r['error'])}); "
                    f"set aside as {r['moved_to']}", err=True)
     return summary
 
