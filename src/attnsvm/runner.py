@@ -110,7 +110,8 @@ class RunSummary:
     wall_seconds: float = 0.0
 
     preset: str = "custom"
-    #: shards found unreadable on resume and recomputed: ``{"key", "error", "moved_to"}``
+    #: stored shards refused on resume (unreadable, failed checksum or provenance) and recomputed:
+    #: ``{"key", "error": why, "moved_to"}``
     recomputed: list = field(default_factory=list)
 
     @property
