@@ -240,3 +240,23 @@ def test_stale_temporary_files_with_random_names_are_removed(tmp_path):
     open(stale, "wb").write(b"half")
     run_experiment(toy, cfg, str(tmp_path), progress=False)
     assert not os.path.exists(stale)
+
+
+def test_a_figure_path_taken_by_a_fifo_is_one_clear_error(tmp_path):
+    from attnsvm.plotting import save_figure, subplots
+
+    class PlotToy(StoreToy):
+        name = "plot-toy"
+
+        def plot(self, config, table, outdir):
+            fig, ax = subplots()
+            ax[0, 0].plot(table["seed"], table["value"])
+            return save_figure(fig, outdir, "fig")
+
+    toy = PlotToy()
+    os.makedirs(tmp_path / "plot-toy")
+    os.mkfifo(tmp_path / "plot-toy" / "fig.png")
+    with pytest.raises(StorageError, match=r"cannot write the figures of plot-toy: .*fig\.png: it is a fifo") as info:
+        run_experiment(toy, toy.Config(), str(tmp_path), progress=False)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "plot-toy" / "fig.png").is_file()

@@ -121,7 +121,8 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None], *, sync_dir: bool
     """
     kind = not_regular(path, follow=False)
     if kind is not None and kind != "a symbolic link":
-        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file (refused: attnsvm only replaces regular files)")
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file (refused: attnsvm only replaces regular files)",
+                      path)
     fh, tmp = _open_temp(path)
     try:
         with fh:

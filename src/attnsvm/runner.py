@@ -725,7 +725,11 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     figures = []
     if not table.empty:
         checks = [c.to_dict() for c in experiment.checks(config, table)]
-        figures = [os.path.basename(os.fspath(p)) for p in experiment.plot(config, table, expdir)]
+        try:
+            figures = [os.path.basename(os.fspath(p)) for p in experiment.plot(config, table, expdir)]
+        except OSError as exc:  # a figure's path taken by a folder, a fifo, a device; disk full
+            where = os.fspath(exc.filename) if isinstance(exc.filename, (str, os.PathLike)) else expdir
+            raise StorageError(f"cannot write the figures of {name}: {where}: {oserror_text(exc, where)}") from None
     if failures:
         checks.append(integrity_check("every task completed", float(len(failures)), "==", 0,
                                       "failed tasks: " + ", ".join(f["key"] for f in failures),
