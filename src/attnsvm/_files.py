@@ -1,15 +1,34 @@
-"""Durable writes and path diagnostics shared by every writer of the package.
+"""Durable, exclusive writes and path diagnostics shared by every writer of the package.
 
 Each caller turns the ``OSError`` of :func:`atomic_write` into its own error type
 (``ProblemFileError``, ``StorageError``, ...) with :func:`oserror_text` as the reason.
+
+Nothing here follows a symbolic link planted in a results folder: temporary files are
+created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a fresh random name, the final
+rename replaces a link instead of writing through it, a target that exists and is not a
+regular file (a device, a fifo, a folder) is refused, and lock files are opened without
+following links and must be regular files with one name.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
+import secrets
+import stat
+import unicodedata
 from typing import BinaryIO, Callable
 
-__all__ = ["atomic_write", "file_in_path", "fsync_dir", "oserror_text"]
+__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "not_regular", "open_lock", "oserror_text",
+           "printable"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a fifo (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
 def file_in_path(path: str) -> str | None:
@@ -31,6 +50,35 @@ def oserror_text(exc: OSError, path: str) -> str:
     return exc.strerror or str(exc)
 
 
+def not_regular(path: str, follow: bool = True) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a directory", "a character device", ...),
+    else None (a regular file, or nothing there). ``follow=False`` looks at a symbolic link itself."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def printable(text, keep: str = "") -> str:
+    """``text`` with every control, format or unassigned character escaped (``\\x1b``, ``\\u202e``, ...) except those
+    in ``keep``: names read from files (a problem's stored name, a model's type) printed on a terminal can then
+    neither run escape sequences nor reorder what is shown."""
+    text = str(text)
+    if text.isprintable() and not any(unicodedata.category(c) == "Cf" for c in text):
+        return text
+    out = []
+    for c in text:
+        if c in keep or (c.isprintable() and unicodedata.category(c) != "Cf"):
+            out.append(c)
+        else:
+            code = ord(c)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
 def fsync_dir(path: str) -> None:
     """Flush a folder's entries (after a rename); silently skipped where the file system cannot."""
     try:
@@ -45,16 +93,39 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _exclusive(path: str, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` that creates ``path`` itself: fails (FileExistsError) if anything, a link included, is there."""
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+
+
+def _open_temp(path: str) -> tuple[BinaryIO, str]:
+    """A new temporary file beside ``path`` (``PATH.tmp-<pid>-<random>``), created exclusively, never through a link."""
+    for _ in range(100):
+        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            return open(tmp, "xb", opener=lambda p, flags: _exclusive(p, flags)), tmp
+        except FileExistsError:  # a name taken (or planted): draw another, never touch what is there
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside the file (100 names taken)", path)
+
+
 def atomic_write(path: str, write: Callable[[BinaryIO], None], *, sync_dir: bool = False) -> None:
-    """Replace ``path`` by what ``write(fh)`` writes: temporary file, flush, fsync, rename.
+    """Replace ``path`` by what ``write(fh)`` writes: exclusive temporary file, flush, fsync, rename.
 
     A full disk, a crash or Ctrl-C never leaves a truncated ``path``; on any failure the
     temporary file is removed and the exception propagates (``OSError`` for the caller to
-    name). ``sync_dir`` also flushes the folder entry of the rename.
+    name). ``sync_dir`` also flushes the folder entry of the rename. A ``path`` that exists and
+    is not a regular file (a device such as ``/dev/full``, a fifo, a folder) is refused with an
+    ``OSError`` saying what it is, before anything is written; a symbolic link at ``path`` is
+    replaced, never written through.
     """
-    tmp = f"{path}.tmp-{os.getpid()}"
+    kind = not_regular(path, follow=False)
+    if kind is not None and kind != "a symbolic link":
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file (refused: attnsvm only replaces regular files)",
+                      path)
+    fh, tmp = _open_temp(path)
     try:
-        with open(tmp, "wb") as fh:
+        with fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -67,3 +138,45 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None], *, sync_dir: bool
         raise
     if sync_dir:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def open_lock(path: str) -> BinaryIO:
+    """Open (creating it if needed) the lock file ``path`` for reading and writing, never through a symbolic link.
+
+    Raises ``OSError`` when ``path`` is a link, is not a regular file, or has other names (a hard
+    link to another file): writing the holder's pid there would change that file.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | _NONBLOCK, 0o666)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+            raise OSError(errno.EINVAL, f"the lock file is {kind}, not a regular file")
+        if st.st_nlink != 1:
+            raise OSError(errno.EINVAL, f"the lock file has {st.st_nlink} names (a hard link to another file); remove it")
+        if _NONBLOCK:
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_NONBLOCK)
+        return os.fdopen(fd, "r+b")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def folder_digest(path: str) -> str:
+    """``sha256:<hex>`` of the regular files directly in the folder ``path`` (names, sizes and contents, in name
+    order; a link to a file counts as that file, subfolders are left out): a model directory's weights, config
+    and tokenizer files. Raises ``OSError`` when the folder or a file cannot be read."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full):
+            continue
+        with open(full, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            raw = os.fsencode(name)
+            h.update(b"%d:%s:%d:" % (len(raw), raw, size))
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()

@@ -14,7 +14,7 @@ import zipfile
 
 import numpy as np
 
-from attnsvm._files import atomic_write, file_in_path, oserror_text
+from attnsvm._files import atomic_write, file_in_path, not_regular, oserror_text
 from attnsvm.errors import ProblemFileError
 
 
@@ -66,6 +66,48 @@ def input_file(path, label: str = "", what: str = "file") -> str:
         raise ProblemFileError(f"{pre}no such {what}: {path!r}")
     if not os.path.isfile(path):
         raise ProblemFileError(f"{pre}{path!r} is not a regular file")
+    return path
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def output_file(path, label: str = "", what: str = "output file", inputs=()) -> str:
+    """Check, before any work, that ``path`` can receive a written file; :class:`ProblemFileError` otherwise.
+
+    Refuses an empty path, a NUL character, a path that exists and is not a regular file (a
+    folder, a device such as ``/dev/full``, a fifo, a socket; also through a symbolic link), a
+    missing folder or a path through a regular file, and a path that is one of ``inputs`` (the
+    files the command reads: writing there would replace them). ``label`` (e.g. ``"--output"``)
+    starts the message, ``what`` names the file. Returns the path as a ``str``.
+    """
+    pre = _prefix(label)
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise ProblemFileError(f"{pre}expected a file path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not path.strip():
+        raise ProblemFileError(f"{pre}expected a file path, got an empty path ''")
+    if "\0" in path:
+        raise ProblemFileError(f"{pre}expected a file path without NUL characters, got {path!r}")
+    kind = not_regular(path)
+    if kind is not None:
+        raise ProblemFileError(f"{pre}{path!r} is {kind}, not a regular file: attnsvm writes the {what} only to a "
+                               "regular file (it would replace what is there)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        blocker = file_in_path(path)
+        raise ProblemFileError(f"{pre}cannot write the {what} {path!r}: " + (f"{blocker!r} is a file, not a folder"
+                               if blocker else f"the folder {folder!r} does not exist"))
+    for source in inputs:
+        if source is not None and os.path.exists(path) and _same_file(path, os.fspath(source)):
+            raise ProblemFileError(f"{pre}{path!r} is the input file {os.fspath(source)!r}: writing the {what} there "
+                                   "would replace it; choose another path")
     return path
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from attnsvm._files import atomic_write
+
 
 def pyplot():
     """``matplotlib.pyplot`` on the non-interactive Agg backend (unless a backend is already in use)."""
@@ -40,7 +42,8 @@ def save_figure(fig, outdir: str, stem: str) -> list[str]:
         pass
     for ext in ("png", "pdf"):
         path = os.path.join(outdir, f"{stem}.{ext}")
-        fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
+        # exclusive temporary file and rename: never written through a link planted at the figure's name
+        atomic_write(path, lambda fh: fig.savefig(fh, format=ext, dpi=130 if ext == "png" else None, bbox_inches="tight"))
         paths.append(path)
     pyplot().close(fig)
     return paths

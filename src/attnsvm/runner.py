@@ -5,17 +5,24 @@ so a sweep that is interrupted or killed resumes, when re-run with the same comm
 without recomputing anything stored. A failing task is recorded with its parameters
 (seeds) in ``failures.json`` and the others complete.
 
-Storage is crash-safe:
+Storage is crash-safe and checked:
 
-* a shard is written to a temporary file, flushed and fsynced, renamed, and its folder
-  fsynced; it carries its provenance (task, config hash, the config itself, code version,
-  seeds, time written) in the parquet key-value metadata, and the report's config and
-  provenance are built from what the stored shards say;
-* one run at a time per experiment folder (a file lock ``OUT/NAME/.lock``): a second
-  ``attnsvm run`` on the same folder waits, then reuses the first one's shards;
-* on resume, stale temporary files are removed and an unreadable shard (empty, truncated,
-  not parquet, or of another config) is set aside as ``<task>.parquet.unreadable``,
-  recomputed and reported (:attr:`RunSummary.recomputed`);
+* a shard is written to an exclusively created temporary file (never through a symbolic
+  link), flushed and fsynced, renamed, and its folder fsynced; it carries its provenance
+  (experiment, task, config hash, the config itself, the attnsvm version with ``git describe``
+  when run from a checkout, a digest of the package's source files, digests of the inputs the
+  experiment declares such as a probed model's files, seeds, time written) in the parquet
+  key-value metadata, and a SHA-256 checksum of the whole file (:func:`shard_bytes`), so any
+  change to the file after it was written, one flipped bit included, is detected;
+* on resume every shard is verified (:func:`read_shard`): checksum, then its provenance against
+  this run's (another task's shard copied over it, a shard rewritten by another program without
+  attnsvm's metadata, a shard of other code or other inputs under the same version); one that
+  fails is set aside as ``<task>.parquet.unreadable``, recomputed and reported with the reason
+  (:attr:`RunSummary.recomputed`); results, checks and the report's config and provenance are
+  built only from verified shards;
+* one run at a time per experiment folder (a file lock ``OUT/NAME/.lock``, opened without
+  following links): a second ``attnsvm run`` on the same folder waits, then reuses the first
+  one's shards; stale temporary files are removed;
 * a write error (disk full, read-only folder) stops the sweep with one clear error naming
   the path, removes the temporary file and keeps every shard already stored; Ctrl-C does
   the same (:class:`RunInterrupted`).
@@ -34,6 +41,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -44,18 +52,33 @@ from functools import lru_cache, partial
 
 import pandas as pd
 
-from attnsvm._files import atomic_write, oserror_text
+from attnsvm._files import atomic_write, not_regular, open_lock, oserror_text
 from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
 from attnsvm.experiments.config import config_to_yaml
 
 PROVENANCE_KEY = b"attnsvm.provenance"
+CHECKSUM_KEY = b"attnsvm.checksum"
 LOCK_FILE = ".lock"
+#: the checksum's value in the parquet footer: this tag, then 64 lowercase hex digits
+_CHECKSUM_TAG = b"attnsvm-sha256:"
+_CHECKSUM_RE = re.compile(re.escape(_CHECKSUM_TAG) + rb"([0-9a-f]{64})")
+_PLACEHOLDER = b"0" * 64
+#: provenance fields that must equal this run's for a stored shard to be reused
+VERIFIED_FIELDS = ("experiment", "task", "config_hash", "config", "attnsvm", "source", "inputs")
 
 
 class StorageError(AttnSVMError, OSError):
     """The results folder cannot be created or written (disk full, read-only, a path through a file)."""
+
+
+class ShardError(StorageError):
+    """A stored shard fails its checksum or its provenance (``reason`` says which and how)."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"the stored shard {path} cannot be used: {reason}")
+        self.path, self.reason = path, reason
 
 
 class SchedulerError(AttnSVMError, ConnectionError):
@@ -87,7 +110,8 @@ class RunSummary:
     wall_seconds: float = 0.0
 
     preset: str = "custom"
-    #: shards found unreadable on resume and recomputed: ``{"key", "error", "moved_to"}``
+    #: stored shards refused on resume (unreadable, failed checksum or provenance) and recomputed:
+    #: ``{"key", "error": why, "moved_to"}``
     recomputed: list = field(default_factory=list)
 
     @property
@@ -107,22 +131,66 @@ def config_hash(config) -> str:
     return hashlib.sha256((config_to_yaml(config) + __version__).encode()).hexdigest()[:12]
 
 
-@lru_cache(maxsize=None)
-def code_version() -> str:
-    """``attnsvm.__version__``, plus ``git describe --always --dirty`` when the package runs from its git checkout."""
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def source_digest(package_dir: str | None = None) -> str:
+    """``sha256:<hex>`` of the package's files (relative paths and contents, ``__pycache__`` and ``.pyc`` left out).
+
+    Stored in every shard's provenance and compared on resume: shards computed by other code
+    are recomputed even when the version number is the same and there is no git checkout.
+    """
+    root = package_dir or _PACKAGE_DIR
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/").encode("utf-8", "surrogateescape")
+            with open(full, "rb") as fh:
+                data = fh.read()
+            h.update(b"%d:%s:%d:" % (len(rel), rel, len(data)))
+            h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+def git_version(package_dir: str | None = None) -> str | None:
+    """``git describe --always`` of the checkout the package folder is tracked in, with ``-dirty`` when a file
+    under the package folder differs from that commit (modified, added, deleted or untracked); None when the
+    package is not tracked by git (an installed wheel) or git is unavailable."""
+    pkg = package_dir or _PACKAGE_DIR
+
+    def git(*args):
+        r = subprocess.run(["git", "-C", pkg, *args], capture_output=True, text=True, timeout=5)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    try:
+        # tracked in the repository git finds from here: a checkout of the package, not a venv inside some project
+        if not git("ls-files", "--", "__init__.py"):
+            return None
+        desc = git("describe", "--always")
+        status = git("status", "--porcelain", "--untracked-files=all", "--", ".")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not desc or status is None:
+        return None
+    return desc + ("-dirty" if status else "")
+
+
+@lru_cache(maxsize=8)
+def _code_version(source: str) -> str:
     from attnsvm import __version__
 
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        top = subprocess.run(["git", "-C", pkg, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                             timeout=5)
-        if top.returncode != 0 or os.path.realpath(os.path.join(top.stdout.strip(), "src", "attnsvm")) != os.path.realpath(pkg):
-            return __version__
-        desc = subprocess.run(["git", "-C", pkg, "describe", "--always", "--dirty"], capture_output=True, text=True,
-                              timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return __version__
-    return f"{__version__} (git {desc.stdout.strip()})" if desc.returncode == 0 and desc.stdout.strip() else __version__
+    desc = git_version()
+    return f"{__version__} (git {desc})" if desc else __version__
+
+
+def code_version() -> str:
+    """``attnsvm.__version__``, plus ``git describe --always`` (``-dirty`` when the package's files differ from the
+    commit) when the package runs from a git checkout, e.g. ``0.1.0 (git 1a2b3c4-dirty)``."""
+    return _code_version(source_digest())
 
 
 @contextmanager
@@ -205,44 +273,138 @@ def _atomic_text(text: str, path: str) -> None:
     _durable_write(path, text.encode("utf-8"))
 
 
-def _parquet_bytes(table: pd.DataFrame, provenance: dict | None = None) -> bytes:
+def _checksum_at(raw: bytes) -> int | None:
+    """Offset of the checksum's 64 hex digits in the parquet bytes ``raw``: the last checksum in the file's footer
+    (None: the file is not parquet, or no attnsvm checksum is there)."""
+    if len(raw) < 12 or raw[:4] != b"PAR1" or raw[-4:] != b"PAR1":
+        return None
+    footer = int.from_bytes(raw[-8:-4], "little")
+    begin = len(raw) - 8 - footer
+    if footer <= 0 or begin < 4:
+        return None
+    found = None
+    for found in _CHECKSUM_RE.finditer(raw, begin, len(raw) - 8):
+        pass
+    return None if found is None else found.start(1)
+
+
+def shard_bytes(table: pd.DataFrame, provenance: dict | None = None) -> bytes:
+    """Parquet bytes of ``table`` (columns as they are, no index) carrying ``provenance`` (JSON, key
+    ``attnsvm.provenance``) and a checksum (key ``attnsvm.checksum``): the SHA-256 of the whole file with the
+    checksum's own 64 hex digits read as zeros. Any change to the file, in the data, the metadata or the
+    checksum itself, makes :func:`verify_shard_bytes` fail."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     at = pa.Table.from_pandas(table, preserve_index=False)
+    meta = dict(at.schema.metadata or {})
     if provenance is not None:
-        meta = dict(at.schema.metadata or {})
-        meta[PROVENANCE_KEY] = json.dumps(provenance, default=str).encode("utf-8")
-        at = at.replace_schema_metadata(meta)
+        text = json.dumps(provenance, default=str, sort_keys=True)
+        # a config string that spells the tag must not look like a checksum (valid JSON: only inside strings)
+        meta[PROVENANCE_KEY] = text.replace(_CHECKSUM_TAG.decode(), "attnsvm-sha256\\u003a").encode("utf-8")
+    meta[CHECKSUM_KEY] = _CHECKSUM_TAG + _PLACEHOLDER  # last: the footer's last checksum is this one
     sink = pa.BufferOutputStream()
-    pq.write_table(at, sink)
-    return sink.getvalue().to_pybytes()
+    pq.write_table(at.replace_schema_metadata(meta), sink)
+    raw = sink.getvalue().to_pybytes()
+    at_ = _checksum_at(raw)
+    if at_ is None or raw[at_:at_ + 64] != _PLACEHOLDER:
+        raise StorageError("cannot place the checksum in the parquet footer (a column name or value spells "
+                           f"{_CHECKSUM_TAG.decode()!r} followed by 64 hex digits)")
+    return raw[:at_] + hashlib.sha256(raw).hexdigest().encode("ascii") + raw[at_ + 64:]
+
+
+def verify_shard_bytes(raw: bytes) -> str | None:
+    """Why the bytes of a stored parquet file fail their checksum (None: they pass). See :func:`shard_bytes`."""
+    if len(raw) == 0:
+        return "empty file"
+    if len(raw) < 12 or raw[:4] != b"PAR1" or raw[-4:] != b"PAR1":
+        return "not a parquet file (truncated or overwritten)"
+    at = _checksum_at(raw)
+    if at is None:
+        return ("no attnsvm checksum: not written by attnsvm as it is (e.g. rewritten by pandas without attnsvm's "
+                "metadata, or by an older attnsvm), or its footer is damaged")
+    stored = raw[at:at + 64]
+    actual = hashlib.sha256(raw[:at] + _PLACEHOLDER + raw[at + 64:]).hexdigest().encode("ascii")
+    if actual != stored:
+        return (f"checksum mismatch (stored {stored[:12].decode()}..., content {actual[:12].decode()}...): the file "
+                "changed after it was written")
+    return None
+
+
+def read_shard(path: str, expected: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """``(table, provenance)`` of a stored shard, verified.
+
+    Raises :class:`ShardError` (its ``reason`` says why) when the file is not a regular file, cannot be
+    read, fails its checksum, has no provenance or, when ``expected`` (a provenance dict) is given, a
+    provenance whose :data:`VERIFIED_FIELDS` differ from it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    kind = not_regular(path)
+    if kind is not None:
+        raise ShardError(path, f"it is {kind}, not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ShardError(path, f"cannot read it: {oserror_text(exc, path)}") from None
+    problem = verify_shard_bytes(raw)
+    if problem is None:
+        try:
+            at = pq.read_table(pa.BufferReader(raw))
+            text = (at.schema.metadata or {}).get(PROVENANCE_KEY)
+            prov = json.loads(text.decode("utf-8")) if text else None
+            table = at.to_pandas()
+        except Exception as exc:  # noqa: BLE001 - checksummed yet unreadable: say so, never use it
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        else:
+            if not isinstance(prov, dict):
+                problem = "no provenance in its metadata"
+            elif expected is not None:
+                problem = provenance_mismatch(prov, expected)
+    if problem is not None:
+        raise ShardError(path, problem)
+    return table, prov
+
+
+def _short(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def provenance_mismatch(stored: dict, expected: dict) -> str | None:
+    """Why a shard's provenance ``stored`` does not belong to this run's ``expected`` (None: it does)."""
+    if stored.get("experiment") != expected.get("experiment"):
+        return f"a shard of experiment {_short(stored.get('experiment'))}, not {_short(expected.get('experiment'))}"
+    if stored.get("task") != expected.get("task"):
+        return (f"a shard of task {_short(stored.get('task'))}, not {_short(expected.get('task'))} (copied or moved "
+                "from another task)")
+    if stored.get("config_hash") != expected.get("config_hash") or stored.get("config") != expected.get("config"):
+        return f"written for config {_short(stored.get('config_hash'))}, not {_short(expected.get('config_hash'))}"
+    if stored.get("attnsvm") != expected.get("attnsvm") or stored.get("source") != expected.get("source"):
+        return (f"written by other code (attnsvm {_short(stored.get('attnsvm'))}, source {_short(stored.get('source'), 30)}"
+                f"; this is {_short(expected.get('attnsvm'))}, source {_short(expected.get('source'), 30)})")
+    if stored.get("inputs") != expected.get("inputs"):
+        old, new = stored.get("inputs"), expected.get("inputs") or {}
+        old = old if isinstance(old, dict) else {}
+        changed = sorted((k for k in set(old) | set(new) if old.get(k) != new.get(k)), key=str)
+        return "its inputs changed since it was written (" + "; ".join(
+            f"{_short(k, 40)}: {_short(old.get(k), 30)}, now {_short(new.get(k), 30)}" for k in changed) + ")"
+    return None
 
 
 def _atomic_parquet(table: pd.DataFrame, path: str, provenance: dict | None = None) -> None:
-    _durable_write(path, _parquet_bytes(table, provenance))
-
-
-def read_shard(path: str) -> tuple[pd.DataFrame, dict | None]:
-    """``(table, provenance)`` of a stored shard; raises (pyarrow or OS errors) if it is unreadable."""
-    import pyarrow.parquet as pq
-
-    at = pq.read_table(path)
-    raw = (at.schema.metadata or {}).get(PROVENANCE_KEY)
-    prov = json.loads(raw.decode("utf-8")) if raw else None
-    return at.to_pandas(), prov
+    _durable_write(path, shard_bytes(table, provenance))
 
 
 def _shard_is_stored(path: str) -> bool:
-    """Whether ``path`` holds a parquet file with a readable footer (a cheap test)."""
-    if not os.path.isfile(path):
-        return False
+    """Whether ``path`` holds a shard that passes its checksum (a Dask task resubmitted after its shard was
+    stored; the provenance is verified again when the results are collected)."""
     try:
-        import pyarrow.parquet as pq
-
-        pq.read_metadata(path)
+        read_shard(path)
         return True
-    except Exception:  # noqa: BLE001 - unreadable means "not stored"
+    except ShardError:
         return False
 
 
@@ -264,9 +426,9 @@ def _folder_lock(expdir: str):
     """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, while another run holds it."""
     path = os.path.join(expdir, LOCK_FILE)
     try:
-        fh = open(path, "a+")
+        fh = open_lock(path)
     except OSError as exc:
-        raise StorageError(f"cannot create the lock file {path}: {oserror_text(exc, path)}") from None
+        raise StorageError(f"cannot use the lock file {path}: {oserror_text(exc, path)}") from None
     try:
         try:
             import fcntl
@@ -277,7 +439,8 @@ def _folder_lock(expdir: str):
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 fh.seek(0)
-                holder = fh.read().strip() or "?"
+                holder = fh.read(32).decode("ascii", "replace").strip()
+                holder = holder if holder.isdigit() else "?"
                 print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, "
                       "then its stored tasks are reused", file=sys.stderr, flush=True)
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -287,7 +450,7 @@ def _folder_lock(expdir: str):
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(str(os.getpid()))
+            fh.write(str(os.getpid()).encode("ascii"))
             fh.flush()
         except OSError:
             pass
@@ -416,13 +579,14 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
     name = experiment.name
     _clean_temp_files(expdir)
     shard = {t.key: os.path.join(sharddir, f"{t.key}.parquet") for t in tasks}
+    run_prov = _run_provenance(experiment, config, config_json, chash)
     recomputed = []
     stored = set()
     for t in tasks:
         path = shard[t.key]
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             continue
-        problem = _shard_problem(path, chash)
+        problem = _shard_problem(path, _expected(run_prov, t))
         if problem is None:
             stored.add(t.key)
             continue
@@ -430,9 +594,9 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
         try:
             os.replace(path, moved)
         except OSError as exc:
-            raise StorageError(f"cannot set aside the unreadable shard {path}: {oserror_text(exc, path)}") from None
+            raise StorageError(f"cannot set aside the unusable shard {path}: {oserror_text(exc, path)}") from None
         recomputed.append({"key": t.key, "error": problem, "moved_to": moved})
-        print(f"attnsvm: {name}: stored shard {path} is unreadable ({problem}); moved to {moved}, recomputing it",
+        print(f"attnsvm: {name}: stored shard {path} cannot be used ({problem}); moved to {moved}, recomputing it",
               file=sys.stderr, flush=True)
     todo = [t for t in tasks if t.key not in stored]
     resumed = len(tasks) - len(todo)
@@ -440,11 +604,9 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
     done_runs = sum(t.runs for t in tasks if t.key in stored)
     failures = []
     computed = 0
-    version = code_version()
 
     def provenance(task):
-        return {"task": task.key, "config_hash": chash, "version": version, "seeds": _seeds_of(task),
-                "params": task.params, "config": config_json, "experiment": name,
+        return {**_expected(run_prov, task), "seeds": _seeds_of(task), "params": task.params,
                 "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}
 
     bar = _progress(total_runs, done_runs, name, progress)
@@ -475,7 +637,7 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
 
     try:
         return _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, chash, start, workers,
-                        scheduler, failures, computed, resumed, recomputed)
+                        scheduler, failures, computed, resumed, recomputed, run_prov)
     except KeyboardInterrupt:
         raise _interrupted(name, shard, sharddir) from None
     except StorageError as exc:
@@ -494,40 +656,65 @@ def _interrupted(name: str, shard: dict, sharddir: str) -> "RunInterrupted":
                           "run the same command again to resume", n, sharddir)
 
 
-def _shard_problem(path: str, chash: str) -> str | None:
-    """Why the shard at ``path`` cannot be used (None: it can)."""
+def _inputs_of(experiment, config) -> dict:
+    """Digests of the files the experiment's numbers depend on beyond its config, from its optional method
+    ``input_digests(config) -> {name: digest}`` (the probe: its model's weight, config and tokenizer files)."""
+    hook = getattr(experiment, "input_digests", None)
+    if hook is None:
+        return {}
     try:
-        if os.path.getsize(path) == 0:
-            return "empty file"
-        table, prov = read_shard(path)
-    except Exception as exc:  # noqa: BLE001 - any failure to read means "recompute"
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    if prov is not None and prov.get("config_hash") != chash:
-        return f"written for config {prov.get('config_hash')!r}, not {chash!r}"
+        digests = hook(config)
+    except OSError as exc:
+        raise StorageError(f"{experiment.name}: cannot read the inputs to record their digests: "
+                           f"{exc.strerror or exc}") from None
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        raise TypeError(f"{experiment.name}.input_digests must return a dict of str to str, got {digests!r:.80}")
+    return dict(sorted(digests.items()))
+
+
+def _run_provenance(experiment, config, config_json, chash) -> dict:
+    """What every shard of this run must say (:data:`VERIFIED_FIELDS` but the task) and the code version."""
+    from attnsvm import __version__
+
+    source = source_digest()
+    return {"experiment": experiment.name, "config_hash": chash, "config": config_json, "attnsvm": __version__,
+            "source": source, "version": _code_version(source), "inputs": _inputs_of(experiment, config)}
+
+
+def _expected(run_prov: dict, task: Task) -> dict:
+    return {**run_prov, "task": task.key}
+
+
+def _shard_problem(path: str, expected: dict) -> str | None:
+    """Why the shard at ``path`` cannot be used for the task of ``expected`` (None: it can)."""
+    try:
+        read_shard(path, expected)
+    except ShardError as exc:
+        return exc.reason
     return None
 
 
 def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, chash, start, workers, scheduler,
-             failures, computed, resumed, recomputed) -> RunSummary:
-    """Read every stored shard, then write results, checks, figures, config and meta (all from the shards)."""
+             failures, computed, resumed, recomputed, run_prov) -> RunSummary:
+    """Read and verify every stored shard, then write results, checks, figures, config and meta (all from the
+    verified shards)."""
     name = experiment.name
     _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
     tables, provenance, configs = [], [], []
     for t in tasks:
         path = shard[t.key]
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             continue
         try:
-            table, prov = read_shard(path)
-        except Exception as exc:  # noqa: BLE001
-            raise StorageError(f"the stored shard {path} became unreadable during the run ({type(exc).__name__}: "
-                               f"{exc}); run the same command again to recompute it") from None
+            table, prov = read_shard(path, _expected(run_prov, t))
+        except ShardError as exc:
+            raise StorageError(f"the stored shard {path} changed during the run ({exc.reason}); run the same command "
+                               "again to recompute it") from None
         tables.append(table)
-        prov = prov or {"task": t.key, "config_hash": chash, "version": "unknown (shard without provenance)",
-                        "seeds": _seeds_of(t), "written": ""}
         if isinstance(prov.get("config"), dict) and prov["config"] not in configs:
             configs.append(prov["config"])
-        provenance.append({k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written")})
+        provenance.append({k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written", "source",
+                                                    "inputs")})
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     _atomic_parquet(table, os.path.join(expdir, "results.parquet"))
     # the config that produced the stored numbers is what the shards say (one config per shard folder)
@@ -538,7 +725,11 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     figures = []
     if not table.empty:
         checks = [c.to_dict() for c in experiment.checks(config, table)]
-        figures = [os.path.basename(os.fspath(p)) for p in experiment.plot(config, table, expdir)]
+        try:
+            figures = [os.path.basename(os.fspath(p)) for p in experiment.plot(config, table, expdir)]
+        except OSError as exc:  # a figure's path taken by a folder, a fifo, a device; disk full
+            where = os.fspath(exc.filename) if isinstance(exc.filename, (str, os.PathLike)) else expdir
+            raise StorageError(f"cannot write the figures of {name}: {where}: {oserror_text(exc, where)}") from None
     if failures:
         checks.append(integrity_check("every task completed", float(len(failures)), "==", 0,
                                       "failed tasks: " + ", ".join(f["key"] for f in failures),
@@ -555,7 +746,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
         "environment": environment(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "workers": workers or 1, "scheduler": scheduler, "preset": preset,
         "deviations": experiment.deviations(config),
-        "config": shown, "provenance": provenance, "code_version": code_version(),
+        "config": shown, "provenance": provenance, "code_version": run_prov["version"], "source": run_prov["source"],
         "recomputed_unreadable": recomputed,
     }
     _atomic_text(json.dumps(meta, indent=2, default=str), os.path.join(expdir, "meta.json"))

@@ -13,6 +13,7 @@ import click
 import numpy as np
 
 from attnsvm import __version__
+from attnsvm._files import printable
 from attnsvm.errors import AttnSVMError, ValidationError
 
 
@@ -22,7 +23,8 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None):
-        click.echo(f"attnsvm: error: {self.format_message()}", err=True)
+        # messages may quote names read from files: escape control characters (no terminal escape sequences)
+        click.echo(f"attnsvm: error: {printable(self.format_message(), keep=chr(10))}", err=True)
 
 
 def _usage_line(exc: click.UsageError) -> str:
@@ -115,7 +117,9 @@ def generate(name, n, T, d, seed, mode, rng, C, output):
     Example: attnsvm generate rd --n 6 --T 8 --d 10 --seed 0 -o problem.npz
     """
     from attnsvm.generators import GENERATORS
+    from attnsvm.npzfile import output_file
 
+    output = output_file(output, "--output", "problem file")  # before any work: a device, a folder, a fifo
     if name not in GENERATORS:
         raise UserError(f"unknown generator {name!r}; choose one of: {', '.join(GENERATORS)}")
     func, sized, _ = GENERATORS[name]
@@ -140,7 +144,7 @@ def generate(name, n, T, d, seed, mode, rng, C, output):
             raise UserError(f"--C applies to 'mm-loss' only, not {name!r}")
         problem = func(C) if (name == "mm-loss" and C is not None) else func()
     problem.save(output)
-    click.echo(f"wrote {output}: {problem!r}")
+    click.echo(f"wrote {printable(output)}: {problem!r}")
 
 
 # --------------------------------------------------------------------- info
@@ -182,7 +186,8 @@ def info(problem_file, tol, as_json):
         click.echo(json.dumps(summary, indent=2))
         return
     n, T, d = problem.shape
-    lines = [f"problem   {problem_file}" + (f" ({problem.name})" if problem.name else "")]
+    # the stored name comes from the file: control characters escaped (no terminal escape sequences)
+    lines = [f"problem   {printable(problem_file)}" + (f" ({printable(problem.name)})" if problem.name else "")]
     lines.append(f"shape     n={n} samples, T={T} tokens, d={d} dimensions")
     mode = {"cross": "cross-attention (queries Z)", "self": f"self-attention (query = token {problem.query_index})",
             "prompt": "prompt attention (trainable p" + (", fixed W)" if problem.W is not None else ", W = I)")}[problem.mode]
@@ -293,11 +298,12 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     from attnsvm.cli.probe import run_probe
 
     out = _outdir(out) if out is not None else None
-    click.echo(run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
-                         as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
-                         max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
-                         view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
-                         connect_timeout=connect_timeout, progress_bar=not as_json))
+    text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
+                     as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
+                     max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
+                     view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
+                     connect_timeout=connect_timeout, progress_bar=not as_json)
+    click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 
 # -------------------------------------------------------------- experiments
@@ -317,9 +323,9 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
-        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {f['error']}", err=True)
+        click.echo(f"  FAILED task {f['key']} {json.dumps(f['params'])}: {printable(f['error'])}", err=True)
     for r in summary.recomputed:
-        click.echo(f"  recomputed task {r['key']}: its stored shard was unreadable ({r['error']}); "
+        click.echo(f"  recomputed task {r['key']}: its stored shard could not be used ({printable(r['error'])}); "
                    f"set aside as {r['moved_to']}", err=True)
     return summary
 

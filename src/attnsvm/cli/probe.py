@@ -21,6 +21,17 @@ from attnsvm.real.probe_view import write_probe_view
 MAX_SENTENCE_CHARS = 100_000
 
 
+def _write_text(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically, never through a symbolic link; a clear error on failure."""
+    from attnsvm._files import atomic_write, oserror_text
+    from attnsvm.runner import StorageError
+
+    try:
+        atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {oserror_text(exc, path)}") from None
+
+
 def read_sentences(path) -> list[str]:
     """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
 
@@ -137,9 +148,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     written = []
     if out:
         os.makedirs(out, exist_ok=True)
-        table.to_csv(os.path.join(out, "probe.csv"), index=False)
-        with open(os.path.join(out, "probe.json"), "w") as fh:
-            json.dump(payload, fh, indent=2)
+        _write_text(os.path.join(out, "probe.csv"), table.to_csv(index=False))
+        _write_text(os.path.join(out, "probe.json"), json.dumps(payload, indent=2))
         written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
         written += heatmap_figure(table, out, "probe_heatmap")
         png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
@@ -147,7 +157,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         if agreement is not None:
             from attnsvm.real.agreement import agreement_figure
 
-            agreement.table.to_csv(os.path.join(out, "probe_agreement.csv"), index=False)
+            _write_text(os.path.join(out, "probe_agreement.csv"), agreement.table.to_csv(index=False))
             written.append(os.path.join(out, "probe_agreement.csv"))
             written += agreement_figure(agreement.table, out, "probe_agreement")
     if as_json:

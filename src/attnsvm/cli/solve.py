@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from attnsvm._files import printable
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
@@ -109,6 +110,11 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
     ------
     ValidationError (a ValueError) for user errors (bad file, bad selection, bad norm).
     """
+    if output:
+        from attnsvm.npzfile import output_file
+
+        reads = [problem_path] + ([select] if select not in (None, "opt") and isinstance(select, (str, os.PathLike)) else [])
+        output = output_file(output, "--output", "solution file", inputs=reads)
     problem = TokenProblem.load(problem_path)
     arr = None
     if select is None or select == "opt":
@@ -126,9 +132,9 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
         data = json.loads(sol.to_json())
         data.update(selection=what, optimality=optimality)
         return json.dumps(data, indent=2)
-    text = f"selection     {what}\noptimality    {optimality}\n" + format_solution(sol)
+    text = f"selection     {printable(what)}\noptimality    {optimality}\n" + format_solution(sol)
     if output:
-        text += f"\nwritten       {os.fspath(output)}"
+        text += f"\nwritten       {printable(os.fspath(output))}"
     return text
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import numpy as np
 from pydantic import PositiveFloat, PositiveInt
+from attnsvm._files import atomic_write
 from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.real.common import (
@@ -65,7 +66,8 @@ class RealMinilmHeads(Experiment):
         cols = [c for c in ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted",
                             "corr_random_restricted", "advantage", "svm_status", "svm_gap") if c in table.columns]
         csv = os.path.join(outdir, "minilm_heads_table.csv")
-        table.sort_values(["layer", "head"])[cols].to_csv(csv, index=False)
+        text = table.sort_values(["layer", "head"])[cols].to_csv(index=False)
+        atomic_write(csv, lambda fh: fh.write(text.encode("utf-8")))  # never written through a link
         return paths + [csv]
 
     def checks(self, config, table):

@@ -79,6 +79,14 @@ class ProbeRun(RealMinilmHeads):
         out["seconds_svm"] = res.seconds["svm"]
         return out
 
+    def input_digests(self, config):
+        """Digest of the model's files (weights, config, tokenizer): the runner recomputes stored heads when the
+        model's files were replaced in place (same path, other content)."""
+        from attnsvm._files import folder_digest
+        from attnsvm.real.minilm import model_path
+
+        return {"model": folder_digest(config.model or model_path())}
+
     def plot(self, config, table, outdir):
         from attnsvm.real.figures import heatmap_figure
 
