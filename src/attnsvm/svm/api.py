@@ -37,7 +37,7 @@ from attnsvm._validate import as_float_array, as_index_array, as_mask_array, che
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, fin_rows, gen_rows, prompt_rows,
+                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
@@ -123,8 +123,7 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     SVMSolution with ``W (d1, d2)`` (status "optimal" only when its certificate passes), or status
     "infeasible" with Farkas multipliers (hard margin); soft margin also ``slack (N,)``.
     """
-    if not isinstance(constraints, ConstraintSet):
-        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    constraints = checked_set(constraints)
     norm = _check_norm(norm)
     if C is not None:
         if formulation is not None:
@@ -153,8 +152,7 @@ def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certific
     duals : (N,) multipliers of ``min 1/2 ||W||_F^2`` (Frobenius) or of ``min ||W||_*`` (nuclear)
     norm : "fro" or "nuclear"
     """
-    if not isinstance(constraints, ConstraintSet):
-        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    constraints = checked_set(constraints)
     norm = _check_norm(norm)
     d1, d2, N = constraints.d1, constraints.d2, constraints.N
     W = as_float_array(W, "W", 2, f"(d1, d2) = ({d1}, {d2})")
