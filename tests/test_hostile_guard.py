@@ -121,3 +121,49 @@ def test_the_builders_keep_their_labels_and_rebuilding_a_set_validates_it():
 def test_solve_refuses_what_is_not_a_set(not_a_set):
     with pytest.raises(ValidationError, match="constraints must be a ConstraintSet"):
         solve(not_a_set)
+
+
+# ------------------------------------------------------------------ feasible only from a certificate
+def _infeasible_late_set(N=120, d=6):
+    """N feasible rows of size ~1, then a contradicting pair (u, -u, rhs 1) of size 100: a working set that
+    starts from W = 0 picks the large rows last (smallest relative violation), so it meets the
+    contradiction only after several rounds."""
+    U = rng.standard_normal((N, d))
+    V = np.tile(rng.standard_normal(d), (N, 1))
+    u = 100 * rng.standard_normal(d)
+    U = np.vstack([U, u, -u])
+    V = np.vstack([V, 100 * V[:2]])
+    return ConstraintSet(U, V, np.ones(N + 2))
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear"])
+@pytest.mark.parametrize("stop", [{"max_rounds": 1, "batch": 4}, {"time_limit": 1e-9}])
+def test_working_set_stopped_on_an_infeasible_problem_is_not_feasible(norm, stop):
+    cs = _infeasible_late_set()
+    full = solve(cs, "fro", method="working_set")
+    assert full.status == "infeasible" and full.certificate.farkas is not None     # the problem is infeasible
+    sol = solve(cs, norm, method="working_set", **stop)
+    assert not sol.feasible and not sol.certified, sol.status
+    if norm == "nuclear" and "max_rounds" in stop:      # max_rounds bounds the nuclear rounds, not the Frobenius
+        assert sol.status == "infeasible"                  # phase that decides feasibility: a Farkas certificate
+        return
+    assert sol.info.get("stopped") in ("round limit", "time limit")
+    assert sol.status == "undecided" and sol.norm == norm and np.isnan(sol.min_margin)
+
+
+def test_working_set_stopped_on_a_feasible_problem_claims_only_what_its_margins_show():
+    X = rng.standard_normal((40, 6, 12))
+    Z = rng.standard_normal((40, 12))
+    cs = att_constraints(X, Z, np.zeros(40, int))
+    stopped = solve(cs, "fro", method="working_set", max_rounds=1, batch=3)
+    assert stopped.status == "undecided" and not stopped.feasible          # rows still violated: not proven
+    assert stopped.certificate.max_violation > 1e-8
+    done = solve(cs, "fro", method="working_set")
+    assert done.status == "optimal" and done.feasible
+
+
+def test_cli_prints_an_undecided_solution_without_a_farkas_line():
+    from attnsvm.cli.solve import format_solution
+
+    text = format_solution(solve(_infeasible_late_set(), "fro", method="working_set", max_rounds=1, batch=4))
+    assert "status        undecided" in text and "stopped (round limit)" in text and "Farkas multipliers" not in text

@@ -21,7 +21,8 @@ relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear), "optimal_inaccurate" whe
 was found but the certificate does not pass (``feasible`` is true for both; code that
 needs the exact SVM asks for ``certified``), and "infeasible" (``W is None``, Farkas
 multipliers in ``certificate.farkas``): an infeasible selection is a result, never an
-exception. The solvers work on row-normalized data, so any data scale gives the same
+exception. A working set stopped by ``max_rounds`` or ``time_limit`` before it decided feasibility
+says "undecided" (``feasible`` False). The solvers work on row-normalized data, so any data scale gives the same
 answer (``W(cX) = W(X) / c^2``); where float64 cannot hold W or the multipliers they raise
 a ValidationError. Every numeric option is validated (ValidationError naming it), and
 ``max_memory`` bounds the dense N x N work before it is allocated (ResourceLimitError).
