@@ -167,3 +167,91 @@ def test_cli_prints_an_undecided_solution_without_a_farkas_line():
 
     text = format_solution(solve(_infeasible_late_set(), "fro", method="working_set", max_rounds=1, batch=4))
     assert "status        undecided" in text and "stopped (round limit)" in text and "Farkas multipliers" not in text
+
+
+# ------------------------------------------------------------------ limits that count everything
+def _wide_set(d=20000, N=5):
+    r = np.random.default_rng(5)
+    return ConstraintSet(r.standard_normal((N, d)), r.standard_normal((N, d)), np.ones(N))
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear"])
+def test_max_memory_counts_the_d_by_d_solution(norm):
+    from attnsvm.errors import ResourceLimitError
+
+    cs = _wide_set()                           # N = 5: the N x N work is nothing, W alone is 3.2 GB
+    with pytest.raises(ResourceLimitError, match=r"the 20000 x 20000 solution W .* more than the memory limit"):
+        solve(cs, norm, max_memory="100M")
+    with pytest.raises(ResourceLimitError, match="20000 x 20000 solution W"):
+        solve(cs, norm, C=1.0, max_memory="100M")        # the soft margin too
+
+
+def test_max_memory_counts_the_solution_of_the_problem_solvers():
+    from attnsvm import TokenProblem
+    from attnsvm.errors import ResourceLimitError
+    from attnsvm.svm import solve_gen_svm, solve_soft_svm, solve_svm, solve_svm_batch
+
+    r = np.random.default_rng(6)
+    p = TokenProblem(r.standard_normal((1, 5, 20000)), r.standard_normal((1, 20000)))
+    for call in (lambda: solve_svm(p, [0], max_memory="100M"),
+                 lambda: solve_gen_svm(p, np.eye(5, dtype=bool)[:1], max_memory="100M"),
+                 lambda: solve_soft_svm(p, [0], 1.0, max_memory="100M"),
+                 lambda: solve_svm_batch([p, p], select=[[0], [0]], max_memory="100M")):
+        with pytest.raises(ResourceLimitError, match="20000 x 20000 solution W"):
+            call()
+    small = TokenProblem(r.standard_normal((3, 4, 8)), r.standard_normal((3, 8)))
+    assert solve_svm(small, [0, 1, 2], max_memory="100M").status == "optimal"      # no false refusal
+
+
+def test_cli_solve_of_a_small_file_with_a_huge_d_is_refused_not_killed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from attnsvm import TokenProblem
+
+    r = np.random.default_rng(7)
+    path = tmp_path / "wide.npz"
+    TokenProblem(r.standard_normal((1, 5, 20000)), r.standard_normal((1, 20000)), Y=[1.0],
+                 v=r.standard_normal(20000)).save(path)
+    assert os.path.getsize(path) < 1.2e6                   # a ~1 MB file (X 800 KB, Z and v 160 KB each)
+    env = dict(os.environ, ATTNSVM_MAX_MEMORY="1G", PYTHONWARNINGS="ignore")
+    out = subprocess.run([sys.executable, "-m", "attnsvm", "solve", str(path)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("attnsvm: error: ") and "20000 x 20000 solution W" in out.stderr
+    assert "ATTNSVM_MAX_MEMORY" in out.stderr
+
+
+def test_training_counts_its_run_buffers(monkeypatch):
+    from attnsvm.errors import ResourceLimitError
+    from attnsvm.generators import random_problem
+    from attnsvm.training import train, train_sequence
+
+    monkeypatch.setenv("ATTNSVM_MAX_MEMORY", "8G")
+    p = random_problem(6, 8, 10, seed=0)
+    with pytest.raises(ResourceLimitError, match=r"10000000 run\(s\)"):
+        train(p, runs=10**7)                                 # refused before the runs are stacked
+    with pytest.raises(ResourceLimitError, match="100000001 checkpoints"):
+        train(p, steps=10**8, record_every=1)
+    with pytest.raises(ResourceLimitError, match=f"{2**63} steps"):
+        train(p, steps=2**63)
+    wide = random_problem(6, 8, 3000, seed=0)
+    with pytest.raises(ResourceLimitError, match=r"param KQ\) needs about .* more than the memory limit 2.0 GiB"):
+        train(wide, param="KQ", max_memory="2G")
+    X = np.random.default_rng(0).standard_normal((4, 8, 5))
+    with pytest.raises(ResourceLimitError, match="sequence training"):
+        train_sequence(X, np.ones((4, 8)), np.ones(5), steps=10**8, record_every=1)
+    assert train(p, steps=20, max_memory="100M").W.shape == (1, 3, 10, 10)       # no false refusal
+
+
+def test_training_estimate_is_above_the_measured_peak():
+    """The estimate bounds what a run really holds: its checkpoint buffers alone (allocated, measured
+    exactly) fit under it, and it grows with what grows them."""
+    from attnsvm.training.checks import training_bytes
+
+    C, R, n, T, d = 11, 4, 6, 8, 30
+    buffers = C * R * 8 * (2 + n * T + d * d)              # loss, grad norm, attention, W at each checkpoint
+    assert training_bytes(R, n, T, d, "W", d, C, 100, "ngd") >= 2 * buffers
+    assert training_bytes(R, n, T, d, "KQ", d, C, 100, "ngd") > training_bytes(R, n, T, d, "W", d, C, 100, "ngd")
+    assert training_bytes(R, n, T, d, "W", d, C, 100, "adam") > training_bytes(R, n, T, d, "W", d, C, 100, "ngd")
