@@ -255,3 +255,158 @@ def test_training_estimate_is_above_the_measured_peak():
     assert training_bytes(R, n, T, d, "W", d, C, 100, "ngd") >= 2 * buffers
     assert training_bytes(R, n, T, d, "KQ", d, C, 100, "ngd") > training_bytes(R, n, T, d, "W", d, C, 100, "ngd")
     assert training_bytes(R, n, T, d, "W", d, C, 100, "adam") > training_bytes(R, n, T, d, "W", d, C, 100, "ngd")
+
+
+# ------------------------------------------------------------------ a bounded runner
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import cloudpickle  # noqa: E402
+import pandas as pd  # noqa: E402
+from pydantic import PositiveInt  # noqa: E402
+
+from attnsvm.experiments import Experiment, ExperimentConfig, Task, check  # noqa: E402
+from attnsvm.runner import SchedulerError, max_workers, run_experiment  # noqa: E402
+
+
+class GuardConfig(ExperimentConfig):
+    seeds: list[PositiveInt] = [1, 2, 3, 4]
+    sleep: float = 0.0
+
+
+class GuardToy(Experiment):
+    name = "guard-toy"
+    title = "runner guard toy"
+    Config = GuardConfig
+
+    def tasks(self, config):
+        return [Task(f"seed-{s:03d}", 1, {"seed": s}) for s in config.seeds]
+
+    def run_task(self, config, task):
+        time.sleep(config.sleep)
+        return pd.DataFrame([{"seed": task.params["seed"], "value": float(task.params["seed"]) ** 2}])
+
+    def checks(self, config, table):
+        return [check("runs stored", len(table), "==", len(config.seeds), source="test", reason="every run")]
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_workers_are_capped_with_a_clear_error(tmp_path):
+    toy = GuardToy()
+    cap = max_workers()
+    assert cap == 4 * (os.cpu_count() or 1)
+    with pytest.raises(ValidationError, match=f"--workers must be at most {cap} .*--scheduler"):
+        run_experiment(toy, toy.Config(), str(tmp_path / "out"), progress=False, workers=cap + 1)
+    with pytest.raises(ValidationError, match="--workers must be at most"):
+        run_experiment(toy, toy.Config(), str(tmp_path / "out"), progress=False, workers=1000000)
+    assert not (tmp_path / "out").exists()                      # refused before anything was written
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "5", True])
+def test_worker_timeout_is_validated(tmp_path, value):
+    toy = GuardToy()
+    with pytest.raises(ValidationError, match="--worker-timeout"):
+        run_experiment(toy, toy.Config(), str(tmp_path), progress=False, worker_timeout=value)
+
+
+def test_scheduler_without_workers_fails_after_the_worker_timeout(tmp_path):
+    from dask.distributed import LocalCluster
+
+    toy = GuardToy()
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        t0 = time.time()
+        with pytest.raises(SchedulerError, match="has no worker after --worker-timeout 1 s") as info:
+            run_experiment(toy, toy.Config(), str(tmp_path / "out"), progress=False, scheduler=address,
+                           worker_timeout=1.0, connect_timeout=10)
+        elapsed = time.time() - t0
+    assert address in str(info.value) and "\n" not in str(info.value)
+    assert elapsed < 1.0 + 10.0, elapsed                        # the stated wait plus slack; never forever
+
+
+_SCHEDULER = """
+import sys, time
+from dask.distributed import LocalCluster
+cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
+                       protocol="tcp://", host="127.0.0.1")
+print(cluster.scheduler_address, flush=True)
+time.sleep(600)
+"""
+
+
+def test_lost_scheduler_is_one_clear_error_that_keeps_the_shards(tmp_path, capfd):
+    here = os.path.dirname(os.path.abspath(__file__))       # the scheduler unpickles this module's toy
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", _SCHEDULER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://"), address
+        toy = GuardToy()
+        cfg = toy.Config(sleep=0.5)
+        out = tmp_path / "out"
+
+        def kill_scheduler(key):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)        # scheduler and worker die after the first stored shard
+
+        with pytest.raises(SchedulerError) as info:
+            run_experiment(toy, cfg, str(out), progress=False, scheduler=address, task_hook=kill_scheduler,
+                           connect_timeout=10, worker_timeout=30)
+        msg = str(info.value)
+        assert msg.startswith(f"lost the Dask scheduler at {address!r}") and "run the same command to resume" in msg
+        assert "1 finished task(s) are kept" in msg and "\n" not in msg
+        shards = list(out.glob("guard-toy/shards/*/*.parquet"))
+        assert len(shards) == 1                          # the finished shard is kept
+        time.sleep(1.0)                                  # give distributed's reconnect loop time to log, if it would
+        err = capfd.readouterr().err
+        assert "Traceback" not in err, err[-2000:]
+        resumed = run_experiment(toy, cfg, str(out), progress=False)       # resume: the stored shard is reused
+        assert resumed.resumed == 1 and resumed.computed == 3 and resumed.ok
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_empty_design_is_refused_before_anything_is_written(tmp_path):
+    toy = GuardToy()
+    with pytest.raises(ValidationError, match="nothing to run"):
+        run_experiment(toy, toy.Config(seeds=[]), str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sets, match", [
+    (["instances=true"], "instances expects int, got True"),
+    (["instances=false"], "instances expects int, got False"),
+    (["ds=[2, true]"], r"ds expects list\[int\], got \[2, True\]"),
+    (["rng=true"], "rng expects Literal"),
+])
+def test_set_values_are_type_checked_strictly(sets, match):
+    from attnsvm.experiments import build_config, parse_assignments, registry
+
+    exp = registry()["tf-feasibility"]
+    with pytest.raises(ValidationError, match=match):
+        build_config(exp, quick=True, overrides=parse_assignments(sets))
+    assert build_config(exp, quick=True, overrides=parse_assignments(["instances=3"])).instances == 3
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--set", "instances=true"], "instances expects int, got True"),
+    (["--set", "ds=[]"], "nothing to run"),
+    (["--workers", "1000000"], "--workers must be at most"),
+])
+def test_cli_run_refuses_in_one_line(tmp_path, args, match):
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    res = CliRunner().invoke(cli, ["run", "tf-feasibility", "--quick", "--out", str(tmp_path / "o"), *args])
+    assert res.exit_code == 2 and res.exception is None or isinstance(res.exception, SystemExit), res.output
+    text = res.output.strip()
+    assert text.startswith("attnsvm: error:") and "\n" not in text and match in text, text
+    assert not (tmp_path / "o").exists()
