@@ -127,7 +127,7 @@ def train(
         only (the previous count is restored on return)
     max_memory : bytes or a size string ("2G"): refuse (ResourceLimitError) before anything is allocated
         when the runs' checkpoint buffers, state and data need more (estimate:
-        :func:`~attnsvm.training.checks.training_bytes`); default ``$ATTNSVM_MAX_MEMORY``, else 80 % of
+        ``attnsvm.training.checks.training_bytes``); default ``$ATTNSVM_MAX_MEMORY``, else 80 % of
         available memory
 
     Returns
