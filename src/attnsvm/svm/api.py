@@ -97,8 +97,9 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
 
 
 #: d1 x d2 float64 arrays alive at the peak of a solve, the solution W and its certificate's products included:
-#: measured 6.0 (dense Frobenius), 4.0 (Frobenius working set), 7.1 (dense nuclear) and 8.1 (nuclear working
-#: set) with ``ru_maxrss`` at d = 3000, N = 5 (tests/test_hostile_guard.py shows the limit refusing); budgeted above.
+#: measured about 6 (dense Frobenius), 4 (Frobenius working set), 7 (dense nuclear) and 8 (nuclear working set)
+#: at N = 5, d = 2000 and 3000 (``python benchmarks/memory_estimates.py`` prints measured peak and estimate);
+#: budgeted above.
 SOLUTION_ARRAYS = {"fro": 7, "nuclear": 9}
 
 

@@ -140,8 +140,9 @@ def _problem_shape(problems, runs) -> tuple | None:
 
 
 #: live d x d-sized arrays per run (parameters, gradients, normalized steps, temporaries; Adam's moments) and
-#: n x T x d-sized ones (the stacked data and the kernel's products), budgeted above ``ru_maxrss`` measured at
-#: d = 20..3000, R = 1..2000 (W and KQ, NGD, GD and Adam); see :func:`training_bytes`
+#: n x T x d-sized ones (the stacked data and the kernel's products), budgeted above the peak resident size
+#: measured at d = 20..3000, R = 1..2000 (W and KQ, NGD, GD and Adam; ``python benchmarks/memory_estimates.py``
+#: prints measured peak and estimate per case); see :func:`training_bytes`
 _STATE_ARRAYS = {"ngd": 6, "gd": 6, "adam": 8}
 _DATA_ARRAYS = 5
 _OVERHEAD = 32 * 2**20
