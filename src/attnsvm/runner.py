@@ -668,10 +668,8 @@ def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout
         return
     from dask.distributed import Client, LocalCluster, as_completed
 
-    cluster = None
-    quiet = _quiet_distributed()
-    quiet.__enter__()
-    try:
+    with _quiet_distributed():
+        cluster = None
         if scheduler:
             try:
                 client = Client(scheduler, timeout=connect_timeout)
@@ -681,54 +679,50 @@ def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout
         else:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)
-    except BaseException:
-        quiet.__exit__(None, None, None)
-        raise
-    where = scheduler or "the local Dask cluster"
+        where = scheduler or "the local Dask cluster"
 
-    def lost(why: str) -> SchedulerError:
-        n = sum(os.path.exists(p) for p in shard.values())
-        folder = os.path.dirname(next(iter(shard.values()))) if shard else "the results folder"
-        return SchedulerError(f"lost the Dask scheduler at {where!r} during the run ({why}); {n} finished task(s) "
-                              f"are kept in {folder}: start the scheduler and its workers again, then run the same "
-                              "command to resume")
+        def lost(why: str) -> SchedulerError:
+            n = sum(os.path.exists(p) for p in shard.values())
+            folder = os.path.dirname(next(iter(shard.values()))) if shard else "the results folder"
+            return SchedulerError(f"lost the Dask scheduler at {where!r} during the run ({why}); {n} finished task(s) "
+                                  f"are kept in {folder}: start the scheduler and its workers again, then run the same "
+                                  "command to resume")
 
-    def result_of(future):
-        def result():
-            try:
-                return future.result()
-            except Exception as exc:  # noqa: BLE001 - a task's own error, unless the scheduler is gone
-                if client.status != "running":
-                    raise lost(f"{type(exc).__name__}") from None
-                raise
-        return result
+        def result_of(future):
+            def result():
+                try:
+                    return future.result()
+                except Exception as exc:  # noqa: BLE001 - a task's own error, unless the scheduler is gone
+                    if client.status != "running":
+                        raise lost(type(exc).__name__) from None
+                    raise
+            return result
 
-    try:
-        if scheduler:
-            try:
-                client.wait_for_workers(1, timeout=worker_timeout)
-            except (TimeoutError, OSError):
-                raise SchedulerError(f"the Dask scheduler at {scheduler!r} has no worker after --worker-timeout "
-                                     f"{worker_timeout:g} s: start workers (dask worker {scheduler}) or wait longer "
-                                     "with a larger --worker-timeout") from None
-        futures = {client.submit(execute_task, experiment, config_json, task, shard.get(task.key), max_memory,
-                                 pure=False, key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task
-                   for task in todo}
-        for future in as_completed(futures):
-            task = futures.pop(future)
-            if future.status == "cancelled" or client.status != "running":
-                raise lost(f"task {task.key} {future.status}, client {client.status}")
-            yield task, result_of(future)
-            # the result is stored: release it so that a worker lost later does not make Dask recompute it
-            future.release()
-    finally:
         try:
-            client.close(timeout=10)
-        except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
-            pass
-        if cluster is not None:
-            cluster.close()
-        quiet.__exit__(None, None, None)
+            if scheduler:
+                try:
+                    client.wait_for_workers(1, timeout=worker_timeout)
+                except (TimeoutError, OSError):
+                    raise SchedulerError(f"the Dask scheduler at {scheduler!r} has no worker after --worker-timeout "
+                                         f"{worker_timeout:g} s: start workers (dask worker {scheduler}) or wait longer "
+                                         "with a larger --worker-timeout") from None
+            futures = {client.submit(execute_task, experiment, config_json, task, shard.get(task.key), max_memory,
+                                     pure=False, key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task
+                       for task in todo}
+            for future in as_completed(futures):
+                task = futures.pop(future)
+                if future.status == "cancelled" or client.status != "running":
+                    raise lost(f"task {task.key} {future.status}, client {client.status}")
+                yield task, result_of(future)
+                # the result is stored: release it so that a worker lost later does not make Dask recompute it
+                future.release()
+        finally:
+            try:
+                client.close(timeout=10)
+            except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
+                pass
+            if cluster is not None:
+                cluster.close()
 
 
 @contextmanager
