@@ -508,16 +508,33 @@ def _makedirs(path: str) -> None:
         raise StorageError(f"cannot create the results folder {path}: {oserror_text(exc, path)}") from None
 
 
+#: ``--workers`` beyond this many local worker processes per CPU is refused (more start no task sooner)
+WORKERS_PER_CPU = 4
+#: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
+WORKER_TIMEOUT = 60.0
+
+
+def max_workers() -> int:
+    """The largest ``--workers``: :data:`WORKERS_PER_CPU` times this machine's CPU count."""
+    return WORKERS_PER_CPU * (os.cpu_count() or 1)
+
+
+def _check_seconds(value, option: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValidationError(f"{option} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                    progress: bool = True, task_hook=None, connect_timeout: float = 20.0,
-                   max_memory=None) -> RunSummary:
+                   max_memory=None, worker_timeout: float = WORKER_TIMEOUT) -> RunSummary:
     """Run (or resume) ``experiment`` with ``config`` into ``outdir/NAME``.
 
     Parameters
     ----------
     workers : int, optional
         ``None``/``1``: run in this process. ``N > 1``: start a local Dask cluster
-        of N single-threaded worker processes.
+        of N single-threaded worker processes (at most :func:`max_workers`, 4 per CPU).
     scheduler : str, optional
         Address of a running Dask scheduler (``tcp://host:port``); overrides ``workers``.
     task_hook : callable, optional
@@ -525,6 +542,9 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         simulate a crash mid-sweep).
     connect_timeout : float
         Seconds to wait for the Dask scheduler before a clear error (:class:`SchedulerError`).
+    worker_timeout : float
+        Seconds the tasks wait for a first worker of ``scheduler`` before a clear error naming the
+        address (:class:`SchedulerError`; default 60).
     max_memory : int or str, optional
         Memory limit for planning and for one task (see :mod:`attnsvm.memory`; default
         ``$ATTNSVM_MAX_MEMORY``, else 80 % of available memory). Work estimated above it
@@ -534,6 +554,11 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     ------
     StorageError
         The results folder cannot be created or written; shards already stored are kept.
+    SchedulerError
+        No scheduler answers, it has no worker within ``worker_timeout``, or it is lost during the run
+        (shards already stored are kept; the message says how to resume).
+    ValidationError
+        A bad option, or a config whose design is empty ("nothing to run", e.g. ``ds=[]``).
     RunInterrupted
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
@@ -541,9 +566,12 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValidationError(f"--workers must be an integer >= 1, got {workers!r}")
-    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or \
-            not (math.isfinite(connect_timeout) and connect_timeout > 0):
-        raise ValidationError(f"--connect-timeout must be a finite number of seconds > 0, got {connect_timeout!r}")
+    if workers is not None and workers > max_workers():
+        raise ValidationError(f"--workers must be at most {max_workers()} ({WORKERS_PER_CPU} per CPU, "
+                              f"{os.cpu_count() or 1} CPU(s) here), got {workers}; for more, start a Dask cluster and "
+                              "give its address with --scheduler")
+    _check_seconds(connect_timeout, "--connect-timeout")
+    worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
     outdir = _check_outdir(outdir)
@@ -556,6 +584,9 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     hint = "reduce the sizes or runs in the config, or raise --max-memory / ATTNSVM_MAX_MEMORY"
     require_memory(experiment.estimate_memory(config, None), f"{name}: planning the tasks", limit=max_memory, hint=hint)
     tasks = experiment.tasks(config)
+    if not tasks:
+        raise ValidationError(f"{name}: nothing to run: this config gives no task (an empty list, such as ds=[], "
+                              "in the config or a --set?)")
     keys = [t.key for t in tasks]
     if len(set(keys)) != len(keys):
         raise AttnSVMError(f"{name}: task keys are not unique")
@@ -571,11 +602,11 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     _makedirs(sharddir)
     with _folder_lock(expdir):
         return _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash, start, workers,
-                           scheduler, progress, task_hook, connect_timeout, max_memory)
+                           scheduler, progress, task_hook, connect_timeout, max_memory, worker_timeout)
 
 
 def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash, start, workers, scheduler,
-                progress, task_hook, connect_timeout, max_memory) -> RunSummary:
+                progress, task_hook, connect_timeout, max_memory, worker_timeout=WORKER_TIMEOUT) -> RunSummary:
     name = experiment.name
     _clean_temp_files(expdir)
     shard = {t.key: os.path.join(sharddir, f"{t.key}.parquet") for t in tasks}
@@ -610,11 +641,14 @@ def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash,
                 "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}
 
     bar = _progress(total_runs, done_runs, name, progress)
-    outcomes = _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout, shard, max_memory)
+    outcomes = _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout, shard, max_memory,
+                         worker_timeout)
     try:
         for task, result in outcomes:
             try:
                 table = result()
+            except SchedulerError:  # the scheduler is lost: stop the sweep (not a failure of this task)
+                raise
             except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
                 failures.append(_failure(task, exc))
             else:
@@ -807,11 +841,14 @@ def check_scheduler(address: str, timeout: float) -> None:
         raise SchedulerError(f"{address!r} answered, but not as a Dask scheduler (reply {str(reply)[:80]!r})")
 
 
-def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout=20.0, shard=None, max_memory=None):
+def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout=20.0, shard=None, max_memory=None,
+              worker_timeout=WORKER_TIMEOUT):
     """Yield ``(task, result)`` as tasks finish; ``result()`` returns the task's table (None: already
     stored) or raises.
 
-    In this process when neither ``workers > 1`` nor ``scheduler`` is given, else on Dask.
+    In this process when neither ``workers > 1`` nor ``scheduler`` is given, else on Dask: a scheduler
+    without a worker after ``worker_timeout`` seconds, or one lost during the run, raises one
+    :class:`SchedulerError` (distributed's own reconnect tracebacks are kept off the terminal meanwhile).
     """
     shard = shard or {}
     if not (scheduler or (workers is not None and workers > 1)):
@@ -822,29 +859,79 @@ def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout
         return
     from dask.distributed import Client, LocalCluster, as_completed
 
-    cluster = None
-    if scheduler:
+    with _quiet_distributed():
+        cluster = None
+        if scheduler:
+            try:
+                client = Client(scheduler, timeout=connect_timeout)
+            except Exception as exc:  # noqa: BLE001
+                raise SchedulerError(f"cannot connect to the Dask scheduler at {scheduler!r}: {type(exc).__name__}: "
+                                     f"{exc}"[:400]) from None
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        where = scheduler or "the local Dask cluster"
+
+        def lost(why: str) -> SchedulerError:
+            n = sum(os.path.exists(p) for p in shard.values())
+            folder = os.path.dirname(next(iter(shard.values()))) if shard else "the results folder"
+            return SchedulerError(f"lost the Dask scheduler at {where!r} during the run ({why}); {n} finished task(s) "
+                                  f"are kept in {folder}: start the scheduler and its workers again, then run the same "
+                                  "command to resume")
+
+        def result_of(future):
+            def result():
+                try:
+                    return future.result()
+                except Exception as exc:  # noqa: BLE001 - a task's own error, unless the scheduler is gone
+                    if client.status != "running":
+                        raise lost(type(exc).__name__) from None
+                    raise
+            return result
+
         try:
-            client = Client(scheduler, timeout=connect_timeout)
-        except Exception as exc:  # noqa: BLE001
-            raise SchedulerError(f"cannot connect to the Dask scheduler at {scheduler!r}: {type(exc).__name__}: "
-                                 f"{exc}"[:400]) from None
-    else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
+            if scheduler:
+                try:
+                    client.wait_for_workers(1, timeout=worker_timeout)
+                except (TimeoutError, OSError):
+                    raise SchedulerError(f"the Dask scheduler at {scheduler!r} has no worker after --worker-timeout "
+                                         f"{worker_timeout:g} s: start workers (dask worker {scheduler}) or wait longer "
+                                         "with a larger --worker-timeout") from None
+            futures = {client.submit(execute_task, experiment, config_json, task, shard.get(task.key), max_memory,
+                                     pure=False, key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task
+                       for task in todo}
+            for future in as_completed(futures):
+                task = futures.pop(future)
+                if future.status == "cancelled" or client.status != "running":
+                    raise lost(f"task {task.key} {future.status}, client {client.status}")
+                yield task, result_of(future)
+                # the result is stored: release it so that a worker lost later does not make Dask recompute it
+                future.release()
+        finally:
+            try:
+                client.close(timeout=10)
+            except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
+                pass
+            if cluster is not None:
+                cluster.close()
+
+
+@contextmanager
+def _quiet_distributed():
+    """distributed's client-side loggers at CRITICAL while this run uses Dask: a lost scheduler then ends in
+    the runner's one :class:`SchedulerError`, not in distributed's reconnect tracebacks."""
+    import logging
+
+    names = ("distributed.client", "distributed.core", "distributed.comm", "distributed.batched", "distributed.utils")
+    loggers = [logging.getLogger(n) for n in names]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
-        futures = {client.submit(execute_task, experiment, config_json, task, shard.get(task.key), max_memory,
-                                 pure=False, key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task
-                   for task in todo}
-        for future in as_completed(futures):
-            task = futures.pop(future)
-            yield task, future.result
-            # the result is stored: release it so that a worker lost later does not make Dask recompute it
-            future.release()
+        yield
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        for lg, level in zip(loggers, old):
+            lg.setLevel(level)
 
 
 def environment() -> dict:

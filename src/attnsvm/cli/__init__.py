@@ -307,11 +307,11 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
 
 # -------------------------------------------------------------- experiments
-def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None):
+def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None, worker_timeout=60.0):
     from attnsvm.runner import run_experiment
 
     summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
-                             connect_timeout=connect_timeout, max_memory=max_memory)
+                             connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout)
     passed = sum(c["passed"] for c in summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
                f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, "
@@ -376,10 +376,13 @@ def _max_memory(text):
     return parse_size(text, "--max-memory")
 
 
-_workers_opt = click.option("--workers", type=int, default=None, help="Start a local Dask cluster with N worker processes.")
+_workers_opt = click.option("--workers", type=int, default=None,
+                            help="Start a local Dask cluster with N worker processes (at most 4 per CPU).")
 _scheduler_opt = click.option("--scheduler", default=None, help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
 _timeout_opt = click.option("--connect-timeout", type=float, default=20.0, show_default=True,
                             help="Seconds to wait for the Dask scheduler before giving up with an error.")
+_worker_timeout_opt = click.option("--worker-timeout", type=float, default=60.0, show_default=True,
+                                  help="Seconds to wait for a first worker of --scheduler before giving up with an error.")
 _memory_opt = click.option("--max-memory", default=None,
                            help="Memory limit per task, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% of available).")
 _allow_opt = click.option("--allow-failures", is_flag=True,
@@ -408,9 +411,11 @@ def list_cmd():
 @_workers_opt
 @_scheduler_opt
 @_timeout_opt
+@_worker_timeout_opt
 @_memory_opt
 @_allow_opt
-def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, max_memory, allow_failures):
+def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, worker_timeout, max_memory,
+        allow_failures):
     """Run (or resume) experiment NAME; results go to OUT/NAME/.
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
@@ -427,7 +432,7 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
     except ValidationError as exc:
         raise UserError(f"--config: {exc}") from None
     config = build_config(exp, quick=quick, file_overrides=file_overrides, overrides=parse_assignments(sets))
-    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory))
+    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory), worker_timeout)
     write_report(out)
     _finish([summary], [], allow_failures)
 
@@ -439,9 +444,10 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 @_workers_opt
 @_scheduler_opt
 @_timeout_opt
+@_worker_timeout_opt
 @_memory_opt
 @_allow_opt
-def reproduce(quick, out, only, workers, scheduler, connect_timeout, max_memory, allow_failures):
+def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_timeout, max_memory, allow_failures):
     """Run every experiment, then write OUT/report.html and OUT/report.md.
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
@@ -464,7 +470,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, max_memory,
             skipped.append({"name": name, "title": reg[name].title, "reason": reason, "hint": reg[name].install_hint})
             continue
         summaries.append(_run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler,
-                                  connect_timeout, limit))
+                                  connect_timeout, limit, worker_timeout))
     record_skipped(out, skipped, ran=[s.name for s in summaries])
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")

@@ -87,6 +87,10 @@ def format_solution(sol: SVMSolution) -> str:
             f"duality gap   {c.duality_gap:.3g} (relative; certified: <= {CERTIFIED_GAP.get(sol.norm, 1e-8):g}, "
             f"violation <= {CERTIFIED_VIOLATION:g})",
         ]
+    elif status == "undecided":
+        lines += [f"certificate   none: the working set stopped ({sol.info.get('stopped', 'early')}) before it found "
+                  "a W satisfying every row or a Farkas certificate",
+                  f"max violation {c.max_violation:.3g} (relative, of the last subset's W)"]
     else:
         lines += [f"certificate   Farkas multipliers on {len(c.offending)} constraints, "
                   f"relative ||sum lam_k u_k w_k^T|| = {c.stationarity_residual:.3g}"]

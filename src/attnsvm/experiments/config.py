@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError as PydanticValidationError
@@ -61,6 +63,10 @@ def build_config(experiment, *, quick: bool = False, file_overrides: dict | None
         raise ValidationError(
             f"unknown config key(s) for {experiment.name}: {', '.join(unknown)}; known keys: {', '.join(fields)}"
         )
+    for key, value in values.items():
+        if _has_bool(value) and not _allows_bool(fields[key].annotation):
+            raise ValidationError(f"invalid config for {experiment.name}: {key} expects "
+                                  f"{_type_name(fields[key].annotation)}, got {value!r} (true/false are not numbers)")
     try:
         return experiment.Config(**values)
     except PydanticValidationError as exc:
@@ -69,6 +75,34 @@ def build_config(experiment, *, quick: bool = False, file_overrides: dict | None
             loc = ".".join(str(p) for p in err["loc"])
             problems.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
         raise ValidationError(f"invalid config for {experiment.name}: " + "; ".join(problems)) from None
+
+
+def _has_bool(value) -> bool:
+    """Whether ``value`` is a bool or holds one (lists, tuples, sets, dict values)."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, dict):
+        return any(_has_bool(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return any(_has_bool(v) for v in value)
+    return False
+
+
+def _allows_bool(annotation) -> bool:
+    """Whether a config field's type admits a bool anywhere (pydantic's lax mode would read ``true`` as 1)."""
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in get_args(annotation))
+    return any(_allows_bool(a) for a in get_args(annotation))
+
+
+def _type_name(annotation) -> str:
+    """``int``, ``list[int]``, ``Literal['torch', 'numpy']``: the type without pydantic's constraints."""
+    if get_origin(annotation) is None:
+        return getattr(annotation, "__name__", str(annotation))
+    text = str(annotation).replace("typing.", "").replace("annotated_types.", "")
+    return re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)
 
 
 def config_to_yaml(config) -> str:

@@ -21,7 +21,8 @@ relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear), "optimal_inaccurate" whe
 was found but the certificate does not pass (``feasible`` is true for both; code that
 needs the exact SVM asks for ``certified``), and "infeasible" (``W is None``, Farkas
 multipliers in ``certificate.farkas``): an infeasible selection is a result, never an
-exception. The solvers work on row-normalized data, so any data scale gives the same
+exception. A working set stopped by ``max_rounds`` or ``time_limit`` before it decided feasibility
+says "undecided" (``feasible`` False). The solvers work on row-normalized data, so any data scale gives the same
 answer (``W(cX) = W(X) / c^2``); where float64 cannot hold W or the multipliers they raise
 a ValidationError. Every numeric option is validated (ValidationError naming it), and
 ``max_memory`` bounds the dense N x N work before it is allocated (ResourceLimitError).
@@ -35,9 +36,10 @@ import numpy as np
 
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array, check_choice, check_number
 from attnsvm.errors import ValidationError
+from attnsvm.memory import format_size, require_memory
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, fin_rows, gen_rows, prompt_rows,
+                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
@@ -94,6 +96,38 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
     return as_index_array(select, "select", (problem.n,), problem.T, f"(n,) = ({problem.n},)")
 
 
+#: d1 x d2 float64 arrays alive at the peak of a solve, the solution W and its certificate's products included:
+#: measured about 6 (dense Frobenius), 4 (Frobenius working set), 7 (dense nuclear) and 8 (nuclear working set)
+#: at N = 5, d = 2000 and 3000 (``python benchmarks/memory_estimates.py`` prints measured peak and estimate);
+#: budgeted above.
+SOLUTION_ARRAYS = {"fro": 7, "nuclear": 9}
+
+
+def solution_bytes(N: int, d1: int, d2: int, norm: str, R: int = 1) -> float:
+    """Peak bytes of the d1 x d2 arrays of R solves of N rows (W, the certificate's combinations, the
+    nuclear norm's SVD) plus the row copies the solvers make (the N x N work is counted by each solver)."""
+    return float(R) * 8.0 * (SOLUTION_ARRAYS[norm] * float(d1) * float(d2) + 3.0 * float(N) * (d1 + d2))
+
+
+def require_solution_memory(N: int, d1: int, d2: int, norm: str, max_memory=None, R: int = 1) -> None:
+    """Refuse (ResourceLimitError) before any work when the d1 x d2 solution and certificate arrays of
+    R solves need more than the memory limit (``max_memory``, else the package limit; without an
+    explicit limit, needs below 16 MiB are not checked: reading the available memory costs more)."""
+    nbytes = solution_bytes(N, d1, d2, norm, R)
+    if max_memory is None and nbytes < 2**24:
+        return
+    many = f"{R} solves of " if R > 1 else ""
+    require_memory(nbytes, f"{many}the {d1} x {d2} solution W and its certificate ({norm} norm, "
+                   f"{SOLUTION_ARRAYS[norm]} arrays of {format_size(8.0 * d1 * d2)})", max_memory,
+                   hint="a smaller token dimension d (W is d x d whatever the number of constraints)")
+
+
+def _dispatch(cs: ConstraintSet, norm: str, formulation: str, **solver_options) -> SVMSolution:
+    """:func:`solve_dispatch` after the memory of the solution arrays is checked against ``max_memory``."""
+    require_solution_memory(cs.N, cs.d1, cs.d2, norm, solver_options.get("max_memory"))
+    return solve_dispatch(cs, norm, formulation, **solver_options)
+
+
 @_named_options
 def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: bool = False,
           formulation: str | None = None, **solver_options) -> SVMSolution:
@@ -123,18 +157,18 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     SVMSolution with ``W (d1, d2)`` (status "optimal" only when its certificate passes), or status
     "infeasible" with Farkas multipliers (hard margin); soft margin also ``slack (N,)``.
     """
-    if not isinstance(constraints, ConstraintSet):
-        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    constraints = checked_set(constraints)
     norm = _check_norm(norm)
     if C is not None:
         if formulation is not None:
             raise ValidationError("formulation is set by the soft-margin solver ('soft'): omit it with C")
+        require_solution_memory(constraints.N, constraints.d1, constraints.d2, norm, solver_options.get("max_memory"))
         return solve_soft(constraints, C, norm=norm, squared=squared, **solver_options)
     if squared is not False:
         raise ValidationError("squared applies to the soft margin only: give C")
     if formulation is not None and not isinstance(formulation, str):
         raise ValidationError(f"formulation must be a string, got {type(formulation).__name__}")
-    return solve_dispatch(constraints, norm, formulation or constraints.kind, **solver_options)
+    return _dispatch(constraints, norm, formulation or constraints.kind, **solver_options)
 
 
 def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certificate:
@@ -153,8 +187,7 @@ def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certific
     duals : (N,) multipliers of ``min 1/2 ||W||_F^2`` (Frobenius) or of ``min ||W||_*`` (nuclear)
     norm : "fro" or "nuclear"
     """
-    if not isinstance(constraints, ConstraintSet):
-        raise ValidationError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    constraints = checked_set(constraints)
     norm = _check_norm(norm)
     d1, d2, N = constraints.d1, constraints.d2, constraints.N
     W = as_float_array(W, "W", 2, f"(d1, d2) = ({d1}, {d2})")
@@ -205,7 +238,7 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
         # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
         return _solve_prompt(_keys(problem.X, problem.W), sel, None, **solver_options)
     cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
-    return solve_dispatch(cs, norm, "att", **solver_options)
+    return _dispatch(cs, norm, "att", **solver_options)
 
 
 @_named_options
@@ -229,7 +262,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     n, T = problem.n, problem.T
     O = check_selected_sets(selected, n, T)
     cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
-    return solve_dispatch(cs, norm, "gen", **solver_options)
+    return _dispatch(cs, norm, "gen", **solver_options)
 
 
 @_named_options
@@ -252,7 +285,7 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     problem = _check_problem(problem)
     norm = _check_norm(norm)
     cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
-    return solve_dispatch(cs, norm, "fin", **solver_options)
+    return _dispatch(cs, norm, "fin", **solver_options)
 
 
 @dataclass
@@ -300,8 +333,8 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     norm = _check_norm(norm)
     n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
     O = check_selected_sets(selected, n, T)            # validated once for both SVMs
-    svm = solve_dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
-    fin = solve_dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
+    svm = _dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = _dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -336,7 +369,7 @@ def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None
     """
     norm = _check_norm(norm)
     cs = seq_constraints(X, select, causal, valid)
-    return solve_dispatch(cs, norm, cs.kind, **solver_options)
+    return _dispatch(cs, norm, cs.kind, **solver_options)
 
 
 @_named_options
@@ -466,6 +499,7 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     norm = _check_norm(norm)
     sel = _default_select(problem, select)
     cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
+    require_solution_memory(cs.N, cs.d1, cs.d2, norm, solver_options.get("max_memory"))
     return solve_soft(cs, C, norm=norm, squared=squared, **solver_options)
 
 
@@ -557,6 +591,7 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     if Za.shape != (R, n, d):
         raise ValidationError(f"Z must have shape (R, n, d) = ({R}, {n}, {d}), got {Za.shape}")
     sel = as_index_array(sel, "select", (R, n), T, f"(R, n) = ({R}, {n})")
+    require_solution_memory(n * (T - 1), d, d, norm, max_memory, R=R)
     other = np.broadcast_to(np.arange(T), (R, n, T))
     keep = other != sel[..., None]
     # every (r, i) has exactly T - 1 kept tokens: reshape without ragged rows

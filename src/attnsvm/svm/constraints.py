@@ -31,6 +31,7 @@ from attnsvm.errors import ValidationError
 
 __all__ = [
     "ConstraintSet",
+    "checked_set",
     "RowScaling",
     "representable",
     "att_constraints",
@@ -56,32 +57,52 @@ __all__ = [
 class ConstraintSet:
     """A set of N rank-one constraints ``u_k^T W w_k >= rhs_k`` (or ``==``).
 
+    ``ConstraintSet(U, V, rhs, ...)`` is the one validating constructor of a hand-built set: every
+    array is converted (lists included) and checked (shape, real dtype, finite, one length N
+    throughout) and copied read-only, so later edits of the caller's arrays never change the set;
+    anything else is a :class:`~attnsvm.errors.ValidationError` naming the field. The builders
+    (:func:`att_constraints`, ...) validate their own inputs and assemble the rows through an
+    internal trusting path.
+
     Attributes
     ----------
     U : (N, d1) float64
     V : (N, d2) float64
     rhs : (N,) float64
-    is_equality : (N,) bool
-    sample, query, token, other : (N,) int64
+    is_equality : (N,) bool (default: all False, every row an inequality)
+    sample, query, token, other : (N,) int64 (default: all -1)
         Labels: sample i, query index k (sequence SVMs; ``-1`` otherwise), the
         selected token and the token it is compared with (``-1`` if not a token).
     kind : str
         Which formulation built the set ("att", "gen", "fin", "seq", "causal",
-        "prompt", "v").
+        "prompt", "v"; default "custom").
     shape : (n, T)
-        Samples and tokens of the problem (for mapping rows back to tokens).
+        Samples and tokens of the problem (for mapping rows back to tokens); default: the
+        smallest that holds the labels, ``(N, 1)`` without labels.
     """
 
     U: np.ndarray
     V: np.ndarray
     rhs: np.ndarray
-    is_equality: np.ndarray
-    sample: np.ndarray
-    query: np.ndarray
-    token: np.ndarray
-    other: np.ndarray
-    kind: str
-    shape: tuple
+    is_equality: np.ndarray = None
+    sample: np.ndarray = None
+    query: np.ndarray = None
+    token: np.ndarray = None
+    other: np.ndarray = None
+    kind: str = "custom"
+    shape: tuple = None
+
+    def __post_init__(self):
+        for name, value in zip(_FIELDS, _validated_fields(*(getattr(self, f) for f in _FIELDS))):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def _trusted(cls, U, V, rhs, is_equality, sample, query, token, other, kind, shape) -> "ConstraintSet":
+        """The set of already validated arrays, without checks or copies (the builders' internal path)."""
+        obj = object.__new__(cls)
+        for name, value in zip(_FIELDS, (U, V, rhs, is_equality, sample, query, token, other, kind, shape)):
+            object.__setattr__(obj, name, value)
+        return obj
 
     @property
     def N(self) -> int:
@@ -134,8 +155,102 @@ class ConstraintSet:
 
     def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
         """The subset of rows where ``mask`` (N,) is true."""
-        return ConstraintSet(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask], self.sample[mask],
-                             self.query[mask], self.token[mask], self.other[mask], self.kind, self.shape)
+        return ConstraintSet._trusted(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask],
+                                      self.sample[mask], self.query[mask], self.token[mask], self.other[mask], self.kind,
+                                      self.shape)
+
+
+_FIELDS = ("U", "V", "rhs", "is_equality", "sample", "query", "token", "other", "kind", "shape")
+_LABELS = ("sample", "query", "token", "other")
+
+
+def _validated_fields(U, V, rhs, is_equality, sample, query, token, other, kind, shape) -> tuple:
+    """The fields of a hand-built :class:`ConstraintSet`, converted, checked and copied read-only.
+
+    ``U (N, d1)``, ``V (N, d2)``, ``rhs (N,)``: real, finite (float64); ``is_equality (N,)`` bool;
+    labels (N,) integers >= -1 below ``shape = (n, T)``. Raises ValidationError naming the field.
+    """
+    U = as_float_array(U, "ConstraintSet.U", 2, "(N, d1)")
+    N = U.shape[0]
+    V = as_float_array(V, "ConstraintSet.V", 2, f"(N, d2) with N = {N} (the rows of U)")
+    if V.shape[0] != N:
+        raise ValidationError(f"ConstraintSet.V must have N = {N} rows like U, got shape {V.shape}")
+    rhs = as_float_array(rhs, "ConstraintSet.rhs", 1, f"(N,) = ({N},)")
+    if rhs.shape != (N,):
+        raise ValidationError(f"ConstraintSet.rhs must have shape (N,) = ({N},) like the rows of U, got {rhs.shape}")
+    if is_equality is None:
+        eq = np.zeros(N, bool)
+    else:
+        if np.iscomplexobj(is_equality):
+            raise ValidationError("ConstraintSet.is_equality must be a boolean mask of shape (N,), got complex values")
+        eq = as_mask_array(is_equality, "ConstraintSet.is_equality", (N,), f"(N,) = ({N},)")
+    labels = [_label_field(value, name, N) for name, value in zip(_LABELS, (sample, query, token, other))]
+    if not isinstance(kind, str) or not kind:
+        raise ValidationError(f"ConstraintSet.kind must be a non-empty string, got {kind!r}")
+    shape = _shape_field(shape, labels, N)
+    out = []
+    for arr in (U, V, rhs, eq, *labels):
+        arr = np.array(arr, copy=True)
+        arr.flags.writeable = False
+        out.append(arr)
+    return (*out, kind, shape)
+
+
+def _label_field(value, name: str, N: int) -> np.ndarray:
+    """A label array (N,) of integers >= -1 (all -1 when None)."""
+    if value is None:
+        return np.full(N, -1, np.int64)
+    arr = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise ValidationError(f"ConstraintSet.{name} must hold integer labels of shape (N,) = ({N},) (-1: none), "
+                              f"got dtype {arr.dtype}")
+    if arr.shape != (N,):
+        raise ValidationError(f"ConstraintSet.{name} must have shape (N,) = ({N},) like the rows of U, got {arr.shape}")
+    if N and (arr.min() < -1 or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        raise ValidationError(f"ConstraintSet.{name} must hold labels >= -1 (-1: none), got {arr.min()}")
+    return arr.astype(np.int64)
+
+
+def _shape_field(shape, labels, N: int) -> tuple:
+    """``(n, T)`` holding every label (inferred when None: the smallest that does, ``(N, 1)`` without labels)."""
+    sample, query, token, other = labels
+    top_s = int(sample.max()) + 1 if N else 0
+    top_t = max((int(a.max()) + 1 if N else 0) for a in (query, token, other))
+    if shape is None:
+        return (top_s if top_s > 0 else N, max(top_t, 1))
+    ok = (isinstance(shape, (tuple, list)) and len(shape) == 2
+          and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 0 for v in shape))
+    if not ok:
+        raise ValidationError(f"ConstraintSet.shape must be a pair (n, T) of integers >= 0, got {shape!r}")
+    n, T = int(shape[0]), int(shape[1])
+    if top_s > n:
+        raise ValidationError(f"ConstraintSet.sample holds sample {top_s - 1}, outside shape (n, T) = ({n}, {T})")
+    if top_t > T:
+        raise ValidationError(f"ConstraintSet token labels (query, token, other) reach {top_t - 1}, outside "
+                              f"shape (n, T) = ({n}, {T})")
+    return (n, T)
+
+
+def checked_set(constraints, name: str = "constraints") -> ConstraintSet:
+    """``constraints`` re-verified at a public solver boundary: the same set when its arrays are float64,
+    of consistent shapes and finite (one pass without temporaries), else the validating constructor's
+    result (a converted copy, or a ValidationError naming the field). Catches a set whose arrays were
+    changed after it was built."""
+    if not isinstance(constraints, ConstraintSet):
+        raise ValidationError(f"{name} must be a ConstraintSet, got {type(constraints).__name__}")
+    cs = constraints
+    U, V, rhs, eq = cs.U, cs.V, cs.rhs, cs.is_equality
+    arrays = (U, V, rhs, eq, cs.sample, cs.query, cs.token, cs.other)
+    if (all(isinstance(a, np.ndarray) for a in arrays) and U.ndim == 2 and V.ndim == 2
+            and all(a.dtype == np.float64 for a in (U, V, rhs)) and eq.dtype == bool
+            and all(a.dtype == np.int64 and a.shape == (U.shape[0],) for a in arrays[4:])
+            and V.shape[0] == U.shape[0] and rhs.shape == eq.shape == (U.shape[0],)
+            and isinstance(cs.kind, str) and isinstance(cs.shape, tuple) and len(cs.shape) == 2):
+        with np.errstate(over="ignore", invalid="ignore"):
+            # NaN and inf propagate through a sum; an overflow of finite values only sends the set to the full check
+            if all(np.isfinite(np.sum(a)) for a in (U, V, rhs)):
+                return cs
+    return ConstraintSet(*(getattr(cs, f, None) for f in _FIELDS))
 
 
 @dataclass(frozen=True)
@@ -228,7 +343,7 @@ def _normalize(cs: "ConstraintSet") -> tuple["ConstraintSet", RowScaling]:
         U = np.ldexp(cs.U, -a[:, None])
         V = np.ldexp(cs.V, -b[:, None])
         rhs = np.where(nz, np.ldexp(mant, np.where(nz, er - E, 0)), 0.0)
-    cs_n = ConstraintSet(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
+    cs_n = ConstraintSet._trusted(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
     return cs_n, RowScaling(a, b, E)
 
 
@@ -244,14 +359,14 @@ def bare_set(U, V, rhs, is_equality, kind: str) -> ConstraintSet:
     """The rows ``U (N, d1)``, ``V (N, d2)``, ``rhs``, ``is_equality (N,)`` as a ConstraintSet without
     sample, query and token labels (all -1; shape (N, 1)), as the batched solvers build them."""
     N = U.shape[0]
-    return ConstraintSet(U, V, rhs, is_equality, *(np.full(N, -1),) * 4, kind, (N, 1))
+    return ConstraintSet._trusted(U, V, rhs, is_equality, *(np.full(N, -1),) * 4, kind, (N, 1))
 
 
 def _make(U, V, rhs, eq, sample, query, token, other, kind, shape) -> ConstraintSet:
     as_i = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    return ConstraintSet(np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64),
-                         np.ascontiguousarray(rhs, dtype=np.float64), np.ascontiguousarray(eq, dtype=bool),
-                         as_i(sample), as_i(query), as_i(token), as_i(other), kind, tuple(shape))
+    return ConstraintSet._trusted(np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64),
+                                  np.ascontiguousarray(rhs, dtype=np.float64), np.ascontiguousarray(eq, dtype=bool),
+                                  as_i(sample), as_i(query), as_i(token), as_i(other), kind, tuple(shape))
 
 
 def _check_queries(Z, n: int, d: int, name: str = "Z") -> np.ndarray:

@@ -17,7 +17,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.language import LMData, token_loss
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.api import solve_fin, solve_gen_svm
-from attnsvm.svm.constraints import seq_constraints
+from attnsvm.svm.constraints import bare_set, seq_constraints
 from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.soft import solve_soft
 
@@ -187,7 +187,8 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
         Rr = float(np.sum((W - Wf) * Wr) / nr) if nr > 0 else 0.0
         rand.append(Wf + Rr * Wr)
     # dimension of the subspace W_svm and the control live in: rank(tie + margin rows) - rank(tie rows)
-    both = replace(tie, U=np.vstack([tie.U, ineq.U]), V=np.vstack([tie.V, ineq.V]))
+    both = bare_set(np.vstack([tie.U, ineq.U]), np.vstack([tie.V, ineq.V]), np.zeros(tie.N + ineq.N),
+                    np.zeros(tie.N + ineq.N, bool), "fin")                # the rows only: their span
     dim = _span_dimension(both) - _span_dimension(tie)
     out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
                np.zeros((0,) + W.shape), proj=projs, dim=int(dim))

@@ -199,12 +199,14 @@ class SVMSolution:
 
     Attributes
     ----------
-    status : "optimal", "optimal_inaccurate" or "infeasible"
+    status : "optimal", "optimal_inaccurate", "infeasible" or "undecided"
         "optimal" only when the certificate passes (:func:`certificate_passes`: relative max
         violation <= 1e-8 and relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear);
         "optimal_inaccurate" when a W was found but its certificate does not pass (see
         ``certificate.duality_gap`` and ``certificate.max_violation``); "infeasible" with
-        Farkas multipliers in ``certificate.farkas`` (W is None).
+        Farkas multipliers in ``certificate.farkas`` (W is None); "undecided" when the working
+        set stopped (``max_rounds``, ``time_limit``) before it found a W satisfying every row or a
+        Farkas certificate (W is the last subset's solution, ``feasible`` is False).
     formulation : str, e.g. "att", "gen", "seq", "causal", "prompt", "prompt-relaxed", "v", "soft", "fin"
     norm : "fro" or "nuclear" (vector problems: "fro", the Euclidean norm)
     W : (d1, d2) or None
@@ -247,7 +249,8 @@ class SVMSolution:
     # ---------------------------------------------------------------- helpers
     @property
     def feasible(self) -> bool:
-        """True for both "optimal" and "optimal_inaccurate" (a W exists)."""
+        """True for both "optimal" and "optimal_inaccurate" (a W exists); False for "infeasible" and
+        "undecided" (feasibility not proven)."""
         return self.status in ("optimal", "optimal_inaccurate")
 
     @property

@@ -755,8 +755,10 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol
         (also the tolerance of the subset QP)
     support_tol : in [0, 1); margins within ``support_tol`` (relative) of their rhs count as support
     batch, per_group, max_rounds : see :class:`WorkingSetSettings`
-    time_limit : seconds (> 0); when reached the current subset solution is returned with
-        status "optimal_inaccurate" (its certificate shows the violation left)
+    time_limit : seconds (> 0); when reached (or when ``max_rounds`` is) the current subset solution is
+        returned with status "optimal_inaccurate" if it satisfies every row, else "undecided" (``feasible``
+        False: neither a W for all rows nor a Farkas certificate was found; its certificate shows the
+        violation left)
     max_memory : bytes or a size string: refuse (ResourceLimitError) a working set whose
         Gram matrix needs more (default: the package limit)
     verbose : print one line per round
@@ -859,9 +861,16 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
         dual_infeasibility=float(np.max(-lam_ws[ineq_ws], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
         complementarity=comp / nrm ** 2 if nrm > 0 else comp,
     )
-    status = status_from(cert, "fro") if "stopped" not in info else "optimal_inaccurate"
+    status = status_from(cert, "fro") if "stopped" not in info else _stopped_status(setup, margins)
     return SVMSolution(status, formulation, "fro", W, nrm, nrm, margins, lam, _support_mask(cs, margins, support_tol),
                        cs, cert, support_tol=support_tol, info=info)
+
+
+def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
+    """Status of a working set stopped by ``max_rounds`` or ``time_limit``: "optimal_inaccurate" when its W
+    satisfies every row (feasibility proven by the margins), else "undecided" (``feasible`` False: neither a W
+    for all rows nor a Farkas certificate was found; W is the last subset's solution)."""
+    return "undecided" if np.any(setup.violations(margins)[0] > setup.btol) else "optimal_inaccurate"
 
 
 def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
@@ -899,7 +908,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         :func:`~attnsvm.svm.nuclear.solve_nuclear`; 1e-8 by default, 100x below the 1e-6 the
         certificate requires: aiming at 1e-9 cost ~10 more iterations per subset at rounding level)
     time_limit : seconds for the whole solve; the last subset solution is then returned
-        ("optimal_inaccurate" unless its certificate over all rows passes)
+        ("optimal_inaccurate" unless its certificate over all rows passes; "undecided" when the
+        time ran out before the Frobenius working set decided feasibility)
     solver : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets
 
     Returns
@@ -918,8 +928,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     t0, c0 = time.perf_counter(), time.process_time()
     N = cs.N
     fro = solve_frobenius_ws(cs, formulation=formulation, max_memory=max_memory, time_limit=time_limit)
-    if fro.status == "infeasible":
+    if fro.status in ("infeasible", "undecided"):    # a Farkas certificate, or stopped before feasibility was decided
         fro.norm = "nuclear"
+        if fro.W is not None:
+            fro.norm_value = fro.objective = float(np.linalg.svd(fro.W, compute_uv=False).sum()) if fro.W.size else 0.0
         return fro
     setup = _Setup(cs, tol)
     in_ws = (fro.duals != 0) | cs.is_equality

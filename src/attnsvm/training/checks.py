@@ -112,10 +112,70 @@ def _checkpoints(steps, record_every, checkpoints):
                                   f"got {list(checkpoints)!r}")
         return np.array(cps, dtype=np.int64)
     every = _check_int(record_every, "record_every", 1)
-    cps = list(range(0, steps + 1, every))
-    if cps[-1] != steps:
-        cps.append(steps)
-    return np.array(cps, dtype=np.int64)
+    cps = np.arange(0, steps + 1, every, dtype=np.int64)
+    return cps if cps[-1] == steps else np.append(cps, np.int64(steps))
+
+
+def _checkpoint_count(steps: int, record_every, checkpoints) -> int:
+    """How many checkpoints :func:`_checkpoints` returns, computed without building them (at most; the
+    arguments are validated there)."""
+    if checkpoints is not None:
+        return len(checkpoints) if hasattr(checkpoints, "__len__") else 1
+    every = _check_int(record_every, "record_every", 1)
+    return steps // every + 1 + (1 if steps % every else 0)
+
+
+def _problem_shape(problems, runs) -> tuple | None:
+    """``(R, n, T, d)`` of :func:`~attnsvm.training.train`'s problems without stacking them (None when
+    they are not problems: the engine then says why)."""
+    from attnsvm.problem import ProblemBatch, TokenProblem
+
+    if isinstance(problems, ProblemBatch):
+        return tuple(problems.X.shape)
+    if isinstance(problems, TokenProblem):
+        return (1 if runs is None else _check_int(runs, "runs", 1), *problems.shape)
+    if isinstance(problems, (list, tuple)) and problems and isinstance(problems[0], TokenProblem):
+        return (len(problems), *problems[0].shape)
+    return None
+
+
+#: live d x d-sized arrays per run (parameters, gradients, normalized steps, temporaries; Adam's moments) and
+#: n x T x d-sized ones (the stacked data and the kernel's products), budgeted above the peak resident size
+#: measured at d = 20..3000, R = 1..2000 (W and KQ, NGD, GD and Adam; ``python benchmarks/memory_estimates.py``
+#: prints measured peak and estimate per case); see :func:`training_bytes`
+_STATE_ARRAYS = {"ngd": 6, "gd": 6, "adam": 8}
+_DATA_ARRAYS = 5
+_OVERHEAD = 32 * 2**20
+
+
+def training_bytes(R: int, N: int, T: int, d: int, param: str, m: int, C: int, steps: int, optimizer: str,
+                   train_v: bool = False) -> float:
+    """Peak bytes of training R runs of ``steps`` steps on N samples of T tokens of dimension d, recorded
+    at C checkpoints: the checkpoint buffers (loss, gradient norm, the (N, T) attention and the parameters,
+    plus ``W = K Q^T`` for KQ; twice when R > 1, for the run-major copy of the result), the live state
+    (parameters, gradients and the optimizer's arrays; KQ's d x d products), the data (N, T, d) per run, the
+    per-step flags (steps + 1 bytes) and a fixed overhead."""
+    P = {"W": d * d, "KQ": 2 * d * m, "p": d}[param] + (d if train_v else 0)
+    square = d * d if param == "KQ" else 0
+    rec = float(C) * R * 8.0 * (2 + N * T + P + square) * (2 if R > 1 else 1)
+    live = float(R) * 8.0 * (_STATE_ARRAYS.get(optimizer, 8) * P + 2 * square + _DATA_ARRAYS * N * T * d)
+    return rec + live + 2.0 * (steps + 1) + _OVERHEAD
+
+
+def _require_training_memory(R, N, T, d, param, m, C, steps, optimizer, train_v, max_memory, what="training") -> None:
+    """Refuse (ResourceLimitError) before anything is allocated when :func:`training_bytes` exceeds the memory
+    limit (``max_memory``, else ``$ATTNSVM_MAX_MEMORY``, else 80 % of available memory; needs below 64 MiB
+    are not checked without an explicit limit)."""
+    import os
+
+    from attnsvm.memory import ENV_VAR, require_memory
+
+    nbytes = training_bytes(R, N, T, d, param, m, C, steps, optimizer, train_v)
+    if max_memory is None and not os.environ.get(ENV_VAR) and nbytes < 2**26:
+        return
+    require_memory(nbytes, f"{what} of {R} run(s) x {steps} steps recorded at {C} checkpoints ((samples, T, d) = "
+                   f"({N}, {T}, {d}), param {param})", max_memory,
+                   hint="fewer runs, a larger record_every or a few explicit checkpoints, fewer steps or a smaller d")
 
 
 def _check_common(lr, steps, optimizer, betas=(0.9, 0.999), adam_eps=1e-8):

@@ -49,7 +49,8 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.training.checks import EPS, _check_common, _check_eps, _check_int, _check_ridge, _checkpoints, _seeds
+from attnsvm.training.checks import (EPS, _check_common, _check_eps, _check_int, _check_ridge, _checkpoint_count,
+                                     _checkpoints, _problem_shape, _require_training_memory, _seeds)
 from attnsvm.training.engine import _Data, _finish, _prepare, _train_loop
 from attnsvm.training.initial import _init_params
 from attnsvm.training.losses import check_loss
@@ -86,6 +87,7 @@ def train(
     betas: tuple = (0.9, 0.999),
     adam_eps: float = 1e-8,
     threads: int | None = None,
+    max_memory=None,
 ) -> TrainResult:
     """Train R attention runs together.
 
@@ -123,6 +125,10 @@ def train(
         adam_eps : Adam's denominator epsilon (finite, > 0)
     threads : None (torch's current setting) or the number of torch threads to use during this call
         only (the previous count is restored on return)
+    max_memory : bytes or a size string ("2G"): refuse (ResourceLimitError) before anything is allocated
+        when the runs' checkpoint buffers, state and data need more (estimate:
+        ``attnsvm.training.checks.training_bytes``); default ``$ATTNSVM_MAX_MEMORY``, else 80 % of
+        available memory
 
     Returns
     -------
@@ -133,6 +139,9 @@ def train(
     ValidationError
         a bad argument (named, with what was expected): e.g. ``lr`` NaN/inf/<= 0, a non-finite
         ``init``, ``ridge`` NaN or < 0, ``steps`` not an integer >= 0, checkpoints outside [0, steps].
+    ResourceLimitError
+        (a MemoryError) the run needs more memory than the limit: e.g. ``runs=10**7``, ``steps=10**8`` with
+        ``record_every=1``, ``steps=2**63`` (its per-step flags alone) or a d = 3000 KQ run recorded every 10 steps.
     NonFiniteError
         a run's state became non-finite (names the run, its seed and the first such step).
     """
@@ -140,6 +149,12 @@ def train(
     lr, steps, adam_eps, betas, optimizer = _check_common(lr, steps, optimizer, betas, adam_eps)
     eps = _check_eps(eps, optimizer)
     check_threads(threads)
+    shape = _problem_shape(problems, runs)
+    if shape is not None and param in ("W", "KQ", "p"):        # before the runs are stacked (runs=10**7)
+        R, n, T, d = shape
+        m = d if m is None else _check_int(m, "m", 1)
+        _require_training_memory(R, n, T, d, param, m, _checkpoint_count(steps, record_every, checkpoints), steps,
+                                 optimizer, train_v, max_memory)
     batch, data = _prepare(problems, runs, param, head, train_v, loss)
     R, n, T, d = data.X.shape
     seeds = _seeds(seed, R)
@@ -181,6 +196,7 @@ def train_sequence(
     bitwise: bool = False,
     eps: float = EPS,
     threads: int | None = None,
+    max_memory=None,
 ) -> TrainResult:
     """Sequence / causal attention: every token is a query with its own label.
 
@@ -198,6 +214,7 @@ def train_sequence(
     H : (d, V) output embedding for next-token prediction (logits ``H^T o``)
     loss : default "logistic", or "cross_entropy" when H is given
     threads : None or the number of torch threads during this call only (restored on return)
+    max_memory : as :func:`train` (the (n T, T, d) tokens each query sees are counted per run)
 
     Returns
     -------
@@ -226,6 +243,9 @@ def train_sequence(
             raise ValidationError("runs= replicates a single instance; X already has a runs axis")
         Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
     R, n, T, d = Xt.shape
+    m_ = d if m is None else _check_int(m, "m", 1)
+    _require_training_memory(R, n * T, T, d, param, m_, _checkpoint_count(steps, record_every, checkpoints), steps,
+                             optimizer, train_v, max_memory, what="sequence training")
     Yarr = np.asarray(Y)
     if Yarr.dtype == object or not (np.issubdtype(Yarr.dtype, np.number) or Yarr.dtype == bool):
         raise ValidationError(f"Y must be a numeric array (n, T) or (R, n, T), got dtype {Yarr.dtype}")
