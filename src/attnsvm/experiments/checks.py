@@ -246,14 +246,15 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
 
 def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, detail: str = "", *, source: str,
                            reason: str = "", alpha: float = ALPHA, p1: float | None = None, p2: float | None = None,
-                           spec_ref: str = "") -> Check:
+                           tolerance: bool = True, spec_ref: str = "") -> Check:
     """``s1/n1 - s2/n2`` against ``target`` with a normal tolerance (Agresti-Caffo: one success
     and one failure added to each group for the standard error).
 
     The claim is the null: ``power`` is the exact probability (enumerating every pair of counts)
     that the check fails when the true shares are the named pair ``(p1, p2)``
     (:func:`~attnsvm.experiments.power.share_difference_power`); without a pair it is unknown
-    and a pass is ``"inconclusive"``.
+    and a pass is ``"inconclusive"``. ``tolerance=False``: the spec's bar is already a bound with
+    slack, so no sampling tolerance is added on top of it (the power is that of the bare bound).
     """
     from attnsvm.experiments.power import share_difference_passes, share_difference_power
 
@@ -266,16 +267,17 @@ def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, de
     se = math.sqrt(q1 * (1 - q1) / (n1 + 2) + q2 * (1 - q2) / (n2 + 2))
     from scipy.stats import norm
 
-    tol = float(norm.ppf(1 - alpha)) * se
+    tol = float(norm.ppf(1 - alpha)) * se if tolerance else 0.0
     base = (f"spec target {target:g}; one-sided normal tolerance {tol:.3g} (level {alpha:g}, "
-            f"{n1} and {n2} runs, Agresti-Caffo s.e. {se:.3g})")
+            f"{n1} and {n2} runs, Agresti-Caffo s.e. {se:.3g})" if tolerance else
+            f"spec bound {target:g}, already a bound with slack: no sampling tolerance on top of it")
     reason = f"{base}; {reason}" if reason else base
     _validate(source, reason, "statistical")
     bound = target - tol if op == ">=" else target + tol
-    passed = bool(share_difference_passes(s1, n1, s2, n2, op, target, alpha))
+    passed = bool(share_difference_passes(s1, n1, s2, n2, op, target, alpha, tolerance))
     power, alternative = None, ""
     if p1 is not None and p2 is not None:
-        power = share_difference_power(n1, n2, op, target, alpha, p1, p2)
+        power = share_difference_power(n1, n2, op, target, alpha, p1, p2, tolerance)
         alternative = f"true shares {p1:g} and {p2:g} (difference {p1 - p2:g})"
     return Check(name, diff, f"{op} {bound:.4g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", (detail + "; " if detail else "") + f"{s1}/{n1} - {s2}/{n2}",

@@ -88,12 +88,13 @@ def share_power(n: int, op: str, target: float, alpha: float, alternatives=None)
     return min(fails), alts
 
 
-def share_difference_passes(s1, n1: int, s2, n2: int, op: str, target: float, alpha: float):
+def share_difference_passes(s1, n1: int, s2, n2: int, op: str, target: float, alpha: float, tolerance: bool = True):
     """Whether the normal (Agresti-Caffo) check of ``s1/n1 - s2/n2 op target`` passes; vectorized over s1, s2.
 
     The rule of :func:`attnsvm.experiments.checks.share_difference_check`: the difference passes
     when it is not below ``target`` by more than ``z_{1-alpha}`` times the Agresti-Caffo
-    standard error (one success and one failure added to each group).
+    standard error (one success and one failure added to each group). ``tolerance=False``: the
+    bare bound ``diff op target`` (for a target that is already a bound with slack).
     """
     from scipy.stats import norm
 
@@ -101,6 +102,7 @@ def share_difference_passes(s1, n1: int, s2, n2: int, op: str, target: float, al
     diff = s1 / n1 - s2 / n2
     p1, p2 = (s1 + 1) / (n1 + 2), (s2 + 1) / (n2 + 2)
     tol = float(norm.ppf(1 - alpha)) * np.sqrt(p1 * (1 - p1) / (n1 + 2) + p2 * (1 - p2) / (n2 + 2))
+    tol = tol if tolerance else 0.0 * tol
     if op == ">=":
         return diff >= target - tol
     if op == "<=":
@@ -108,7 +110,8 @@ def share_difference_passes(s1, n1: int, s2, n2: int, op: str, target: float, al
     raise ValueError(f"op must be '>=' or '<=', got {op!r}")
 
 
-def share_difference_power(n1: int, n2: int, op: str, target: float, alpha: float, p1: float, p2: float) -> float:
+def share_difference_power(n1: int, n2: int, op: str, target: float, alpha: float, p1: float, p2: float,
+                           tolerance: bool = True) -> float:
     """Probability that the share-difference check fails when the true shares are ``(p1, p2)``.
 
     Exact: the fail region of :func:`share_difference_passes` summed over every pair of counts
@@ -118,7 +121,7 @@ def share_difference_power(n1: int, n2: int, op: str, target: float, alpha: floa
 
     n1, n2 = _check_n(n1, "n1"), _check_n(n2, "n2")
     s1, s2 = np.arange(n1 + 1)[:, None], np.arange(n2 + 1)[None, :]
-    fail = ~share_difference_passes(s1, n1, s2, n2, op, target, alpha)
+    fail = ~share_difference_passes(s1, n1, s2, n2, op, target, alpha, tolerance)
     prob = binom.pmf(np.arange(n1 + 1), n1, p1)[:, None] * binom.pmf(np.arange(n2 + 1), n2, p2)[None, :]
     return float(min(max((prob * fail).sum(), 0.0), 1.0))
 

@@ -59,7 +59,7 @@ class RealDigits(Experiment):
     title = "Real data: digit patches; W and (K,Q) attention select patches along the max-margin directions"
     paper = "Transformers as SVMs beyond synthetic tokens: sklearn digits (8x8) as patch tokens"
     Config = DigitsConfig
-    quick = {"max_train": 40, "steps": 300, "seeds": list(range(7)), "examples": 4}
+    quick = {"max_train": 40, "steps": 300, "seeds": list(range(21)), "examples": 4}
     notes = ("Tokens are p x p patches (pixels / 16) plus a positional code; the query is the mean token "
              "(a [CLS]-like summary, nothing learned); the head v is a logistic regression on the mean token, "
              "i.e. the model at W = 0. Selections are the argmax tokens of the final attention. corr_att_fro / "

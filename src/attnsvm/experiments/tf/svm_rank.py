@@ -115,7 +115,7 @@ class SVMRank(Experiment):
     title = "E3: rank of the Frobenius and nuclear-norm SVM solutions vs d (nuclear is lower), two protocols"
     paper = "Transformers as Support Vector Machines, svm_rank (100 instances per (n, T, d))"
     Config = Config
-    quick = {"ns": [5], "Ts": [], "ds": [2, 4, 10], "instances": 12}
+    quick = {"ns": [5], "Ts": [], "ds": [2, 4, 10], "instances": 60}
     notes = ("Accurate protocol: exact, certified solutions and a relative singular-value threshold "
              "(sigma_k > rtol * sigma_1), infeasible instances excluded. Research protocol (the notebook's): cvxpy's "
              "default solver (SCS for the nuclear norm, Clarabel for the Frobenius norm), an absolute threshold 1e-7, "

@@ -70,12 +70,19 @@ def certificate_integrity(table: pd.DataFrame, prefixes, what: str = "") -> Chec
 
 
 def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "", *, source: str, reason: str,
-                      slack: float = 0.0, alpha: float = ALPHA) -> Check:
+                      slack: float = 0.0, alpha: float = ALPHA, sigma: float | None = None,
+                      effect: float | None = None, sigma_source: str = "") -> Check:
     """The mean of per-run ``values`` lies in the spec's range ``[lo, hi]`` ("about x").
 
     Two-sided Student-t tolerance ``t_{1-alpha/2, R-1} * s / sqrt(R)`` on each side plus a fixed
     ``slack`` (rounding of the spec's figure); NaN values fail the check.
+
+    The claim is the null. ``power`` (only without ``slack``): a lower bound on the probability
+    of failing at R runs when the true mean is ``effect`` outside the range (either side) and
+    the runs' standard deviation is the planning ``sigma`` (the one-sided noncentral-t power at
+    level ``alpha / 2``). Without it a pass is ``"inconclusive"``.
     """
+    from attnsvm.experiments.power import decide, mean_power
     from scipy.stats import t as student_t
 
     vals = np.asarray(values, dtype=float).ravel()
@@ -90,7 +97,17 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     why = (f"spec range [{lo:g}, {hi:g}]; two-sided Student-t tolerance (level {alpha:g}, {R} runs, s.e. {se:.3g})"
            + (f" plus {slack:g}" if slack else "") + f" = {tol:.3g}; {reason}")
     a, b = lo - tol, hi + tol
-    return Check(name, mean, f"in [{a:.4g}, {b:.4g}]", bool(a <= mean <= b), source, why, "statistical", detail)
+    passed = bool(a <= mean <= b)
+    power, alternative = None, ""
+    if sigma is not None and effect is not None and slack == 0:
+        power = mean_power(R, ">=", effect, sigma, alpha / 2)
+        alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
+                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+        why += f"; power at least {power:.3f} against {alternative}"
+    else:
+        why += "; power unknown (no planning sigma" + (", and a fixed slack" if slack else "") + ")"
+    return Check(name, mean, f"in [{a:.4g}, {b:.4g}]", passed, source, why, "statistical", detail,
+                 verdict=decide(passed, power, "null"), power=power, alternative=alternative)
 
 
 def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,
