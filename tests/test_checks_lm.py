@@ -190,11 +190,6 @@ CORRUPT = {
         "C3 (l2): softmax attention's gradient Lipschitz estimate is below": swap_attention(record="lipschitz", loss="l2"),
         "C3 (logistic): softmax attention tolerates": swap_attention(record="threshold", loss="logistic"),
         "C3 (l2): softmax attention tolerates": swap_attention(record="threshold", loss="l2"),
-        # the findings: linear attention's (growing) estimates in softmax's place
-        "C3 (logistic): softmax attention's gradient Lipschitz estimate stays bounded": swap_attention(
-            record="lipschitz", loss="logistic"),
-        "C3 (l2): softmax attention's gradient Lipschitz estimate stays bounded": swap_attention(
-            record="lipschitz", loss="l2"),
         # linear attention's estimates growing like c^7 instead of c^6
         "C3 (logistic): linear attention's gradient Lipschitz constant grows like c^6": setv(
             "lip_power", lambda r: r["lip_power"] * r["scale"], record="lipschitz", attention="linear", loss="logistic"),
@@ -206,10 +201,6 @@ CORRUPT = {
         # a largest stable step twice 2/L
         "C3 (l2): linear attention's largest stable step is the GD threshold 2/L": setv(
             "eta_max", lambda r: r["eta_max"] * 2.0, record="threshold", attention="linear", loss="l2"),
-        # an estimate above the paper's bound
-        "C3 (logistic): the paper's gradient Lipschitz bound": setv(
-            "lip_power", lambda r: 10.0 ** (r["bound_log10"].clip(upper=300) + 1.0), record="lipschitz",
-            attention="softmax", loss="logistic", scale=1.0),
     },
 }
 
@@ -246,12 +237,13 @@ def test_findings_can_pass(runs):
         return t
 
     assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, rising(t))[name]
+
+
+def test_stability_bound_is_a_sanity_quantity_not_a_verdict(runs):
+    """The paper's Lipschitz bound lies decades above every estimate: reported in the notes, never a check."""
     exp, cfg, _, t, _ = runs["lm-stability"]
-    for loss in ("logistic", "l2"):
-        name = f"C3 ({loss}): softmax attention's gradient Lipschitz estimate stays bounded"
-        name = next(n for n in _verdicts(exp, cfg, t) if n.startswith(name))
-        flat = setv("lip_power", lambda r: np.full(len(r), 3.0), record="lipschitz", attention="softmax", loss=loss)(t)
-        assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, flat)[name]
+    assert not any("the paper's gradient Lipschitz bound" in n or "stays bounded" in n for n in _verdicts(exp, cfg, t))
+    assert "Sanity quantity (not a verdict" in exp.explain(cfg, t)
 
 
 def test_gen_comparisons_need_runs_with_a_comparator(runs):

@@ -282,9 +282,9 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
             click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
         elif verdict == "inconclusive":
             power = c.get("power")
-            click.echo(f"  inconclusive (power {'unknown' if power is None else f'{power:.2f}'} < 0.8 against "
-                       f"{c.get('alternative') or 'no stated alternative'}) {c['name']}: value {c['value']} "
-                       f"{c['threshold']}", err=True)
+            why = ("power unknown: no planning sigma or alternative stated" if power is None else
+                   f"power {power:.2f} < 0.8 against {c.get('alternative') or 'its alternative'}")
+            click.echo(f"  inconclusive ({why}) {c['name']}: value {c['value']} {c['threshold']}", err=True)
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
