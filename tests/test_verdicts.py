@@ -82,7 +82,8 @@ def test_mean_check_and_difference():
 # ------------------------------------------------------------------ findings
 def test_findings_file_parses_and_marks(tmp_path, monkeypatch):
     f = tmp_path / "findings.txt"
-    f.write_text("# comment\nexp-a | claim one | full | measured 0.94 over 1000 runs\n")
+    f.write_text("# comment\nexp-a | claim one | full | measured: 0.94 over 1000 runs; independently: 0.95 with "
+                 "another solver; paper: \"about 0.9\" (Sec. 1)\n")
     found = load_findings(str(f))
     assert [(x.experiment, x.check, x.preset) for x in found] == [("exp-a", "claim one", "full")]
     cs = [{"name": "claim one", "passed": False}, {"name": "claim two", "passed": False}]
@@ -102,6 +103,10 @@ def test_findings_file_parses_and_marks(tmp_path, monkeypatch):
     bad = tmp_path / "bad.txt"
     bad.write_text("exp-a | claim | sometimes | reason\n")
     with pytest.raises(ValueError, match="expected"):
+        load_findings(str(bad))
+    # an unvetted finding (one measurement, no paper words) is refused
+    bad.write_text("exp-a | claim | full | measured 0.94 over 1000 runs\n")
+    with pytest.raises(ValueError, match="vetted"):
         load_findings(str(bad))
 
 
@@ -177,7 +182,8 @@ def test_failed_check_exits_1_and_tops_the_report(dummies, tmp_path):
 
 def test_listed_finding_does_not_fail_the_run(dummies, tmp_path, monkeypatch):
     f = tmp_path / "findings.txt"
-    f.write_text("zz-test-verdict | value is at least the bound | any | the spec's bound is wrong, measured 0.1\n")
+    f.write_text("zz-test-verdict | value is at least the bound | any | the spec's bound is wrong: measured: 0.1; "
+                 "independently: 0.1 by hand; paper: \"the bound\" (Sec. 1)\n")
     monkeypatch.setattr(checks_mod, "FINDINGS_FILE", str(f))
     out = str(tmp_path / "res")
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out])

@@ -3,7 +3,10 @@
 Every :class:`Check` says
 
 * ``name``: the claim, in words;
-* ``source``: where the claim comes from (``"transformers-as-svms.md 7.2 item 5"``);
+* ``source``: the paper and the place of the claim in it (``'arXiv 2308.16898 "Transformers as
+  Support Vector Machines", experiment: percentage of convergence types ...'``); an internal
+  spec reference given as the source (``"transformers-as-svms.md 7.2 item 5"``) is moved to
+  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.claims.paper_source`);
 * ``value`` and ``threshold``: what was measured and the bar (``">= 0.4"``);
 * ``threshold_reason``: where the bar comes from: the spec's number, or a tolerance
   with its reason (a sampling interval at the run count, solver precision, ...).
@@ -56,6 +59,31 @@ KINDS = ("spec", "statistical", "qualitative", "tolerance", "integrity")
 VERDICTS = ("pass", "fail", "inconclusive", "finding")
 _STRICT = True
 FINDINGS_FILE = os.path.join(os.path.dirname(__file__), "findings.txt")
+#: set to a list by :func:`attnsvm.experiments.planning.measure`: the mean checks record the spread they see
+_RECORD: list | None = None
+
+
+def record_spread(name: str, vals, op: str, lo: float, hi: float | None = None) -> None:
+    """Record the standard deviation of the per-run ``vals`` a mean check received (planning runs only)."""
+    if _RECORD is not None:
+        vals = np.asarray(vals, dtype=float).ravel()
+        vals = vals[np.isfinite(vals)]
+        _RECORD.append({"name": name, "sd": float(vals.std(ddof=1)) if vals.size > 1 else 0.0, "runs": int(vals.size),
+                        "op": op, "lo": float(lo), "hi": None if hi is None else float(hi)})
+
+
+def planned(name: str, sigma, effect, sigma_source: str) -> tuple:
+    """``(sigma, effect, sigma_source)``: the given ones, else the stored planning entry of the check ``name``
+    (:mod:`attnsvm.experiments.planning`), else ``(None, None, "")``."""
+    if sigma is not None and effect is not None:
+        return sigma, effect, sigma_source
+    from attnsvm.experiments.planning import lookup
+
+    entry = lookup(name)
+    if entry is None:
+        return sigma, effect, sigma_source
+    return (entry["sigma"], entry["effect"] if effect is None else effect,
+            f"planning sigma measured on the {entry['measured']} ({entry['runs']} runs); alternative: {entry['rule']}")
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
@@ -81,6 +109,13 @@ class Check:
     spec_ref: str = ""
 
     def __post_init__(self):
+        from attnsvm.experiments.claims import is_internal, paper_source
+
+        if is_internal(self.source):
+            # the reader gets the paper and its place; the spec line stays internal (spec_ref)
+            ref = "; ".join(x for x in (self.source, self.spec_ref) if x)
+            object.__setattr__(self, "spec_ref", ref)
+            object.__setattr__(self, "source", paper_source(self.source))
         verdict = self.verdict or ("pass" if self.passed else "fail")
         if verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -219,6 +254,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
 
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
+    record_spread(name, vals, op, target)
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return Check(name, float("nan"), f"{op} {target:g}", False, source,
@@ -232,6 +268,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     _validate(source, reason, "statistical")
     bound, passed = _one_sided(op, mean, target, tol)
     power, alternative = None, ""
+    sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
     if sigma is not None and effect is not None:
         power = mean_power(R, op, effect, sigma, alpha)
         alt = target - effect if op == ">=" else target + effect
@@ -301,7 +338,9 @@ class Finding:
 def load_findings(path: str | None = None) -> list[Finding]:
     """Read the findings file: ``experiment | check name | preset | reason`` per line, ``#`` comments.
 
-    ``preset`` is ``quick``, ``full`` or ``any`` (the presets whose runs show the finding).
+    ``preset`` is ``quick``, ``full`` or ``any`` (the presets whose runs show the finding). Only vetted
+    findings are accepted: the reason gives two independent measurements and the paper's own words
+    with their place (``measured: ...; independently: ...; paper: "..." (place)``); ValueError otherwise.
     """
     path = path or FINDINGS_FILE
     out: list[Finding] = []
@@ -315,6 +354,9 @@ def load_findings(path: str | None = None) -> list[Finding]:
             parts = [p.strip() for p in line.split(" | ")]
             if len(parts) != 4 or parts[2] not in ("quick", "full", "any") or not all(parts):
                 raise ValueError(f"{path}:{lineno}: expected 'experiment | check name | quick|full|any | reason'")
+            if not all(key in parts[3] for key in ("measured:", "independently:", "paper:")):
+                raise ValueError(f"{path}:{lineno}: a finding is vetted: its reason gives 'measured: ...; independently: "
+                                 "... (another method or solver); paper: \"the paper's words\" (place)'")
             out.append(Finding(*parts))
     return out
 

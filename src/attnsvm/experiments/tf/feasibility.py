@@ -53,7 +53,7 @@ class Feasibility(Experiment):
     def run_task(self, config, task):
         n, T, d = task.params["n"], task.params["T"], task.params["d"]
         rows = []
-        for seed in range(config.instances):
+        for seed in task.params.get("seeds", range(config.instances)):  # shifted seeds: the planning run
             problem = random_problem(n, T, d, seed, rng=config.rng)
             opt = solve_svm(problem, norm="fro")
             rand_select = np.random.default_rng([seed, n, T, d]).integers(0, T, size=n)

@@ -45,7 +45,8 @@ class LambdaHeadExperiment(Experiment):
 
     def run_task(self, config, task):
         lam = task.params["lam"]
-        seeds = list(range(config.runs))
+        # the planning run (attnsvm.experiments.planning_run) passes shifted seeds
+        seeds = [int(s) for s in task.params.get("seeds", range(config.runs))]
         problems = [orthonormal_problem(config.n, config.T, config.d, s) for s in seeds]
         V = np.stack([p.v for p in problems])
         res = train(problems, param="W", head=LambdaHead(V, lam), seed=seeds, steps=config.steps, lr=config.lr,

@@ -134,7 +134,7 @@ class SVMRank(Experiment):
     def run_task(self, config, task):
         protocol, n, T, d = (task.params[k] for k in ("protocol", "n", "T", "d"))
         rows = []
-        for seed in range(config.instances):
+        for seed in task.params.get("seeds", range(config.instances)):  # shifted seeds: the planning run
             problem = random_problem(n, T, d, seed, rng=config.rng)
             row = {"protocol": protocol, "n": n, "T": T, "d": d, "seed": seed}
             fro = solve_svm(problem, norm="fro")

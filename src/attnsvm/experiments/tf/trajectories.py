@@ -77,16 +77,19 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     Two-sided Student-t tolerance ``t_{1-alpha/2, R-1} * s / sqrt(R)`` on each side plus a fixed
     ``slack`` (rounding of the spec's figure); NaN values fail the check.
 
-    The claim is the null. ``power`` (only without ``slack``): a lower bound on the probability
-    of failing at R runs when the true mean is ``effect`` outside the range (either side) and
-    the runs' standard deviation is the planning ``sigma`` (the one-sided noncentral-t power at
-    level ``alpha / 2``). Without it a pass is ``"inconclusive"``.
+    The claim is the null. ``power``: a lower bound on the probability of failing at R runs when
+    the true mean is ``effect`` outside the range (either side) and the runs' standard deviation
+    is the planning ``sigma`` (the one-sided noncentral-t power at level ``alpha / 2`` of the
+    effect beyond the fixed ``slack``); sigma and effect default to the stored planning entry
+    (:mod:`attnsvm.experiments.planning`). Without them a pass is ``"inconclusive"``.
     """
+    from attnsvm.experiments.checks import planned, record_spread
     from attnsvm.experiments.power import decide, mean_power
     from scipy.stats import t as student_t
 
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
+    record_spread(name, vals, "~", lo, hi)
     if R == 0 or not np.all(np.isfinite(vals)):
         return Check(name, float("nan"), f"in [{lo:g}, {hi:g}]", False, source,
                      f"spec range [{lo:g}, {hi:g}]; {int((~np.isfinite(vals)).sum())} of {R} runs have no value",
@@ -99,13 +102,15 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     a, b = lo - tol, hi + tol
     passed = bool(a <= mean <= b)
     power, alternative = None, ""
-    if sigma is not None and effect is not None and slack == 0:
-        power = mean_power(R, ">=", effect, sigma, alpha / 2)
+    sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
+    if sigma is not None and effect is not None and effect > slack:
+        # the fixed slack moves the bar by a constant: the power is that of the effect beyond the slack
+        power = mean_power(R, ">=", effect - slack, sigma, alpha / 2)
         alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
                        f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
         why += f"; power at least {power:.3f} against {alternative}"
     else:
-        why += "; power unknown (no planning sigma" + (", and a fixed slack" if slack else "") + ")"
+        why += "; power unknown (no planning sigma, or an effect within the slack)"
     return Check(name, mean, f"in [{a:.4g}, {b:.4g}]", passed, source, why, "statistical", detail,
                  verdict=decide(passed, power, "null"), power=power, alternative=alternative)
 
