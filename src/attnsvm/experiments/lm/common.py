@@ -156,6 +156,23 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
 
 
 
+def decided_by_control(fit, control):
+    """A fit comparison (e.g. ``W_fin + R W_svm`` against another comparator) decided by its random-direction control.
+
+    ``W_fin + R W_svm`` is fitted to GD's own iterate, so its fit says something about the SVM only when it
+    beats random directions fitted the same way: when ``control`` does not pass, a passing ``fit`` becomes
+    ``"inconclusive"`` (the comparison is not evidence); a failing fit stays a fail.
+    """
+    from attnsvm.experiments.checks import Check
+
+    if control.verdict == "pass" or fit.verdict != "pass":
+        return fit
+    return Check(fit.name, fit.value, fit.threshold, False, fit.source,
+                 fit.threshold_reason + "; decided by the random-direction control, which did not pass",
+                 fit.kind, fit.detail, verdict="inconclusive", power=None,
+                 alternative="random directions fitted the same way (the control did not pass)", spec_ref=fit.spec_ref)
+
+
 def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, source: str, reason: str):
     """A qualitative ordering "A exceeds B in every run" on per-run paired differences ``diffs (R,)``.
 

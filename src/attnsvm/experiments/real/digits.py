@@ -44,7 +44,7 @@ class DigitsConfig(ExperimentConfig):
     steps: PositiveInt = 2000
     lr: PositiveFloat = 0.1
     record_every: PositiveInt = 50
-    seeds: list[int] = list(range(10))
+    seeds: list[int] = list(range(30))
     select_threshold: PositiveFloat = 1e-3
     null_draws: PositiveInt = 99
     examples: PositiveInt = 8
