@@ -164,6 +164,15 @@ def test_decide_is_the_issue_rule():
         pw.decide(True, 0.9, "maybe")
 
 
+def test_power_at_the_limits():
+    # runs without spread, or a noncentrality beyond scipy's range: the power is 1, never NaN
+    assert pw.mean_power(8, ">=", 0.01, 0.0, ALPHA) == 1.0
+    assert pw.mean_power(8, ">=", 0.01, 1e-15, ALPHA) == 1.0
+    assert pw.ordering_power(8, 0.01, 1e-12, ALPHA) == 1.0
+    c = mean_check("m", [0.999999] * 8, ">=", 0.99, source=SRC, sigma=1e-15, effect=0.01)
+    assert c.power == 1.0 and c.verdict == "pass"
+
+
 def test_power_functions_validate():
     with pytest.raises(ValueError, match="op"):
         pw.share_power(10, "=", 0.5, ALPHA)

@@ -45,7 +45,7 @@ def measure(name: str, offset: int = SEED_OFFSET) -> dict:
     stamp = time.strftime("%Y-%m-%d")
     out = {}
     for r in recorded:
-        if not (r["runs"] > 1 and r["sd"] > 0):
+        if not (r["runs"] > 1 and r["sd"] >= 0):
             continue
         effect, rule = effect_rule(r["op"], r["lo"], r.get("hi"))
         out[r["name"]] = {"experiment": name, "sigma": float(f"{r['sd']:.4g}"), "runs": int(r["runs"]),

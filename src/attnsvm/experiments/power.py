@@ -30,6 +30,8 @@ __all__ = [
 POWER_GOAL = 0.8
 #: a share claim's alternative: the spec's value moved by this much toward the side that breaks the claim
 SHARE_SHIFT = 0.15
+#: noncentrality above which a t test's power is 1 to double precision (and scipy's nct leaves its range)
+_NC_MAX = 200.0
 
 
 def _check_n(n, name="n") -> int:
@@ -133,7 +135,7 @@ def mean_power(n: int, op: str, effect: float, sigma: float, alpha: float) -> fl
     ``">="`` fails when ``mean < target - t_{1-alpha,n-1} s / sqrt(n)``; with normal runs
     ``(mean - target) / (s / sqrt(n))`` is noncentral t with ``n - 1`` degrees of freedom and
     noncentrality ``-effect sqrt(n) / sigma``. ``"<="`` mirrors it. One run: no tolerance,
-    ``Phi(effect / sigma)``.
+    ``Phi(effect / sigma)``; ``sigma = 0`` (runs without spread): 1.
     """
     from scipy.stats import nct, norm
     from scipy.stats import t as student_t
@@ -141,12 +143,17 @@ def mean_power(n: int, op: str, effect: float, sigma: float, alpha: float) -> fl
     n = _check_n(n)
     if op not in (">=", "<="):
         raise ValueError(f"op must be '>=' or '<=', got {op!r}")
-    if not (sigma > 0 and effect > 0):
-        raise ValueError(f"sigma and effect must be positive, got sigma={sigma!r}, effect={effect!r}")
+    if not (sigma >= 0 and effect > 0):
+        raise ValueError(f"sigma must be >= 0 and effect positive, got sigma={sigma!r}, effect={effect!r}")
+    if sigma == 0:  # runs without spread: any shift of the mean is detected
+        return 1.0
     if n == 1:
         return float(norm.cdf(effect / sigma))
     crit = float(student_t.ppf(1 - alpha, n - 1))
-    return float(nct.cdf(-crit, n - 1, -effect * math.sqrt(n) / sigma))
+    nc = effect * math.sqrt(n) / sigma
+    if nc > _NC_MAX:  # beyond the noncentral t's numerical range the power is 1 to double precision
+        return 1.0
+    return float(nct.cdf(-crit, n - 1, -nc))
 
 
 def ordering_power(n: int, effect: float, sigma: float, alpha: float) -> float:
@@ -162,7 +169,10 @@ def ordering_power(n: int, effect: float, sigma: float, alpha: float) -> float:
     if n == 1:
         return 0.0
     crit = float(student_t.ppf(1 - alpha, n - 1))
-    return float(nct.sf(crit, n - 1, effect * math.sqrt(n) / sigma))
+    nc = effect * math.sqrt(n) / sigma
+    if nc > _NC_MAX:
+        return 1.0
+    return float(nct.sf(crit, n - 1, nc))
 
 
 def sign_min_wins(n: int, alpha: float) -> int:
