@@ -164,7 +164,10 @@ class LMMargins(Experiment):
         so a run with fewer steps reports the check as inconclusive (it never passes there).
         """
         full = type(config)().steps
-        v = float(b["grad_frac_nonsupport"].mean()) if len(b) else float("nan")
+        share = b["grad_frac_nonsupport"].to_numpy(np.float64)
+        # a share outside [0, 1] is no measurement: NaN, which fails
+        valid = len(share) and np.all(np.isfinite(share)) and np.all((share >= 0) & (share <= 1))
+        v = float(share.mean()) if valid else float("nan")
         c = check("C2: the non-support pairs' share of the gradient mass at step K is below 0.05 (effectively zero)",
                   v, "<", 0.05, f"mean over {len(b)} runs at K = {config.steps}", source=SOURCE_GRAD,
                   reason="fixed floor for the paper's 'gradients that effectively amount to zero' (Sec. 1), "
