@@ -62,7 +62,8 @@ def test_quick_preset_passes_every_non_finding_check(runs, name):
     for c in summary.checks:
         assert c["source"].strip() and c["threshold_reason"].strip(), c["name"]
         assert c["kind"] in KINDS
-        assert "causal-language-modeling.md" in c["source"] or c["kind"] == "integrity", c["name"]
+        assert "causal-language-modeling.md" in c["spec_ref"] or c["kind"] == "integrity", c["name"]
+        assert "On the similarity between attention and SVM" in c["source"] or c["kind"] == "integrity", c["name"]
         if c["name"] in listed:
             assert not c["passed"], f"finding no longer holds: {c['name']}"
     assert len(summary.checks) >= 5
@@ -166,8 +167,9 @@ CORRUPT = {
     "lm-cosine": {
         # X(0) and the final iterate exchanged: the similarity falls instead of rising
         "C1: the similarity to the soft-margin SVM rises": swap_steps("cos", lambda K: K, lambda K: 0),
-        # the finding: the last decade exchanged with the earlier checkpoint makes it fail even more
-        "C1: the similarity still rises": swap_steps("cos", lambda K: K, lambda K: 0),
+        # a low final similarity (0.3 in every run) is not above the floor 0.5
+        "C1: the final similarity to the soft-margin SVM is above 0.5": setv("cos", lambda r: r["cos"] * 0 + 0.3,
+                                                                             record="train"),
         # the soft-margin SVM's cosine in place of the Gen-SVM form's
         "C1: W_fin + R W_svm": swap_cols("cos_eq", "cos", record="train"),
         # the random direction's fit in place of the SVM's
@@ -182,6 +184,18 @@ CORRUPT = {
             swap_steps("grad_frac_nonsupport", lambda K: K, lambda K: 0, "summary", ("run",)),
         "C2: at step K the non-support pairs carry less": swap_cols("grad_frac_nonsupport", "nonsupport_row_share",
                                                                    record="summary"),
+        # the last decade reversed: the share rises from K/10 to K
+        "C2: the non-support pairs' share of the gradient mass keeps falling":
+            swap_steps("grad_frac_nonsupport", lambda K: K, lambda K: K // 10, "summary", ("run",)),
+        # a share of 0.5 at step K is not "effectively zero" (inconclusive below the full step count, never a pass)
+        "C2: the non-support pairs' share of the gradient mass at step K is below 0.05": setv(
+            "grad_frac_nonsupport", lambda r: r["grad_frac_nonsupport"] * 0 + 0.5, record="summary"),
+        # the start margin as large as the final one
+        "C2: the mean margin at the start is near 0": swap_steps("median_margin", lambda K: 0, lambda K: K, "summary",
+                                                                 ("run",)),
+        # one run ending with a negative margin
+        "C2: every run's final margin is positive": setv("median_margin", lambda r: r["median_margin"] * 0 - 0.1,
+                                                         record="summary"),
         "C2: every soft-margin SVM used is certified": first_row("svm_status", "optimal_inaccurate", record="summary"),
     },
     "lm-stability": {
@@ -190,11 +204,6 @@ CORRUPT = {
         "C3 (l2): softmax attention's gradient Lipschitz estimate is below": swap_attention(record="lipschitz", loss="l2"),
         "C3 (logistic): softmax attention tolerates": swap_attention(record="threshold", loss="logistic"),
         "C3 (l2): softmax attention tolerates": swap_attention(record="threshold", loss="l2"),
-        # the findings: linear attention's (growing) estimates in softmax's place
-        "C3 (logistic): softmax attention's gradient Lipschitz estimate stays bounded": swap_attention(
-            record="lipschitz", loss="logistic"),
-        "C3 (l2): softmax attention's gradient Lipschitz estimate stays bounded": swap_attention(
-            record="lipschitz", loss="l2"),
         # linear attention's estimates growing like c^7 instead of c^6
         "C3 (logistic): linear attention's gradient Lipschitz constant grows like c^6": setv(
             "lip_power", lambda r: r["lip_power"] * r["scale"], record="lipschitz", attention="linear", loss="logistic"),
@@ -206,10 +215,6 @@ CORRUPT = {
         # a largest stable step twice 2/L
         "C3 (l2): linear attention's largest stable step is the GD threshold 2/L": setv(
             "eta_max", lambda r: r["eta_max"] * 2.0, record="threshold", attention="linear", loss="l2"),
-        # an estimate above the paper's bound
-        "C3 (logistic): the paper's gradient Lipschitz bound": setv(
-            "lip_power", lambda r: 10.0 ** (r["bound_log10"].clip(upper=300) + 1.0), record="lipschitz",
-            attention="softmax", loss="logistic", scale=1.0),
     },
 }
 
@@ -228,30 +233,50 @@ def test_each_corruption_fails_its_check(runs, name):
         assert not after[hit[0]], f"corruption for {hit[0]!r} did not make it fail"
     missing = set(clean) - covered
     assert not missing, f"checks without a corruption test: {missing}"
-    assert {n for n, ok in clean.items() if not ok} == listed
+    # the clean quick table: no fail (an inconclusive check states its reason), listed findings aside
+    fails = {c.name for c in exp.checks(cfg, table) if c.verdict == "fail"}
+    assert fails == listed
 
 
-def test_findings_can_pass(runs):
-    """A finding is a measurement, not a check that cannot pass: a table satisfying the claim passes it."""
+def test_late_cosine_trend_is_reported_not_checked(runs):
+    """Theorem 3.15 needs its assumption (non-optimal scores within delta); the default language is not built to
+    meet it, so the late trend of the cosine is a reported measurement, not a verdict."""
     exp, cfg, _, t, _ = runs["lm-cosine"]
-    name = next(n for n in _verdicts(exp, cfg, t) if n.startswith("C1: the similarity still rises"))
+    assert not any("still rises" in n for n in _verdicts(exp, cfg, t))
+    assert "mean paired change over the last decade" in exp.explain(cfg, t)
 
-    def rising(t):
-        t = t.copy()
-        tr = t[t["record"] == "train"]
-        for _, g in tr.groupby(["m", "n", "d", "run"]):
-            steps = np.sort(g["step"].unique())
-            K, tenth = steps[-1], steps[np.argmin(np.abs(steps - steps[-1] // 10))]
-            t.loc[g.index[g["step"] == K], "cos"] = g.loc[g["step"] == tenth, "cos"].to_numpy() + 0.1
-        return t
 
-    assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, rising(t))[name]
+def test_fit_comparison_is_decided_by_the_random_direction_control(runs):
+    """W_fin + R W_svm is fitted to GD's own iterate: without a passing control its pass is inconclusive."""
+    exp, cfg, _, t, _ = runs["lm-cosine"]
+    fit = "C1: W_fin + R W_svm (Gen-SVM form) fits"
+    clean = {c.name: c for c in exp.checks(cfg, t)}
+    name = next(n for n in clean if n.startswith(fit))
+    assert clean[name].verdict == "pass"
+    # random directions as good as the SVM's: the control fails, the fit is no longer evidence
+    worse = setv("cos_rand_eq", lambda r: r["cos_eq"] + 0.01, record="train")(t)
+    after = {c.name: c for c in exp.checks(cfg, worse)}
+    assert after[name].verdict == "inconclusive" and not after[name].passed
+
+
+def test_gradient_floor_is_decided_at_the_full_step_count(runs):
+    """The floor 0.05 on the non-support gradient share: inconclusive below the full preset's steps, decided there."""
+    exp, cfg, _, t, _ = runs["lm-margins"]
+    name = "C2: the non-support pairs' share of the gradient mass at step K is below 0.05 (effectively zero)"
+    full_steps = cfg.model_copy(update={"steps": type(cfg)().steps})
+    low = setv("grad_frac_nonsupport", lambda r: r["grad_frac_nonsupport"] * 0 + 0.01, record="summary")(t)
+    high = setv("grad_frac_nonsupport", lambda r: r["grad_frac_nonsupport"] * 0 + 0.5, record="summary")(t)
+    verdict = lambda c, tb: {x.name: x for x in exp.checks(c, tb)}[name].verdict  # noqa: E731
+    assert verdict(full_steps, low) == "pass" and verdict(full_steps, high) == "fail"
+    if cfg.steps < full_steps.steps:
+        assert verdict(cfg, high) == "inconclusive" and verdict(cfg, low) == "pass"
+
+
+def test_stability_bound_is_a_sanity_quantity_not_a_verdict(runs):
+    """The paper's Lipschitz bound lies decades above every estimate: reported in the notes, never a check."""
     exp, cfg, _, t, _ = runs["lm-stability"]
-    for loss in ("logistic", "l2"):
-        name = f"C3 ({loss}): softmax attention's gradient Lipschitz estimate stays bounded"
-        name = next(n for n in _verdicts(exp, cfg, t) if n.startswith(name))
-        flat = setv("lip_power", lambda r: np.full(len(r), 3.0), record="lipschitz", attention="softmax", loss=loss)(t)
-        assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, flat)[name]
+    assert not any("the paper's gradient Lipschitz bound" in n or "stays bounded" in n for n in _verdicts(exp, cfg, t))
+    assert "Sanity quantity (not a verdict" in exp.explain(cfg, t)
 
 
 def test_gen_comparisons_need_runs_with_a_comparator(runs):

@@ -268,7 +268,7 @@ CORRUPT = {
         "every SVM used is certified": setv("svm_violation", const(1e-2), record="svm", quantity="W_mm"),
         "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.9747": setv("cos", add(1e-4), record="p-path", R=2.0),
         "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.9934": setv("cos", add(-1e-4), record="p-path", R=5.0),
-        "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.99890": setv("cos", add(-1e-3), record="p-path", R=10.0),
+        "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.998891": setv("cos", add(-1e-3), record="p-path", R=10.0),
         "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.999999": setv("cos", const(0.99999), record="p-path",
                                                                         R=20.0),
         # the unrestricted path replaced by the local direction
@@ -312,17 +312,17 @@ def test_each_corruption_fails_its_check(runs, name):
     assert {n for n, ok in clean.items() if not ok} <= listed
 
 
-def test_findings_can_pass_at_the_spec_values(runs):
-    """A finding is a real measurement: at the spec's own figures the same check passes."""
+def test_corrected_spec_values_pass_and_the_old_figures_fail(runs):
+    """The corrected spec's figures (fact 6, R = 10) pass on the measured table; the old, rounded figures fail."""
     exp, _, _, _, cfg, t, _ = runs["mm-multi-input"]
-    name = "fact 6: E2 ||p^mm|| (model W) = 0.86176, margin 1.16042"
-    fixed = chain(setv("norm", const(0.86176), record="svm", variant="model-W"),
-                  setv("margin", const(1.16042), record="svm", variant="model-W"))(t)
-    assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, fixed)[name]
+    name = "fact 6: E2 ||p^mm|| (model W) = 0.861787, margin 1.160380"
+    old = chain(setv("norm", const(0.86176), record="svm", variant="model-W"),
+                setv("margin", const(1.16042), record="svm", variant="model-W"))(t)
+    assert _verdicts(exp, cfg, t)[name] and not _verdicts(exp, cfg, old)[name]
     exp, cfg, _, t, *_ = runs["mm-regularization-path"]
-    name = "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.99890 at R = 10"
-    fixed = setv("cos", const(0.99890), record="p-path", R=10.0)(t)
-    assert not _verdicts(exp, cfg, t)[name] and _verdicts(exp, cfg, fixed)[name]
+    name = "[RUN] p-path on the E2 data: cos(p(R), p^mm) = 0.998891 at R = 10"
+    old = setv("cos", const(0.99890), record="p-path", R=10.0)(t)
+    assert _verdicts(exp, cfg, t)[name] and not _verdicts(exp, cfg, old)[name]
 
 
 def test_uncertified_svm_makes_comparisons_nan(monkeypatch):

@@ -66,7 +66,9 @@ def test_quick_table_passes_every_check_with_a_stated_origin(quick, name):
         if c.name in listed:
             assert not c.passed, f"{name}: finding {c.name!r} now passes: remove it from findings.txt"
         else:
-            assert c.passed, (name, c)
+            # a pass, or a pass whose power is below 0.8 (inconclusive, stated with its power), never a fail
+            assert c.verdict in ("pass", "inconclusive"), (name, c)
+            assert c.verdict == "pass" or (c.power is None or c.power < 0.8), (name, c)
     # the runner's verdicts are the same ones
     assert not summary.failed_checks, summary.failed_checks
     assert exp.deviations(cfg) and all({"spec", "here", "reason"} <= set(d) for d in exp.deviations(cfg))
@@ -84,7 +86,7 @@ NOISE_EXEMPT = {
     "accurate: mean nuclear rank, n=5, T=5, d >= 4 (below 3.5)",
     "mean 1-corr(W, 1-token SVM) (>= 0.1)",
     # "does not decrease": noise means are flat in lambda; the endpoint checks (1.2 -> 4.0) fail on noise
-    "mean |O_i| increases along the lambda grid (largest standardized drop)",
+    "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)",
     # target 0.44 lies within the sampling reach of the noise mean 0.5 at 100 instances; the same item's
     # targets at d = 20 and d = 100 (0.63, 0.91) fail on noise
     "n=6, T=8: mean share of active constraints at d=8 (about 0.44)",
@@ -223,11 +225,11 @@ def test_feasibility_corruptions(quick):
     flip = t.assign(feasible_opt=~t.feasible_opt.astype(bool))
     assert_fails(entry, flip, "P(feasible), optimal tokens, d >= max(T-1, n)",
                  "n=5, T=5: P(feasible, optimal tokens) at d=1 (about 0)",
-                 "n=5, T=5: P(feasible, optimal tokens) at d=3 (about 0.91)",
-                 "n=6, T=8: P(feasible, optimal tokens) at d=2 (about 0.24)",
-                 "n=6, T=8: P(feasible, optimal tokens) at d=4 (>= 0.99)")
+                 "n=5, T=5: P(feasible, optimal tokens) at d=3 (about 0.94)",
+                 "n=6, T=8: P(feasible, optimal tokens) at d=2 (about 0.19)",
+                 "n=6, T=8: P(feasible, optimal tokens) at d=4 (about 0.976)")
     half = t.assign(feasible_opt=np.where(t.d == 2, True, t.feasible_opt))
-    assert_fails(entry, half, "n=5, T=5: P(feasible, optimal tokens) at d=2 (about 0.34)")
+    assert_fails(entry, half, "n=5, T=5: P(feasible, optimal tokens) at d=2 (about 0.33)")
     assert_fails(entry, t.assign(feasible_random=False), "n=6, T=8: P(feasible, random selection) for d >= 6",
                  "P(feasible), random selection, d >= max(T-1, n)")
     rev = t.assign(support_fraction=1 - t.support_fraction)                    # share falls with d
@@ -248,9 +250,14 @@ def test_lambda_head_corruptions(quick):
     lams = sorted(t.lam.unique())
     rev = t.assign(lam=t.lam.map(dict(zip(lams, lams[::-1]))))                 # lambda axis reversed
     assert_fails(entry, rev, "mean |O_i| at lambda=0.05 (about 1.2)", "mean |O_i| at lambda=2 (about 4.0)",
-                 "mean |O_i| increases along the lambda grid (largest standardized drop)")
+                 "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)")
     assert_fails(entry, t.assign(selected=1), "mean |O_i| at lambda=2 (about 4.0)")
-    assert_fails(entry, t.assign(match=False), "share of runs with O_i = supp(s*) for every sample")
+    for lam in lams:
+        assert_fails(entry, t.assign(match=np.where(t.lam == lam, False, t.match)),
+                     f"share of runs with O_i = supp(s*) for every sample at lambda={lam:g}")
+    # a flat curve is not "increasing": the trend test fails (it used to pass as "no significant drop")
+    flat = t.assign(selected=2.0)
+    assert_fails(entry, flat, "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)")
     assert_fails(entry, t.assign(max_abs_diff=t.max_abs_diff * 100), "largest median over lambda of max_t |s_t - s*_t|")
 
 

@@ -40,45 +40,60 @@ def test_check_requires_source_and_reason():
 
 
 def test_share_check_binomial_tolerance_shrinks_with_runs():
-    # the spec's share itself always passes; a share far below it fails at both run counts
+    # the spec's share itself never fails; a share far below it fails at every run count
     for R in (10, 100, 1000):
-        assert share_check("s", round(0.68 * R), R, ">=", 0.68, source=SRC).passed
-        assert not share_check("s", round(0.2 * R), R, ">=", 0.68, source=SRC).passed
+        assert share_check("s", round(0.68 * R), R, ">=", 0.68, source=SRC).verdict != "fail"
+        assert share_check("s", round(0.2 * R), R, ">=", 0.68, source=SRC).verdict == "fail"
+    # 10 runs cannot tell 0.68 from 0.53: the pass is inconclusive; 1000 runs can
+    weak = share_check("s", 7, 10, ">=", 0.68, source=SRC)
+    assert weak.verdict == "inconclusive" and not weak.passed and weak.power < 0.8
+    strong = share_check("s", 680, 1000, ">=", 0.68, source=SRC)
+    assert strong.verdict == "pass" and strong.passed and strong.power > 0.99
     # 0.60 is within sampling error at 20 runs but not at 1000
-    assert share_check("s", 12, 20, ">=", 0.68, source=SRC).passed
-    assert not share_check("s", 600, 1000, ">=", 0.68, source=SRC).passed
+    assert share_check("s", 12, 20, ">=", 0.68, source=SRC).verdict == "inconclusive"
+    assert share_check("s", 600, 1000, ">=", 0.68, source=SRC).verdict == "fail"
     # a target of 1 tolerates no failure; "<=" and "~" mirror it
     assert not share_check("s", 99, 100, ">=", 1.0, source=SRC).passed
-    assert not share_check("s", 90, 100, "<=", 0.5, source=SRC).passed
-    assert share_check("s", 70, 100, "~", 0.68, source=SRC).passed
-    assert not share_check("s", 95, 100, "~", 0.68, source=SRC).passed
+    assert share_check("s", 90, 100, "<=", 0.5, source=SRC).verdict == "fail"
+    assert share_check("s", 140, 200, "~", 0.68, source=SRC).verdict == "pass"
+    assert share_check("s", 190, 200, "~", 0.68, source=SRC).verdict == "fail"
     c = share_check("s", 0, 0, ">=", 0.5, source=SRC)
-    assert not c.passed
+    assert not c.passed and c.verdict == "fail"
     assert "binomial" in share_check("s", 5, 10, ">=", 0.5, source=SRC).threshold_reason
 
 
 def test_mean_check_and_difference():
     rng = __import__("numpy").random.default_rng(0)
     good = 0.995 + 0.002 * rng.standard_normal(50)
-    assert mean_check("m", good, ">=", 0.99, source=SRC).passed
-    assert not mean_check("m", good - 0.1, ">=", 0.99, source=SRC).passed
-    assert not mean_check("m", [1.0, float("nan")], ">=", 0.5, source=SRC).passed
-    assert mean_check("m", [0.01, 0.012, 0.011], "<=", 0.02, source=SRC).passed
-    assert not mean_check("m", [0.05, 0.06, 0.055], "<=", 0.02, source=SRC).passed
-    assert share_difference_check("d", 90, 100, 40, 100, ">=", 0.4, source=SRC).passed
-    assert not share_difference_check("d", 50, 100, 45, 100, ">=", 0.4, source=SRC).passed
+    kw = dict(source=SRC, sigma=0.002, effect=0.002, sigma_source="a unit test's planning value")
+    assert mean_check("m", good, ">=", 0.99, **kw).verdict == "pass"
+    # without a planning sigma the power is unknown: a pass is inconclusive, never a pass
+    assert mean_check("m", good, ">=", 0.99, source=SRC).verdict == "inconclusive"
+    assert mean_check("m", good - 0.1, ">=", 0.99, **kw).verdict == "fail"
+    assert not mean_check("m", [1.0, float("nan")], ">=", 0.5, **kw).passed
+    kw = dict(source=SRC, sigma=0.001, effect=0.01)
+    assert mean_check("m", [0.01, 0.012, 0.011], "<=", 0.02, **kw).verdict == "pass"
+    assert mean_check("m", [0.05, 0.06, 0.055], "<=", 0.02, **kw).verdict == "fail"
+    assert share_difference_check("d", 90, 100, 40, 100, ">=", 0.4, source=SRC, p1=0.5, p2=0.4).verdict == "pass"
+    assert share_difference_check("d", 50, 100, 45, 100, ">=", 0.4, source=SRC, p1=0.5, p2=0.4).verdict == "fail"
+    assert share_difference_check("d", 90, 100, 40, 100, ">=", 0.4, source=SRC).verdict == "inconclusive"
 
 
 # ------------------------------------------------------------------ findings
 def test_findings_file_parses_and_marks(tmp_path, monkeypatch):
     f = tmp_path / "findings.txt"
-    f.write_text("# comment\nexp-a | claim one | full | measured 0.94 over 1000 runs\n")
+    f.write_text("# comment\nexp-a | claim one | full | measured: 0.94 over 1000 runs; independently: 0.95 with "
+                 "another solver; paper: \"about 0.9\" (Sec. 1)\n")
     found = load_findings(str(f))
     assert [(x.experiment, x.check, x.preset) for x in found] == [("exp-a", "claim one", "full")]
     cs = [{"name": "claim one", "passed": False}, {"name": "claim two", "passed": False}]
     marked = mark_findings("exp-a", cs, "full", found)
     assert marked[0]["finding"] and not marked[1]["finding"]
+    assert [c["verdict"] for c in marked] == ["finding", "fail"]
     assert count_failures(marked) == (1, 1)
+    # an inconclusive check is neither a fail nor a finding, even when listed
+    inc = mark_findings("exp-a", [{"name": "claim one", "passed": False, "verdict": "inconclusive"}], "full", found)
+    assert inc[0]["verdict"] == "inconclusive" and not inc[0]["finding"] and count_failures(inc) == (0, 0)
     # the finding covers only its preset (custom runs get every finding)
     assert not mark_findings("exp-a", cs, "quick", found)[0]["finding"]
     assert mark_findings("exp-a", cs, "custom", found)[0]["finding"]
@@ -88,6 +103,10 @@ def test_findings_file_parses_and_marks(tmp_path, monkeypatch):
     bad = tmp_path / "bad.txt"
     bad.write_text("exp-a | claim | sometimes | reason\n")
     with pytest.raises(ValueError, match="expected"):
+        load_findings(str(bad))
+    # an unvetted finding (one measurement, no paper words) is refused
+    bad.write_text("exp-a | claim | full | measured 0.94 over 1000 runs\n")
+    with pytest.raises(ValueError, match="vetted"):
         load_findings(str(bad))
 
 
@@ -150,7 +169,7 @@ def test_failed_check_exits_1_and_tops_the_report(dummies, tmp_path):
     out = str(tmp_path / "res")
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out])
     assert r.exit_code == 1
-    assert "1 checks, 1 failed, 0 experiments skipped" in r.output
+    assert "1 checks: 0 pass, 1 fail, 0 inconclusive, 0 findings, 0 experiments skipped" in r.output
     page = open(os.path.join(out, "report.html")).read()
     assert page.index("Failed checks") < page.index("<h2 id='summary'>Summary")
     assert "test-spec.md 1.1" in page and "the test&#x27;s number" in page
@@ -158,22 +177,23 @@ def test_failed_check_exits_1_and_tops_the_report(dummies, tmp_path):
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out, "--allow-failures"])
     assert r.exit_code == 0
     r = _run(["run", "zz-test-verdict", "--set", "value=2", "--out", out])
-    assert r.exit_code == 0 and "1 checks, 0 failed" in r.output
+    assert r.exit_code == 0 and "1 checks: 1 pass, 0 fail" in r.output
 
 
 def test_listed_finding_does_not_fail_the_run(dummies, tmp_path, monkeypatch):
     f = tmp_path / "findings.txt"
-    f.write_text("zz-test-verdict | value is at least the bound | any | the spec's bound is wrong, measured 0.1\n")
+    f.write_text("zz-test-verdict | value is at least the bound | any | the spec's bound is wrong: measured: 0.1; "
+                 "independently: 0.1 by hand; paper: \"the bound\" (Sec. 1)\n")
     monkeypatch.setattr(checks_mod, "FINDINGS_FILE", str(f))
     out = str(tmp_path / "res")
     r = _run(["run", "zz-test-verdict", "--set", "value=0.1", "--out", out])
     assert r.exit_code == 0, r.output
-    assert "1 checks, 1 failed, 0 experiments skipped (1 of the failures are listed findings" in r.output
+    assert "1 checks: 0 pass, 0 fail, 0 inconclusive, 1 findings, 0 experiments skipped" in r.output
     page = open(os.path.join(out, "report.html")).read()
     assert "Findings" in page and "the spec&#x27;s bound is wrong" in page
     assert "No unexpected failures" in page and "All checks pass" not in page
     stored = json.load(open(os.path.join(out, "zz-test-verdict", "checks.json")))
-    assert stored[0]["finding"] and not stored[0]["passed"]
+    assert stored[0]["finding"] and not stored[0]["passed"] and stored[0]["verdict"] == "finding"
 
 
 def test_no_checks_and_skipped_are_shown(dummies, tmp_path):

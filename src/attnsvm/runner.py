@@ -116,8 +116,10 @@ class RunSummary:
 
     @property
     def failed_checks(self) -> list:
-        """Failed checks that count (not listed findings)."""
-        return [c for c in self.checks if not c["passed"] and not c.get("finding")]
+        """Failed checks that count (verdict "fail": not inconclusive, not listed findings)."""
+        from attnsvm.experiments.checks import counts_against
+
+        return [c for c in self.checks if counts_against(c)]
 
     @property
     def ok(self) -> bool:

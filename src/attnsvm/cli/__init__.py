@@ -312,14 +312,25 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 
     summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
                              connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout)
-    passed = sum(c["passed"] for c in summary.checks)
+    from attnsvm.experiments.checks import count_verdicts
+
+    v = count_verdicts(summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
-               f"{len(summary.failed)} failed), checks {passed}/{len(summary.checks)} passed, "
+               f"{len(summary.failed)} failed), checks: {v['pass']} pass, {v['fail']} fail, {v['inconclusive']} "
+               f"inconclusive, {v['finding']} findings of {len(summary.checks)}, "
                f"{summary.wall_seconds:.1f} s -> {summary.outdir}")
     for c in summary.checks:
-        if not c["passed"]:
-            label = "finding (listed, does not fail the run)" if c.get("finding") else "FAILED check"
-            click.echo(f"  {label} {c['name']}: value {c['value']} {c['threshold']}", err=True)
+        verdict = c.get("verdict") or ("pass" if c["passed"] else "fail")
+        if verdict == "finding":
+            click.echo(f"  finding (listed, does not fail the run) {c['name']}: value {c['value']} {c['threshold']}",
+                       err=True)
+        elif verdict == "fail":
+            click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
+        elif verdict == "inconclusive":
+            power = c.get("power")
+            why = ("power unknown: no planning sigma or alternative stated" if power is None else
+                   f"power {power:.2f} < 0.8 against {c.get('alternative') or 'its alternative'}")
+            click.echo(f"  inconclusive ({why}) {c['name']}: value {c['value']} {c['threshold']}", err=True)
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
@@ -331,21 +342,19 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 
 
 def _finish(summaries, skipped, allow_failures: bool) -> None:
-    """Print "N checks, K failed, S experiments skipped" (K counts every failed check, listed findings
-    included) and exit 1 on a failure that is not a listed finding."""
-    from attnsvm.experiments.checks import count_failures
+    """Print "N checks: P pass, F fail, I inconclusive, K findings, S experiments skipped" and exit 1 on a
+    fail (inconclusive checks and listed findings do not change the exit status)."""
+    from attnsvm.experiments.checks import count_verdicts
 
     checks = [c for s in summaries for c in s.checks]
-    failed, found = count_failures(checks)
+    v = count_verdicts(checks)
     tasks = sum(len(s.failed) for s in summaries)
-    line = f"{len(checks)} checks, {failed + found} failed, {len(skipped)} experiments skipped"
-    if found:
-        line += (f" ({found} of the failures are listed findings, which do not change the exit status; "
-                 "see the report's findings)")
+    line = (f"{len(checks)} checks: {v['pass']} pass, {v['fail']} fail, {v['inconclusive']} inconclusive, "
+            f"{v['finding']} findings, {len(skipped)} experiments skipped")
     if tasks:
         line += f"; {tasks} task(s) failed"
     click.echo(line)
-    if (failed or tasks) and not allow_failures:
+    if (v["fail"] or tasks) and not allow_failures:
         click.echo("attnsvm: checks or tasks failed (exit status 1; --allow-failures exits 0)", err=True)
         sys.exit(1)
 

@@ -3,7 +3,10 @@
 Every :class:`Check` says
 
 * ``name``: the claim, in words;
-* ``source``: where the claim comes from (``"transformers-as-svms.md 7.2 item 5"``);
+* ``source``: the paper and the place of the claim in it (``'arXiv 2308.16898 "Transformers as
+  Support Vector Machines", experiment: percentage of convergence types ...'``); an internal
+  spec reference given as the source (``"transformers-as-svms.md 7.2 item 5"``) is moved to
+  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.claims.paper_source`);
 * ``value`` and ``threshold``: what was measured and the bar (``">= 0.4"``);
 * ``threshold_reason``: where the bar comes from: the spec's number, or a tolerance
   with its reason (a sampling interval at the run count, solver precision, ...).
@@ -13,7 +16,15 @@ Every :class:`Check` says
   a comparison against a comparator fixed in advance), ``"tolerance"`` (an exact claim
   checked to numerical precision), ``"integrity"`` (the run itself: tasks completed,
   certificates passed);
-* ``passed``; ``detail`` (extra measurements that explain the value).
+* ``verdict``: ``"pass"``, ``"fail"``, ``"inconclusive"`` (a statistical check whose power
+  against its stated alternative is below :data:`attnsvm.experiments.power.POWER_GOAL`:
+  a pass of a claim tested as the null, a fail of a claim tested as the alternative) or
+  ``"finding"`` (a failing check listed in ``findings.txt``); ``passed`` is true only for
+  ``"pass"``;
+* ``power`` (statistical checks: see :mod:`attnsvm.experiments.power`; ``None`` otherwise)
+  and ``alternative`` (what the power is computed against; ``""`` when none);
+* ``spec_ref``: the internal spec line the claim was transcribed from (not shown to users);
+* ``detail`` (extra measurements that explain the value).
 
 Statistical claims over R runs use one-sided tests at level ``alpha = 0.01``
 (:data:`ALPHA`): a share is compared with the spec's target through the exact
@@ -38,14 +49,41 @@ import numpy as np
 
 __all__ = [
     "Check", "check", "share_check", "mean_check", "share_difference_check", "integrity_check",
-    "ALPHA", "KINDS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
+    "ALPHA", "KINDS", "VERDICTS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
+    "count_verdicts", "counts_against",
 ]
 
 #: One-sided level of every statistical check (false-alarm rate per check when the claim holds exactly).
 ALPHA = 0.01
 KINDS = ("spec", "statistical", "qualitative", "tolerance", "integrity")
+VERDICTS = ("pass", "fail", "inconclusive", "finding")
 _STRICT = True
 FINDINGS_FILE = os.path.join(os.path.dirname(__file__), "findings.txt")
+#: set to a list by :func:`attnsvm.experiments.planning.measure`: the mean checks record the spread they see
+_RECORD: list | None = None
+
+
+def record_spread(name: str, vals, op: str, lo: float, hi: float | None = None) -> None:
+    """Record the standard deviation of the per-run ``vals`` a mean check received (planning runs only)."""
+    if _RECORD is not None:
+        vals = np.asarray(vals, dtype=float).ravel()
+        vals = vals[np.isfinite(vals)]
+        _RECORD.append({"name": name, "sd": float(vals.std(ddof=1)) if vals.size > 1 else 0.0, "runs": int(vals.size),
+                        "op": op, "lo": float(lo), "hi": None if hi is None else float(hi)})
+
+
+def planned(name: str, sigma, effect, sigma_source: str) -> tuple:
+    """``(sigma, effect, sigma_source)``: the given ones, else the stored planning entry of the check ``name``
+    (:mod:`attnsvm.experiments.planning`), else ``(None, None, "")``."""
+    if sigma is not None and effect is not None:
+        return sigma, effect, sigma_source
+    from attnsvm.experiments.planning import lookup
+
+    entry = lookup(name)
+    if entry is None:
+        return sigma, effect, sigma_source
+    return (entry["sigma"], entry["effect"] if effect is None else effect,
+            f"planning sigma measured on the {entry['measured']} ({entry['runs']} runs); alternative: {entry['rule']}")
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
@@ -65,6 +103,26 @@ class Check:
     threshold_reason: str = ""
     kind: str = "spec"
     detail: str = ""
+    verdict: str = ""
+    power: float | None = None
+    alternative: str = ""
+    spec_ref: str = ""
+
+    def __post_init__(self):
+        from attnsvm.experiments.claims import is_internal, paper_source
+
+        if is_internal(self.source):
+            # the reader gets the paper and its place; the spec line stays internal (spec_ref)
+            ref = "; ".join(x for x in (self.source, self.spec_ref) if x)
+            object.__setattr__(self, "spec_ref", ref)
+            object.__setattr__(self, "source", paper_source(self.source))
+        verdict = self.verdict or ("pass" if self.passed else "fail")
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        object.__setattr__(self, "verdict", verdict)
+        object.__setattr__(self, "passed", verdict == "pass")
+        p = self.power
+        object.__setattr__(self, "power", None if p is None or p != p else float(p))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -72,6 +130,18 @@ class Check:
         d["value"] = None if v is None or v != v else v
         d["passed"] = bool(self.passed)
         return d
+
+
+def _null_verdict(passed: bool, power) -> str:
+    from attnsvm.experiments.power import decide
+
+    return decide(bool(passed), power, "null")
+
+
+def _power_note(power, alternative: str) -> str:
+    if power is None or power != power:
+        return f"power unknown ({alternative})" if alternative else "power unknown"
+    return f"power {power:.3f} against {alternative}"
 
 
 def _validate(source: str, reason: str, kind: str) -> None:
@@ -84,11 +154,14 @@ def _validate(source: str, reason: str, kind: str) -> None:
 
 
 def check(name: str, value: float, op: str, bound: float, detail: str = "", *, source: str = "", reason: str = "",
-          kind: str = "spec") -> Check:
+          kind: str = "spec", power: float | None = None, alternative: str = "", claim_is: str | None = None,
+          spec_ref: str = "") -> Check:
     """Compare ``value`` with ``bound`` (``op`` in <, <=, >, >=, ==); NaN never passes.
 
     ``source`` and ``reason`` are required (the empty defaults exist only so that a
-    missing one is caught by :func:`_validate` with a clear message).
+    missing one is caught by :func:`_validate` with a clear message). A statistical
+    comparison passes its ``power`` against ``alternative`` and ``claim_is`` (``"null"`` or
+    ``"alternative"``, :func:`attnsvm.experiments.power.decide`) to get its verdict.
     """
     if _STRICT:
         _validate(source, reason, kind)
@@ -96,8 +169,15 @@ def check(name: str, value: float, op: str, bound: float, detail: str = "", *, s
         raise ValueError(f"op must be one of {tuple(_OPS)}, got {op!r}")
     value = float(value)
     passed = bool(_OPS[op](value, bound)) if value == value else False
+    verdict = ""
+    if claim_is is not None:
+        from attnsvm.experiments.power import decide
+
+        verdict = decide(passed, power, claim_is) if value == value else "fail"
+        reason = f"{reason}; {_power_note(power, alternative)}"
     return Check(name=name, value=value, threshold=f"{op} {bound:g}", passed=passed, source=source,
-                 threshold_reason=reason, kind=kind, detail=detail)
+                 threshold_reason=reason, kind=kind, detail=detail, verdict=verdict, power=power,
+                 alternative=alternative, spec_ref=spec_ref)
 
 
 def integrity_check(name: str, value: float, op: str, bound: float, detail: str = "", *, reason: str) -> Check:
@@ -107,7 +187,7 @@ def integrity_check(name: str, value: float, op: str, bound: float, detail: str 
 
 
 def share_check(name: str, successes, total, op: str, target: float, detail: str = "", *, source: str,
-                reason: str = "", alpha: float = ALPHA) -> Check:
+                reason: str = "", alpha: float = ALPHA, alternatives=None, spec_ref: str = "") -> Check:
     """A share ``successes / total`` of runs against the spec's ``target`` with a binomial tolerance.
 
     ``op`` ``">="``: passes when observing this few successes is not significant evidence
@@ -115,31 +195,33 @@ def share_check(name: str, successes, total, op: str, target: float, detail: str
     ``successes >= binom.ppf(alpha, total, target)``. ``"<="`` mirrors it; ``"~"`` is
     two-sided (level ``alpha`` split over both tails). The threshold shown is that
     count as a share; ``value`` is the observed share.
+
+    The claim is the null: ``power`` is the exact binomial probability of failing at
+    ``total`` runs when the true share is the spec's value moved by
+    :data:`~attnsvm.experiments.power.SHARE_SHIFT` toward the side that breaks the claim
+    (``alternatives`` overrides; for ``"~"`` the smaller power of the two sides inside [0, 1]).
+    A pass with power below 0.8 is ``"inconclusive"``.
     """
-    from scipy.stats import binom
+    from attnsvm.experiments.power import share_bounds, share_power
 
     successes, total = int(successes), int(total)
     if total <= 0:
         return Check(name, float("nan"), f"{op} {target:g}", False, source, "no runs to measure a share on",
-                     "statistical", detail)
+                     "statistical", detail, spec_ref=spec_ref)
     share = successes / total
     base = (f"spec target {target:g}; exact binomial {'one-sided' if op != '~' else 'two-sided'} tolerance at "
             f"{total} runs, level {alpha:g}")
     reason = f"{base}; {reason}" if reason else base
-    if op == ">=":
-        k = int(binom.ppf(alpha, total, target))
-        passed, thr = successes >= k, f">= {k / total:.4g}"
-    elif op == "<=":
-        k = int(binom.ppf(1 - alpha, total, target))
-        passed, thr = successes <= k, f"<= {k / total:.4g}"
-    elif op == "~":
-        lo, hi = int(binom.ppf(alpha / 2, total, target)), int(binom.ppf(1 - alpha / 2, total, target))
-        passed, thr = lo <= successes <= hi, f"in [{lo / total:.4g}, {hi / total:.4g}]"
-    else:
-        raise ValueError(f"op must be '>=', '<=' or '~', got {op!r}")
+    lo, hi = share_bounds(total, op, target, alpha)
+    passed = lo <= successes <= hi
+    thr = {">=": f">= {lo / total:.4g}", "<=": f"<= {hi / total:.4g}"}.get(op, f"in [{lo / total:.4g}, {hi / total:.4g}]")
     _validate(source, reason, "statistical")
-    return Check(name, share, thr, bool(passed), source, reason, "statistical",
-                 (detail + "; " if detail else "") + f"{successes}/{total}")
+    power, alts = share_power(total, op, target, alpha, alternatives)
+    alternative = (" or ".join(f"true share {p:g}" for p in alts) + f" (spec {target:g} moved toward breaking the claim)"
+                   if alts else "")
+    return Check(name, share, thr, bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
+                 "statistical", (detail + "; " if detail else "") + f"{successes}/{total}",
+                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref)
 
 
 def _one_sided(op: str, value: float, target: float, tol: float) -> tuple[float, bool]:
@@ -152,21 +234,32 @@ def _one_sided(op: str, value: float, target: float, tol: float) -> tuple[float,
 
 
 def mean_check(name: str, values, op: str, target: float, detail: str = "", *, source: str, reason: str = "",
-               alpha: float = ALPHA) -> Check:
+               alpha: float = ALPHA, sigma: float | None = None, effect: float | None = None,
+               sigma_source: str = "", spec_ref: str = "") -> Check:
     """The mean of per-run ``values`` against the spec's ``target`` with a Student-t tolerance.
 
     ``">="`` passes when ``mean >= target - t_{1-alpha, R-1} * s / sqrt(R)`` (the mean is not
     significantly below the target); ``"<="`` mirrors it. NaN values fail the check (a
     run without a measurement is not silently dropped).
+
+    The claim is the null: ``power`` is the probability of failing at R runs when the true
+    mean is ``effect`` beyond the target on the breaking side and the runs' standard deviation
+    is the planning ``sigma`` (from ``sigma_source``: stored results of an earlier release,
+    never the run judged; :func:`~attnsvm.experiments.power.mean_power`). Without a planning
+    sigma the power is unknown and a pass is ``"inconclusive"``.
     """
     from scipy.stats import t as student_t
 
+    from attnsvm.experiments.power import mean_power
+
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
+    record_spread(name, vals, op, target)
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return Check(name, float("nan"), f"{op} {target:g}", False, source,
-                     f"spec target {target:g}; {bad} of {R} runs have no finite value", "statistical", detail)
+                     f"spec target {target:g}; {bad} of {R} runs have no finite value", "statistical", detail,
+                     spec_ref=spec_ref)
     mean = float(vals.mean())
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = float(student_t.ppf(1 - alpha, R - 1)) * se if R > 1 else 0.0
@@ -174,29 +267,58 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     reason = f"{base}; {reason}" if reason else base
     _validate(source, reason, "statistical")
     bound, passed = _one_sided(op, mean, target, tol)
-    return Check(name, mean, f"{op} {bound:.4g}", bool(passed), source, reason, "statistical", detail)
+    power, alternative = None, ""
+    sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
+    if sigma is not None and effect is not None:
+        power = mean_power(R, op, effect, sigma, alpha)
+        alt = target - effect if op == ">=" else target + effect
+        alternative = f"true mean {alt:g} (target {'-' if op == '>=' else '+'} {effect:g}), planning sigma {sigma:g}"
+        alternative += f" ({sigma_source})" if sigma_source else ""
+    elif effect is not None:
+        alternative = f"true mean {target - effect if op == '>=' else target + effect:g}; no planning sigma stated"
+    return Check(name, mean, f"{op} {bound:.4g}", bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
+                 "statistical", detail, verdict=_null_verdict(passed, power), power=power, alternative=alternative,
+                 spec_ref=spec_ref)
 
 
 def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, detail: str = "", *, source: str,
-                           reason: str = "", alpha: float = ALPHA) -> Check:
+                           reason: str = "", alpha: float = ALPHA, p1: float | None = None, p2: float | None = None,
+                           tolerance: bool = True, spec_ref: str = "") -> Check:
     """``s1/n1 - s2/n2`` against ``target`` with a normal tolerance (Agresti-Caffo: one success
-    and one failure added to each group for the standard error)."""
-    from scipy.stats import norm
+    and one failure added to each group for the standard error).
+
+    The claim is the null: ``power`` is the exact probability (enumerating every pair of counts)
+    that the check fails when the true shares are the named pair ``(p1, p2)``
+    (:func:`~attnsvm.experiments.power.share_difference_power`); without a pair it is unknown
+    and a pass is ``"inconclusive"``. ``tolerance=False``: the spec's bar is already a bound with
+    slack, so no sampling tolerance is added on top of it (the power is that of the bare bound).
+    """
+    from attnsvm.experiments.power import share_difference_passes, share_difference_power
 
     s1, n1, s2, n2 = int(s1), int(n1), int(s2), int(n2)
     if n1 <= 0 or n2 <= 0:
-        return Check(name, float("nan"), f"{op} {target:g}", False, source, "no runs", "statistical", detail)
+        return Check(name, float("nan"), f"{op} {target:g}", False, source, "no runs", "statistical", detail,
+                     spec_ref=spec_ref)
     diff = s1 / n1 - s2 / n2
-    p1, p2 = (s1 + 1) / (n1 + 2), (s2 + 1) / (n2 + 2)
-    se = math.sqrt(p1 * (1 - p1) / (n1 + 2) + p2 * (1 - p2) / (n2 + 2))
-    tol = float(norm.ppf(1 - alpha)) * se
+    q1, q2 = (s1 + 1) / (n1 + 2), (s2 + 1) / (n2 + 2)
+    se = math.sqrt(q1 * (1 - q1) / (n1 + 2) + q2 * (1 - q2) / (n2 + 2))
+    from scipy.stats import norm
+
+    tol = float(norm.ppf(1 - alpha)) * se if tolerance else 0.0
     base = (f"spec target {target:g}; one-sided normal tolerance {tol:.3g} (level {alpha:g}, "
-            f"{n1} and {n2} runs, Agresti-Caffo s.e. {se:.3g})")
+            f"{n1} and {n2} runs, Agresti-Caffo s.e. {se:.3g})" if tolerance else
+            f"spec bound {target:g}, already a bound with slack: no sampling tolerance on top of it")
     reason = f"{base}; {reason}" if reason else base
     _validate(source, reason, "statistical")
-    bound, passed = _one_sided(op, diff, target, tol)
-    return Check(name, diff, f"{op} {bound:.4g}", bool(passed), source, reason, "statistical",
-                 (detail + "; " if detail else "") + f"{s1}/{n1} - {s2}/{n2}")
+    bound = target - tol if op == ">=" else target + tol
+    passed = bool(share_difference_passes(s1, n1, s2, n2, op, target, alpha, tolerance))
+    power, alternative = None, ""
+    if p1 is not None and p2 is not None:
+        power = share_difference_power(n1, n2, op, target, alpha, p1, p2, tolerance)
+        alternative = f"true shares {p1:g} and {p2:g} (difference {p1 - p2:g})"
+    return Check(name, diff, f"{op} {bound:.4g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
+                 "statistical", (detail + "; " if detail else "") + f"{s1}/{n1} - {s2}/{n2}",
+                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref)
 
 
 @dataclass(frozen=True)
@@ -216,7 +338,9 @@ class Finding:
 def load_findings(path: str | None = None) -> list[Finding]:
     """Read the findings file: ``experiment | check name | preset | reason`` per line, ``#`` comments.
 
-    ``preset`` is ``quick``, ``full`` or ``any`` (the presets whose runs show the finding).
+    ``preset`` is ``quick``, ``full`` or ``any`` (the presets whose runs show the finding). Only vetted
+    findings are accepted: the reason gives two independent measurements and the paper's own words
+    with their place (``measured: ...; independently: ...; paper: "..." (place)``); ValueError otherwise.
     """
     path = path or FINDINGS_FILE
     out: list[Finding] = []
@@ -230,32 +354,58 @@ def load_findings(path: str | None = None) -> list[Finding]:
             parts = [p.strip() for p in line.split(" | ")]
             if len(parts) != 4 or parts[2] not in ("quick", "full", "any") or not all(parts):
                 raise ValueError(f"{path}:{lineno}: expected 'experiment | check name | quick|full|any | reason'")
+            if not all(key in parts[3] for key in ("measured:", "independently:", "paper:")):
+                raise ValueError(f"{path}:{lineno}: a finding is vetted: its reason gives 'measured: ...; independently: "
+                                 "... (another method or solver); paper: \"the paper's words\" (place)'")
             out.append(Finding(*parts))
     return out
 
 
 def mark_findings(experiment: str, checks: list[dict], preset: str, findings: list[Finding] | None = None) -> list[dict]:
-    """Annotate check dicts of ``experiment`` with ``finding`` (bool) and ``finding_reason``.
+    """Annotate check dicts of ``experiment`` with ``finding`` (bool), ``finding_reason`` and the verdict.
 
-    A failing check listed in the findings file (for this preset) is a finding: it stays
-    failed but does not count against the exit status. A listed check that passes is
-    flagged ``finding_resolved`` so that the report says the finding no longer holds.
+    A failing check listed in the findings file (for this preset) is a finding: its verdict
+    becomes ``"finding"``, it stays not passed but does not count against the exit status. A
+    listed check that passes is flagged ``finding_resolved`` so that the report says the
+    finding no longer holds. Dicts without a verdict get one from ``passed``; ``power`` and
+    ``alternative`` default to ``None`` and ``""``.
     """
     findings = load_findings() if findings is None else findings
     listed = {f.check: f for f in findings if f.experiment == experiment and f.applies(preset)}
     out = []
     for c in checks:
         c = dict(c)
+        verdict = c.get("verdict") or ("pass" if c["passed"] else "fail")
         f = listed.get(c["name"])
-        c["finding"] = bool(f is not None and not c["passed"])
-        c["finding_resolved"] = bool(f is not None and c["passed"])
+        c["finding"] = bool(f is not None and verdict == "fail")
+        c["finding_resolved"] = bool(f is not None and verdict == "pass")
         c["finding_reason"] = f.reason if f is not None else ""
+        c["verdict"] = "finding" if c["finding"] else verdict
+        c["passed"] = c["verdict"] == "pass"
+        c.setdefault("power", None)
+        c.setdefault("alternative", "")
         out.append(c)
+    return out
+
+
+def _verdict(c: dict) -> str:
+    return c.get("verdict") or ("pass" if c["passed"] else ("finding" if c.get("finding") else "fail"))
+
+
+def counts_against(c: dict) -> bool:
+    """Whether a check dict changes the exit status: only a ``"fail"`` (not inconclusive, not a finding)."""
+    return _verdict(c) == "fail"
+
+
+def count_verdicts(checks: list[dict]) -> dict[str, int]:
+    """How many check dicts have each verdict: ``{"pass": P, "fail": F, "inconclusive": I, "finding": K}``."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for c in checks:
+        out[_verdict(c)] += 1
     return out
 
 
 def count_failures(checks: list[dict]) -> tuple[int, int]:
     """``(failed, findings)``: failed checks that count against the exit status, and failing findings."""
-    failed = sum(1 for c in checks if not c["passed"] and not c.get("finding"))
-    found = sum(1 for c in checks if not c["passed"] and c.get("finding"))
-    return failed, found
+    counts = count_verdicts(checks)
+    return counts["fail"], counts["finding"]

@@ -54,7 +54,8 @@ def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0):
 
 
 def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, source: str, reason: str,
-                   alpha: float | None = None):
+                   alpha: float | None = None, effect: float | None = None, sigma: float | None = None,
+                   sigma_source: str = "", spec_ref: str = ""):
     """A qualitative claim "A exceeds B by more than ``margin``" tested on per-run paired differences.
 
     ``diffs (R,)`` holds ``a_r - b_r`` for the R runs (comparator B fixed in advance: a random
@@ -62,6 +63,12 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
     difference exceeds ``margin`` by the one-sided ``1 - alpha`` Student-t tolerance of its
     standard error (``t_{1-alpha, R-1} s / sqrt(R)``; one run: no tolerance), i.e. when the runs
     are significant evidence of the ordering. NaN values fail the check (never dropped).
+
+    The claim is the alternative: a pass is significant evidence. ``power`` is the probability
+    of passing at R runs when the true mean difference exceeds the margin by ``effect`` and the
+    runs' standard deviation is the planning ``sigma`` (from ``sigma_source``, never the run
+    judged; :func:`attnsvm.experiments.power.ordering_power`). A fail with power below 0.8 (or
+    unknown) is ``"inconclusive"``.
 
     Returns
     -------
@@ -71,20 +78,28 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
 
     from scipy.stats import t as student_t
 
+    from attnsvm.experiments.power import ordering_power
+
     alpha = ALPHA if alpha is None else alpha
+    power, alternative = None, ""
+    if effect is not None and sigma is not None:
+        power = ordering_power(max(np.asarray(diffs).size, 1), effect, sigma, alpha)
+        alternative = (f"true mean difference {margin + effect:g} (margin + {effect:g}), planning sigma {sigma:g}"
+                       + (f" ({sigma_source})" if sigma_source else ""))
     vals = np.asarray(diffs, dtype=float).ravel()
     R = vals.size
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return check(name, float("nan"), ">", margin, (detail + "; " if detail else "") + f"{bad} of {R} runs without a value",
-                     source=source, reason=reason, kind="qualitative")
+                     source=source, reason=reason, kind="qualitative", spec_ref=spec_ref)
     mean = float(vals.mean())
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = float(student_t.ppf(1 - alpha, R - 1)) * se if R > 1 else 0.0
     why = (f"{reason}; margin {margin:g} plus the one-sided Student-t tolerance {tol:.3g} of the mean paired difference "
            f"(level {alpha:g}, {R} runs, s.e. {se:.3g})")
     return check(name, mean, ">", margin + tol, (detail + "; " if detail else "") + f"{R} runs, min {vals.min():.4g}, "
-                 f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative")
+                 f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative", power=power,
+                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref)
 
 
 def preset_deviations(exp, config) -> list[dict]:
@@ -106,14 +121,24 @@ def preset_deviations(exp, config) -> list[dict]:
 
 
 def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail: str = "", *, source: str,
-                           reason: str, alpha: float | None = None):
+                           reason: str, alpha: float | None = None, effect: float | None = None,
+                           sigma: float | None = None, sigma_source: str = "", spec_ref: str = ""):
     """:func:`ordering_check` in every group (e.g. every configuration) at once.
 
     ``groups`` maps a label to the per-run differences of that group. Value: the smallest over
     the groups of (mean difference - its Student-t tolerance); passes when it exceeds ``margin``,
     i.e. when every group on its own is significant evidence of the ordering. A group without
-    values (or with NaN) fails the check.
+    values (or with NaN) fails the check. Power (claim is the alternative): the product over the
+    independent groups of :func:`ordering_power` at each group's run count (every group must pass).
     """
+    from attnsvm.experiments.power import ordering_power
+
+    power, alternative = None, ""
+    if effect is not None and sigma is not None and groups:
+        power = float(np.prod([ordering_power(max(np.asarray(v).size, 1), effect, sigma, ALPHA if alpha is None
+                                              else alpha) for v in groups.values()]))
+        alternative = (f"true mean difference {margin + effect:g} in every group, planning sigma {sigma:g}"
+                       + (f" ({sigma_source})" if sigma_source else ""))
     parts, worst, ok = [], float("inf"), True
     for label, diffs in groups.items():
         c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha)
@@ -126,8 +151,26 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     why = (f"{reason}; in every group the mean paired difference minus its one-sided Student-t tolerance (level "
            f"{ALPHA if alpha is None else alpha:g}) must exceed the margin {margin:g}")
     return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
-                 reason=why, kind="qualitative")
+                 reason=why, kind="qualitative", power=power, alternative=alternative, claim_is="alternative",
+                 spec_ref=spec_ref)
 
+
+
+def decided_by_control(fit, control):
+    """A fit comparison (e.g. ``W_fin + R W_svm`` against another comparator) decided by its random-direction control.
+
+    ``W_fin + R W_svm`` is fitted to GD's own iterate, so its fit says something about the SVM only when it
+    beats random directions fitted the same way: when ``control`` does not pass, a passing ``fit`` becomes
+    ``"inconclusive"`` (the comparison is not evidence); a failing fit stays a fail.
+    """
+    from attnsvm.experiments.checks import Check
+
+    if control.verdict == "pass" or fit.verdict != "pass":
+        return fit
+    return Check(fit.name, fit.value, fit.threshold, False, fit.source,
+                 fit.threshold_reason + "; decided by the random-direction control, which did not pass",
+                 fit.kind, fit.detail, verdict="inconclusive", power=None,
+                 alternative="random directions fitted the same way (the control did not pass)", spec_ref=fit.spec_ref)
 
 
 def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, source: str, reason: str):

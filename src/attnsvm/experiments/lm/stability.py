@@ -14,8 +14,6 @@ from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, 
 from attnsvm.training.language_model import lipschitz_estimates, paper_lipschitz_bound, token_basis, train_lm
 
 SOURCE = "causal-language-modeling.md section 4 (C3; protocol of section 3, C3 [OURS])"
-SOURCE_BOUND = ("seed 002_f66f6dcfb4e7042f.txt section 3.4 (Lemma 3.13, built from the bounds of section 3.3); "
-                "causal-language-modeling.md section 3 C3")
 
 #: Margin of "softmax is more stable than linear attention", fixed before measuring: at X = 0 the
 #: Jacobian of a prefix's softmax weights is (1/j)(I - 11^T/j), at most half of linear attention's
@@ -26,8 +24,6 @@ MARGIN_REASON = ("factor 2 fixed in advance: at X = 0 the Jacobian of a prefix's
                  "(1/j)(I - 11^T/j), at most 1/2 of linear attention's identity for j >= 2 tokens, so the "
                  "Gauss-Newton curvature is at most 1/4 of linear attention's; the factor 2 leaves room for the "
                  "remaining terms")
-#: "Stays bounded" read as growing no faster than c^1 over the scale range (bounded = slope 0).
-BOUNDED_SLOPE = 1.0
 #: Linear attention: the supremum over the ball of the Hessian's top eigenvalue is c^6 times a constant.
 LINEAR_SLOPE, SLOPE_TOL = 6.0, 0.1
 #: |log10(eta_max L / 2)| tolerance for linear attention (GD threshold 2/L).
@@ -249,15 +245,6 @@ class LMStability(Experiment):
                                  + f"; cap {config.eta_cap:g}; {int(cens.sum())} of {len(cens)} softmax runs censored",
                                  source=SOURCE, reason=MARGIN_REASON + "; the stable step of GD scales like 2/L",
                                  kind="qualitative"))
-            if "softmax" in config.attentions:
-                sl = self._slopes(pr, "softmax", loss)
-                out.append(check(f"C3 ({loss}): softmax attention's gradient Lipschitz estimate stays bounded as the input "
-                                 "scale grows (smallest per-run log-log slope of L against c)",
-                                 float(sl.min()) if len(sl) and sl.notna().all() else float("nan"), "<=", BOUNDED_SLOPE,
-                                 "per-run slopes " + ", ".join(f"{v:.2f}" for v in sl) + "; linear attention: "
-                                 + ", ".join(f"{v:.2f}" for v in self._slopes(pr, "linear", loss)),
-                                 source=SOURCE, reason="bounded means slope 0; tolerance: growth up to c^1 over the "
-                                 "scale range still counts as bounded", kind="qualitative"))
             if "linear" in config.attentions:
                 sl = self._slopes(pr, "linear", loss)
                 out.append(check(f"C3 ({loss}): linear attention's gradient Lipschitz constant grows like c^6 with the input "
@@ -292,19 +279,6 @@ class LMStability(Experiment):
                                      "(attained at X = 0 for linear attention); tolerance 0.1 decade for the "
                                      "power-iteration estimate of L (converges from below) and the bisection bracket "
                                      f"({config.bisect_tol:g} decade)", kind="tolerance"))
-        if "logistic" in config.stability_losses and "softmax" in config.attentions:
-            lip = table[(table["record"] == "lipschitz") & (table["attention"] == "softmax") & (table["loss"] == "logistic")]
-            est = np.log10(np.maximum(lip["lip_power"].astype(float), lip["lip_pairs"].astype(float)))
-            slack = (lip["bound_log10"].astype(float) - est)
-            out.append(check("C3 (logistic): the paper's gradient Lipschitz bound lies above the softmax estimate at every "
-                             "input scale and radius (min of log10(bound) - log10(estimate))",
-                             float(slack.min()) if len(slack) and slack.notna().all() else float("nan"), ">=", 0.0,
-                             "bound (log10) from " + f"{lip['bound_log10'].min():.1f} to {lip['bound_log10'].max():.1f}, "
-                             f"R from {lip['bound_R'].min():.3g} to {lip['bound_R'].max():.3g}; largest estimate "
-                             f"{10 ** est.max():.3g}",
-                             source=SOURCE_BOUND, reason="the paper's bound V * 3 n^3 R^7 exp(13 R^2) (Lemma 3.13 per loss "
-                             "term, V vocabulary terms per prefix) is an upper bound: the estimate must not exceed it",
-                             kind="spec"))
         return out
 
     def deviations(self, config):
@@ -357,7 +331,26 @@ class LMStability(Experiment):
         axes[1].set_title(f"step-size search ({config.sweep_steps} GD steps)")
         return save_figure(fig, outdir, "lm_stability")
 
+    def bound_sanity(self, config, table) -> str:
+        """The paper's Lipschitz bound against the softmax estimate: a sanity quantity, not a verdict.
+
+        The bound V * 3 n^3 R^7 exp(13 R^2) (Lemma 3.13 per loss term) lies decades above any
+        estimate, so the comparison cannot fail in practice; it is reported, not counted.
+        """
+        if "logistic" not in config.stability_losses or "softmax" not in config.attentions or "record" not in table:
+            return ""
+        lip = table[(table["record"] == "lipschitz") & (table["attention"] == "softmax") & (table["loss"] == "logistic")]
+        if not len(lip):
+            return ""
+        est = np.log10(np.maximum(lip["lip_power"].astype(float), lip["lip_pairs"].astype(float)))
+        slack = lip["bound_log10"].astype(float) - est
+        return (f"Sanity quantity (not a verdict: the comparison cannot fail in practice): the paper's gradient "
+                f"Lipschitz bound V * 3 n^3 R^7 exp(13 R^2) (Lemma 3.13) lies {float(slack.min()):.2f} decades or more "
+                f"above the softmax estimate (bound log10 from {lip['bound_log10'].min():.1f} to "
+                f"{lip['bound_log10'].max():.1f}; largest estimate {10 ** est.max():.3g}).")
+
     def explain(self, config, table):
+        sanity = self.bound_sanity(config, table)
         sm = self.summary(table)
         pr = self.per_run(table)
         lines = ["Protocol [OURS]: the default language's sequences with the attention inputs scaled by c (the head "
@@ -393,4 +386,4 @@ class LMStability(Experiment):
             lines.append(f"{len(cen)} softmax (run, scale, loss) cases are stable at every step tried up to "
                          f"{config.eta_cap:g}: with saturating attention the logistic loss stays bounded (each output is "
                          "a convex combination of tokens), so a large step only moves the attention to a hard selection.")
-        return "\n".join(lines)
+        return "\n".join(lines + (["", sanity] if sanity else []))

@@ -229,7 +229,8 @@ def _no_measurement(name, source, units, why, detail="") -> Check:
 
 
 def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
-                  detail: str = "") -> Check:
+                  detail: str = "", effect: float | None = None, sigma: float | None = None,
+                  sigma_source: str = "", spec_ref: str = "") -> Check:
     """The claim "measurement > comparator" from per-unit paired differences ``diffs (n,)``.
 
     Passes when the mean difference exceeds its one-sided Student-t margin at level ALPHA
@@ -238,6 +239,11 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     where the t margin degenerates, honest). On noise (exchangeable measurement and comparator)
     it fails with probability >= 1 - ALPHA. Missing (NaN) units fail the check unless
     ``allow_missing`` (then they are dropped and counted in the detail).
+
+    The claim is the alternative. ``power``: a lower bound on the probability of passing when
+    the differences are normal with mean ``effect`` and the planning ``sigma`` (Bonferroni:
+    power of the t test plus power of the sign test at ``P(win) = Phi(effect / sigma)``, minus 1;
+    :mod:`attnsvm.experiments.power`). A fail with power below 0.8 is ``"inconclusive"``.
     """
     from scipy.stats import binom
     from scipy.stats import t as student_t
@@ -258,19 +264,39 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     p_sign = float(binom.sf(pos - 1, pos + neg, 0.5)) if pos + neg else 1.0
     passed = bool(mean > margin and p_sign <= ALPHA)
+    power, alternative = None, ""
+    if effect is not None and sigma is not None:
+        from scipy.stats import norm
+
+        from attnsvm.experiments.power import ordering_power, sign_power
+
+        power = max(0.0, ordering_power(n, effect, sigma, ALPHA) + sign_power(n, float(norm.cdf(effect / sigma)),
+                                                                              ALPHA) - 1.0)
+        alternative = (f"normal differences with mean {effect:g} and planning sigma {sigma:g}"
+                       + (f" ({sigma_source})" if sigma_source else ""))
     reason = (f"comparator fixed in advance: {comparator}, on the same {units}; margin = one-sided Student-t bound "
               f"at level {ALPHA:g} of the mean paired difference over {n} {units} (s.e. {se:.3g}); the exact "
               f"one-sided sign test over the {pos + neg} non-zero differences must also reject chance at level "
               f"{ALPHA:g} ({pos} positive, {neg} negative, p = {p_sign:.2g})")
-    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail)
+    if power is not None:
+        from attnsvm.experiments.power import decide
+
+        reason += f"; power at least {power:.3f} against {alternative}"
+        return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail,
+                     verdict=decide(passed, power, "alternative"), power=power, alternative=alternative,
+                     spec_ref=spec_ref)
+    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref)
 
 
 def sign_share_check(name: str, wins: int, total: int, *, source: str, comparator: str, units: str,
-                      detail: str = "") -> Check:
+                      detail: str = "", p_win: float | None = None, spec_ref: str = "") -> Check:
     """Share of ``total`` units where the measurement beats the comparator, tested against chance (1/2).
 
     Passes when ``wins`` is at least the smallest k with ``P(Binomial(total, 1/2) >= k) <= ALPHA``
     (exact one-sided sign test); needs ``total >= log2(1 / ALPHA)`` units to be able to pass.
+    The claim is the alternative: ``power`` is the exact probability of passing when each unit
+    wins with ``p_win`` (:func:`attnsvm.experiments.power.sign_power`); a fail with power below
+    0.8 is ``"inconclusive"``.
     """
     from scipy.stats import binom
 
@@ -285,8 +311,17 @@ def sign_share_check(name: str, wins: int, total: int, *, source: str, comparato
               + ("" if k_min <= total else f" (impossible with {total} {units}: at least "
                                                f"{math.ceil(math.log2(1 / ALPHA))} are needed)"))
     d = f"{wins}/{total}"
+    power, alternative, verdict = None, "", ""
+    if p_win is not None:
+        from attnsvm.experiments.power import decide, sign_power
+
+        power = sign_power(total, p_win, ALPHA)
+        alternative = f"each unit wins with probability {p_win:g}"
+        verdict = decide(wins >= k_min, power, "alternative")
+        reason += f"; power {power:.3f} against {alternative}"
     return Check(name, wins / total, f">= {k_min / total:.4g}", wins >= k_min, source, reason, "qualitative",
-                 f"{detail}; {d}" if detail else d)
+                 f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
+                 spec_ref=spec_ref)
 
 
 def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,

@@ -44,7 +44,7 @@ class DigitsConfig(ExperimentConfig):
     steps: PositiveInt = 2000
     lr: PositiveFloat = 0.1
     record_every: PositiveInt = 50
-    seeds: list[int] = list(range(10))
+    seeds: list[int] = list(range(30))
     select_threshold: PositiveFloat = 1e-3
     null_draws: PositiveInt = 99
     examples: PositiveInt = 8
@@ -59,7 +59,7 @@ class RealDigits(Experiment):
     title = "Real data: digit patches; W and (K,Q) attention select patches along the max-margin directions"
     paper = "Transformers as SVMs beyond synthetic tokens: sklearn digits (8x8) as patch tokens"
     Config = DigitsConfig
-    quick = {"max_train": 40, "steps": 300, "seeds": list(range(7)), "examples": 4}
+    quick = {"max_train": 40, "steps": 300, "seeds": list(range(21)), "examples": 4}
     notes = ("Tokens are p x p patches (pixels / 16) plus a positional code; the query is the mean token "
              "(a [CLS]-like summary, nothing learned); the head v is a logistic regression on the mean token, "
              "i.e. the model at W = 0. Selections are the argmax tokens of the final attention. corr_att_fro / "

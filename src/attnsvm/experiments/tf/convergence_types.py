@@ -23,7 +23,7 @@ class Config(ExperimentConfig):
     n: PositiveInt = 6
     T: PositiveInt = 8
     ds: list[PositiveInt] = [2, 4, 6, 8, 10, 15, 20, 30, 50]
-    runs: PositiveInt = 100
+    runs: PositiveInt = 132
     steps: PositiveInt = 2000
     lr: PositiveFloat = 0.1
     chunk: PositiveInt = 50
@@ -39,7 +39,7 @@ class ConvergenceTypes(Experiment):
     title = "E4: global / locally-optimal / neither convergence of W-parameterized GD vs d"
     paper = "Transformers as Support Vector Machines, 'percentage of convergence types' bar chart (protocol of the spec, E4)"
     Config = Config
-    quick = {"ds": [2, 4, 10, 30, 50], "runs": 20, "chunk": 20}
+    quick = {"ds": [2, 4, 10, 30, 50], "runs": 70, "chunk": 35}
     notes = ("A run is classified from its final iterate: saturated if every sample's largest softmax probability "
              "exceeds the saturation level; global if saturated and the selected tokens (argmax) are the optimal ones; "
              "local if saturated, not global, Att-SVM of the selection is feasible and the selection is locally "
@@ -104,8 +104,11 @@ class ConvergenceTypes(Experiment):
             lo, hi = 4, 50
             out.append(share_difference_check(f"global share at d={hi} minus at d={lo} (over-parameterization helps)",
                                               c.loc[hi, "global"], c.loc[hi, "runs"], c.loc[lo, "global"],
-                                              c.loc[lo, "runs"], ">=", 0.4, source=src,
-                                              reason="spec: monotone trend with slack, global(d=50) - global(d=4) >= 0.4"))
+                                              c.loc[lo, "runs"], ">=", 0.4, source=src, p1=0.97, p2=0.72,
+                                              tolerance=False,
+                                              reason="spec: monotone trend with slack, global(d=50) - global(d=4) >= 0.4; "
+                                                     "alternative: the spec's measured d=50 share 0.97 with the d=4 "
+                                                     "share raised to 0.72, a difference of 0.25 (0.15 below the bar)"))
         classified = table[table["type"].isin(["global", "local"])]
         out.append(mean_check("mean corr(W, W^mm_alpha) over classified runs", classified["corr"], ">=", 0.99,
                               f"{len(classified)} runs", source=section("5 E4") + "; " + item(1),
@@ -121,8 +124,12 @@ class ConvergenceTypes(Experiment):
                         f"{config.saturation:g}, support tolerance {config.support_tol:g}; data from the '{config.rng}' "
                         "stream, init U(-1/sqrt(d), 1/sqrt(d)) from torch.Generator(seed)",
                 "reason": "the spec's protocol; its random streams are not given"}]
+        out.append({"spec": "100 seeds per d", "here": f"{config.runs} seeds per d" + (" (full preset: 132)"
+                                                                                        if config.runs != 132 else ""),
+                    "reason": "power: at 100 seeds the two-sided check 'about 70% at d = 10' detects a share 0.15 away "
+                              "with probability 0.69 only; 132 seeds give >= 0.8. The quick preset (70 seeds) leaves "
+                              "that check inconclusive (power 0.50); the full preset decides it"})
         out += quick_deviations(config, {
-            "runs": ("100 seeds per d", "wider binomial tolerances"),
             "ds": ("d in {2, 4, 6, 8, 10, 15, 20, 30, 50}", "targets at the missing d are not checked")})
         return out
 

@@ -24,8 +24,8 @@ from attnsvm.svm import solve_svm
 
 #: 7.2 item 4: P(feasible, alpha = opt) per (n, T) and d, as (op, target)
 FEASIBLE_OPT = {
-    (5, 5): {1: ("~", 0.0), 2: ("~", 0.34), 3: ("~", 0.91), 4: (">=", 1.0)},
-    (6, 8): {2: ("~", 0.24), **{d: (">=", 0.99) for d in (4, 6, 8, 10, 15, 20, 30, 50, 100)}},
+    (5, 5): {1: ("~", 0.0), 2: ("~", 0.33), 3: ("~", 0.94), 4: (">=", 1.0)},
+    (6, 8): {2: ("~", 0.19), 4: ("~", 0.976), **{d: (">=", 1.0) for d in (6, 8, 10, 15, 20, 30, 50, 100)}},
 }
 #: 7.2 item 8: mean share of active constraints (support vectors), n = 6, T = 8, alpha = opt
 SUPPORT_SHARE = {8: 0.44, 20: 0.63, 100: 0.91}
@@ -34,7 +34,7 @@ SUPPORT_SHARE = {8: 0.44, 20: 0.63, 100: 0.91}
 class Config(ExperimentConfig):
     cells: list[tuple[PositiveInt, PositiveInt]] = [(5, 5), (6, 8)]
     ds: list[PositiveInt] = [1, 2, 3, 4, 6, 8, 10, 15, 20, 30, 50, 100]
-    instances: PositiveInt = 100
+    instances: PositiveInt = 150
     rng: Literal["torch", "numpy"] = "torch"
 
 
@@ -53,7 +53,7 @@ class Feasibility(Experiment):
     def run_task(self, config, task):
         n, T, d = task.params["n"], task.params["T"], task.params["d"]
         rows = []
-        for seed in range(config.instances):
+        for seed in task.params.get("seeds", range(config.instances)):  # shifted seeds: the planning run
             problem = random_problem(n, T, d, seed, rng=config.rng)
             opt = solve_svm(problem, norm="fro")
             rand_select = np.random.default_rng([seed, n, T, d]).integers(0, T, size=n)
@@ -118,9 +118,12 @@ class Feasibility(Experiment):
                 "reason": "reproducible"},
                {"spec": "support tolerance |margin - 1| <= 1e-3 (Clarabel/SCS) or 1e-4",
                 "here": "the exact active-set solver's active set (margin within 1e-6 of 1)",
-                "reason": "an exact solution separates active (margin 1 to 1e-10) from inactive constraints"}]
+                "reason": "an exact solution separates active (margin 1 to 1e-10) from inactive constraints"},
+               {"spec": "1000 instances (exact LP) for the feasibility shares", "here": f"{config.instances} instances",
+                "reason": "power: 150 instances detect a share 0.15 away from 'about 0.33' / 'about 0.19' with "
+                          "probability 0.86 / 0.95 (100 instances: 0.69 / 0.77, inconclusive)"}]
         out += quick_deviations(config, {
-            "instances": ("100 instances per (n, T, d)", "wider binomial and Student-t tolerances"),
+            "instances": ("150 instances per (n, T, d)", "wider binomial and Student-t tolerances"),
             "ds": ("d in {1, 2, 3, 4, 6, 8, 10, 15, 20, 30, 50, 100}", "targets at the missing d are not checked"),
             "cells": ("(n, T) in {(5, 5), (6, 8)}", "targets of the missing cells are not checked")})
         return out

@@ -11,7 +11,8 @@ from attnsvm.training.models import LambdaHead
 from attnsvm.tokens import simplex_projection
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import ALPHA, Check, check, share_check
+from attnsvm.experiments.checks import check, share_check
+from attnsvm.experiments.lm.common import grouped_ordering_check
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.tf.trajectories import approx_mean_check, item, quick_deviations
 
@@ -21,7 +22,7 @@ class Config(ExperimentConfig):
     T: PositiveInt = 4
     d: PositiveInt = 8
     lambdas: list[PositiveFloat] = [0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
-    runs: PositiveInt = 30
+    runs: PositiveInt = 100
     steps: PositiveInt = 3000
     lr: PositiveFloat = 0.1
     threshold: PositiveFloat = 1e-3
@@ -34,7 +35,7 @@ class LambdaHeadExperiment(Experiment):
     title = "E6: number of selected tokens vs lambda for h(a) = v^T a - lambda ||a||^2 (simplex-projection prediction)"
     paper = "Transformers as Support Vector Machines, nonlinear (lambda) head; protocol of the spec (E6)"
     Config = Config
-    quick = {"lambdas": [0.05, 0.3, 2.0], "runs": 8, "steps": 3000}
+    quick = {"lambdas": [0.05, 0.3, 2.0], "runs": 100, "steps": 3000}
     notes = ("Tokens are orthonormal (X_i X_i^T = I_T), so the head reads gamma^T s - lambda ||s||^2 and its maximizer "
              "over the simplex is s* = Proj(gamma / (2 lambda)) (sparsemax). Selected set O_i = {t : s_it > threshold} "
              "at the last iterate. The research code's lambda branch crashes as released; this protocol is the spec's.")
@@ -44,7 +45,8 @@ class LambdaHeadExperiment(Experiment):
 
     def run_task(self, config, task):
         lam = task.params["lam"]
-        seeds = list(range(config.runs))
+        # the planning run (attnsvm.experiments.planning_run) passes shifted seeds
+        seeds = [int(s) for s in task.params.get("seeds", range(config.runs))]
         problems = [orthonormal_problem(config.n, config.T, config.d, s) for s in seeds]
         V = np.stack([p.v for p in problems])
         res = train(problems, param="W", head=LambdaHead(V, lam), seed=seeds, steps=config.steps, lr=config.lr,
@@ -62,8 +64,6 @@ class LambdaHeadExperiment(Experiment):
         return pd.DataFrame(rows)
 
     def checks(self, config, table):
-        from scipy.stats import norm
-
         src = item(7)
         per_run = table.groupby(["lam", "seed"]).selected.mean()         # mean |O_i| of each run
         out = []
@@ -74,23 +74,23 @@ class LambdaHeadExperiment(Experiment):
                                              target, target, f"{per_run.loc[lam].size} runs", source=src, slack=0.05,
                                              reason="spec: mean |O_i| grows from 1.2 to 4.0 over lambda in [0.05, 2] "
                                                     "(one decimal: rounding 0.05)"))
-        g = per_run.groupby(level=0)
-        m, se = g.mean(), g.std(ddof=1).fillna(0) / np.sqrt(g.size())
-        drops = []
-        for a, b in zip(lams[:-1], lams[1:]):
-            drop, s = m[a] - m[b], float(np.hypot(se[a], se[b]))
-            drops.append(0.0 if drop <= 0 else (np.inf if s == 0 else drop / s))
-        z = float(norm.ppf(1 - ALPHA))
-        if drops:
-            out.append(Check("mean |O_i| increases along the lambda grid (largest standardized drop)",
-                             float(max(drops)), f"<= {z:.3g}", bool(max(drops) <= z), src,
-                             f"spec: mean |O_i| increasing in lambda; a drop between neighbouring lambdas is tolerated "
-                             f"up to the one-sided normal quantile {z:.3g} (level {ALPHA:g}) of its standard error",
-                             "statistical", "means " + ", ".join(f"{l:g}: {m[l]:.2f}" for l in lams)))
+        # "increasing" as a trend test: every neighbouring pair of the grid must show a significant rise of the
+        # per-seed |O_i| (same seed, same data at every lambda; claim is the alternative: a flat curve fails)
+        wide = per_run.unstack(level=0)
+        if len(lams) > 1:
+            groups = {f"{a:g}->{b:g}": (wide[b] - wide[a]).to_numpy(np.float64) for a, b in zip(lams[:-1], lams[1:])}
+            out.append(grouped_ordering_check(
+                "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)", groups,
+                0.0, "means " + ", ".join(f"{lam:g}: {per_run.loc[lam].mean():.2f}" for lam in lams), source=src,
+                reason="spec: mean |O_i| increasing in lambda (1.2 -> 4.0 over [0.05, 2]); a trend test, not "
+                       "'no significant drop'"))
+        # agreement per lambda, as in the spec's table (0.83-1.00 per lambda), bar 0.8
         runs = table.groupby(["lam", "seed"]).match.all()
-        out.append(share_check("share of runs with O_i = supp(s*) for every sample", int(runs.sum()), int(runs.size),
-                               ">=", 0.8, f"pooled over {len(lams)} lambdas", source=src,
-                               reason="spec: agreement >= 0.8 of runs"))
+        for lam in lams:
+            r = runs.loc[lam]
+            out.append(share_check(f"share of runs with O_i = supp(s*) for every sample at lambda={lam:g}",
+                                   int(r.sum()), int(r.size), ">=", 0.8, source=src,
+                                   reason="spec: agreement >= 0.8 of runs, per lambda (spec table 0.83-1.00)"))
         med = table.groupby("lam").max_abs_diff.median()
         out.append(check("largest median over lambda of max_t |s_t - s*_t|", float(med.max()), "<=", 3e-2,
                          f"after {config.steps} steps; at lambda = {med.idxmax():g}", source=src,
@@ -101,8 +101,12 @@ class LambdaHeadExperiment(Experiment):
         out = [{"spec": "E6: the research code's lambda branch crashes as released; the spec's protocol",
                 "here": "the spec's protocol (orthonormal tokens from a random orthogonal matrix, Y = +1, 3000 steps)",
                 "reason": "no runnable official code"}]
+        out.append({"spec": "30 seeds per lambda", "here": f"{config.runs} seeds per lambda",
+                    "reason": "power: at 30 seeds the per-lambda agreement check (>= 0.8) and 'mean |O_i| about 1.2' "
+                              "cannot tell a 0.15 (resp. 15%) departure from the claim; 100 seeds detect both with "
+                              "probability >= 0.8"})
         out += quick_deviations(config, {
-            "runs": ("30 seeds per lambda", "wider tolerances"),
+            "runs": ("100 seeds per lambda", "wider tolerances"),
             "lambdas": ("lambda in {0.05, 0.1, 0.2, 0.3, 0.5, 1, 2}", "the monotone trend is checked on fewer lambdas"),
             "steps": ("3000 steps", "the softmax is compared with s* after 3000 steps")})
         return out

@@ -29,7 +29,7 @@ class Config(ExperimentConfig):
     n: PositiveInt = 6
     T: PositiveInt = 8
     d: PositiveInt = 10
-    runs: PositiveInt = 100
+    runs: PositiveInt = 132
     first_seed: int = 0
     steps: PositiveInt = 2000
     lr: PositiveFloat = 0.1
@@ -102,11 +102,13 @@ class LocalConvergence(Experiment):
             mean_check("mean corr(KQ^T, W^mm_*alpha) at the last step", fKQ.corr_nuc, ">=", 0.99, last, source=src,
                        reason="spec's bar 0.99 at k = 1999 (measured 0.9965)"),
             approx_mean_check("cross: mean corr(W, W^mm_*alpha) at the last step", fW.corr_nuc, 0.85, 0.92, last,
-                              source=src, reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 "
-                                                 "(each parameterization is clearly closer to its own SVM)"),
+                              source=src, hi_is_bound=True,
+                              reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 (each "
+                                     "parameterization is clearly closer to its own SVM)"),
             approx_mean_check("cross: mean corr(KQ^T, W^mm_alpha) at the last step", fKQ.corr_fro, 0.85, 0.92, last,
-                              source=src, reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 "
-                                                 "(each parameterization is clearly closer to its own SVM)"),
+                              source=src, hi_is_bound=True,
+                              reason="spec: cross-correlations stay about 0.85-0.86, assert < 0.92 (each "
+                                     "parameterization is clearly closer to its own SVM)"),
             mean_check("mean max softmax (W) at step 300", at_step(W, 300).max_softmax, ">=", 0.99,
                        f"step {int(at_step(W, 300).step.max())}", source=src, reason="spec: >= 0.99 by k = 300 (W)"),
             mean_check("mean max softmax (K,Q) at step 100", at_step(KQ, 100).max_softmax, ">=", 0.99,
@@ -130,6 +132,10 @@ class LocalConvergence(Experiment):
                           "selecting the optimal tokens is a binomial quantity: over seeds 0-999 (`attnsvm run "
                           "tf-local-convergence --set runs=1000`) it is 0.684 (W) and 0.729 (K,Q), against the spec's "
                           "0.68 / 0.75, and blocks of 100 seeds range from 0.63 to 0.75 (W); seeds 0-99 give 0.74"},
+               {"spec": "100 runs", "here": f"{config.runs} runs",
+                "reason": "power: at 100 runs the two-sided binomial check of the share 'about 0.68 / 0.75' detects a "
+                          "share 0.15 away with probability 0.69 only; 132 runs give >= 0.8 for both (and at 131 and "
+                          "133: the power is sawtooth in the run count)"},
                {"spec": "SVMs by cvxpy (SCS for the nuclear norm)", "here": "attnsvm's exact, certified solvers",
                 "reason": "spec 8: accurate solutions for correlation statements"}]
         out += quick_deviations(config, {

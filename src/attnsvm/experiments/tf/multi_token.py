@@ -61,7 +61,7 @@ class MultiToken(Experiment):
     title = "E5: multi-token selection with a ReLU head; W(k) vs W_fin + R W_svm, the Gen-SVM and the 1-token SVM"
     paper = "Transformers as Support Vector Machines, multi_token_converge (ReLU head, 500 accepted runs per d)"
     Config = Config
-    quick = {"ds": [4, 6, 10], "accepted": 15, "attempts": {4: 120, 6: 150, 10: 1100}, "chunk": 1100}
+    quick = {"ds": [4, 6, 10], "accepted": 50, "attempts": {4: 400, 6: 500, 10: 3700}, "chunk": 1850}
 
     def tasks(self, config):
         return [Task(f"d{d:02d}-seeds-{c[0]:05d}", len(c), {"d": d, "seeds": c})

@@ -70,16 +70,27 @@ def certificate_integrity(table: pd.DataFrame, prefixes, what: str = "") -> Chec
 
 
 def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "", *, source: str, reason: str,
-                      slack: float = 0.0, alpha: float = ALPHA) -> Check:
+                      slack: float = 0.0, alpha: float = ALPHA, sigma: float | None = None,
+                      effect: float | None = None, sigma_source: str = "", hi_is_bound: bool = False) -> Check:
     """The mean of per-run ``values`` lies in the spec's range ``[lo, hi]`` ("about x").
 
     Two-sided Student-t tolerance ``t_{1-alpha/2, R-1} * s / sqrt(R)`` on each side plus a fixed
-    ``slack`` (rounding of the spec's figure); NaN values fail the check.
+    ``slack`` (rounding of the spec's figure); NaN values fail the check. ``hi_is_bound``: ``hi`` is
+    already a bound with slack (the spec's "assert < hi"), so no tolerance is added on that side.
+
+    The claim is the null. ``power``: a lower bound on the probability of failing at R runs when
+    the true mean is ``effect`` outside the range (either side) and the runs' standard deviation
+    is the planning ``sigma`` (the one-sided noncentral-t power at level ``alpha / 2`` of the
+    effect beyond the fixed ``slack``); sigma and effect default to the stored planning entry
+    (:mod:`attnsvm.experiments.planning`). Without them a pass is ``"inconclusive"``.
     """
+    from attnsvm.experiments.checks import planned, record_spread
+    from attnsvm.experiments.power import decide, mean_power
     from scipy.stats import t as student_t
 
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
+    record_spread(name, vals, "~", lo, hi)
     if R == 0 or not np.all(np.isfinite(vals)):
         return Check(name, float("nan"), f"in [{lo:g}, {hi:g}]", False, source,
                      f"spec range [{lo:g}, {hi:g}]; {int((~np.isfinite(vals)).sum())} of {R} runs have no value",
@@ -88,9 +99,23 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = (float(student_t.ppf(1 - alpha / 2, R - 1)) * se if R > 1 else 0.0) + slack
     why = (f"spec range [{lo:g}, {hi:g}]; two-sided Student-t tolerance (level {alpha:g}, {R} runs, s.e. {se:.3g})"
-           + (f" plus {slack:g}" if slack else "") + f" = {tol:.3g}; {reason}")
-    a, b = lo - tol, hi + tol
-    return Check(name, mean, f"in [{a:.4g}, {b:.4g}]", bool(a <= mean <= b), source, why, "statistical", detail)
+           + (f" plus {slack:g}" if slack else "") + f" = {tol:.3g}"
+           + (f" on the low side; the upper end {hi:g} is the spec's bound (no tolerance on it)" if hi_is_bound else "")
+           + f"; {reason}")
+    a, b = lo - tol, (hi if hi_is_bound else hi + tol)
+    passed = bool(a <= mean <= b) if not hi_is_bound else bool(a <= mean < b)
+    power, alternative = None, ""
+    sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
+    if sigma is not None and effect is not None and effect > slack:
+        # the fixed slack moves the bar by a constant: the power is that of the effect beyond the slack
+        power = mean_power(R, ">=", effect - slack, sigma, alpha / 2)
+        alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
+                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+        why += f"; power at least {power:.3f} against {alternative}"
+    else:
+        why += "; power unknown (no planning sigma, or an effect within the slack)"
+    return Check(name, mean, f"in [{a:.4g}, {b:.4g}" + (")" if hi_is_bound else "]"), passed, source, why,
+                 "statistical", detail, verdict=decide(passed, power, "null"), power=power, alternative=alternative)
 
 
 def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,

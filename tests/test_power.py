@@ -1,0 +1,182 @@
+"""Power of the statistical checks, computed exactly and confirmed by simulation at the check functions' level.
+
+For each check function: tables drawn from the stated alternative make it fail (claim is the null) or
+pass (claim is the alternative) at a rate within 3 standard errors of the computed power, and tables
+drawn at the spec's value pass at the stated level.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attnsvm.experiments import power as pw
+from attnsvm.experiments.checks import ALPHA, mean_check, share_check, share_difference_check
+from attnsvm.experiments.lm.common import ordering_check
+from attnsvm.experiments.real.common import paired_check, sign_share_check
+
+SRC = "test"
+DRAWS = 3000
+
+
+def _within(rate: float, p: float, draws: int = DRAWS) -> bool:
+    se = math.sqrt(max(p * (1 - p), 1e-4) / draws)
+    return abs(rate - p) <= 3 * se
+
+
+# ------------------------------------------------------------------ shares (claim is the null)
+@pytest.mark.parametrize("n,op,target", [(70, "~", 0.70), (70, "~", 0.02), (70, ">=", 0.90), (52, ">=", 0.95),
+                                         (21, "<=", 0.07), (100, ">=", 0.68)])
+def test_share_check_power_matches_simulation(n, op, target):
+    rng = np.random.default_rng(12345)
+    power, alts = pw.share_power(n, op, target, ALPHA)
+    assert alts and all(0 <= p <= 1 for p in alts)
+    # the least favourable alternative: the one with the smallest fail probability
+    _, worst = min((pw.share_power(n, op, target, ALPHA, [p])[0], p) for p in alts)
+    memo = {}
+
+    def verdict(k):
+        if k not in memo:
+            memo[k] = share_check("s", k, n, op, target, source=SRC)
+        return memo[k]
+
+    fails = np.mean([verdict(k).verdict == "fail" for k in rng.binomial(n, worst, DRAWS)])
+    assert _within(fails, power)
+    # at the spec's value the check does not fail at rate above the level (+ 3 s.e.)
+    not_fail = np.mean([verdict(k).verdict != "fail" for k in rng.binomial(n, target, DRAWS)])
+    assert not_fail >= 1 - ALPHA - 3 * math.sqrt(ALPHA * (1 - ALPHA) / DRAWS)
+    # the verdict of a pass follows the power
+    ok = verdict(round(target * n))
+    assert ok.power == pytest.approx(power) and ok.verdict == ("pass" if power >= 0.8 else "inconclusive")
+
+
+def test_share_power_is_sawtooth_and_computed_at_the_n_used():
+    powers = [pw.share_power(n, ">=", 0.9, ALPHA)[0] for n in range(40, 80)]
+    assert any(b < a for a, b in zip(powers, powers[1:])), "discrete power is not monotone in n"
+    c = share_check("s", 45, 50, ">=", 0.9, source=SRC)
+    assert c.power == pytest.approx(pw.share_power(50, ">=", 0.9, ALPHA)[0])
+
+
+def test_share_alternatives_stay_inside_the_unit_interval():
+    assert pw.share_alternatives("~", 0.02) == [0.17]
+    assert pw.share_alternatives(">=", 1.0) == [0.85]
+    assert pw.share_alternatives("~", 0.5) == [0.35, 0.65]
+    assert pw.share_alternatives("<=", 0.9) == []
+    # no alternative inside [0, 1]: power unknown, a pass is inconclusive
+    assert share_check("s", 5, 10, "<=", 0.9, source=SRC).verdict == "inconclusive"
+
+
+# ------------------------------------------------------------------ share differences (exact enumeration)
+@pytest.mark.parametrize("n1,n2,p1,p2", [(70, 70, 0.65, 0.4), (100, 100, 0.5, 0.4), (30, 50, 0.7, 0.1)])
+def test_share_difference_power_matches_simulation(n1, n2, p1, p2):
+    rng = np.random.default_rng(1)
+    target = 0.4
+    power = pw.share_difference_power(n1, n2, ">=", target, ALPHA, p1, p2)
+    s1, s2 = rng.binomial(n1, p1, DRAWS), rng.binomial(n2, p2, DRAWS)
+    fails = np.mean([share_difference_check("d", a, n1, b, n2, ">=", target, source=SRC, p1=p1, p2=p2).verdict
+                     == "fail" for a, b in zip(s1, s2)])
+    assert _within(fails, power)
+    c = share_difference_check("d", round(0.9 * n1), n1, round(0.3 * n2), n2, ">=", target, source=SRC, p1=p1, p2=p2)
+    assert c.power == pytest.approx(power)
+
+
+def test_share_difference_passes_at_the_claimed_difference():
+    # the normal approximation's level at the claimed difference (p1, p2) = (0.9, 0.5)
+    rng = np.random.default_rng(2)
+    s1, s2 = rng.binomial(100, 0.9, DRAWS), rng.binomial(100, 0.5, DRAWS)
+    passes = pw.share_difference_passes(s1, 100, s2, 100, ">=", 0.4, ALPHA).mean()
+    assert passes >= 1 - 2 * ALPHA - 3 * math.sqrt(2 * ALPHA / DRAWS)
+
+
+# ------------------------------------------------------------------ means (claim is the null, planning sigma)
+@pytest.mark.parametrize("n,op,effect,sigma", [(12, ">=", 0.15, 0.2), (50, ">=", 0.05, 0.1), (8, "<=", 0.3, 0.25),
+                                               (30, "<=", 0.02, 0.05)])
+def test_mean_check_power_matches_simulation(n, op, effect, sigma):
+    rng = np.random.default_rng(3)
+    target = 0.5
+    power = pw.mean_power(n, op, effect, sigma, ALPHA)
+    alt = target - effect if op == ">=" else target + effect
+    kw = dict(source=SRC, sigma=sigma, effect=effect, sigma_source="unit test")
+    fails = np.mean([mean_check("m", v, op, target, **kw).verdict == "fail"
+                     for v in alt + sigma * rng.standard_normal((DRAWS, n))])
+    assert _within(fails, power)
+    not_fail = np.mean([mean_check("m", v, op, target, **kw).verdict != "fail"
+                        for v in target + sigma * rng.standard_normal((DRAWS, n))])
+    assert _within(not_fail, 1 - ALPHA)
+    c = mean_check("m", np.full(n, target) + sigma * np.linspace(-1, 1, n), op, target, **kw)
+    assert c.power == pytest.approx(power)
+    assert c.verdict == ("pass" if power >= 0.8 else "inconclusive")
+
+
+# ------------------------------------------------------------------ orderings, paired and sign checks (claim is the alternative)
+@pytest.mark.parametrize("n,effect,sigma", [(5, 0.05, 0.03), (10, 0.1, 0.2), (30, 0.03, 0.05)])
+def test_ordering_check_power_matches_simulation(n, effect, sigma):
+    rng = np.random.default_rng(4)
+    power = pw.ordering_power(n, effect, sigma, ALPHA)
+    kw = dict(source=SRC, reason="r", effect=effect, sigma=sigma)
+    verdicts = [ordering_check("o", v, **kw).verdict for v in effect + sigma * rng.standard_normal((DRAWS, n))]
+    assert _within(np.mean([v == "pass" for v in verdicts]), power)
+    assert set(verdicts) <= ({"pass", "inconclusive"} if power < 0.8 else {"pass", "fail"})
+    # no ordering (mean difference 0): passes at most at the level
+    null = [ordering_check("o", v, **kw).passed for v in sigma * rng.standard_normal((DRAWS, n))]
+    assert np.mean(null) <= ALPHA + 3 * math.sqrt(ALPHA / DRAWS)
+
+
+@pytest.mark.parametrize("n,effect,sigma", [(21, 0.03, 0.04), (10, 0.05, 0.03)])
+def test_paired_check_power_is_a_lower_bound(n, effect, sigma):
+    draws = 1000
+    rng = np.random.default_rng(5)
+    kw = dict(source=SRC, comparator="c", units="runs", effect=effect, sigma=sigma)
+    cs = [paired_check("p", v, **kw) for v in effect + sigma * rng.standard_normal((draws, n))]
+    power = cs[0].power
+    rate = np.mean([c.passed for c in cs])
+    assert rate >= power - 3 * math.sqrt(max(power * (1 - power), 1e-4) / draws)
+    null = np.mean([paired_check("p", v, **kw).passed for v in sigma * rng.standard_normal((draws, n))])
+    assert null <= ALPHA + 3 * math.sqrt(ALPHA / draws)
+
+
+@pytest.mark.parametrize("n,p", [(12, 0.9), (30, 0.75), (8, 0.95)])
+def test_sign_share_check_power_matches_simulation(n, p):
+    rng = np.random.default_rng(6)
+    power = pw.sign_power(n, p, ALPHA)
+    cs = [sign_share_check("s", k, n, source=SRC, comparator="c", units="heads", p_win=p)
+          for k in rng.binomial(n, p, DRAWS)]
+    assert _within(np.mean([c.passed for c in cs]), power)
+    assert all(c.power == pytest.approx(power) for c in cs[:5])
+    null = np.mean([sign_share_check("s", k, n, source=SRC, comparator="c", units="heads", p_win=p).passed
+                    for k in rng.binomial(n, 0.5, DRAWS)])
+    assert null <= ALPHA + 3 * math.sqrt(ALPHA / DRAWS)
+
+
+# ------------------------------------------------------------------ the verdict rule
+def test_decide_is_the_issue_rule():
+    assert pw.decide(True, 0.9, "null") == "pass"
+    assert pw.decide(True, 0.5, "null") == "inconclusive"
+    assert pw.decide(True, None, "null") == "inconclusive"
+    assert pw.decide(False, 0.5, "null") == "fail"
+    assert pw.decide(True, 0.1, "alternative") == "pass"
+    assert pw.decide(False, 0.5, "alternative") == "inconclusive"
+    assert pw.decide(False, 0.9, "alternative") == "fail"
+    assert pw.decide(False, None, "alternative") == "fail"
+    with pytest.raises(ValueError):
+        pw.decide(True, 0.9, "maybe")
+
+
+def test_power_at_the_limits():
+    # runs without spread, or a noncentrality beyond scipy's range: the power is 1, never NaN
+    assert pw.mean_power(8, ">=", 0.01, 0.0, ALPHA) == 1.0
+    assert pw.mean_power(8, ">=", 0.01, 1e-15, ALPHA) == 1.0
+    assert pw.ordering_power(8, 0.01, 1e-12, ALPHA) == 1.0
+    c = mean_check("m", [0.999999] * 8, ">=", 0.99, source=SRC, sigma=1e-15, effect=0.01)
+    assert c.power == 1.0 and c.verdict == "pass"
+
+
+def test_power_functions_validate():
+    with pytest.raises(ValueError, match="op"):
+        pw.share_power(10, "=", 0.5, ALPHA)
+    with pytest.raises(ValueError, match="n"):
+        pw.mean_power(0, ">=", 0.1, 0.1, ALPHA)
+    with pytest.raises(ValueError, match="sigma"):
+        pw.ordering_power(10, 0.1, 0.0, ALPHA)
