@@ -122,7 +122,9 @@ def test_quick_preset_notes_state_the_sizes(tmp_path):
     _folder(tmp_path, "tf-svm-rank", [_check("a")], preset="quick", config=cfg)
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
     line = re.search(r"<p class='preset'>(.*?)</p>", page).group(1)
-    assert "quick preset" in line and "instances = 12 (full preset 100)" in line
+    full = build_config(exp, quick=False).model_dump()
+    assert cfg["instances"] != full["instances"]
+    assert "quick preset" in line and f"instances = {cfg['instances']} (full preset {full['instances']})" in line
 
 
 def test_legible_raises_small_text_only(tmp_path):
