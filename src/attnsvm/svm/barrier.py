@@ -305,6 +305,14 @@ class _Problem:
         if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
 
+    def newton_solver(self, x, du, diag):
+        """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
+        at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
+        replaces this method to run it on a torch device)."""
+        M = self.schur(x.X11, x.X12, x.X22, du)
+        M.flat[:: self.N + 1] += diag
+        return _solve_factor(M)
+
     def Gmap(self, lam):
         return _t(self.A) @ (lam[..., None] * self.Bm)
 
@@ -332,6 +340,14 @@ class _Problem:
         # rows by fancy indexing, columns by take (fancy indexing along columns is much slower)
         return ((self.Bq @ H) @ self.Bq.T)[q].take(q, axis=1)
 
+    @staticmethod
+    def _lower_factor(X):
+        """Lower Cholesky factor of ``X`` (a matrix or a stack), None when it is not positive definite."""
+        try:
+            return np.linalg.cholesky(X)
+        except np.linalg.LinAlgError:
+            return None
+
     def _bt(self, R):
         """``Bm R^T`` (N x N) for ``R (N, r2)``: from the distinct queries when rows share them."""
         if self.qidx is None:
@@ -348,15 +364,16 @@ class _Problem:
         A = self.A
         M = self._bt(A @ X12)                          # K1 = Bm X12^T A^T
         M *= _t(self._bt(du.AC))                       # K2 = A C Bm^T
-        M += _t(M).copy()                              # K1 o K2 + (K1 o K2)^T
+        M = M + _t(M)                                  # K1 o K2 + (K1 o K2)^T
         T = du.AC @ _t(du.AG)                          # A G S^{-1} G^T A^T
         T += self.KA
         T *= self._bb(X22)
         M += T
-        try:
-            AR = A @ np.linalg.cholesky(X11)
+        R = self._lower_factor(X11)
+        if R is not None:
+            AR = A @ R
             K5 = AR @ _t(AR)                           # A X11 A^T (gemm beats syrk here)
-        except np.linalg.LinAlgError:
+        else:
             K5 = (A @ X11) @ _t(A)
         K5 *= self._bb(du.Si)
         M += K5
@@ -567,11 +584,9 @@ class _NewtonSystem:
     def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
         I = pb.ineq
         self.pb, self.x, self.du = pb, x, du
-        Msch = pb.schur(x.X11, x.X12, x.X22, du)
-        iI = np.flatnonzero(I)
-        Msch[iI, iI] += x.s / x.lam[I]
-        self.solve = _solve_factor(Msch)
-        del Msch
+        diag = np.zeros(pb.N)
+        diag[I] = x.s / x.lam[I]
+        self.solve = pb.newton_solver(x, du, diag)
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
         self.X = _blocks(x.X11, x.X12, x.X22)
         self.LX = _chol(self.X)
@@ -707,7 +722,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
                 lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-9,
                 feas_tol: float = 1e-10, max_iter: int = 80, time_limit: float | None = None,
-                verbose: bool = False) -> IPMResult:
+                verbose: bool = False, backend=None) -> IPMResult:
     """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows).
 
     Steps: :func:`_reduce` (bases, live rows, scaling), :func:`_start` (interior point),
@@ -726,6 +741,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     feas_tol : target constraint violation of W relative to ``1 + max |rhs|``
     max_iter, time_limit : limits; the best iterate is then returned with status "inaccurate"
     verbose : print one line per iteration
+    backend : None (default: numpy / scipy) or an object whose ``attach(pb)`` replaces the
+        :meth:`_Problem.newton_solver` of the reduced problem, e.g.
+        :class:`attnsvm.svm.torch_backend.TorchNewton` (the Schur complement, its factorization and the
+        Newton solves on a torch device); everything else, the stopping test and the result are the same
 
     Returns
     -------
@@ -749,6 +768,9 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0)
         return IPMResult("optimal", np.zeros((d1, d2)), lam, info)
     pb = red.pb
+    if backend is not None:
+        backend.attach(pb)
+        info["device"] = backend.name
     x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
                          red.M_init(W_init)))
     best, status, it, x = _iterate(pb, x, tol, feas_tol, max_iter, time_limit, verbose, info, t0)

@@ -876,7 +876,7 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
 def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
                      support_tol: float = 1e-5, batch: int | None = None, per_group: int | None = None,
                      max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False) -> SVMSolution:
+                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False, device=None) -> SVMSolution:
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
@@ -900,7 +900,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         certificate requires: aiming at 1e-9 cost ~10 more iterations per subset at rounding level)
     time_limit : seconds for the whole solve; the last subset solution is then returned
         ("optimal_inaccurate" unless its certificate over all rows passes)
-    solver : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets
+    solver, device : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets (device: the
+        interior-point method's dense algebra on a torch device, e.g. "cuda")
 
     Returns
     -------
@@ -914,6 +915,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
                                             WorkingSetSettings.nuclear_per_group if per_group is None else per_group,
                                             max_rounds, time_limit)
     check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    if device is not None:                  # refuse a bad device before any work
+        from attnsvm.svm.torch_backend import check_device
+
+        check_device(device)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N = cs.N
@@ -933,7 +938,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
         sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
-                            max_memory=max_memory, gap_tol=gap_tol)
+                            max_memory=max_memory, gap_tol=gap_tol, device=device)
         W, lam_sub = sol.W, sol.duals
         info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
         info["rounds"] = rnd
