@@ -6,13 +6,13 @@ the rows of U and ``B (d2, r2)`` of the rows of V, ``W = P M B^T`` and
 is solved by
 
 * ``solver="auto"`` / ``"ipm"`` (default): the primal-dual interior-point method of
-  :mod:`attnsvm.svm.barrier`, numpy / scipy only. Its only large matrix is the
-  N x N Schur complement, built from Gram-type products: (n, T, d) = (64, 32, 768),
-  N = 1984 rows and a reduced size ``r1 + r2 = 832``, takes ~25 iterations and 10-20 s
-  on one core (the 832 x 832 SDP through cvxpy does not fit in memory). Relative
+  :mod:`attnsvm.svm.barrier`, numpy / scipy by default (``device=``: its dense algebra on a
+  torch device, :mod:`attnsvm.svm.torch_backend`). Its only large matrix is the N x N Schur
+  complement, built from Gram-type products, so reduced sizes ``r1 + r2`` in the hundreds
+  (d = 768) are routine where the reduced SDP through cvxpy does not fit in memory. Relative
   duality gap <= 1e-9 (typically 1e-10), violations ~1e-15. Memory grows as N^2
-  (a few N x N arrays), time as N^3 + N^2 (r1 + r2) per iteration.
-  It starts from the Frobenius solution and multipliers.
+  (a few N x N arrays), time as N^3 + N^2 (r1 + r2) per iteration (measured figures:
+  docs/guide/performance.md). It starts from the Frobenius solution and multipliers.
 * ``solver="cvxpy"`` (Clarabel up to a reduced size of 150, SCS beyond), ``"CLARABEL"``
   or ``"SCS"``: the reduced SDP through cvxpy (slow and memory-hungry beyond a reduced
   size of a few hundred; kept as a fallback and for cross-checks).

@@ -70,9 +70,8 @@ class WorkingSetSettings:
         2000 took 15.6 s: large batches make the subset QPs churn)
     per_group : rows of one query added per round at most (default 1; 0 = no limit)
     nuclear_per_group : the same for :func:`solve_nuclear_ws` (default 0, no limit: each of its
-        rounds is a whole interior-point solve, so fewer rounds pay. MiniLM layer 3 head 0 on 512
-        sentences, N = 8559: 1 row per query took 6 rounds and 177 IPM iterations, every violated
-        row 3 rounds and 71 iterations, with the subsets solved to ``gap_tol`` 1e-9 and 1e-8)
+        rounds is a whole interior-point solve, so fewer rounds pay: on MiniLM layer 3 head 0 at
+        512 sentences one row per query took twice the rounds and IPM iterations)
     max_rounds : 1000
     enter : rows entering the active set per active-set iteration once the working set holds
         more than half the rank (64)
@@ -80,6 +79,7 @@ class WorkingSetSettings:
 
     per_group = 1
     nuclear_per_group = 0
+    nuclear_band = 0.0
     max_rounds = 1000
     enter = 64
     min_add = 16
@@ -891,9 +891,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     tol : in (0, 1): a row is violated when its relative violation (see
         :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
-        (planted (2000, 51, 64), N = 1e5: 143 s in 9 rounds today, ``python benchmarks/solvers.py
-        --scale --only nuc-planted-1e5``; 341 s before the Schur complement on distinct queries, with
-        one row per query and subsets solved to a gap of 1e-9)
+        (timings: ``python benchmarks/solvers.py --scale --only nuc-planted-1e5``, docs/guide/performance.md)
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
     gap_tol : relative duality gap each subset's interior-point solve aims at (``gap_tol`` of
         :func:`~attnsvm.svm.nuclear.solve_nuclear`; 1e-8 by default, 100x below the 1e-6 the
@@ -948,10 +946,15 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         raw = _violations(cs, margins)
         rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
         cand = np.flatnonzero((rel > tol) & ~in_ws)
+        band = WorkingSetSettings.nuclear_band
+        if band > 0:        # rows about to become active: with rhs > m - band (|rhs| + ||u|| ||w|| ||W||)
+            near = np.flatnonzero((raw > -band * (np.abs(cs.rhs) + setup.scale * nw)) & ~(rel > tol) & ~in_ws)
+        else:
+            near = np.zeros(0, np.int64)
         if verbose:
             print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
                   f"max rel {float(rel.max()) if N else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "
-                  f"t {time.perf_counter() - t0:.1f}s", flush=True)
+                  f"near {near.size} t {time.perf_counter() - t0:.1f}s", flush=True)
         if cand.size == 0:
             break
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
@@ -959,10 +962,14 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
             break
         top = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
         slack = margins[rows] - cs.rhs[rows]
-        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > 1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows])))
+        keep_band = max(1e-6, band) * (np.abs(cs.rhs[rows]) + setup.scale[rows] * nw) if band > 0 else \
+            1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows]))
+        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > keep_band)
         in_ws[rows[idle & ~cs.is_equality[rows]]] = False
         new = _pick(score, cand, setup.gid, batch, per_group)
         in_ws[new] = True
+        if near.size and new.size < batch:
+            in_ws[_pick(-raw * setup.inv_scale, near, None, batch - new.size, 0)] = True
     else:
         stopped = "round limit"
     info.update(working_set=int(rows.size), seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
