@@ -79,7 +79,6 @@ class WorkingSetSettings:
 
     per_group = 1
     nuclear_per_group = 0
-    nuclear_band = 0.0
     max_rounds = 1000
     enter = 64
     min_add = 16
@@ -946,15 +945,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         raw = _violations(cs, margins)
         rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
         cand = np.flatnonzero((rel > tol) & ~in_ws)
-        band = WorkingSetSettings.nuclear_band
-        if band > 0:        # rows about to become active: with rhs > m - band (|rhs| + ||u|| ||w|| ||W||)
-            near = np.flatnonzero((raw > -band * (np.abs(cs.rhs) + setup.scale * nw)) & ~(rel > tol) & ~in_ws)
-        else:
-            near = np.zeros(0, np.int64)
         if verbose:
             print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
                   f"max rel {float(rel.max()) if N else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "
-                  f"near {near.size} t {time.perf_counter() - t0:.1f}s", flush=True)
+                  f"t {time.perf_counter() - t0:.1f}s", flush=True)
         if cand.size == 0:
             break
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
@@ -962,14 +956,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
             break
         top = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
         slack = margins[rows] - cs.rhs[rows]
-        keep_band = max(1e-6, band) * (np.abs(cs.rhs[rows]) + setup.scale[rows] * nw) if band > 0 else \
-            1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows]))
-        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > keep_band)
+        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > 1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows])))
         in_ws[rows[idle & ~cs.is_equality[rows]]] = False
         new = _pick(score, cand, setup.gid, batch, per_group)
         in_ws[new] = True
-        if near.size and new.size < batch:
-            in_ws[_pick(-raw * setup.inv_scale, near, None, batch - new.size, 0)] = True
     else:
         stopped = "round limit"
     info.update(working_set=int(rows.size), seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
