@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/probe_scale.py [--sizes 48 128 256 512 1000] [--layer 3] [--heads 0 5]
        [--methods dense working_set] [--dense-max 128] [--sentences N] [--baseline] [--threads 1]
+       [--baseline-rev REV]
 
 For MiniLM-L6 (query "word", threshold 0.1, the corpus of :func:`attnsvm.real.sentences.corpus_sentences`
 with ``--sentences`` = max(sizes) sentences, seed 0) it builds the selections of the given layer's heads
@@ -24,18 +25,50 @@ dense seconds: m = 48 (N = 921) 1.3 vs 1.6 and 1.1 vs 1.3; m = 128 7.7 vs 21.5 a
 Since the Schur complement on distinct queries (two processes of one thread on the 2-core machine):
 ``--sizes 1000 --heads 0 .. 11`` took 19-223 s per head of layer 3, 1148 s for all 12; ``--sizes 1000
 --heads 3 --baseline``: head 3 19 s, its random baseline 322 s (working set 4312 rows).
+``--baseline-rev REV``: every solve runs in two child processes with one thread each, on this checkout and on a
+git worktree of REV (benchmarks/_baseline.py); the parent builds the selections once and hands each child the
+arrays of :func:`attnsvm.svm.gen_constraints` (X, Z, selected, valid) in a temporary .npz. Each row then shows
+both CPU and wall seconds, the ratio baseline / ours, and the relative difference of the two nuclear norms; the
+totals over all rows close the table.
 Needs the real extra: pip install 'attnsvm[real]'.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
 import time
 
+import _baseline
 from _offline import offline_threads
 
 
+def solve_file(path: str, method: str) -> None:
+    """Child of ``--baseline-rev``: the nuclear Gen-SVM of the arrays in ``path`` by ``method``; prints RESULT."""
+    import numpy as np
+
+    from attnsvm.svm import gen_constraints, solve
+
+    with np.load(path) as f:
+        X, Z, S, valid = f["X"], f["Z"], f["selected"], f["valid"]
+    cs = gen_constraints(X, Z, S, valid=valid)
+    t1, c1 = time.perf_counter(), time.process_time()
+    sol = solve(cs, "nuclear", formulation="gen", method=method)
+    wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+    info = sol.info or {}
+    c = sol.certificate
+    _baseline.emit({"wall": wall, "cpu": cpu, "status": sol.status, "nuclear": float(sol.norm_value),
+                    "gap": float(c.duality_gap), "violation": float(c.max_violation), "N": int(cs.N),
+                    "rounds": info.get("rounds"), "ws": info.get("max_working_set")})
+
+
 def main():
+    if "--solve-file" in sys.argv:
+        i = sys.argv.index("--solve-file")
+        offline_threads(1)
+        return solve_file(sys.argv[i + 1], sys.argv[i + 2])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[48, 128, 256])
     ap.add_argument("--layer", type=int, default=3)
@@ -46,17 +79,26 @@ def main():
     ap.add_argument("--sentences", type=int, default=None, help="corpus sentences loaded (default max(sizes))")
     ap.add_argument("--baseline", action="store_true", help="also the random selections of equal sizes")
     ap.add_argument("--threads", type=int, default=1)
+    _baseline.add_option(ap)
     args = ap.parse_args()
     offline_threads(args.threads)
+    if args.baseline_rev:
+        with _baseline.baseline_src(args.baseline_rev) as base_src, tempfile.TemporaryDirectory() as tmp:
+            return compare(args, base_src, tmp)
+    run(args)
+
+
+def _cases(args):
+    """The MiniLM selections of the chosen layer's heads: yields ``(head, kind, m, Xs, Zs, selected, valid, Wr)``."""
     import numpy as np
     from attnsvm.real.minilm import augment, load_minilm
-    from attnsvm.real.probe import _corr, _summary, random_like, select_tokens
+    from attnsvm.real.probe import random_like, select_tokens
     from attnsvm.real.sentences import corpus_sentences
-    from attnsvm.svm import gen_constraints, row_basis, solve
+    from attnsvm.svm import row_basis
 
     n = args.sentences or max(args.sizes)
     if any(m < 1 or m > n for m in args.sizes):
-        ap.error(f"--sizes must lie in [1, {n}]")
+        raise SystemExit(f"--sizes must lie in [1, {n}]")
     model = load_minilm()
     sentences = corpus_sentences(n, 0)
     t0 = time.perf_counter()
@@ -72,9 +114,6 @@ def main():
     A = fw.attentions[layer][idx, :, q, :][:, args.heads].transpose(1, 0, 2)
     sel = select_tokens(A, cand, 0.1)
     rand = random_like(sel, cand, rng)
-    cols = ("head", "sel", "m", "N", "method", "wall_s", "cpu_s", "status", "gap", "violation", "ws", "max_ws",
-            "nuclear", "corr_r", "dW_vs_dense")
-    print("  ".join(f"{c:>11}" for c in cols), flush=True)
     for k, h in enumerate(args.heads):
         Wh = model.head_weights(layer, h)
         for kind, S in (("head", sel[k]),) + ((("random", rand[k]),) if args.baseline else ()):
@@ -83,25 +122,71 @@ def main():
                 first = np.argmax(ms, axis=1)
                 P, B = row_basis((Xs - Xs[np.arange(m), first][:, None, :])[ms]), row_basis(Zs)
                 Wr = P @ (P.T @ Wh @ B) @ B.T
-                cs = gen_constraints(Xs, Zs, S[:m], valid=ms)
-                W_dense = None
-                for method in args.methods:
-                    if method == "dense" and m > args.dense_max:
-                        continue
-                    t1, c1 = time.perf_counter(), time.process_time()
-                    sol = solve(cs, "nuclear", formulation="gen", method=method)
-                    wall, cpu = time.perf_counter() - t1, time.process_time() - c1
-                    s = _summary(sol)
-                    info = sol.info or {}
-                    dW = float("nan")
-                    if method == "dense" and sol.W is not None:
-                        W_dense = sol.W
-                    elif W_dense is not None and sol.W is not None:
-                        dW = float(np.linalg.norm(sol.W - W_dense) / np.linalg.norm(W_dense))
-                    row = (h, kind, m, cs.N, method, f"{wall:.1f}", f"{cpu:.1f}", s["status"], f"{s['gap']:.1e}",
-                           f"{s['violation']:.1e}", info.get("working_set", "-"), info.get("max_working_set", "-"),
-                           f"{s['nuclear']:.5g}", f"{_corr(Wr, s['W']):.6f}", f"{dW:.1e}")
-                    print("  ".join(f"{str(c):>11}" for c in row), flush=True)
+                yield h, kind, m, Xs, Zs, S[:m], ms, Wr
+
+
+def compare(args, base_src, tmp):
+    """Every (head, selection, size, method) solve on both revisions, one child process each."""
+    import numpy as np
+
+    print("same-run comparison: one child process with one thread per side; ratio = baseline / ours (> 1: ours "
+          "faster); wall times on a shared machine are loaded", flush=True)
+    cols = ("head", "sel", "m", "N", "method", "cpu_ours", "cpu_base", "ratio", "wall_ours", "wall_base", "ratio",
+            "status", "gap", "d_nuclear")
+    print("  ".join(f"{c:>10}" for c in cols), flush=True)
+    tot = np.zeros(4)
+    for h, kind, m, Xs, Zs, S, ms, _ in _cases(args):
+        path = os.path.join(tmp, f"case-{h}-{kind}-{m}.npz")
+        np.savez(path, X=Xs, Z=Zs, selected=S, valid=ms)
+        for method in args.methods:
+            if method == "dense" and m > args.dense_max:
+                continue
+            argv = [os.path.abspath(__file__), "--solve-file", path, method]
+            a = _baseline.run_child(argv, _baseline.OURS)
+            b = _baseline.run_child(argv, base_src)
+            if "error" in a or "error" in b:
+                print(f"{h:>10}  {kind:>10}  {m:>10}  {method}: ours {a.get('error', 'ok')}, baseline "
+                      f"{b.get('error', 'ok')}", flush=True)
+                continue
+            tot += (a["cpu"], b["cpu"], a["wall"], b["wall"])
+            dn = abs(a["nuclear"] - b["nuclear"]) / max(a["nuclear"], b["nuclear"])
+            row = (h, kind, m, a["N"], method, f"{a['cpu']:.1f}", f"{b['cpu']:.1f}", _baseline.ratio(b["cpu"], a["cpu"]),
+                   f"{a['wall']:.1f}", f"{b['wall']:.1f}", _baseline.ratio(b["wall"], a["wall"]),
+                   f"{a['status']}/{b['status']}", f"{a['gap']:.0e}/{b['gap']:.0e}", f"{dn:.1e}")
+            print("  ".join(f"{str(c):>10}" for c in row), flush=True)
+    print(f"total: cpu ours {tot[0]:.1f} s, baseline {tot[1]:.1f} s, ratio {_baseline.ratio(tot[1], tot[0])}; "
+          f"wall ours {tot[2]:.1f} s, baseline {tot[3]:.1f} s, ratio {_baseline.ratio(tot[3], tot[2])}", flush=True)
+
+
+def run(args):
+    """The table of the default mode (in this process)."""
+    import numpy as np
+    from attnsvm.real.probe import _corr, _summary
+    from attnsvm.svm import gen_constraints, solve
+
+    cols = ("head", "sel", "m", "N", "method", "wall_s", "cpu_s", "status", "gap", "violation", "ws", "max_ws",
+            "nuclear", "corr_r", "dW_vs_dense")
+    print("  ".join(f"{c:>11}" for c in cols), flush=True)
+    for h, kind, m, Xs, Zs, S, ms, Wr in _cases(args):
+        cs = gen_constraints(Xs, Zs, S, valid=ms)
+        W_dense = None
+        for method in args.methods:
+            if method == "dense" and m > args.dense_max:
+                continue
+            t1, c1 = time.perf_counter(), time.process_time()
+            sol = solve(cs, "nuclear", formulation="gen", method=method)
+            wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+            s = _summary(sol)
+            info = sol.info or {}
+            dW = float("nan")
+            if method == "dense" and sol.W is not None:
+                W_dense = sol.W
+            elif W_dense is not None and sol.W is not None:
+                dW = float(np.linalg.norm(sol.W - W_dense) / np.linalg.norm(W_dense))
+            row = (h, kind, m, cs.N, method, f"{wall:.1f}", f"{cpu:.1f}", s["status"], f"{s['gap']:.1e}",
+                   f"{s['violation']:.1e}", info.get("working_set", "-"), info.get("max_working_set", "-"),
+                   f"{s['nuclear']:.5g}", f"{_corr(Wr, s['W']):.6f}", f"{dW:.1e}")
+            print("  ".join(f"{str(c):>11}" for c in row), flush=True)
 
 
 if __name__ == "__main__":

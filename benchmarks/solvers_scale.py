@@ -1,7 +1,7 @@
 """Scale benchmark of the SVM solvers: dense vs working set, up to a million constraints.
 
 Usage: python benchmarks/solvers.py --scale [--only NAME ...] [--threads K] [--nuclear-time-limit S]
-       (or python benchmarks/solvers_scale.py ...)
+       [--baseline-rev REV]      (or python benchmarks/solvers_scale.py ...)
 
 Every case runs in its own child process (``--case NAME --method M``), which prints one JSON
 line: the seconds to generate the instance, to build the constraint set and to solve, the
@@ -11,6 +11,10 @@ result the relative Farkas residual ``||sum f_k A_k|| / sum |f_k| ||A_k||``). De
 set run side by side where the dense N x N matrices fit; where they do not, the dense row shows
 the memory it would need (the solver refuses, it does not swap). Targets (issue 13) are printed
 next to the measurements; a missed target is shown as MISSED, never hidden.
+
+With ``--baseline-rev REV`` every case row also runs on a git worktree of REV (benchmarks/_baseline.py: the
+same child code, the baseline's sources on PYTHONPATH) and a line with both solve times and the ratio
+baseline / ours follows (the sweep is skipped).
 
 Instances: ``planted_problem`` (unit-norm Gaussian tokens and queries, selections of a
 Gaussian W0 with a winner margin >= 0.1: separable by construction) and ``random_problem``
@@ -26,6 +30,9 @@ import resource
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _baseline  # noqa: E402
 
 #: name -> (generator, (n, T, d), norm, formulation, methods, target seconds or None)
 CASES = {
@@ -78,18 +85,19 @@ def _child(name, method, spec, nuclear_time_limit, repeat):
     kw = {}
     if norm == "nuclear":
         kw["time_limit"] = nuclear_time_limit
-    best, sol = float("inf"), None
+    best, cpu, sol = float("inf"), float("inf"), None
     t = time.perf_counter()
     try:
         for _ in range(repeat):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             sol = solve_dispatch(cs, norm, formulation, method=method, **kw)
             best = min(best, time.perf_counter() - t)
+            cpu = min(cpu, time.process_time() - c)
     except ResourceLimitError as exc:
         out.update(refused=str(exc), after=time.perf_counter() - t, dense_bytes=dense_frobenius_bytes(cs.N))
     if sol is not None:
         c = sol.certificate
-        out.update(t_solve=best, status=sol.status, norm_value=sol.norm_value, solver=sol.info.get("method"),
+        out.update(t_solve=best, cpu_solve=cpu, status=sol.status, norm_value=sol.norm_value, solver=sol.info.get("method"),
                    rounds=sol.info.get("rounds"), working_set=sol.info.get("max_working_set"),
                    support=int(sol.support.sum()), max_violation=c.max_violation, duality_gap=c.duality_gap,
                    residual=c.stationarity_residual, certified=bool(sol.certified), stopped=sol.info.get("stopped"))
@@ -101,10 +109,11 @@ def _child(name, method, spec, nuclear_time_limit, repeat):
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _run(name, method, spec, args, repeat=1):
+def _run(name, method, spec, args, repeat=1, src=_baseline.OURS):
+    """One case in a child process on the sources ``src`` (this checkout's by default)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--case", name, "--method", method,
            "--spec", json.dumps(spec), "--nuclear-time-limit", str(args.nuclear_time_limit), "--repeat", str(repeat)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
+    env = _baseline.child_env(src, args.threads)
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
@@ -127,7 +136,8 @@ def _fmt(r):
             else f"viol {r['max_violation']:.1e} gap {r['duality_gap']:.1e}")
     extra = f" rounds {r['rounds']} |S|max {r['working_set']}" if r.get("rounds") else ""
     stop = f" STOPPED ({r['stopped']})" if r.get("stopped") else ""
-    return (f"  {r['method']:<12s} solve {r['t_solve']:9.3f} s  (generate {r['t_generate']:.1f} s, constraints "
+    return (f"  {r['method']:<12s} solve {r['t_solve']:9.3f} s, cpu {r['cpu_solve']:9.3f} s  "
+            f"(generate {r['t_generate']:.1f} s, constraints "
             f"{r['t_constraints']:.1f} s)  peak {r['peak_rss_gb']:5.2f} GiB  {r['status']:<18s} {cert}{extra}{stop}")
 
 
@@ -146,11 +156,18 @@ def main(argv=None):
     ap.add_argument("--method")
     ap.add_argument("--spec")
     ap.add_argument("--repeat", type=int, default=1)
+    _baseline.add_option(ap)
     args = ap.parse_args(argv)
     if args.case:
         kind, nTd, norm, form = json.loads(args.spec)
         _child(args.case, args.method, (kind, tuple(nTd), norm, form), args.nuclear_time_limit, args.repeat)
         return
+    with _baseline.baseline_src(args.baseline_rev) as base_src:
+        _cases(args, base_src)
+
+
+def _cases(args, base_src):
+    """The table of cases (and the sweep unless a baseline is compared)."""
     print(f"scale benchmark: {args.threads} BLAS thread(s), one child process per row; times are the solve "
           "alone unless stated", flush=True)
     names = [n for n in args.only if n != "sweep"] if args.only else list(CASES)
@@ -162,6 +179,12 @@ def main(argv=None):
             r = _run(name, m, (kind, nTd, norm, form), args)
             res[m] = r
             print(_fmt(r), flush=True)
+            if base_src is not None:
+                b = _run(name, m, (kind, nTd, norm, form), args, src=base_src)
+                print(_fmt(b).replace(f"  {m:<12s}", f"  {'baseline':<12s}", 1), flush=True)
+                if "t_solve" in r and "t_solve" in b:
+                    print(f"    {m}: baseline / ours: cpu {_baseline.ratio(b['cpu_solve'], r['cpu_solve'])}, "
+                          f"wall {_baseline.ratio(b['t_solve'], r['t_solve'])}", flush=True)
         ws = res.get("working_set")
         if ws and "t_solve" in ws:
             print(f"    N = {ws['N']}", flush=True)
@@ -184,7 +207,7 @@ def main(argv=None):
                       f"{rel:.1e}", flush=True)
                 tol = 1e-9 if norm == "fro" else 1e-6
                 print(_verdict(rel <= tol, f"agreement with dense <= {tol:g}"), flush=True)
-    if (args.only is None or "sweep" in args.only) and not args.no_sweep:
+    if (args.only is None or "sweep" in args.only) and not args.no_sweep and base_src is None:
         print("\nauto vs dense (best of 5 below N = 2000, else one run; planted and optimal tokens):", flush=True)
         print(f"  {'instance':<28s} {'N':>7s} {'dense [s]':>10s} {'auto [s]':>10s} {'dense/auto':>10s} "
               f"{'rel.diff':>9s}  status", flush=True)

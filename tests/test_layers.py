@@ -216,3 +216,40 @@ def test_higher_layers_use_the_public_solver_package():
     private = sorted(f"{m} imports {t}" for m, ts in g.items() if not m.startswith("attnsvm.svm")
                      for t in ts if t.startswith("attnsvm.svm."))
     assert not private, "imports of private solver modules:\n" + "\n".join(private)
+
+
+# ------------------------------------------------------------------ torch in the solver layer
+
+#: the only module of the solver layer that may import torch: the device backend of the nuclear IPM,
+#: itself imported only when a device is asked for (tests/test_torch_free.py)
+TORCH_IN_SVM = {"attnsvm.svm.torch_backend"}
+
+
+def torch_importers(prefix: str) -> set[str]:
+    """Modules under ``prefix`` whose source imports torch anywhere (module level or in a function)."""
+    out = set()
+    for m, p in _modules().items():
+        if not (m == prefix or m.startswith(prefix + ".")):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"), str(p))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "torch" or n.startswith("torch.") for n in names):
+                out.add(m)
+    return out
+
+
+def test_only_the_device_backend_imports_torch_in_the_solver_layer():
+    assert torch_importers("attnsvm.svm") == TORCH_IN_SVM
+
+
+def test_a_torch_import_in_the_solver_layer_is_reported(tmp_path):
+    pkg = tmp_path / "attnsvm" / "svm"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("def f():\n    import torch.linalg\n", encoding="utf-8")
+    global SRC
+    old, SRC = SRC, tmp_path
+    try:
+        assert torch_importers("attnsvm.svm") == {"attnsvm.svm.x"}
+    finally:
+        SRC = old

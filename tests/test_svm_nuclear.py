@@ -248,3 +248,45 @@ def test_schur_complement_on_distinct_queries_matches_its_definition():
     for k, l in [(0, 0), (0, 1), (3, 17), (59, 4), (22, 23)]:
         ref = np.trace(Ak(k) @ X @ Ak(l) @ Zi)
         assert M[k, l] == pytest.approx(ref, rel=1e-10, abs=1e-12 * np.abs(M).max())
+
+
+def _lmi_step_by_definition(G, dG, cap):
+    """Largest alpha <= cap with ||G + alpha dG||_2 < 1, by bisection on the spectral norm itself."""
+    if np.linalg.norm(G + cap * dG, 2) < 1:
+        return cap
+    lo, hi = 0.0, cap
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if np.linalg.norm(G + mid * dG, 2) < 1 else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("eig_max", [64, 0])
+def test_dual_step_bound_is_the_distance_to_the_spectral_ball(eig_max, monkeypatch):
+    """The dual step of the IPM (exact from one eigenvalue for small reduced sizes, bisection on Cholesky
+    tests beyond) is where ||G + alpha dG||_2 reaches 1; a wrong congruence would miss it."""
+    from attnsvm.svm import barrier
+
+    monkeypatch.setattr(barrier, "_LMI_EIG_MAX", eig_max)
+    rng = np.random.default_rng(4)
+    hit = 0
+    for _ in range(40):
+        r1, r2 = (int(v) for v in rng.integers(1, 7, 2))
+        G = rng.standard_normal((r1, r2))
+        G *= rng.uniform(0.1, 0.95) / np.linalg.norm(G, 2)
+        dG = rng.standard_normal((r1, r2)) * rng.uniform(0.05, 4.0)
+        a = barrier._lmi_step(G, dG, 1.0, rtol=1e-9)
+        ref = _lmi_step_by_definition(G, dG, 1.0)
+        assert a == pytest.approx(ref, rel=1e-6, abs=1e-12)
+        hit += a < 1.0
+    assert hit >= 10          # the boundary case is exercised, not only the full step
+
+
+def test_cholesky_helper_refuses_indefinite_matrices():
+    from attnsvm.svm.barrier import _chol
+
+    A = np.array([[2.0, 1.0], [1.0, 2.0]])
+    L = _chol(A)
+    assert np.allclose(L @ L.T, A) and np.allclose(np.triu(L, 1), 0)
+    assert _chol(np.array([[1.0, 2.0], [2.0, 1.0]])) is None
+    assert _chol(np.array([[1.0, 0.0], [0.0, np.nan]])) is None

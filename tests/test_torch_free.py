@@ -1,4 +1,5 @@
-"""``import attnsvm`` loads no torch, and the solvers run where torch cannot be imported (DESIGN.md, layer 2)."""
+"""``import attnsvm`` loads no torch, and the solvers run where torch cannot be imported (DESIGN.md, layer 2);
+only ``device=`` of the nuclear solvers (attnsvm.svm.torch_backend) needs it."""
 
 from __future__ import annotations
 
@@ -77,3 +78,20 @@ def test_every_public_name_of_the_lazy_facade_resolves():
 
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         attnsvm.not_a_name
+
+
+def test_a_device_without_torch_is_refused_by_name():
+    """device= needs torch: where it cannot be imported the nuclear solver says so (ValidationError), and the
+    default path in the same process still solves."""
+    out = _run("""
+        from attnsvm import random_problem, solve_svm
+        from attnsvm.errors import ValidationError
+        p = random_problem(n=4, T=5, d=6, seed=0)
+        try:
+            solve_svm(p, norm="nuclear", device="cpu")
+        except ValidationError as e:
+            print("refused", "torch" in str(e) and "device=None" in str(e))
+        print("default", solve_svm(p, norm="nuclear").status)
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused", "True", "default", "optimal"], out.stdout

@@ -148,7 +148,8 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     **solver_options : hard margin: ``method`` ("auto": dense up to
         :data:`~attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
         memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"), ``tol``,
-        ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, working set: ``batch``,
+        ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, ``device`` (a torch device
+        such as "cuda" for the interior-point method's dense algebra; needs torch), working set: ``batch``,
         ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
         Validated by the solver (ValidationError naming a bad or unknown one).
 
@@ -221,7 +222,7 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     **solver_options : passed to the solver and validated there (ValidationError naming a
         bad or unknown one): ``tol`` in (0, 1), ``support_tol`` in [0, 1), ``max_memory``
         (bytes or "8G": refuse before allocating the N x N matrices), ``method``; nuclear:
-        ``solver``, ``time_limit`` (> 0)
+        ``solver``, ``time_limit`` (> 0), ``device`` (e.g. "cuda": the interior-point method on a torch device)
 
     Returns
     -------
@@ -542,8 +543,8 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     ``norm="fro"``: vectorized active-set QPs. ``norm="nuclear"``: per instance the same
     feasibility test, start and certificate as :func:`attnsvm.svm.nuclear.solve_nuclear`, with the
     interior-point iterations of all instances stacked
-    (:func:`attnsvm.svm.nuclear.solve_nuclear_batch`): at (n, T, d) = (6, 8, 10) 3-4x less time
-    per instance than one call each (``python benchmarks/solvers.py --quick`` prints both).
+    (:func:`attnsvm.svm.nuclear.solve_nuclear_batch`), which removes most of the per-call cost of
+    small solves (``python benchmarks/solvers.py --only batch`` times both ways).
 
     Parameters
     ----------

@@ -120,9 +120,9 @@ def _sym(T):
 class _Dual:
     """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C and the products with A."""
 
-    def __init__(self, A, Bm, lam):
+    def __init__(self, A, Bm, lam, L=None):
         self.G = A.T @ (lam[:, None] * Bm)
-        self.L = _chol_S(self.G)
+        self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
         r2 = self.G.shape[1]
@@ -133,36 +133,79 @@ class _Dual:
         self.AC = self.AG @ self.Si
 
 
-def _chol_S(G):
-    """Lower Cholesky factor of ``S = I - G^T G``, or None if S is not positive definite."""
-    S = np.eye(G.shape[1]) - G.T @ G
-    try:
-        L = np.linalg.cholesky(S)
-    except np.linalg.LinAlgError:
-        return None
-    if not np.all(np.isfinite(L)) or np.min(np.diag(L), initial=1.0) <= 0:
+def _chol(S):
+    """Lower Cholesky factor of the symmetric ``S (n, n)``, or None if S is not (numerically) positive
+    definite (LAPACK potrf directly: numpy's wrapper costs ~25 us a call, which small solves feel)."""
+    if S.shape[0] == 0:
+        return np.zeros((0, 0))
+    L, info = sla.lapack.dpotrf(S, lower=1, clean=1)
+    if info != 0 or not np.isfinite(L).all() or np.min(np.diag(L)) <= 0:
         return None
     return L
 
 
-def _lmi_step(G, dG, cap, rtol=1e-3):
-    """Largest ``alpha <= cap`` (relative precision rtol) with ``||G + alpha dG||_2 < 1``.
+def _eig_min(K) -> float:
+    """Smallest eigenvalue of the symmetric ``K (n, n)`` (its lower triangle; LAPACK syevd directly)."""
+    w, _, info = sla.lapack.dsyevd(K, compute_v=0, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevd info {info})")
+    return float(w[0])
 
-    ``S(alpha) = S0 - alpha S1 - alpha^2 S2``; the admissible alphas form an interval
-    containing 0 (a line through a norm ball), found by bisection on Cholesky tests.
+
+def _nuclear_norm(M) -> float:
+    """``||M||_*`` of ``M (r1, r2)``: the sum of its singular values (LAPACK gesdd directly)."""
+    if M.size == 0:
+        return 0.0
+    s, info = sla.lapack.dgesdd(M, compute_uv=0)[1::2]
+    if info != 0:
+        return float(np.linalg.svd(M, compute_uv=False).sum())
+    return float(s.sum())
+
+
+def _chol_S(G):
+    """Lower Cholesky factor of ``S = I - G^T G``, or None if S is not positive definite."""
+    S = -(G.T @ G)
+    S.flat[:: S.shape[0] + 1] += 1.0
+    return _chol(S)
+
+
+#: :func:`_lmi_step` computes the exact step from one eigenvalue up to this reduced size ``r1 + r2``, and
+#: bisects on Cholesky tests of the ``r2 x r2`` matrix ``S(alpha)`` beyond
+_LMI_EIG_MAX = 64
+
+
+def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
+    """Largest ``alpha <= cap`` with ``||G + alpha dG||_2 < 1`` (``G, dG (r1, r2)``; ``L`` the Cholesky
+    factor of ``S = I - G^T G`` if known).
+
+    The dual LMI ``[[I, G], [G^T, I]] > 0`` is linear in alpha: with its Cholesky factor
+    ``[[I, 0], [G^T, L]]`` the step bound is ``-1 / lambda_min`` of the congruent direction
+    ``K = [[0, E], [E^T, -L^{-1} (dG^T G + G^T dG) L^{-T}]]``, ``E = dG L^{-T}`` (exact; used up to
+    ``r1 + r2 =`` :data:`_LMI_EIG_MAX`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``: the admissible
+    alphas form an interval containing 0 (a line through a norm ball), found by bisection (relative
+    precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix.
     """
-    r2 = G.shape[1]
-    S0 = np.eye(r2) - G.T @ G
+    r1, r2 = G.shape
     GtD = G.T @ dG
     S1 = GtD + GtD.T
+    if r1 + r2 <= _LMI_EIG_MAX:
+        L = _chol_S(G) if L is None else L
+        if L is None:
+            return 0.0
+        E = _trsm(L, dG.T).T                                   # dG L^{-T}
+        K = np.empty((r1 + r2, r1 + r2))
+        K[:r1, :r1] = 0.0
+        K[:r1, r1:] = E
+        K[r1:, :r1] = E.T
+        K[r1:, r1:] = -_trsm(L, np.ascontiguousarray(_trsm(L, S1).T))
+        lmin = _eig_min(K)
+        return cap if lmin >= -1.0 / cap else -1.0 / lmin
+    S0 = -(G.T @ G)
+    S0.flat[:: r2 + 1] += 1.0
     S2 = dG.T @ dG
 
     def ok(a):
-        try:
-            np.linalg.cholesky(S0 - a * S1 - a * a * S2)
-            return True
-        except np.linalg.LinAlgError:
-            return False
+        return _chol(S0 - a * S1 - a * a * S2) is not None
 
     if ok(cap):
         return cap
@@ -197,7 +240,7 @@ def _min_eig_congruent(L, dX) -> float:
     K = _trsm(L, dX)
     K = _sym(_trsm(L, np.ascontiguousarray(K.T)))
     if K.shape[0] <= 64:  # numpy's full solver: less call overhead than scipy's subset solver
-        return float(np.linalg.eigvalsh(K)[0])
+        return _eig_min(K)
     return float(sla.eigh(K, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
@@ -225,10 +268,23 @@ def _psd_step(L, dX, cap):
 
 
 def _lp_step(x, dx, cap):
+    """Largest ``alpha <= cap`` with ``x + alpha dx >= 0`` (x > 0)."""
     neg = dx < 0
     if not neg.any():
         return cap
-    return min(cap, float(np.min(-x[neg] / dx[neg])))
+    return min(cap, float((-x[neg] / dx[neg]).min()))
+
+
+def _blocks(X11, X12, X22):
+    """``[[X11, X12], [X12^T, X22]]`` (one allocation; np.block costs ~80 us a call)."""
+    r1 = X11.shape[0]
+    n = r1 + X22.shape[0]
+    X = np.empty((n, n))
+    X[:r1, :r1] = X11
+    X[:r1, r1:] = X12
+    X[r1:, :r1] = X12.T
+    X[r1:, r1:] = X22
+    return X
 
 
 class _Problem:
@@ -248,6 +304,14 @@ class _Problem:
         self.Bq = self.qidx = None
         if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
+
+    def newton_solver(self, x, du, diag):
+        """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
+        at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
+        replaces this method to run it on a torch device)."""
+        M = self.schur(x.X11, x.X12, x.X22, du)
+        M.flat[:: self.N + 1] += diag
+        return _solve_factor(M)
 
     def Gmap(self, lam):
         return _t(self.A) @ (lam[..., None] * self.Bm)
@@ -276,6 +340,14 @@ class _Problem:
         # rows by fancy indexing, columns by take (fancy indexing along columns is much slower)
         return ((self.Bq @ H) @ self.Bq.T)[q].take(q, axis=1)
 
+    @staticmethod
+    def _lower_factor(X):
+        """Lower Cholesky factor of ``X`` (a matrix or a stack), None when it is not positive definite."""
+        try:
+            return np.linalg.cholesky(X)
+        except np.linalg.LinAlgError:
+            return None
+
     def _bt(self, R):
         """``Bm R^T`` (N x N) for ``R (N, r2)``: from the distinct queries when rows share them."""
         if self.qidx is None:
@@ -292,15 +364,16 @@ class _Problem:
         A = self.A
         M = self._bt(A @ X12)                          # K1 = Bm X12^T A^T
         M *= _t(self._bt(du.AC))                       # K2 = A C Bm^T
-        M += _t(M).copy()                              # K1 o K2 + (K1 o K2)^T
+        M = M + _t(M)                                  # K1 o K2 + (K1 o K2)^T
         T = du.AC @ _t(du.AG)                          # A G S^{-1} G^T A^T
         T += self.KA
         T *= self._bb(X22)
         M += T
-        try:
-            AR = A @ np.linalg.cholesky(X11)
+        R = self._lower_factor(X11)
+        if R is not None:
+            AR = A @ R
             K5 = AR @ _t(AR)                           # A X11 A^T (gemm beats syrk here)
-        except np.linalg.LinAlgError:
+        else:
             K5 = (A @ X11) @ _t(A)
         K5 *= self._bb(du.Si)
         M += K5
@@ -320,9 +393,9 @@ def _solve_factor(M):
         try:
             if reg:
                 Ms.flat[:: Ms.shape[0] + 1] += reg
-            cf = sla.cho_factor(Ms, lower=False, check_finite=False)
-            if np.all(np.isfinite(cf[0])):
-                return lambda r: sc * _potrs(cf[0], sc * r, lower=False)
+            F, info = sla.lapack.dpotrf(Ms, lower=0, clean=0)
+            if info == 0 and np.isfinite(F).all():
+                return lambda r: sc * _potrs(F, sc * r, lower=False)
         except (np.linalg.LinAlgError, sla.LinAlgError):
             pass
         reg = 1e-14 if reg == 0 else reg * 99
@@ -349,7 +422,7 @@ def _clean_primal(pb, M, lam, feas_tol):
     near = pb.eq | (slack <= 1e3 * feas_tol)
     target = np.where(pb.eq, -slack, np.maximum(-slack, 0.0))[near]
     if not near.any() or not np.any(target):
-        nuc = float(np.linalg.svd(M, compute_uv=False).sum())
+        nuc = _nuclear_norm(M)
         return M, _violation(pb, marg), (nuc - float(pb.rhs @ lam)) / max(1.0, nuc)
     An, Bn = pb.A[near], pb.Bm[near]
     Gram = (An @ An.T) * (Bn @ Bn.T)
@@ -357,7 +430,7 @@ def _clean_primal(pb, M, lam, feas_tol):
     # ~20x faster than an SVD least-squares solve at thousands of rows; the result is checked below
     mu = _solve_factor(Gram)(target)
     M2 = M + An.T @ (mu[:, None] * Bn)
-    nuc2 = float(np.linalg.svd(M2, compute_uv=False).sum())
+    nuc2 = _nuclear_norm(M2)
     return M2, _violation(pb, pb.amap(M2)), (nuc2 - float(pb.rhs @ lam)) / max(1.0, nuc2)
 
 
@@ -472,7 +545,7 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     G = du.G
     marg = pb.amap(x.X12)
     viol = _violation(pb, marg)
-    nuc = float(np.linalg.svd(x.X12, compute_uv=False).sum())
+    nuc = _nuclear_norm(x.X12)
     dobj = float(pb.rhs @ x.lam)
     gap = (nuc - dobj) / max(1.0, abs(nuc))
     Xc = x.X12
@@ -511,14 +584,14 @@ class _NewtonSystem:
     def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
         I = pb.ineq
         self.pb, self.x, self.du = pb, x, du
-        Msch = pb.schur(x.X11, x.X12, x.X22, du)
-        iI = np.flatnonzero(I)
-        Msch[iI, iI] += x.s / x.lam[I]
-        self.solve = _solve_factor(Msch)
-        del Msch
+        diag = np.zeros(pb.N)
+        diag[I] = x.s / x.lam[I]
+        self.solve = pb.newton_solver(x, du, diag)
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
-        self.X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
-        self.LX = np.linalg.cholesky(self.X)
+        self.X = _blocks(x.X11, x.X12, x.X22)
+        self.LX = _chol(self.X)
+        if self.LX is None:
+            raise np.linalg.LinAlgError("primal iterate X is not positive definite")
         self.Zi11 = 2.0 * (np.eye(pb.r1) + du.C @ du.G.T)
         self.lamI = x.lam[I]
 
@@ -543,9 +616,9 @@ class _NewtonSystem:
     def max_steps(self, d):
         """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible."""
         dlam, dG, dX11, dX12, dX22, ds = d
-        dX = np.block([[dX11, dX12], [dX12.T, dX22]])
+        dX = _blocks(dX11, dX12, dX22)
         ap = min(_psd_step(self.LX, dX, 1.0), _lp_step(self.x.s, ds, 1.0))
-        ad = min(_lmi_step(self.du.G, dG, 1.0), _lp_step(self.lamI, dlam[self.pb.ineq], 1.0))
+        ad = min(_lmi_step(self.du.G, dG, 1.0, L=self.du.L), _lp_step(self.lamI, dlam[self.pb.ineq], 1.0))
         return ap, ad
 
 
@@ -579,17 +652,17 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     dlam, dG, dX11, dX12, dX22, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
     for _ in range(60):
-        if _chol_S(pb.Gmap(x.lam + ad * dlam)) is not None:
+        nw.L_next = _chol_S(pb.Gmap(x.lam + ad * dlam))
+        if nw.L_next is not None:
             break
         ad *= 0.7
     else:
-        ad = 0.0
+        ad, nw.L_next = 0.0, nw.du.L
+    dX = _blocks(dX11, dX12, dX22)
     for _ in range(60):
-        try:
-            np.linalg.cholesky(nw.X + ap * np.block([[dX11, dX12], [dX12.T, dX22]]))
+        if _chol(nw.X + ap * dX) is not None:
             break
-        except np.linalg.LinAlgError:
-            ap *= 0.7
+        ap *= 0.7
     else:
         ap = 0.0
     return ap, ad
@@ -608,9 +681,10 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
     status = "inaccurate"
     gamma = 0.95
     it = since_best = 0
+    L_next = None                   # Cholesky factor of S at the next dual iterate, from the step guard
     for it in range(1, max_iter + 1):
         try:
-            du = _Dual(pb.A, pb.Bm, x.lam)
+            du = _Dual(pb.A, pb.Bm, x.lam, L_next)
         except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
             info["stopped"] = "numerical limit"
             break
@@ -633,6 +707,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
                 info["stopped"] = "no progress"
                 break
             x = _take_step(x, d, ap, ad)
+            L_next = nw.L_next
             gamma = 0.9 + 0.09 * min(ap, ad)
             if verbose:
                 print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}")
@@ -647,7 +722,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
                 lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-9,
                 feas_tol: float = 1e-10, max_iter: int = 80, time_limit: float | None = None,
-                verbose: bool = False) -> IPMResult:
+                verbose: bool = False, backend=None) -> IPMResult:
     """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows).
 
     Steps: :func:`_reduce` (bases, live rows, scaling), :func:`_start` (interior point),
@@ -666,6 +741,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     feas_tol : target constraint violation of W relative to ``1 + max |rhs|``
     max_iter, time_limit : limits; the best iterate is then returned with status "inaccurate"
     verbose : print one line per iteration
+    backend : None (default: numpy / scipy) or an object whose ``attach(pb)`` replaces the
+        :meth:`_Problem.newton_solver` of the reduced problem, e.g.
+        :class:`attnsvm.svm.torch_backend.TorchNewton` (the Schur complement, its factorization and the
+        Newton solves on a torch device); everything else, the stopping test and the result are the same
 
     Returns
     -------
@@ -689,6 +768,9 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0)
         return IPMResult("optimal", np.zeros((d1, d2)), lam, info)
     pb = red.pb
+    if backend is not None:
+        backend.attach(pb)
+        info["device"] = backend.name
     x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
                          red.M_init(W_init)))
     best, status, it, x = _iterate(pb, x, tol, feas_tol, max_iter, time_limit, verbose, info, t0)

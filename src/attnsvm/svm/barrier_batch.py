@@ -2,7 +2,7 @@
 run on a stack of problems.
 
 A single small solve (e.g. (n, T, d) = (6, 8, 10): 42 rows, a 16 x 16 SDP) spends its time in
-Python and per-call overhead, not in arithmetic: ~16 iterations of ~0.5 ms. Here the problems
+Python and per-call overhead of its ~16 iterations, not in arithmetic. Here the problems
 of equal reduced shape ``(N, r1, r2)`` (the usual case for a batch of random instances of one
 size) iterate together: every linear map of the method (:class:`attnsvm.svm.barrier._Problem`:
 ``Gmap``, ``amap``, ``XY``, ``schur``) is applied to ``(R, ...)`` stacks, and the control of

@@ -6,13 +6,13 @@ the rows of U and ``B (d2, r2)`` of the rows of V, ``W = P M B^T`` and
 is solved by
 
 * ``solver="auto"`` / ``"ipm"`` (default): the primal-dual interior-point method of
-  :mod:`attnsvm.svm.barrier`, numpy / scipy only. Its only large matrix is the
-  N x N Schur complement, built from Gram-type products: (n, T, d) = (64, 32, 768),
-  N = 1984 rows and a reduced size ``r1 + r2 = 832``, takes ~25 iterations and 10-20 s
-  on one core (the 832 x 832 SDP through cvxpy does not fit in memory). Relative
+  :mod:`attnsvm.svm.barrier`, numpy / scipy by default (``device=``: its dense algebra on a
+  torch device, :mod:`attnsvm.svm.torch_backend`). Its only large matrix is the N x N Schur
+  complement, built from Gram-type products, so reduced sizes ``r1 + r2`` in the hundreds
+  (d = 768) are routine where the reduced SDP through cvxpy does not fit in memory. Relative
   duality gap <= 1e-9 (typically 1e-10), violations ~1e-15. Memory grows as N^2
-  (a few N x N arrays), time as N^3 + N^2 (r1 + r2) per iteration.
-  It starts from the Frobenius solution and multipliers.
+  (a few N x N arrays), time as N^3 + N^2 (r1 + r2) per iteration (measured figures:
+  docs/guide/performance.md). It starts from the Frobenius solution and multipliers.
 * ``solver="cvxpy"`` (Clarabel up to a reduced size of 150, SCS beyond), ``"CLARABEL"``
   or ``"SCS"``: the reduced SDP through cvxpy (slow and memory-hungry beyond a reduced
   size of a few hundred; kept as a fallback and for cross-checks).
@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from attnsvm._validate import check_choice, check_number
+from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable, row_gram
@@ -156,7 +157,7 @@ def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
 
 def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
                   support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None,
-                  gap_tol: float = 1e-9) -> SVMSolution:
+                  gap_tol: float = 1e-9, device=None) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
 
     Parameters
@@ -172,6 +173,10 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
         N x N matrices when they need more (default: the package limit)
     gap_tol : in (0, 1e-6]: the relative duality gap the interior-point method aims at (its
         ``tol``); the status below still comes from the certificate
+    device : None (default: numpy / scipy) or a torch device ("cuda", "cuda:1", "cpu" or a
+        ``torch.device``): the interior-point method's Schur complement, its Cholesky factorization and
+        the Newton solves run there in float64 (:mod:`attnsvm.svm.torch_backend`, imported only then);
+        same stopping test and certificate. Needs torch; solver "auto" or "ipm" only
 
     Returns
     -------
@@ -187,6 +192,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     time_limit = check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
     gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
     formulation = formulation or cs.kind
+    backend = _device_backend(device, solver)
     t0 = time.perf_counter()
     # feasibility (and the Farkas certificate) from the exact Frobenius dual QP of the
     # row-normalized set, whose solution is also the warm start; nothing is mapped back, so
@@ -203,7 +209,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     if solver in ("auto", "ipm"):
         try:
             res, err = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
-                                   tol=gap_tol, time_limit=time_limit), ""
+                                   tol=gap_tol, time_limit=time_limit, backend=backend), ""
         except Exception as exc:  # numerical breakdown the method could not absorb
             if solver == "ipm":
                 raise
@@ -211,6 +217,18 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
         return _ipm_outcome(cs, normalized, res, err, solver, time_limit, formulation, support_tol, t0)
     W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
     return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+
+
+def _device_backend(device, solver: str):
+    """The IPM backend of ``device`` (None: numpy / scipy); validated before any work."""
+    if device is None:
+        return None
+    if solver not in ("auto", "ipm"):
+        raise ValidationError(f"device={device!r} runs the interior-point method: use solver 'auto' or 'ipm', "
+                              f"not {solver!r}")
+    from attnsvm.svm.torch_backend import TorchNewton
+
+    return TorchNewton(device)
 
 
 def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):

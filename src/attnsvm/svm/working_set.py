@@ -70,9 +70,8 @@ class WorkingSetSettings:
         2000 took 15.6 s: large batches make the subset QPs churn)
     per_group : rows of one query added per round at most (default 1; 0 = no limit)
     nuclear_per_group : the same for :func:`solve_nuclear_ws` (default 0, no limit: each of its
-        rounds is a whole interior-point solve, so fewer rounds pay. MiniLM layer 3 head 0 on 512
-        sentences, N = 8559: 1 row per query took 6 rounds and 177 IPM iterations, every violated
-        row 3 rounds and 71 iterations, with the subsets solved to ``gap_tol`` 1e-9 and 1e-8)
+        rounds is a whole interior-point solve, so fewer rounds pay: on MiniLM layer 3 head 0 at
+        512 sentences one row per query took twice the rounds and IPM iterations)
     max_rounds : 1000
     enter : rows entering the active set per active-set iteration once the working set holds
         more than half the rank (64)
@@ -885,7 +884,7 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
 def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
                      support_tol: float = 1e-5, batch: int | None = None, per_group: int | None = None,
                      max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False) -> SVMSolution:
+                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False, device=None) -> SVMSolution:
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
@@ -900,9 +899,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     tol : in (0, 1): a row is violated when its relative violation (see
         :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
-        (planted (2000, 51, 64), N = 1e5: 143 s in 9 rounds today, ``python benchmarks/solvers.py
-        --scale --only nuc-planted-1e5``; 341 s before the Schur complement on distinct queries, with
-        one row per query and subsets solved to a gap of 1e-9)
+        (timings: ``python benchmarks/solvers.py --scale --only nuc-planted-1e5``, docs/guide/performance.md)
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
     gap_tol : relative duality gap each subset's interior-point solve aims at (``gap_tol`` of
         :func:`~attnsvm.svm.nuclear.solve_nuclear`; 1e-8 by default, 100x below the 1e-6 the
@@ -910,7 +907,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     time_limit : seconds for the whole solve; the last subset solution is then returned
         ("optimal_inaccurate" unless its certificate over all rows passes; "undecided" when the
         time ran out before the Frobenius working set decided feasibility)
-    solver : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets
+    solver, device : passed to :func:`~attnsvm.svm.nuclear.solve_nuclear` for the subsets (device: the
+        interior-point method's dense algebra on a torch device, e.g. "cuda")
 
     Returns
     -------
@@ -924,6 +922,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
                                             WorkingSetSettings.nuclear_per_group if per_group is None else per_group,
                                             max_rounds, time_limit)
     check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    if device is not None:                  # refuse a bad device before any work
+        from attnsvm.svm.torch_backend import check_device
+
+        check_device(device)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N = cs.N
@@ -945,7 +947,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
         sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
-                            max_memory=max_memory, gap_tol=gap_tol)
+                            max_memory=max_memory, gap_tol=gap_tol, device=device)
         W, lam_sub = sol.W, sol.duals
         info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
         info["rounds"] = rnd
