@@ -173,9 +173,14 @@ def test_memory_refusal_of_the_dense_path():
     small = random_problem(20, 11, 8, seed=0)
     sol = solve_svm(small, method="auto", max_memory=2**20)    # 1 MiB < 4 x 8 x 200^2 bytes (dense)
     assert sol.info["method"] == "working-set" and sol.certified
-    # the working set refuses a Gram matrix beyond the limit instead of swapping
-    with pytest.raises(ResourceLimitError, match="working set"):
-        solve_svm(pr, sel, method="working_set", max_memory=2**12)
+    # the working set refuses a Gram matrix beyond the limit instead of swapping (the limit leaves room
+    # for the solution, its certificate and the row copies, which are refused before any work)
+    from attnsvm.svm.api import solution_bytes
+
+    wide = random_problem(100, 11, 20, seed=0)                 # N = 1000 rows, d = 20: ~180 support rows
+    limit = int(solution_bytes(1000, 20, 20, "fro")) + 20 * 1024
+    with pytest.raises(ResourceLimitError, match="working set of"):
+        solve_svm(wide, method="working_set", max_memory=limit)
 
 
 def test_nuclear_working_set_agrees_with_dense():

@@ -118,8 +118,9 @@ def require_solution_memory(N: int, d1: int, d2: int, norm: str, max_memory=None
         return
     many = f"{R} solves of " if R > 1 else ""
     require_memory(nbytes, f"{many}the {d1} x {d2} solution W and its certificate ({norm} norm, "
-                   f"{SOLUTION_ARRAYS[norm]} arrays of {format_size(8.0 * d1 * d2)})", max_memory,
-                   hint="a smaller token dimension d (W is d x d whatever the number of constraints)")
+                   f"{SOLUTION_ARRAYS[norm]} arrays of {format_size(8.0 * d1 * d2)}) and 3 copies of the "
+                   f"{N} rows", max_memory,
+                   hint="a smaller token dimension d or fewer constraints")
 
 
 def _dispatch(cs: ConstraintSet, norm: str, formulation: str, **solver_options) -> SVMSolution:
