@@ -30,7 +30,8 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
             grid[layers.index(r["layer"]), heads.index(r["head"])] = r[key]
         grids[key] = grid
     # one colour scale for all panels, so the baseline reads against the heads' own correlation
-    lim = max(max(float(np.nanmax(np.abs(g))) for g in grids.values()), 1e-6)
+    finite = [np.abs(g[np.isfinite(g)]) for g in grids.values()]
+    lim = max([float(a.max()) for a in finite if a.size] + [1e-6])  # all-NaN panels (no SVM anywhere) keep a scale
     import matplotlib
 
     from matplotlib.patches import Rectangle
