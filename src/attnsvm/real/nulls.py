@@ -28,8 +28,11 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.layer import LayerInputs, corr, summary
+from attnsvm.real.verdict import null_columns
 
 NULL_KINDS = ("spectrum", "structured")
+#: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
+NULL_DRAWS = 8
 _KIND_TAG = {"spectrum": 1, "structured": 2}
 
 
@@ -182,4 +185,25 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
         out.append({"draw": j, "kind": kind, "status": sol["status"],
                     "corr_restricted": corr(inputs.restrict(Wr), sol["W"]),
                     "mean_selected": float(sizes.mean()), "seconds": sol["seconds"]})
+    return out
+
+
+def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
+                       draws: int, selected: np.ndarray | None = None, **solver_options) -> dict:
+    """One bilinear head ``W (D, D)`` against its spectrum nulls, without a model: its selections (``selected
+    (m, T)`` bool, default its own top-``sizes`` tokens, as a null selects), the agreement of W with their
+    SVM and :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). What the calibration
+    tests and ``benchmarks/planted_heads.py`` apply to structured and partially planted heads.
+
+    Returns
+    -------
+    dict with ``corr_restricted``, ``svm_status`` and the null columns
+    """
+    sizes = np.asarray(sizes)
+    sel = top_selection(inputs.scores(W), sizes, inputs.cand) if selected is None else np.asarray(selected, bool)
+    sol = summary(inputs.svm(sel, **solver_options))
+    real = corr(inputs.restrict(W), sol["W"])
+    out = {"corr_restricted": real, "svm_status": sol["status"]}
+    out.update(null_columns(real, null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
+                                             draws=draws, **solver_options)))
     return out

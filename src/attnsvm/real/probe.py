@@ -83,13 +83,11 @@ from attnsvm.errors import ValidationError
 from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
-from attnsvm.real.nulls import null_heads, top_selection
-from attnsvm.real.verdict import P_METHOD, add_verdict, mc_pvalues, null_moments, t_pvalues
+from attnsvm.real.nulls import NULL_DRAWS, null_heads, top_selection
+from attnsvm.real.verdict import add_verdict, null_columns
 from attnsvm.real.sentences import corpus_sentences
 
 QUERIES = ("word", "cls", "all")
-#: spectrum null heads per probed head by default (:func:`probe_heads` ``null_draws``)
-NULL_DRAWS = 8
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
 
 
@@ -305,6 +303,7 @@ class ProbeSetup:
     max_length: int
     max_memory: object
     t_forward: float
+    cached: bool = False
 
 
 def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
@@ -329,7 +328,8 @@ def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=
     heads = check_indices(heads, model.n_heads, "heads")
     t0 = time.perf_counter()
     key = (id(model), tuple(sentences), int(max_length))
-    if _LAST_FORWARD.get("key") == key:  # experiments probe one layer or head per task on the same sentences
+    cached = _LAST_FORWARD.get("key") == key
+    if cached:  # experiments probe one layer or head per task on the same sentences
         fw = _LAST_FORWARD["forward"]
     else:
         fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
@@ -367,7 +367,7 @@ def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=
         q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
         cand = fw.mask
     return ProbeSetup(model, fw, list(sentences), layers, heads, causal, q, cand, qmask, cand3, query,
-                      float(threshold), int(seed), int(max_length), max_memory, t_forward)
+                      float(threshold), int(seed), int(max_length), max_memory, t_forward, cached)
 
 
 def layer_tokens(setup: ProbeSetup, layer: int) -> np.ndarray:
@@ -390,24 +390,6 @@ def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> LayerInputs:
     """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once."""
     X = layer_tokens(setup, layer)[:m_svm]
     return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
-
-
-def null_columns(real: float, spectrum: list, structured: list | None = None) -> dict:
-    """The null columns of one head's row from its real ``corr_restricted`` and its null draws
-    (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
-    the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
-    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none)."""
-    v = np.array([d["corr_restricted"] for d in spectrum], float)
-    ok = np.isfinite(v)
-    pu, pl, z = t_pvalues(real, v[ok])
-    mu, ml = mc_pvalues(real, v[ok])
-    mean, sd, k = null_moments(v[ok])
-    sv = np.array([d["corr_restricted"] for d in (structured or [])], float)
-    sv = sv[np.isfinite(sv)]
-    return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
-            "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
-            "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
-            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])]))}
 
 
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
@@ -591,25 +573,33 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws))
     if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=model.path, family=model.family.name)
-    seconds = {"forward": t_forward, "svm": t_svm, "nulls": t_null, "total": time.perf_counter() - t_start}
+    seconds = {"forward": t_forward, "forward_cached": setup.cached, "svm": t_svm, "nulls": t_null,
+               "total": time.perf_counter() - t_start}
     return ProbeResult(table, list(sentences), qmask.copy() if query == "all" else q, fw.tokens, selected, seconds, cfg,
                        attention, support, cand[:k_view].copy())
 
 
 def format_table(table, columns=None) -> str:
-    """Plain-text table of a probe (one line per head)."""
-    columns = columns or [c for c in ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted",
-                                      "corr_random_restricted", "advantage", "svm_status", "svm_gap")
-                          if c in table.columns]
-    head = "  ".join(f"{c:>12}" for c in columns)
+    """Plain-text table of a probe (one line per head): with null heads the verdict first, the
+    random-selection baseline after it (secondary)."""
+    if columns is None:
+        names = (("layer", "head", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
+                  "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
+                 ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
+                  "advantage", "svm_status", "svm_gap"))
+        columns = [c for c in names if c in table.columns]
+    width = {c: 19 if c == "verdict" else 12 for c in columns}
+    head = "  ".join(f"{c:>{width[c]}}" for c in columns)
     lines = [head]
     for _, r in table[columns].astype(object).iterrows():  # object: integer columns stay integers
         cells = []
         for c in columns:
             v = r[c]
             if isinstance(v, (float, np.floating)):
-                cells.append(f"{v:>12.1e}" if c in ("svm_gap", "svm_violation", "random_gap") else f"{v:>12.4f}")
+                fmt = ".1e" if c in ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper",
+                                     "q_lower") else ".4f"
+                cells.append(f"{v:>{width[c]}{fmt}}")
             else:
-                cells.append(f"{str(v):>12}")
+                cells.append(f"{str(v):>{width[c]}}")
         lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -65,6 +65,24 @@ def t_pvalues(real: float, nulls) -> tuple[float, float, float]:
     return float(stats.t.sf(t, k - 1)), float(stats.t.cdf(t, k - 1)), float((real - mean) / sd)
 
 
+def null_columns(real: float, spectrum: list, structured: list | None = None) -> dict:
+    """The null columns of one head's row from its real ``corr_restricted`` and its null draws
+    (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
+    the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
+    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none)."""
+    v = np.array([d["corr_restricted"] for d in spectrum], float)
+    ok = np.isfinite(v)
+    pu, pl, z = t_pvalues(real, v[ok])
+    mu, ml = mc_pvalues(real, v[ok])
+    mean, sd, k = null_moments(v[ok])
+    sv = np.array([d["corr_restricted"] for d in (structured or [])], float)
+    sv = sv[np.isfinite(sv)]
+    return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
+            "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
+            "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
+            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])]))}
+
+
 def by_adjust(p) -> np.ndarray:
     """Benjamini-Yekutieli adjusted p-values (q-values) of ``p (m,)``; NaN entries stay NaN and do
     not count in m. ``q_(i) = min_{j >= i} min(1, m c(m) p_(j) / j)``, ``c(m) = sum_{k<=m} 1/k``:
@@ -153,3 +171,44 @@ def add_verdict(table, level: float = LEVEL):
     t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
                                                  selected_all=sel_all, level=level)
     return t
+
+
+def verdict_counts(table) -> dict:
+    """``{verdict: number of rows}`` for every verdict in :data:`VERDICTS` (0 when absent)."""
+    if "verdict" not in table.columns:
+        return {v: 0 for v in VERDICTS}
+    vc = table["verdict"].value_counts()
+    return {v: int(vc.get(v, 0)) for v in VERDICTS}
+
+
+def verdict_summary(table) -> str:
+    """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
+    against the spectrum nulls' mean, and the random-selection baseline (secondary); then all heads.
+    Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
+    lines = []
+    groups = list(table.groupby("layer")) + [("all", table)]
+    for layer, g in groups:
+        lab = f"layer {int(layer)}" if layer != "all" else "all layers"
+        base = (f"random-selection baseline {g['corr_random_restricted'].mean():.4f} "
+                f"({int((g['advantage'] > 0).sum())}/{len(g)} above)" if "corr_random_restricted" in g.columns else "")
+        if "verdict" in g.columns:
+            c = verdict_counts(g)
+            lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
+                         f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
+                         f"{g['corr_restricted'].mean():.4f} vs spectrum nulls {g['null_mean'].mean():.4f}; "
+                         f"secondary: {base}")
+        else:
+            lines.append(f"{lab}: corr_restricted {g['corr_restricted'].mean():.4f}, {base} (no null heads: no verdict)")
+    return "\n".join(lines)
+
+
+#: what the verdict columns mean, printed under the probe's table
+LEGEND = (
+    "columns: corr_restricted = cosine of the head's W_h (projected on the span its sentences reveal) with the "
+    "nuclear Gen-SVM of its own selections; null_mean = the same for spectrum null heads (the head's singular "
+    "values, Haar-random singular vectors, selecting their own top-|O_i| tokens); p_upper = predictive-t "
+    "p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
+    "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
+    "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
+    "same sizes (secondary baseline)."
+)
