@@ -33,6 +33,10 @@ from attnsvm.real.verdict import null_columns
 NULL_KINDS = ("spectrum", "structured")
 #: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
 NULL_DRAWS = 8
+#: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
+#: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
+#: (its own top-|O_i| tokens, |O_i| the real head's set sizes)
+NULL_SELECTIONS = ("threshold", "matched")
 _KIND_TAG = {"spectrum": 1, "structured": 2}
 
 
@@ -125,6 +129,26 @@ def structured_null(s: np.ndarray, key_basis: np.ndarray, query_basis: np.ndarra
     return (U * s[None, :r]) @ V.T
 
 
+def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
+    """Selected sets from attention rows.
+
+    Parameters
+    ----------
+    att_rows : (..., n, T) attention of each sentence's query over its tokens
+    mask : (n, T) real tokens
+    threshold : a token is selected when its attention is >= threshold (the argmax always is)
+
+    Returns
+    -------
+    selected : (..., n, T) bool
+    """
+    a = np.where(mask, att_rows, -1.0)
+    sel = (a >= threshold) & mask
+    am = a.argmax(axis=-1)
+    np.put_along_axis(sel, am[..., None], True, axis=-1)
+    return sel
+
+
 def top_selection(scores: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Each sentence's top ``sizes[i]`` tokens among ``mask`` by ``scores``: (..., n, T) bool.
 
@@ -143,8 +167,18 @@ def top_selection(scores: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> np
     return (ranks < np.asarray(sizes)[..., None]) & mask
 
 
+def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.ndarray:
+    """A head's selections by its own attention: ``softmax`` of ``scores (m, T)`` over the candidates
+    ``cand (m, T)``, tokens with weight >= ``threshold`` plus the argmax (:func:`select_tokens`): (m, T) bool."""
+    s = np.where(cand, scores, -np.inf)
+    a = np.exp(s - s.max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    return select_tokens(a, cand, threshold)
+
+
 def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
-               draws: int, kind: str = "spectrum", start: int = 0, **solver_options) -> list[dict]:
+               draws: int, kind: str = "spectrum", start: int = 0, threshold: float | None = None,
+               **solver_options) -> list[dict]:
     """Null heads ``start .. start + draws - 1`` of one head and the agreement of each with the SVM of its
     own selections.
 
@@ -156,6 +190,9 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     seed, layer, head : the draws' generators (:func:`null_rng`)
     kind : "spectrum" or "structured" (singular vectors inside the top 2r principal directions of
         the layer's tokens and queries, :func:`principal_bases`)
+    threshold : None: each null selects its own top-``sizes`` tokens ("matched"); a float: each null selects
+        by its own attention, >= threshold plus the argmax (:func:`own_selection`, "threshold": the real
+        head's rule; ``sizes`` is then only validated)
     **solver_options : passed to :meth:`LayerInputs.svm`
 
     Returns
@@ -180,16 +217,19 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     for j in range(int(start), int(start) + int(draws)):
         rng = null_rng(seed, layer, head, j, kind)
         Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
-        sel = top_selection(inputs.scores(Wr), sizes, inputs.cand)
+        sc = inputs.scores(Wr)
+        sel = top_selection(sc, sizes, inputs.cand) if threshold is None else own_selection(sc, inputs.cand, threshold)
+        every = bool((sel == inputs.cand).all())  # all candidates selected: no margin row, W = 0
         sol = summary(inputs.svm(sel, **solver_options))
-        out.append({"draw": j, "kind": kind, "status": sol["status"],
-                    "corr_restricted": corr(inputs.restrict(Wr), sol["W"]),
-                    "mean_selected": float(sizes.mean()), "seconds": sol["seconds"]})
+        out.append({"draw": j, "kind": kind, "status": "all selected" if every else sol["status"],
+                    "corr_restricted": float("nan") if every else corr(inputs.restrict(Wr), sol["W"]),
+                    "mean_selected": float(sel.sum(axis=1).mean()), "seconds": sol["seconds"]})
     return out
 
 
 def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
-                       draws: int, selected: np.ndarray | None = None, **solver_options) -> dict:
+                       draws: int, selected: np.ndarray | None = None, threshold: float | None = None,
+                       **solver_options) -> dict:
     """One bilinear head ``W (D, D)`` against its spectrum nulls, without a model: its selections (``selected
     (m, T)`` bool, default its own top-``sizes`` tokens, as a null selects), the agreement of W with their
     SVM and :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). What the calibration
@@ -200,10 +240,15 @@ def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *,
     dict with ``corr_restricted``, ``svm_status`` and the null columns
     """
     sizes = np.asarray(sizes)
-    sel = top_selection(inputs.scores(W), sizes, inputs.cand) if selected is None else np.asarray(selected, bool)
+    if selected is not None:
+        sel = np.asarray(selected, bool)
+    elif threshold is None:
+        sel = top_selection(inputs.scores(W), sizes, inputs.cand)
+    else:
+        sel = own_selection(inputs.scores(W), inputs.cand, threshold)
     sol = summary(inputs.svm(sel, **solver_options))
     real = corr(inputs.restrict(W), sol["W"])
     out = {"corr_restricted": real, "svm_status": sol["status"]}
     out.update(null_columns(real, null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
-                                             draws=draws, **solver_options)))
+                                             draws=draws, threshold=threshold, **solver_options)))
     return out

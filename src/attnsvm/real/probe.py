@@ -83,7 +83,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
-from attnsvm.real.nulls import NULL_DRAWS, null_heads, top_selection
+from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_tokens, top_selection  # noqa: F401
 from attnsvm.real.verdict import add_verdict, null_columns
 from attnsvm.real.sentences import corpus_sentences
 
@@ -162,26 +162,6 @@ def check_indices(values, upper: int, name: str) -> list:
     if not out:
         raise ValidationError(f"{name} must not be empty")
     return sorted(set(out))
-
-
-def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
-    """Selected sets from attention rows.
-
-    Parameters
-    ----------
-    att_rows : (..., n, T) attention of each sentence's query over its tokens
-    mask : (n, T) real tokens
-    threshold : a token is selected when its attention is >= threshold (the argmax always is)
-
-    Returns
-    -------
-    selected : (..., n, T) bool
-    """
-    a = np.where(mask, att_rows, -1.0)
-    sel = (a >= threshold) & mask
-    am = a.argmax(axis=-1)
-    np.put_along_axis(sel, am[..., None], True, axis=-1)
-    return sel
 
 
 def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
@@ -395,7 +375,8 @@ def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> LayerInputs:
 def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
                 max_length: int = 128, model=None, progress=None, max_memory=None,
-                view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0) -> ProbeResult:
+                view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0,
+                null_selection: str = "threshold") -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
@@ -424,6 +405,9 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`NULL_DRAWS`; 0: none,
         and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
+    null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
+        real head's rule) or "matched" (its own top-|O_i| tokens with the real head's sizes); see
+        :data:`attnsvm.real.nulls.NULL_SELECTIONS`
 
     With null heads the table also has, per head, ``p_upper, p_lower`` (:data:`attnsvm.real.verdict.P_METHOD`),
     ``p_upper_mc, p_lower_mc`` (exact Monte Carlo), ``q_upper, q_lower`` (Benjamini-Yekutieli over the
@@ -446,6 +430,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
     if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
         raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
+    if null_selection not in NULL_SELECTIONS:
+        raise ValidationError(f"null_selection must be one of {NULL_SELECTIONS}, got {null_selection!r}")
     for name, v in (("null_draws", null_draws), ("structured_draws", structured_draws)):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
@@ -460,6 +446,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     n, T = fw.mask.shape
     lengths = fw.lengths
     m_svm = min(int(svm_sentences), n)
+    null_threshold = float(threshold) if null_selection == "threshold" else None
     k_view = min(int(view_sentences), n)
     idx = np.arange(n)
     rows, selected, attention, support, nulls = [], {}, {}, {}, {}
@@ -521,7 +508,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                         Wh = model.head_weights(l, h)
                         sizes = sel[k, :m_svm].sum(axis=1)
                         nulls[(l, h)] = [null_heads(inp, Wh, sizes, seed=seed, layer=l, head=h, draws=dr, kind=kind,
-                                                    max_memory=max_memory)
+                                                    max_memory=max_memory, threshold=null_threshold)
                                          for kind, dr in (("spectrum", null_draws), ("structured", structured_draws))]
                 t_null += time.perf_counter() - t1
             pair_stats = [(am[k], q, lengths, sel[k].sum(axis=1), np.where(cand, A[k], 0).max(axis=1))
@@ -570,7 +557,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
                svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(seed), max_length=int(max_length))
     if query != "all" and m_svm >= 1:
-        cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws))
+        cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
     if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=model.path, family=model.family.name)
     seconds = {"forward": t_forward, "forward_cached": setup.cached, "svm": t_svm, "nulls": t_null,

@@ -4,6 +4,8 @@ key-query matrix with the nuclear-norm Gen-SVM of those selections, against rand
 from __future__ import annotations
 import os
 import numpy as np
+from typing import Literal
+
 from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.real.nulls import NULL_DRAWS
@@ -28,6 +30,7 @@ class HeadsConfig(ExperimentConfig):
     seed: int = 0
     null_draws: NonNegativeInt = NULL_DRAWS
     structured_draws: NonNegativeInt = 0
+    null_selection: Literal["threshold", "matched"] = "threshold"
 
 
 @register
@@ -58,7 +61,8 @@ class RealMinilmHeads(Experiment):
         res = probe_heads(n_sentences=config.n_sentences, layers=[task.params["layer"]], heads=config.heads,
                           query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
                           baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
-                          null_draws=config.null_draws, structured_draws=config.structured_draws)
+                          null_draws=config.null_draws, structured_draws=config.structured_draws,
+                          null_selection=config.null_selection)
         out = res.table.copy()
         out["seconds_svm"] = res.seconds["svm"]
         return out

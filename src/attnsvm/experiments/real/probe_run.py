@@ -146,7 +146,8 @@ class ProbeRun(RealMinilmHeads):
         rows = []
         for kind, draws in (("spectrum", config.null_draws), ("structured", config.structured_draws)):
             for d in null_heads(inp, Wh, sel[0, :m].sum(axis=1), seed=config.seed, layer=layer, head=head,
-                                draws=draws, kind=kind):
+                                draws=draws, kind=kind,
+                                threshold=config.threshold if config.null_selection == "threshold" else None):
                 rows.append({"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
                              "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
                              "null_seconds": d["seconds"]})
