@@ -15,8 +15,7 @@ import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import row_basis, solve
-from attnsvm.svm.constraints import check_selected_sets, check_valid, gen_rows
+from attnsvm.svm import gen_constraints, row_basis, solve
 
 
 def corr(A: np.ndarray, B) -> float:
@@ -77,7 +76,10 @@ class LayerInputs:
         Z = as_float_array(Z, "Z", 2, f"(m, D) = ({m}, {D})")
         if Z.shape != (m, D):
             raise ValidationError(f"Z must have shape (m, D) = ({m}, {D}), got {Z.shape}")
-        cand = check_valid(cand, m, T, np.zeros((m, T), bool), "candidate")
+        cand = np.asarray(cand)
+        if cand.dtype != bool or cand.shape != (m, T):
+            raise ValidationError(f"cand must be a bool array of shape (m, T) = ({m}, {T}), got {cand.dtype} "
+                                  f"{cand.shape}")
         if not cand.any(axis=1).all():
             raise ValidationError("cand must mark at least one token per sentence")
         first = np.argmax(cand, axis=1)
@@ -94,11 +96,8 @@ class LayerInputs:
 
     def svm(self, selected: np.ndarray, **solver_options):
         """The nuclear Gen-SVM of ``selected (m, T)`` bool (inside ``cand``, one token at least per
-        sentence): the rows of :func:`attnsvm.svm.gen_constraints` from the validated arrays."""
-        O = check_selected_sets(selected, self.m, self.X.shape[1])
-        if np.any(O & ~self.cand):
-            raise ValidationError("selected tokens must lie inside the candidates")
-        return solve(gen_rows(self.X, self.Z, O, self.cand), "nuclear", formulation="gen",
+        sentence; :func:`attnsvm.svm.gen_constraints` with ``valid = cand``)."""
+        return solve(gen_constraints(self.X, self.Z, selected, valid=self.cand), "nuclear", formulation="gen",
                      method=solver_options.pop("method", "auto"), **solver_options)
 
     def scores(self, W: np.ndarray) -> np.ndarray:

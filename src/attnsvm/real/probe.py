@@ -546,7 +546,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 row["random_gap"] = float(np.max([d["gap"] for d in draws]))
                 row["svm_seconds"] = sol["seconds"]
                 row["random_seconds"] = float(np.sum([d["seconds"] for d in draws]))
-                row["selected_all"] = bool(np.all(sel_all[k]))
+                if query != "all":  # every sentence's selection is all its candidates: no margin row, W = 0
+                    row["selected_all"] = bool(np.all(sel_all[k]))
                 if (l, h) in nulls:
                     row.update(null_columns(row["corr_restricted"] if sol["W"] is not None else float("nan"),
                                             *nulls[(l, h)]))

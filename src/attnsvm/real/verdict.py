@@ -206,7 +206,7 @@ def verdict_summary(table) -> str:
 LEGEND = (
     "columns: corr_restricted = cosine of the head's W_h (projected on the span its sentences reveal) with the "
     "nuclear Gen-SVM of its own selections; null_mean = the same for spectrum null heads (the head's singular "
-    "values, Haar-random singular vectors, selecting their own top-|O_i| tokens); p_upper = predictive-t "
+    "values, Haar-random singular vectors, selecting by their own attention >= threshold); p_upper = predictive-t "
     "p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
     "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "

@@ -89,7 +89,7 @@ class RealMinilmHeads(Experiment):
                       f"{c['below null']} below null, {c['no SVM']} no SVM; mean corr_restricted "
                       f"{nanmean(table['corr_restricted']):.3f} vs spectrum nulls {nanmean(table['null_mean']):.3f}")
             null = ("spectrum null heads: the head's singular values with Haar-random singular vectors, selecting "
-                    "their own top-|O_i| tokens; p-values by the predictive t of the null draws")
+                    "by their own attention >= threshold; p-values by the predictive t of the null draws")
             out += [
                 Check("heads beyond their spectrum null (Benjamini-Yekutieli over the probed heads at FDR "
                       f"{LEVEL}): at least one rejects the global null that no head agrees with its selections' SVM "
