@@ -100,12 +100,10 @@ class ProbeRun(RealMinilmHeads):
     quick = {}
 
     def tasks(self, config):
-        out = [Task(f"L{int(l)}-H{int(h)}", 1, {"layer": int(l), "head": int(h), "part": "head"})
-               for l in config.layers for h in config.heads]
-        if has_nulls(config):
-            out += [Task(f"L{int(l)}-H{int(h)}-null", 1, {"layer": int(l), "head": int(h), "part": "null"})
-                    for l in config.layers for h in config.heads]
-        return out
+        parts = ("head", "null") if has_nulls(config) else ("head",)  # a head's null task right after it
+        return [Task(f"L{int(l)}-H{int(h)}" + ("-null" if p == "null" else ""), 1,
+                     {"layer": int(l), "head": int(h), "part": p})
+                for l in config.layers for h in config.heads for p in parts]
 
     def run_task(self, config, task):
         """A head task: the head's row of :attr:`ProbeResult.table` (``part`` "head"), plus ``view_support``:
