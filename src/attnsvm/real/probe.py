@@ -22,6 +22,10 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
    generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
    depend on which other heads are probed with it, nor in which order or process.
+5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
+   singular values, Haar-random singular vectors, selecting by their own attention with the same
+   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
+   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares

@@ -48,7 +48,11 @@ class RealMinilmHeads(Experiment):
              "hidden states entering the layer, augmented with a constant 1 for the key bias; padding tokens give "
              "no rows), solved exactly by the interior-point solver of attnsvm.svm.nuclear; corr_restricted "
              "compares W_h projected on the span of the token differences x queries with the SVM; the comparator "
-             "is the same SVM for random selections of the same sizes (corr_random_restricted). An SVM that is "
+             "is the same number for null_draws spectrum null heads per head (the head's singular values, "
+             "Haar-random singular vectors, selecting by their own attention >= threshold): predictive-t "
+             "p-values, Benjamini-Yekutieli over the heads, a verdict per head (beyond null / not distinguishable "
+             "/ below null / no SVM); secondary, the same SVM for random selections of the same sizes "
+             "(corr_random_restricted). An SVM that is "
              "infeasible (certified by Farkas multipliers: layer 0 repeats tokens and queries across sentences) or "
              "not certified has NaN correlations; in the share of heads such a head counts as not closer.")
 
