@@ -3,9 +3,11 @@
     OMP_NUM_THREADS=1 python benchmarks/planted_heads.py [--models 3] [--draws 8] [--sentences 8]
 
 Builds, per family, ``--models`` random-weight models (tests/test_probe_calibration.py: 4 layers x 5
-heads, width 40, initializer range 0.3, query biases drawn like the weights; heads 0-4 of layer 0
-planted with the nuclear SVM of random one-token selections, alpha 40) and probes them with
-``--draws`` spectrum null heads per head. Prints
+heads, width 40, initializer range 0.3, query biases drawn like the weights) whose 20 untouched heads
+are probed, and as many models with heads 0-4 of layer 0 planted (the nuclear SVM of random one-token
+selections, alpha 40), each head with ``--draws`` spectrum null heads. (Untouched heads *behind* a
+planted layer were less well calibrated: 90 of them gave KS p 0.020, GPT-2's 45 p 0.029; not
+explained, see the issue's closing note.) Prints
 
 1. the calibration table: untouched heads' mean selected set and max attention, the KS test of their
    p_upper against U(0, 1) and of the exact Monte Carlo ranks (chi-square on the K + 1 ranks), and
@@ -30,7 +32,7 @@ import pandas as pd
 from scipy import stats
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from test_probe_calibration import PLANTED, THRESHOLD, planted_model, structured_heads  # noqa: E402
+from test_probe_calibration import PLANTED, THRESHOLD, planted_model, random_model, structured_heads  # noqa: E402
 
 from attnsvm.real.nulls import head_against_nulls  # noqa: E402
 from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads  # noqa: E402
@@ -50,7 +52,7 @@ def mc_rank_chi2(t: pd.DataFrame, draws: int) -> float:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", type=int, default=3, help="random models per family (17 untouched heads... each)")
+    ap.add_argument("--models", type=int, default=3, help="random models per family (20 untouched heads each)")
     ap.add_argument("--draws", type=int, default=8)
     ap.add_argument("--sentences", type=int, default=8)
     args = ap.parse_args()
@@ -60,14 +62,18 @@ def main():
     tables, svms = [], {}
     for kind in ("bert", "gpt2"):
         for seed in range(args.models):
-            path, sv = planted_model(kind, f"{BASE}/{kind}{seed}", PLANTED, sentences=sentences, seed=seed)
+            # untouched heads: a model of its own (no planted layer before them)
+            path = random_model(kind, f"{BASE}/{kind}{seed}/untouched", seed=100 + seed)
             res = probe_heads(sentences, model=path, svm_sentences=len(sentences), threshold=THRESHOLD, max_length=24,
                               null_draws=args.draws)
-            tables.append(res.table.assign(family=kind, model=seed, path=path,
-                                           planted=lambda d: (d["layer"] == 0) & d["head"].isin(PLANTED)))
+            tables.append(res.table.assign(family=kind, model=seed, planted=False))
+            path, sv = planted_model(kind, f"{BASE}/{kind}{seed}", PLANTED, sentences=sentences, seed=seed)
+            res = probe_heads(sentences, model=path, layers=[0], svm_sentences=len(sentences), threshold=THRESHOLD,
+                              max_length=24, null_draws=args.draws)
+            tables.append(res.table.assign(family=kind, model=seed, planted=True))
             svms[(kind, seed)] = sv
-    t = add_verdict(pd.concat(tables, ignore_index=True))
-    un = t[~t["planted"]]
+    t = pd.concat(tables, ignore_index=True)
+    un = add_verdict(t[~t["planted"]])  # BY over the untouched heads
     print(f"1. untouched heads ({len(un)}; {args.draws} spectrum nulls each, predictive t):")
     for fam, g in list(un.groupby("family")) + [("both", un)]:
         ks = stats.kstest(g["p_upper"].dropna(), "uniform")
@@ -79,14 +85,14 @@ def main():
     for kind in ("bert", "gpt2"):
         for seed in range(args.models):
             path = f"{BASE}/{kind}{seed}/random"
-            s = structured_heads(path, sentences, [(l, h) for l in range(1, 4) for h in range(5)], args.draws, seed)
+            s = structured_heads(path, sentences, [(l, h) for l in range(4) for h in range(5)], args.draws, seed)
             rows.append(s.assign(family=kind))
     st = add_verdict(pd.concat(rows, ignore_index=True))
     ks = stats.kstest(st["p_upper"].dropna(), "uniform")
     print(f"2. structured heads ({len(st)}): KS p_upper vs U(0,1) p {ks.pvalue:.3f}; beyond null "
           f"{int((st['verdict'] == 'beyond null').sum())} (BY over them), mean corr_restricted "
           f"{st['corr_restricted'].mean():.3f} vs their nulls {st['null_mean'].mean():.3f}")
-    pl = t[t["planted"]]
+    pl = add_verdict(t[t["planted"]])  # BY over the planted heads
     print(f"3. planted heads ({len(pl)}): beyond null {int((pl['verdict'] == 'beyond null').sum())}/{len(pl)}; "
           f"corr_restricted {pl['corr_restricted'].mean():.3f} vs nulls {pl['null_mean'].mean():.3f}")
     print("   detection curve: share beyond null (BY over the heads at each e) for W_e = c((1-e) W_rand + e W_svm)")
