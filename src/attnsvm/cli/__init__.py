@@ -259,7 +259,8 @@ def _sizes(text):
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
-                   "every word token is a query (one sequence Gen-SVM per head over all of them; slower).")
+                   "every word token is a query (one sequence Gen-SVM per head over all of them; slower; no null "
+                   "heads and no verdict yet: they will be reported later).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=None,
               help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "
@@ -272,7 +273,10 @@ def _sizes(text):
 @click.option("--curve", default=None,
               help="Comma-separated sentence counts, e.g. 48,128,512,all: also each head's agreement with the SVM "
                    "fitted on the first m sentences, per m (printed per layer; with --out: probe_agreement.csv and "
-                   "its figure).")
+                   "its figure). The curve has no null heads yet (reported later); the main table keeps its verdict.")
+@click.option("--null-draws", type=click.IntRange(min=0), default=None,
+              help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
+                   "each head's verdict (default 8; 0: no verdict). Not for --query all.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--max-memory", default=None,
               help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
@@ -287,12 +291,14 @@ def _sizes(text):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
+          curve, null_draws, as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
     selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
-    correlation of W_h with it against random selections of the same sizes.
+    correlation of W_h with it against null heads of the same spectrum (a verdict per
+    head: beyond null / not distinguishable / below null / no SVM, Benjamini-Yekutieli
+    over the probed heads) and, secondary, random selections of the same sizes.
     Needs the extra: pip install 'attnsvm[real]'.
     """
     from attnsvm.cli.probe import run_probe
@@ -302,7 +308,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
-                     connect_timeout=connect_timeout, progress_bar=not as_json)
+                     connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws)
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

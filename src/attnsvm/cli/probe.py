@@ -79,7 +79,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
-              connect_timeout: float = 20.0, progress_bar: bool = False) -> str:
+              connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -95,6 +95,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out``)
     progress_bar : show the runner's progress bar over the heads (with ``out``)
+    null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
+        ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
         (``max_length`` None: the smaller of 128 and the model's position limit, printed)
@@ -109,8 +111,10 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
+    from attnsvm.real.nulls import NULL_DRAWS
     from attnsvm.real.probe import format_table, probe_heads, resolve_model
     from attnsvm.real.sentences import check_seed
+    from attnsvm.real.verdict import LEGEND, verdict_summary
 
     check_seed(seed)
     if isinstance(sentences, (str, os.PathLike)):
@@ -124,8 +128,12 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
                       if max_length is None else ""))
     max_length = loaded.probe_max_length(max_length)
+    if null_draws is None:
+        null_draws = NULL_DRAWS if query != "all" else 0
+    if isinstance(null_draws, bool) or not isinstance(null_draws, (int, np.integer)) or null_draws < 0:
+        raise ValidationError(f"--null-draws must be an integer >= 0, got {null_draws!r}")
     kw = dict(threshold=threshold, query=query, seed=seed, max_length=max_length, max_memory=max_memory,
-              view_sentences=view_sentences)
+              view_sentences=view_sentences, null_draws=int(null_draws))
     stored = None
     if out:
         res, stored = _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, out, workers,
@@ -162,17 +170,24 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             written += agreement_figure(agreement.table, out, "probe_agreement")
     if as_json:
         return json.dumps(payload, indent=2)
-    lines = [format_table(table), _COLUMNS, ""]
-    if "advantage" in table.columns:
-        lines.append(f"mean corr_restricted {table['corr_restricted'].mean():.4f} vs random selections "
-                     f"{table['corr_random_restricted'].mean():.4f} (advantage {table['advantage'].mean():.4f}; "
-                     f"{int((table['advantage'] > 0).sum())}/{len(table)} heads above baseline)")
+    lines = [format_table(table), ""]
+    if "corr_restricted" in table.columns:
+        lines.append(verdict_summary(table))
+        if "verdict" in table.columns:
+            lines.append(LEGEND)
+        else:
+            lines.append(_COLUMNS)
+            if query == "all":
+                lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)
-    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; "
-                 + ("forward pass reused from an earlier probe of the same sentences in this process (not re-timed), "
-                    if res.forward_cached else f"forward {res.seconds['forward']:.1f} s, ")
-                 + f"SVMs {res.seconds['svm']:.1f} s, "
-                 f"total {res.seconds['total']:.1f} s")
+    sec = res.seconds
+    fwd = ("reused from an earlier probe of the same sentences in this process (not re-timed)"
+           if res.forward_cached or sec.get("forward_cached") else f"{sec['forward']:.1f} s")
+    nnull = int(table["n_null"].sum() + table["n_null_dropped"].sum()) if "n_null" in table.columns else 0
+    null_s = float(table["null_seconds"].sum()) if "null_seconds" in table.columns else sec.get("nulls", 0.0)
+    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; cost: forward {fwd}, "
+                 f"head and baseline SVMs {sec['svm']:.1f} s, {nnull} null-head SVMs {null_s:.1f} s, "
+                 f"total {sec['total']:.1f} s (wall)")
     if agreement is not None:
         lines += ["", "agreement with the SVM by the number of sentences m in it (mean over the layer's heads):",
                   f"{'layer':>5}  {'m':>6}  {'corr_restricted':>15}  {'random':>8}  {'above':>7}  {'certified':>9}"]
@@ -212,7 +227,8 @@ def _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, o
                       layers=check_indices(layers, loaded.n_layers, "layers"),
                       heads=check_indices(heads, loaded.n_heads, "heads"), query=kw["query"],
                       threshold=kw["threshold"], seed=kw["seed"], max_length=kw["max_length"],
-                      view_sentences=kw["view_sentences"], model=None if model is None else loaded.path)
+                      view_sentences=kw["view_sentences"], model=None if model is None else loaded.path,
+                      null_draws=kw["null_draws"])
     t0 = time.perf_counter()
     summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                              connect_timeout=connect_timeout, max_memory=kw["max_memory"])
@@ -220,6 +236,7 @@ def _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, o
     table = pd.read_parquet(path) if os.path.exists(path) else pd.DataFrame()
     view = probe_heads(sentences, n_sentences=n_sentences, layers=cfg.layers, heads=cfg.heads, svm_sentences=0,
                        progress=progress, model=loaded, **kw)
+    table = probe_run.combine(cfg, table)
     if not table.empty:
         table = table.sort_values(["layer", "head"], ignore_index=True)
         if "view_support" in table.columns:

@@ -134,7 +134,7 @@ def agreement_curve(model=None, sentences=None, *, sizes=(48, 128, 512, None), l
         say(f"m = {m} sentences ({j + 1}/{len(sizes)})")
         res = probe_heads(sentences, layers=layers, heads=heads, query=query, threshold=threshold, svm_sentences=m,
                           baseline_draws=baseline_draws, seed=seed, max_length=max_length, model=model,
-                          progress=progress, max_memory=max_memory)
+                          progress=progress, max_memory=max_memory, null_draws=0)  # nulls: not per m yet
         t = res.table.copy()
         t["m"] = m
         t["seconds"] = t["svm_seconds"] + t["random_seconds"]

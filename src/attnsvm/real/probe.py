@@ -22,6 +22,10 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
    generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
    depend on which other heads are probed with it, nor in which order or process.
+5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
+   singular values, Haar-random singular vectors, selecting by their own attention with the same
+   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
+   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares
@@ -81,21 +85,14 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
+from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
+from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_tokens, top_selection  # noqa: F401
+from attnsvm.real.verdict import add_verdict, null_columns
 from attnsvm.real.sentences import check_seed, corpus_sentences
 
 QUERIES = ("word", "cls", "all")
 _LAST_FORWARD: dict = {}  # the last forward pass (per process), reused by repeated probes of the same text
-
-
-def _corr(A: np.ndarray, B) -> float:
-    """Cosine of two matrices; NaN if either is zero or B is None (an infeasible SVM)."""
-    if B is None:
-        return float("nan")
-    na, nb = np.linalg.norm(A), np.linalg.norm(B)
-    if na == 0 or nb == 0:
-        return float("nan")
-    return float(np.sum(A * B) / (na * nb))
 
 
 @dataclass
@@ -176,34 +173,10 @@ def check_indices(values, upper: int, name: str) -> list:
     return sorted(set(out))
 
 
-def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
-    """Selected sets from attention rows.
-
-    Parameters
-    ----------
-    att_rows : (..., n, T) attention of each sentence's query over its tokens
-    mask : (n, T) real tokens
-    threshold : a token is selected when its attention is >= threshold (the argmax always is)
-
-    Returns
-    -------
-    selected : (..., n, T) bool
-    """
-    a = np.where(mask, att_rows, -1.0)
-    sel = (a >= threshold) & mask
-    am = a.argmax(axis=-1)
-    np.put_along_axis(sel, am[..., None], True, axis=-1)
-    return sel
-
-
 def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
-    """Random selections with the same size per sentence: (..., n, T) bool."""
-    sizes = selected.sum(axis=-1)
-    scores = rng.random(selected.shape)
-    scores = np.where(mask, scores, -1.0)
-    order = np.argsort(-scores, axis=-1)
-    ranks = np.argsort(order, axis=-1)
-    return (ranks < sizes[..., None]) & mask
+    """Random selections with the same size per sentence: (..., n, T) bool (the top
+    ``|O_i|`` candidates by uniform scores, :func:`attnsvm.real.nulls.top_selection`)."""
+    return top_selection(rng.random(selected.shape), selected.sum(axis=-1), mask)
 
 
 def baseline_rng(seed: int, layer: int, head: int) -> np.random.Generator:
@@ -271,26 +244,6 @@ def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected:
                  **solver_options)
 
 
-def _summary(sol) -> dict:
-    """What the table keeps of an SVMSolution (not its rows): W (None unless ``sol.certified``:
-    nothing is compared with an infeasible or uncertified solution), ``sol.status`` ("optimal",
-    i.e. certified; "optimal_inaccurate"; "infeasible"), the relative duality gap
-    ``(||W||_* - rhs^T lam) / ||W||_*`` (the certificate's gap is divided by ``max(1, ||W||_*)``
-    instead, and these optima are ~0.1), the certificate's relative largest violation and the
-    nuclear norm, plus the support tokens ``(m, T) bool`` (:meth:`SVMSolution.support_tokens`; all False
-    when infeasible) for the probe view."""
-    cert = sol.certificate
-    secs = float((sol.info or {}).get("seconds", float("nan")))  # the solver's own wall time
-    if not sol.feasible:
-        return {"W": None, "status": sol.status, "gap": float("nan"), "violation": float("nan"), "nuclear": float("inf"),
-                "support": np.zeros(sol.constraints.shape, bool), "seconds": secs}
-    nuc = float(sol.norm_value)
-    dual = float(sol.constraints.rhs @ sol.duals)
-    return {"W": sol.W if sol.certified else None, "status": sol.status,
-            "gap": abs(nuc - dual) / nuc if nuc > 0 else 0.0, "violation": float(cert.max_violation), "nuclear": nuc,
-            "support": sol.support_tokens(), "seconds": secs}
-
-
 def resolve_model(model, max_memory=None) -> PretrainedTransformer:
     """The model a probe runs on: None -> the shipped MiniLM, a directory (str or path) -> :func:`load_model`
     (refused before loading when it would not fit ``max_memory``), a loaded
@@ -307,44 +260,47 @@ def resolve_model(model, max_memory=None) -> PretrainedTransformer:
     return load_model(model, max_memory=max_memory)
 
 
-def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
-                threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
-                max_length: int | None = None, model=None, progress=None, max_memory=None,
-                view_sentences: int = 4) -> ProbeResult:
-    """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
+@dataclass
+class ProbeSetup:
+    """What every step of a probe shares (:func:`prepare_probe`): the model, one forward pass and the queries.
 
-    Parameters
+    Attributes
     ----------
-    model : None (the shipped MiniLM), a model directory (str or path: see
-        :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
-        loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
-    sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
-    n_sentences : number of corpus sentences when ``sentences`` is None
-    layers, heads : indices to probe (default all: 0..5, 0..11)
-    query : "word" (a random word token per sentence), "cls" (encoders only) or "all" (every
-        word token of every sentence is a query: see the module docstring). For causal
-        decoders the query is a random non-special token at position >= 1 and its candidates
-        are the real tokens up to it (itself included): selections, random baselines and the
-        Gen-SVM rows all use those candidates only (the causal Gen-SVM of one query per sentence)
-    threshold : attention weight that counts as selected
-    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
-        faster than quadratically with it (see the module docstring)
-    baseline_draws : random selections per head
-    max_length : truncation length (warns when a sentence is cut); None: the smaller of 128 and the
-        model's position limit (:meth:`~attnsvm.real.pretrained.PretrainedTransformer.probe_max_length`)
-    progress : optional callable ``progress(message)``
-    max_memory : bytes or a size such as "8G" for the forward pass and every SVM (default: the
-        package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
-    view_sentences : the first sentences whose attention rows are kept (``ProbeResult.attention``, for
-        :mod:`attnsvm.real.probe_view`); changes no other output
-
-    Returns
-    -------
-    ProbeResult
+    model : PretrainedTransformer; fw : its Forward on ``sentences`` (attentions included)
+    sentences : list of str; layers, heads : sorted index lists; causal : decoder or not
+    q : (n,) int query token of each sentence (``query="all"``: each sentence's first query)
+    cand : (n, T) bool, the tokens the query of each sentence can select
+    qmask : (n, T) bool query positions (``query="all"`` only, else None)
+    cand3 : (n, T, T) bool candidates per (sentence, query) (``query="all"`` only, else None)
+    query, threshold, seed, max_length, max_memory : the arguments; t_forward : seconds of the forward
+        pass (0 when it came from the cache)
     """
-    import pandas as pd
 
-    t_start = time.perf_counter()
+    model: object
+    fw: object
+    sentences: list
+    layers: list
+    heads: list
+    causal: bool
+    q: np.ndarray
+    cand: np.ndarray
+    qmask: np.ndarray | None
+    cand3: np.ndarray | None
+    query: str
+    threshold: float
+    seed: int
+    max_length: int
+    max_memory: object
+    t_forward: float
+    cached: bool = False
+
+
+def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
+                  threshold: float = 0.1, seed: int = 0, max_length: int | None = None, model=None,
+                  max_memory=None) -> ProbeSetup:
+    """Validate a probe's arguments, run (or reuse) the forward pass and choose the queries
+    (arguments as :func:`probe_heads`). The forward pass of the last (model, sentences, max_length)
+    is cached per process, so the head and null tasks of one probe share it."""
     if query not in QUERIES:
         raise ValidationError(f"query must be one of {QUERIES}, got {query!r}")
     if not 0.0 < float(threshold) <= 1.0:
@@ -361,19 +317,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                               "sees only itself; use query='word' (--query word)")
     layers = check_indices(layers, model.n_layers, "layers")
     heads = check_indices(heads, model.n_heads, "heads")
-    if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
-        raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
-    if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
-        raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
-    if isinstance(view_sentences, (bool, np.bool_)) or not isinstance(view_sentences, (int, np.integer)) \
-            or view_sentences < 0:
-        raise ValidationError(f"view_sentences must be an integer >= 0, got {view_sentences!r}")
-    say = progress or (lambda msg: None)
-
     t0 = time.perf_counter()
     key = (id(model), tuple(sentences), int(max_length))
     cached = _LAST_FORWARD.get("key") == key
-    if cached:  # experiments probe one layer per task on the same sentences
+    if cached:  # experiments probe one layer or head per task on the same sentences
         fw = _LAST_FORWARD["forward"]
     else:
         fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
@@ -410,17 +357,118 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     else:
         q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
         cand = fw.mask
+    return ProbeSetup(model, fw, list(sentences), layers, heads, causal, q, cand, qmask, cand3, query,
+                      float(threshold), int(seed), int(max_length), max_memory, t_forward, cached)
+
+
+def layer_tokens(setup: ProbeSetup, layer: int) -> np.ndarray:
+    """(n, T, d + 1) the bias-augmented states entering ``layer`` (padding zero)."""
+    fw = setup.fw
+    return augment(fw.layer_input(layer)) * fw.mask[:, :, None]
+
+
+def head_selections(setup: ProbeSetup, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query per sentence (``query`` "word" or "cls"): the attention rows ``A (h, n, T)`` of the
+    probed heads from each sentence's query and their selections ``(h, n, T)`` bool
+    (:func:`select_tokens` over the candidates)."""
+    n = len(setup.q)
+    A = setup.fw.attentions[layer][np.arange(n), :, setup.q, :]  # (n, H, T): row of each sentence's query
+    A = A[:, setup.heads].transpose(1, 0, 2)  # (h, n, T)
+    return A, select_tokens(A, setup.cand, setup.threshold)
+
+
+def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> LayerInputs:
+    """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once."""
+    X = layer_tokens(setup, layer)[:m_svm]
+    return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
+
+
+def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
+                threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
+                max_length: int | None = None, model=None, progress=None, max_memory=None,
+                view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0,
+                null_selection: str = "threshold") -> ProbeResult:
+    """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
+
+    Parameters
+    ----------
+    model : None (the shipped MiniLM), a model directory (str or path: see
+        :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
+        loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
+    sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
+    n_sentences : number of corpus sentences when ``sentences`` is None
+    layers, heads : indices to probe (default all: 0..5, 0..11)
+    query : "word" (a random word token per sentence), "cls" (encoders only) or "all" (every
+        word token of every sentence is a query: see the module docstring). For causal
+        decoders the query is a random non-special token at position >= 1 and its candidates
+        are the real tokens up to it (itself included): selections, random baselines and the
+        Gen-SVM rows all use those candidates only (the causal Gen-SVM of one query per sentence)
+    threshold : attention weight that counts as selected
+    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
+        faster than quadratically with it (see the module docstring)
+    baseline_draws : random selections per head
+    max_length : truncation length (warns when a sentence is cut); None: the smaller of 128 and the
+        model's position limit (:meth:`~attnsvm.real.pretrained.PretrainedTransformer.probe_max_length`)
+    progress : optional callable ``progress(message)``
+    max_memory : bytes or a size such as "8G" for the forward pass and every SVM (default: the
+        package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
+    view_sentences : the first sentences whose attention rows are kept (``ProbeResult.attention``, for
+        :mod:`attnsvm.real.probe_view`); changes no other output
+    null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`NULL_DRAWS`; 0: none,
+        and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
+    structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
+    null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
+        real head's rule) or "matched" (its own top-|O_i| tokens with the real head's sizes); see
+        :data:`attnsvm.real.nulls.NULL_SELECTIONS`
+
+    With null heads the table also has, per head, ``p_upper, p_lower`` (:data:`attnsvm.real.verdict.P_METHOD`),
+    ``p_upper_mc, p_lower_mc`` (exact Monte Carlo), ``q_upper, q_lower`` (Benjamini-Yekutieli over the
+    probed heads), ``verdict`` ("beyond null", "not distinguishable", "below null", "no SVM"),
+    ``verdict_reason``, ``null_mean, null_sd, z_null`` (descriptive), ``n_null`` (certified draws used),
+    ``n_null_dropped``, ``null_kind`` ("spectrum"), ``structured_mean``, ``null_seconds``, ``selected_all``.
+
+    Returns
+    -------
+    ProbeResult
+    """
+    import pandas as pd
+
+    t_start = time.perf_counter()
+    if null_draws is None:
+        null_draws = NULL_DRAWS if query != "all" else 0
+    if query == "all":
+        null_draws = structured_draws = 0  # nulls of the sequence SVM: not implemented yet
+    if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
+        raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
+    if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
+        raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
+    if null_selection not in NULL_SELECTIONS:
+        raise ValidationError(f"null_selection must be one of {NULL_SELECTIONS}, got {null_selection!r}")
+    for name, v in (("null_draws", null_draws), ("structured_draws", structured_draws)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
+    if isinstance(view_sentences, (bool, np.bool_)) or not isinstance(view_sentences, (int, np.integer)) \
+            or view_sentences < 0:
+        raise ValidationError(f"view_sentences must be an integer >= 0, got {view_sentences!r}")
+    say = progress or (lambda msg: None)
+    setup = prepare_probe(sentences, n_sentences=n_sentences, layers=layers, heads=heads, query=query,
+                          threshold=threshold, seed=seed, max_length=max_length, model=model, max_memory=max_memory)
+    model, fw, sentences, layers, heads = setup.model, setup.fw, setup.sentences, setup.layers, setup.heads
+    causal, q, cand, qmask, cand3, t_forward = setup.causal, setup.q, setup.cand, setup.qmask, setup.cand3, setup.t_forward
+    n, T = fw.mask.shape
+    lengths = fw.lengths
     m_svm = min(int(svm_sentences), n)
+    null_threshold = float(threshold) if null_selection == "threshold" else None
     k_view = min(int(view_sentences), n)
     idx = np.arange(n)
-    rows, selected, attention, support, matrices = [], {}, {}, {}, {}
-    t_svm = 0.0
+    rows, selected, attention, support, nulls, matrices = [], {}, {}, {}, {}, {}
+    t_svm = t_null = 0.0
     for l in layers:
         view = fw.attentions[l][:k_view][:, heads] * fw.mask[:k_view, None, :, None] * fw.mask[:k_view, None, None, :]
         for k, h in enumerate(heads):  # (k, T, T) [sentence, query, token], for the view's chooser
             matrices[(l, h)] = np.asarray(view[:, k], dtype=np.float32)
         del view
-        X = augment(fw.layer_input(l)) * fw.mask[:, :, None]
+        X = layer_tokens(setup, l)
         if query == "all":
             Aall = fw.attentions[l][:, heads].transpose(1, 0, 2, 3)  # (h, n, T, T) [head, sentence, query, token]
             sel = select_tokens(Aall, cand3, threshold) & qmask[None, :, :, None]  # (h, n, T, T)
@@ -452,27 +500,33 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                     sols.append(s_o)
                 t_svm += time.perf_counter() - t1
         else:
-            Z = X[idx, q]
-            A = fw.attentions[l][idx, :, q, :]  # (n, H, T): row of each sentence's query
-            A = A[:, heads].transpose(1, 0, 2)  # (h, n, T)
-            sel = select_tokens(A, cand, threshold)  # (h, n, T)
+            A, sel = head_selections(setup, l)  # (h, n, T) attention rows from the queries, selections
+            sel_all = (sel == cand)[:, :m_svm].all(axis=-1)  # (h, m): the selection is every candidate
             am = np.where(cand, A, -1.0).argmax(axis=-1)  # (h, n)
             for k, h in enumerate(heads):
                 selected[(l, h)] = sel[k]
                 attention[(l, h)] = np.where(fw.mask[:k_view], A[k, :k_view], 0.0)
             sols = None
             if m_svm >= 1:
-                say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences")
+                say(f"layer {l}: solving {len(heads) * (1 + baseline_draws)} nuclear-norm Gen-SVMs on {m_svm} sentences"
+                    + (f" and {len(heads) * (null_draws + structured_draws)} of null heads" if null_draws or
+                       structured_draws else ""))
                 t1 = time.perf_counter()
-                Xs, ms, Zs = X[:m_svm], cand[:m_svm], Z[:m_svm]
-                first = np.argmax(ms, axis=1)
-                diffs = (Xs - Xs[np.arange(m_svm), first][:, None, :])[ms]
-                P, B = row_basis(diffs), row_basis(Zs)  # (385, r1), (385, r2): the spans the SVMs live in
-                rand = _baselines(sel[:, :m_svm], ms, seed, l, heads, baseline_draws)
+                inp = layer_inputs(setup, l, m_svm)  # X validated once for all the layer's SVMs
+                P, B = inp.P, inp.B  # (385, r1), (385, r2): the spans the SVMs live in
+                rand = _baselines(sel[:, :m_svm], inp.cand, seed, l, heads, baseline_draws)
                 # sols[k]: head k; sols[len(heads) * (j + 1) + k]: draw j of its random baseline
-                sols = [_summary(head_svm(Xs, Zs, ms, o, max_memory=max_memory))
-                        for o in np.concatenate([sel[:, :m_svm], rand])]
+                sols = [_summary(inp.svm(o, max_memory=max_memory)) for o in np.concatenate([sel[:, :m_svm], rand])]
                 t_svm += time.perf_counter() - t1
+                t1 = time.perf_counter()
+                for k, h in enumerate(heads):
+                    if null_draws or structured_draws:
+                        Wh = model.head_weights(l, h)
+                        sizes = sel[k, :m_svm].sum(axis=1)
+                        nulls[(l, h)] = [null_heads(inp, Wh, sizes, seed=seed, layer=l, head=h, draws=dr, kind=kind,
+                                                    max_memory=max_memory, threshold=null_threshold)
+                                         for kind, dr in (("spectrum", null_draws), ("structured", structured_draws))]
+                t_null += time.perf_counter() - t1
             pair_stats = [(am[k], q, lengths, sel[k].sum(axis=1), np.where(cand, A[k], 0).max(axis=1))
                           for k in range(len(heads))]
         for k, h in enumerate(heads):
@@ -508,31 +562,49 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 row["random_gap"] = float(np.max([d["gap"] for d in draws]))
                 row["svm_seconds"] = sol["seconds"]
                 row["random_seconds"] = float(np.sum([d["seconds"] for d in draws]))
+                if query != "all":  # every sentence's selection is all its candidates: no margin row, W = 0
+                    row["selected_all"] = bool(np.all(sel_all[k]))
+                if (l, h) in nulls:
+                    row.update(null_columns(row["corr_restricted"] if sol["W"] is not None else float("nan"),
+                                            *nulls[(l, h)]))
             rows.append(row)
     table = pd.DataFrame(rows)
+    if nulls:
+        table = add_verdict(table)
     cfg = dict(n_sentences=n, layers=layers, heads=heads, query=query, threshold=float(threshold),
-               svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(seed), max_length=int(max_length))
+               svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(setup.seed),
+               max_length=int(setup.max_length))
+    if query != "all" and m_svm >= 1:
+        cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
     if getattr(model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=model.path, family=model.family.name)
-    seconds = {"forward": t_forward, "svm": t_svm, "total": time.perf_counter() - t_start}
+    seconds = {"forward": t_forward, "forward_cached": setup.cached, "svm": t_svm, "nulls": t_null,
+               "total": time.perf_counter() - t_start}
     return ProbeResult(table, list(sentences), qmask.copy() if query == "all" else q, fw.tokens, selected, seconds, cfg,
-                       attention, support, cand[:k_view].copy(), matrices, cached)
+                       attention, support, cand[:k_view].copy(), matrices, setup.cached)
 
 
 def format_table(table, columns=None) -> str:
-    """Plain-text table of a probe (one line per head)."""
-    columns = columns or [c for c in ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted",
-                                      "corr_random_restricted", "advantage", "svm_status", "svm_gap")
-                          if c in table.columns]
-    head = "  ".join(f"{c:>12}" for c in columns)
+    """Plain-text table of a probe (one line per head): with null heads the verdict first, the
+    random-selection baseline after it (secondary)."""
+    if columns is None:
+        names = (("layer", "head", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
+                  "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
+                 ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
+                  "advantage", "svm_status", "svm_gap"))
+        columns = [c for c in names if c in table.columns]
+    width = {c: 19 if c == "verdict" else 12 for c in columns}
+    head = "  ".join(f"{c:>{width[c]}}" for c in columns)
     lines = [head]
     for _, r in table[columns].astype(object).iterrows():  # object: integer columns stay integers
         cells = []
         for c in columns:
             v = r[c]
             if isinstance(v, (float, np.floating)):
-                cells.append(f"{v:>12.1e}" if c in ("svm_gap", "svm_violation", "random_gap") else f"{v:>12.4f}")
+                fmt = ".1e" if c in ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper",
+                                     "q_lower") else ".4f"
+                cells.append(f"{v:>{width[c]}{fmt}}")
             else:
-                cells.append(f"{str(v):>12}")
+                cells.append(f"{str(v):>{width[c]}}")
         lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -10,6 +10,12 @@ from its own generator, :func:`attnsvm.real.probe.baseline_rng`). ``DIR/probe`` 
 ``meta.json``, ``checks.json`` and ``results.parquet``, so ``attnsvm report DIR`` shows the probe as
 a section (its checks are those of ``real-minilm-heads``).
 
+Null heads (:mod:`attnsvm.real.nulls`) are tasks of their own, one per head (``L<layer>-H<head>-null``,
+its ``null_draws`` spectrum and ``structured_draws`` structured nulls), so heads and nulls resume
+separately. ``results.parquet`` holds both kinds of rows (column ``part``: "head" or "null");
+:func:`combine` turns them into one row per head with its p-values and the verdict (Benjamini-Yekutieli
+over all the probed heads, so the verdict is computed from the whole table, never per task).
+
 This experiment is not registered: ``reproduce`` runs the small ``real-minilm-heads`` preset, the
 full-scale probe is the command above.
 """
@@ -49,8 +55,43 @@ def _model(path):
     return _MODELS[path]
 
 
+def has_nulls(config) -> bool:
+    """Whether the probe of ``config`` draws null heads (one query per sentence, SVMs, null_draws > 0)."""
+    return config.query != "all" and config.svm_sentences >= 1 and (config.null_draws + config.structured_draws) > 0
+
+
+def combine(config, table):
+    """The per-head table of a stored probe: the head rows (``part == "head"``) with the null columns of
+    their null task's rows (:func:`attnsvm.real.verdict.null_columns`) and the verdict over all heads
+    (:func:`attnsvm.real.verdict.add_verdict`). A table without null rows comes back with only the head rows."""
+    import pandas as pd
+
+    from attnsvm.real.verdict import add_verdict, null_columns
+
+    if table.empty or "part" not in table.columns:
+        return table
+    heads = table[table["part"] == "head"].dropna(axis=1, how="all").reset_index(drop=True)
+    nulls = table[table["part"] == "null"]
+    heads = heads.drop(columns=["part"])
+    if nulls.empty:
+        return heads
+    extra = []
+    for r in heads.itertuples():
+        g = nulls[(nulls["layer"] == r.layer) & (nulls["head"] == r.head)]
+        if g.empty:  # its null task failed: no p-values
+            extra.append({})
+            continue
+        as_dicts = lambda kind: [{"corr_restricted": float(v), "seconds": float(s)}  # noqa: E731
+                                 for v, s in zip(g.loc[g["kind"] == kind, "null_corr_restricted"],
+                                                 g.loc[g["kind"] == kind, "null_seconds"])]
+        real = float(r.corr_restricted) if str(r.svm_status) == "optimal" else float("nan")
+        extra.append(null_columns(real, as_dicts("spectrum"), as_dicts("structured") or None))
+    out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
+    return add_verdict(out)
+
+
 class ProbeRun(RealMinilmHeads):
-    """The probe, one task per head (see the module docstring)."""
+    """The probe, one task per head and one per head's null heads (see the module docstring)."""
 
     name = "probe"
     order = 99
@@ -59,20 +100,29 @@ class ProbeRun(RealMinilmHeads):
     quick = {}
 
     def tasks(self, config):
-        return [Task(f"L{int(l)}-H{int(h)}", 1, {"layer": int(l), "head": int(h)})
-                for l in config.layers for h in config.heads]
+        parts = ("head", "null") if has_nulls(config) else ("head",)  # a head's null task right after it
+        return [Task(f"L{int(l)}-H{int(h)}" + ("-null" if p == "null" else ""), 1,
+                     {"layer": int(l), "head": int(h), "part": p})
+                for l in config.layers for h in config.heads for p in parts]
 
     def run_task(self, config, task):
-        """The head's row of :attr:`ProbeResult.table`, plus ``view_support``: its SVM's support tokens
-        in the first ``view_sentences`` sentences as JSON (for probe.html; "[]" without an SVM)."""
+        """A head task: the head's row of :attr:`ProbeResult.table` (``part`` "head"), plus ``view_support``:
+        its SVM's support tokens in the first ``view_sentences`` sentences as JSON (for probe.html; "[]"
+        without an SVM). A null task: one row per null head (``part`` "null", ``kind``, ``draw``,
+        ``null_status``, ``null_corr_restricted``, ``null_seconds``)."""
+        import pandas as pd
+
         from attnsvm.real.probe import probe_heads
 
         l, h = task.params["layer"], task.params["head"]
+        if task.params.get("part") == "null":
+            return pd.DataFrame(self._null_rows(config, l, h))
         res = probe_heads(config.sentences, n_sentences=config.n_sentences, layers=[l], heads=[h],
                           query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
                           baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
-                          model=_model(config.model), view_sentences=config.view_sentences)
+                          model=_model(config.model), view_sentences=config.view_sentences, null_draws=0)
         out = res.table.copy()
+        out.insert(0, "part", "head")
         sup = res.support.get((l, h))
         k = min(config.view_sentences, len(res.sentences))
         out["view_support"] = json.dumps(np.asarray(sup[:k], bool).tolist() if sup is not None else [])
@@ -87,12 +137,36 @@ class ProbeRun(RealMinilmHeads):
 
         return {"model": folder_digest(config.model or model_path())}
 
+    @staticmethod
+    def _null_rows(config, layer, head) -> list[dict]:
+        from attnsvm.real.nulls import null_heads
+        from attnsvm.real.probe import head_selections, layer_inputs, prepare_probe
+
+        setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=[layer], heads=[head],
+                              query=config.query, threshold=config.threshold, seed=config.seed,
+                              max_length=config.max_length, model=_model(config.model))
+        m = min(config.svm_sentences, len(setup.sentences))
+        inp = layer_inputs(setup, layer, m)
+        _, sel = head_selections(setup, layer)
+        Wh = setup.model.head_weights(layer, head)
+        rows = []
+        for kind, draws in (("spectrum", config.null_draws), ("structured", config.structured_draws)):
+            for d in null_heads(inp, Wh, sel[0, :m].sum(axis=1), seed=config.seed, layer=layer, head=head,
+                                draws=draws, kind=kind,
+                                threshold=config.threshold if config.null_selection == "threshold" else None):
+                rows.append({"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
+                             "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
+                             "null_seconds": d["seconds"]})
+        return rows
+
     def plot(self, config, table, outdir):
         from attnsvm.real.figures import heatmap_figure
 
+        table = combine(config, table)
         return heatmap_figure(table, outdir, "probe_heatmap") if "corr_restricted" in table.columns else []
 
     def checks(self, config, table):
+        table = combine(config, table)
         if "corr_restricted" not in table.columns:  # svm_sentences = 0: statistics only, nothing to check
             return []
         return super().checks(config, table)
@@ -101,15 +175,14 @@ class ProbeRun(RealMinilmHeads):
         return []
 
     def explain(self, config, table):
+        table = combine(config, table)
         n = len(config.sentences) if config.sentences is not None else config.n_sentences
         head = (f"{len(table)} heads, {n} sentences, each head's SVM on the first {config.svm_sentences}, "
                 f"{config.query} queries, threshold {config.threshold}, {config.baseline_draws} random draw(s) per head"
+                + (f", {config.null_draws} spectrum null heads per head" if has_nulls(config) else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
         if table.empty or "corr_restricted" not in table.columns:
             return head
-        lines = [head, "", "Per layer: mean corr_restricted, mean random baseline, heads above it, certified SVMs."]
-        for layer, g in table.groupby("layer"):
-            lines.append(f"layer {int(layer)}: {g['corr_restricted'].mean():.4f} vs {g['corr_random_restricted'].mean():.4f}, "
-                         f"{int((g['advantage'] > 0).sum())}/{len(g)} above, "
-                         f"{int((g['svm_status'] == 'optimal').sum())}/{len(g)} certified")
-        return "\n".join(lines)
+        from attnsvm.real.verdict import verdict_summary
+
+        return head + "\n\n" + verdict_summary(table)

@@ -1,0 +1,258 @@
+"""Null heads: bilinear heads with a probed head's spectrum that are not fitted to any margin.
+
+A head's selections are the top tokens of its own bilinear scores ``x~_t^T W_h z``, so *any*
+key-query matrix W separates its own selections and agrees with their Gen-SVM more than random
+selections do. The question the probe asks is whether W_h agrees with the SVM of its selections
+more than a bilinear head of the same spectrum does with the SVM of *its* selections. A null head
+``W_r = U diag(s_h) V^T`` (key on the left, as :meth:`PretrainedTransformer.head_weights`) has
+
+* ``s_h``: the head's nonzero singular values (its numerical rank r, at most m + 1);
+* **spectrum null** (:func:`spectrum_null`, the one the verdict uses): Haar-random singular
+  vectors respecting the head's structure in the bias-augmented space: the key side's constant
+  coordinate is a zero row of W_h, so U (d+1, r) is Haar on the first d coordinates with a zero
+  last row; the query side V (d+1, r) is Haar over all d + 1 coordinates;
+* **structured null** (:func:`structured_null`, reported and used in calibration): the same spectrum
+  with singular vectors Haar inside the top principal subspaces of the layer's token states
+  (:func:`principal_bases`): a data-aligned head that is not fitted to any margin.
+
+A null head acts on the same token states and queries and selects by the real head's rule
+applied to its own attention (``softmax`` of its scores over the candidates, weights >= the
+threshold plus the argmax: :func:`own_selection`), so an untouched random head is exactly one more
+draw of its null. Matching the real head's set sizes instead (each null's own top-|O_i| tokens,
+:func:`top_selection`, ``threshold=None``) is *not* exchangeable: the real head's sets end where its
+attention drops, a null's top-|O_i| set anywhere, and on random-weight models the untouched heads then
+scored above their nulls (KS p 0.0015 over 24 heads; the own rule: 0.92, tests/test_probe_calibration.py).
+Draw j of head h in layer l comes from :func:`null_rng` ``(seed, layer, head, j)`` only, so a row
+depends neither on the order, the process nor the other heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.real.layer import LayerInputs, corr, summary
+from attnsvm.real.verdict import null_columns
+
+NULL_KINDS = ("spectrum", "structured")
+#: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
+NULL_DRAWS = 8
+#: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
+#: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
+#: (its own top-|O_i| tokens, |O_i| the real head's set sizes)
+NULL_SELECTIONS = ("threshold", "matched")
+_KIND_TAG = {"spectrum": 1, "structured": 2}
+
+
+def null_rng(seed: int, layer: int, head: int, draw: int, kind: str = "spectrum") -> np.random.Generator:
+    """The generator of one null draw: seeded by ``(seed, layer, head, draw, kind)`` only (a stream
+    distinct from :func:`attnsvm.real.probe.baseline_rng`'s, which has three words of entropy)."""
+    if kind not in _KIND_TAG:
+        raise ValidationError(f"kind must be one of {NULL_KINDS}, got {kind!r}")
+    return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head), int(draw), _KIND_TAG[kind]])
+
+
+def haar_frame(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
+    """(n, r) orthonormal columns, Haar-distributed (QR of a Gaussian with the signs of R's diagonal fixed)."""
+    if not 0 <= r <= n:
+        raise ValidationError(f"r must lie in [0, n] = [0, {n}], got {r}")
+    G = rng.standard_normal((n, r))
+    Q, R = np.linalg.qr(G)
+    sign = np.sign(np.diag(R))
+    sign[sign == 0] = 1.0
+    return Q * sign[None, :]
+
+
+def head_spectrum(W: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """The nonzero singular values of ``W (D, D)`` (those above ``rtol`` times the largest), descending: (r,)."""
+    W = np.asarray(W, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] != W.shape[1] or not np.all(np.isfinite(W)):
+        raise ValidationError(f"W must be a finite square (D, D) matrix, got shape {W.shape}")
+    s = np.linalg.svd(W, compute_uv=False)
+    return s[s > rtol * s[0]] if s.size and s[0] > 0 else s[:0]
+
+
+def spectrum_null(s: np.ndarray, D: int, rng: np.random.Generator) -> np.ndarray:
+    """One spectrum null head: ``W_r (D, D) = U diag(s) V^T`` with U Haar on the first D - 1
+    coordinates (last row zero: the key side's constant coordinate) and V Haar on all D.
+
+    Parameters
+    ----------
+    s : (r,) singular values (:func:`head_spectrum`), r <= D - 1
+    D : d + 1, the bias-augmented dimension
+    rng : the draw's generator (:func:`null_rng`)
+    """
+    s = np.asarray(s, dtype=np.float64)
+    r = s.shape[0]
+    if r > D - 1:
+        raise ValidationError(f"s must have at most D - 1 = {D - 1} values, got {r}")
+    U = np.zeros((D, r))
+    U[: D - 1] = haar_frame(rng, D - 1, r)
+    V = haar_frame(rng, D, r)
+    return (U * s[None, :]) @ V.T
+
+
+def principal_bases(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k principal subspaces of a layer's token states, for :func:`structured_null`.
+
+    Parameters
+    ----------
+    X : (n, T, D) bias-augmented token states (last coordinate 1 on real tokens)
+    mask : (n, T) bool, the real tokens
+    Z : (n, D) the queries
+    k : subspace dimension (clipped to what the data spans)
+
+    Returns
+    -------
+    key_basis : (D, k1) orthonormal, last row zero: the top right singular vectors of the centred
+        real tokens' first D - 1 coordinates (the directions token differences vary along)
+    query_basis : (D, k2) orthonormal: the top right singular vectors of the (uncentred, augmented)
+        queries (their constant coordinate included)
+    """
+    toks = np.asarray(X, dtype=np.float64)[np.asarray(mask, bool)][:, :-1]
+    D = toks.shape[1] + 1
+    c = toks - toks.mean(axis=0, keepdims=True)
+    _, sk, Vk = np.linalg.svd(c, full_matrices=False)
+    k1 = int(min(k, np.sum(sk > 1e-10 * max(sk[0], 1e-300)))) if sk.size else 0
+    key = np.zeros((D, k1))
+    key[: D - 1] = Vk[:k1].T
+    _, sq, Vq = np.linalg.svd(np.asarray(Z, dtype=np.float64), full_matrices=False)
+    k2 = int(min(k, np.sum(sq > 1e-10 * max(sq[0], 1e-300)))) if sq.size else 0
+    return key, Vq[:k2].T.copy()
+
+
+def structured_null(s: np.ndarray, key_basis: np.ndarray, query_basis: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    """One structured null head ``W_r (D, D) = U diag(s) V^T`` with ``U = key_basis @ Haar`` and
+    ``V = query_basis @ Haar`` (:func:`principal_bases`); ``s (r,)`` is truncated to the smaller
+    subspace dimension if the data span fewer than r directions."""
+    s = np.asarray(s, dtype=np.float64)
+    r = min(s.shape[0], key_basis.shape[1], query_basis.shape[1])
+    U = key_basis @ haar_frame(rng, key_basis.shape[1], r)
+    V = query_basis @ haar_frame(rng, query_basis.shape[1], r)
+    return (U * s[None, :r]) @ V.T
+
+
+def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
+    """Selected sets from attention rows.
+
+    Parameters
+    ----------
+    att_rows : (..., n, T) attention of each sentence's query over its tokens
+    mask : (n, T) real tokens
+    threshold : a token is selected when its attention is >= threshold (the argmax always is)
+
+    Returns
+    -------
+    selected : (..., n, T) bool
+    """
+    a = np.where(mask, att_rows, -1.0)
+    sel = (a >= threshold) & mask
+    am = a.argmax(axis=-1)
+    np.put_along_axis(sel, am[..., None], True, axis=-1)
+    return sel
+
+
+def top_selection(scores: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each sentence's top ``sizes[i]`` tokens among ``mask`` by ``scores``: (..., n, T) bool.
+
+    The rule of :func:`attnsvm.real.probe.random_like` (which applies it to uniform scores): rank the
+    candidates by decreasing score (padding last), keep the first ``sizes`` of them.
+
+    Parameters
+    ----------
+    scores : (..., n, T) float
+    sizes : (..., n) int, 1 <= sizes <= the candidates of the sentence
+    mask : (n, T) or (..., n, T) bool, the candidates
+    """
+    scores = np.where(mask, scores, -np.inf)
+    order = np.argsort(-scores, axis=-1, kind="stable")
+    ranks = np.argsort(order, axis=-1, kind="stable")
+    return (ranks < np.asarray(sizes)[..., None]) & mask
+
+
+def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.ndarray:
+    """A head's selections by its own attention: ``softmax`` of ``scores (m, T)`` over the candidates
+    ``cand (m, T)``, tokens with weight >= ``threshold`` plus the argmax (:func:`select_tokens`): (m, T) bool."""
+    s = np.where(cand, scores, -np.inf)
+    a = np.exp(s - s.max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    return select_tokens(a, cand, threshold)
+
+
+def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
+               draws: int, kind: str = "spectrum", start: int = 0, threshold: float | None = None,
+               **solver_options) -> list[dict]:
+    """Null heads ``start .. start + draws - 1`` of one head and the agreement of each with the SVM of its
+    own selections.
+
+    Parameters
+    ----------
+    inputs : the layer's SVM sentences (:class:`attnsvm.real.layer.LayerInputs`, m sentences)
+    W_h : (D, D) the head's key-query matrix (key on the left, last row zero)
+    sizes : (m,) int, the head's selection size |O_i| in each SVM sentence
+    seed, layer, head : the draws' generators (:func:`null_rng`)
+    kind : "spectrum" or "structured" (singular vectors inside the top 2r principal directions of
+        the layer's tokens and queries, :func:`principal_bases`)
+    threshold : None: each null selects its own top-``sizes`` tokens ("matched"); a float: each null selects
+        by its own attention, >= threshold plus the argmax (:func:`own_selection`, "threshold": the real
+        head's rule; ``sizes`` is then only validated)
+    **solver_options : passed to :meth:`LayerInputs.svm`
+
+    Returns
+    -------
+    list of dicts ``{"draw", "kind", "status", "corr_restricted", "mean_selected", "seconds"}``; a draw
+    whose SVM is not certified (or selects every candidate, W = 0) has ``corr_restricted`` NaN (dropped).
+    """
+    if kind not in NULL_KINDS:
+        raise ValidationError(f"kind must be one of {NULL_KINDS}, got {kind!r}")
+    if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, (int, np.integer)) or draws < 0:
+        raise ValidationError(f"draws must be an integer >= 0, got {draws!r}")
+    sizes = np.asarray(sizes)
+    if sizes.shape != (inputs.m,) or np.any(sizes < 1) or np.any(sizes > inputs.cand.sum(axis=1)):
+        raise ValidationError(f"sizes must be (m,) = ({inputs.m},) integers in [1, candidates of the sentence]")
+    s = head_spectrum(W_h)
+    D = inputs.X.shape[2]
+    bases = None
+    if kind == "structured":
+        key, query = principal_bases(inputs.X, inputs.cand, inputs.Z, 2 * max(s.size, 1))
+        bases = (key, query)
+    out = []
+    for j in range(int(start), int(start) + int(draws)):
+        rng = null_rng(seed, layer, head, j, kind)
+        Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
+        sc = inputs.scores(Wr)
+        sel = top_selection(sc, sizes, inputs.cand) if threshold is None else own_selection(sc, inputs.cand, threshold)
+        every = bool((sel == inputs.cand).all())  # all candidates selected: no margin row, W = 0
+        sol = summary(inputs.svm(sel, **solver_options))
+        out.append({"draw": j, "kind": kind, "status": "all selected" if every else sol["status"],
+                    "corr_restricted": float("nan") if every else corr(inputs.restrict(Wr), sol["W"]),
+                    "mean_selected": float(sel.sum(axis=1).mean()), "seconds": sol["seconds"]})
+    return out
+
+
+def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
+                       draws: int, selected: np.ndarray | None = None, threshold: float | None = None,
+                       **solver_options) -> dict:
+    """One bilinear head ``W (D, D)`` against its spectrum nulls, without a model: its selections (``selected
+    (m, T)`` bool, default its own top-``sizes`` tokens, as a null selects), the agreement of W with their
+    SVM and :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). What the calibration
+    tests and ``benchmarks/planted_heads.py`` apply to structured and partially planted heads.
+
+    Returns
+    -------
+    dict with ``corr_restricted``, ``svm_status`` and the null columns
+    """
+    sizes = np.asarray(sizes)
+    if selected is not None:
+        sel = np.asarray(selected, bool)
+    elif threshold is None:
+        sel = top_selection(inputs.scores(W), sizes, inputs.cand)
+    else:
+        sel = own_selection(inputs.scores(W), inputs.cand, threshold)
+    sol = summary(inputs.svm(sel, **solver_options))
+    real = corr(inputs.restrict(W), sol["W"])
+    out = {"corr_restricted": real, "svm_status": sol["status"]}
+    out.update(null_columns(real, null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
+                                             draws=draws, threshold=threshold, **solver_options)))
+    return out

@@ -1,0 +1,214 @@
+"""A head's verdict against its null heads: p-values, Benjamini-Yekutieli, and plain words.
+
+For each probed head the statistic is ``corr_restricted`` (the head's key-query matrix against the
+nuclear Gen-SVM of its selections, :mod:`attnsvm.real.probe`); its K null heads
+(:mod:`attnsvm.real.nulls`) give K values of the same statistic. Two p-values per head:
+
+* **exact Monte Carlo** (:func:`mc_pvalues`): ``(1 + #{null >= real}) / (K + 1)`` and the lower tail
+  alike; valid for any null distribution but never below ``1 / (K + 1)``;
+* **predictive t** (:func:`t_pvalues`, the verdict's method): if the K null values are normal, the
+  real value of a head drawn from the same null satisfies
+  ``(real - mean) / (sd sqrt(1 + 1/K)) ~ t_{K-1}`` exactly; its tails give p-values that can be
+  small with few draws. Its calibration on random-weight heads is what
+  ``tests/test_probe_calibration.py`` and ``benchmarks/planted_heads.py`` show.
+
+The heads share the token states, so their p-values are not independent: :func:`by_adjust` is the
+Benjamini-Yekutieli step-up (valid under any dependence). :func:`verdicts` names each head:
+"beyond null" (upper q <= level), "below null" (lower q <= level), "not distinguishable",
+or "no SVM" with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+
+VERDICTS = ("beyond null", "not distinguishable", "below null", "no SVM")
+#: the verdict's p-value method (the ``p_method`` column)
+P_METHOD = "predictive t"
+LEVEL = 0.05
+
+
+def mc_pvalues(real: float, nulls) -> tuple[float, float]:
+    """Exact Monte Carlo p-values ``(p_upper, p_lower)`` of ``real`` against the finite values of
+    ``nulls (K,)``; ``(nan, nan)`` when ``real`` is not finite or no null value is."""
+    v = np.asarray(nulls, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not np.isfinite(real) or v.size == 0:
+        return float("nan"), float("nan")
+    k = v.size
+    return float((1 + np.sum(v >= real)) / (k + 1)), float((1 + np.sum(v <= real)) / (k + 1))
+
+
+def null_moments(nulls) -> tuple[float, float, int]:
+    """``(mean, sd (ddof 1), K)`` of the finite values of ``nulls (K,)`` (NaN where undefined)."""
+    v = np.asarray(nulls, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    mean = float(v.mean()) if v.size else float("nan")
+    sd = float(v.std(ddof=1)) if v.size >= 2 else float("nan")
+    return mean, sd, int(v.size)
+
+
+def t_pvalues(real: float, nulls) -> tuple[float, float, float]:
+    """Predictive-t p-values ``(p_upper, p_lower, z)`` of ``real`` against ``nulls (K,)`` (finite values).
+
+    ``t = (real - mean) / (sd sqrt(1 + 1/K))`` with ``K - 1`` degrees of freedom; ``z = (real - mean) / sd``
+    is descriptive. NaN when ``real`` is not finite, fewer than 3 null values remain, or they are all equal.
+    """
+    from scipy import stats
+
+    mean, sd, k = null_moments(nulls)
+    if not np.isfinite(real) or k < 3 or not sd > 0:
+        return float("nan"), float("nan"), float("nan")
+    t = (real - mean) / (sd * np.sqrt(1.0 + 1.0 / k))
+    return float(stats.t.sf(t, k - 1)), float(stats.t.cdf(t, k - 1)), float((real - mean) / sd)
+
+
+def null_columns(real: float, spectrum: list, structured: list | None = None) -> dict:
+    """The null columns of one head's row from its real ``corr_restricted`` and its null draws
+    (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
+    the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
+    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none)."""
+    v = np.array([d["corr_restricted"] for d in spectrum], float)
+    ok = np.isfinite(v)
+    pu, pl, z = t_pvalues(real, v[ok])
+    mu, ml = mc_pvalues(real, v[ok])
+    mean, sd, k = null_moments(v[ok])
+    sv = np.array([d["corr_restricted"] for d in (structured or [])], float)
+    sv = sv[np.isfinite(sv)]
+    return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
+            "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
+            "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
+            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])]))}
+
+
+def by_adjust(p) -> np.ndarray:
+    """Benjamini-Yekutieli adjusted p-values (q-values) of ``p (m,)``; NaN entries stay NaN and do
+    not count in m. ``q_(i) = min_{j >= i} min(1, m c(m) p_(j) / j)``, ``c(m) = sum_{k<=m} 1/k``:
+    rejecting ``q <= alpha`` controls the false discovery rate at alpha under any dependence."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValidationError(f"p must be a 1-d array of p-values, got shape {p.shape}")
+    ok = np.isfinite(p)
+    if np.any((p[ok] < 0) | (p[ok] > 1)):
+        raise ValidationError("p must lie in [0, 1]")
+    q = np.full(p.shape, np.nan)
+    m = int(ok.sum())
+    if m == 0:
+        return q
+    pv = p[ok]
+    order = np.argsort(pv, kind="stable")
+    c = np.sum(1.0 / np.arange(1, m + 1))
+    adj = pv[order] * m * c / np.arange(1, m + 1)
+    adj = np.minimum.accumulate(adj[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    q[ok] = out
+    return q
+
+
+def no_svm_reason(status: str, selected_all: bool = False) -> str:
+    """Plain words for a head whose SVM cannot be compared (``status`` of its SVM)."""
+    if selected_all:
+        return "all candidates selected: W = 0"
+    if status == "infeasible":
+        return "infeasible: no bilinear W separates the selections (Farkas certificate)"
+    return f"SVM not certified (status {status})"
+
+
+def verdicts(q_upper, q_lower, status, *, selected_all=None, level: float = LEVEL) -> tuple[list, list]:
+    """Verdict and reason per head.
+
+    Parameters
+    ----------
+    q_upper, q_lower : (h,) BY-adjusted p-values (:func:`by_adjust`)
+    status : (h,) the status of each head's SVM ("optimal" = certified)
+    selected_all : (h,) bool, optional: every sentence's selection is all its candidates (no margin row)
+    level : the FDR level
+
+    Returns
+    -------
+    verdict : list of h strings in :data:`VERDICTS`; reason : list of h strings
+    """
+    qu, ql = np.asarray(q_upper, float), np.asarray(q_lower, float)
+    status = list(status)
+    if not (qu.shape == ql.shape == (len(status),)):
+        raise ValidationError("q_upper, q_lower and status must have one entry per head")
+    if not 0 < level < 1:
+        raise ValidationError(f"level must lie in (0, 1), got {level!r}")
+    sel_all = np.zeros(len(status), bool) if selected_all is None else np.asarray(selected_all, bool)
+    out, why = [], []
+    for k, st in enumerate(status):
+        if sel_all[k] or st != "optimal":
+            out.append("no SVM")
+            why.append(no_svm_reason(st, bool(sel_all[k])))
+        elif not (np.isfinite(qu[k]) and np.isfinite(ql[k])):
+            out.append("not distinguishable")
+            why.append("too few certified null heads for a p-value")
+        elif qu[k] <= level:
+            out.append("beyond null")
+            why.append(f"upper q {qu[k]:.2g} <= {level}")
+        elif ql[k] <= level:
+            out.append("below null")
+            why.append(f"lower q {ql[k]:.2g} <= {level}")
+        else:
+            out.append("not distinguishable")
+            why.append(f"upper q {qu[k]:.2g}, lower q {ql[k]:.2g} > {level}")
+    return out, why
+
+
+def add_verdict(table, level: float = LEVEL):
+    """``table`` (pandas, one row per head with ``p_upper, p_lower, svm_status`` and optionally
+    ``selected_all``) with ``q_upper, q_lower`` (BY over its rows), ``verdict`` and
+    ``verdict_reason`` set; a copy. Rows without p-values count as absent from BY."""
+    t = table.copy()
+    if t.empty or "p_upper" not in t.columns:
+        return t
+    t["q_upper"] = by_adjust(t["p_upper"].to_numpy(float))
+    t["q_lower"] = by_adjust(t["p_lower"].to_numpy(float))
+    sel_all = t["selected_all"].to_numpy(bool) if "selected_all" in t.columns else None
+    t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
+                                                 selected_all=sel_all, level=level)
+    return t
+
+
+def verdict_counts(table) -> dict:
+    """``{verdict: number of rows}`` for every verdict in :data:`VERDICTS` (0 when absent)."""
+    if "verdict" not in table.columns:
+        return {v: 0 for v in VERDICTS}
+    vc = table["verdict"].value_counts()
+    return {v: int(vc.get(v, 0)) for v in VERDICTS}
+
+
+def verdict_summary(table) -> str:
+    """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
+    against the spectrum nulls' mean, and the random-selection baseline (secondary); then all heads.
+    Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
+    lines = []
+    groups = list(table.groupby("layer")) + [("all", table)]
+    for layer, g in groups:
+        lab = f"layer {int(layer)}" if layer != "all" else "all layers"
+        base = (f"random-selection baseline {g['corr_random_restricted'].mean():.4f} "
+                f"({int((g['advantage'] > 0).sum())}/{len(g)} above)" if "corr_random_restricted" in g.columns else "")
+        if "verdict" in g.columns:
+            c = verdict_counts(g)
+            lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
+                         f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
+                         f"{g['corr_restricted'].mean():.4f} vs spectrum nulls {g['null_mean'].mean():.4f}; "
+                         f"secondary: {base}")
+        else:
+            lines.append(f"{lab}: corr_restricted {g['corr_restricted'].mean():.4f}, {base} (no null heads: no verdict)")
+    return "\n".join(lines)
+
+
+#: what the verdict columns mean, printed under the probe's table
+LEGEND = (
+    "columns: corr_restricted = cosine of the head's W_h (projected on the span its sentences reveal) with the "
+    "nuclear Gen-SVM of its own selections; null_mean = the same for spectrum null heads (the head's singular "
+    "values, Haar-random singular vectors, selecting by their own attention >= threshold); p_upper = predictive-t "
+    "p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
+    "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
+    "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
+    "same sizes (secondary baseline)."
+)
