@@ -348,15 +348,15 @@ def test_probe_recomputes_heads_after_the_model_files_are_replaced_in_place(tmp_
                                      "--layers", "1", "--out", str(out), "--json"])
         assert r.exit_code == 0, r.output
         data = json.loads((out / "probe.json").read_text())
-        return data["stored"], pd.DataFrame(data["heads"]).drop(columns=["svm_seconds", "random_seconds"],
-                                                                  errors="ignore")
+        return data["stored"], pd.DataFrame(data["heads"]).drop(columns=["svm_seconds", "random_seconds",
+                                                                         "null_seconds"], errors="ignore")
 
     first, old = probe(tmp_path / "out")
-    assert (first["computed"], first["resumed"]) == (2, 0)
-    assert probe(tmp_path / "out")[0]["resumed"] == 2
+    assert (first["computed"], first["resumed"]) == (4, 0)  # 2 heads, each with its null-heads task
+    assert probe(tmp_path / "out")[0]["resumed"] == 4
     _tiny("bert", tmp_path / "model", tokenizer=False, seed=1)  # same path, other weights
     again, table = probe(tmp_path / "out")
-    assert (again["computed"], again["resumed"]) == (2, 0)
+    assert (again["computed"], again["resumed"]) == (4, 0)
     fresh = probe(tmp_path / "fresh")[1]
     pd.testing.assert_frame_equal(table, fresh)
     assert not table.equals(old), list(old.columns)  # the new weights give other numbers

@@ -170,14 +170,12 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             written += agreement_figure(agreement.table, out, "probe_agreement")
     if as_json:
         return json.dumps(payload, indent=2)
-    lines = [format_table(table), ""]
+    lines = [format_table(table), _COLUMNS, ""]
     if "corr_restricted" in table.columns:
         lines.append(verdict_summary(table))
         if "verdict" in table.columns:
             lines.append(LEGEND)
-        else:
-            lines.append(_COLUMNS)
-            if query == "all":
+        elif query == "all":
                 lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)
     sec = res.seconds

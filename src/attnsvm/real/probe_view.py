@@ -321,8 +321,8 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("<h2>Run</h2><div class='maps'>")
     h.append(_kv([("model", _e(model)), ("family", _e(family))] + [(key, _e(v)) for key, v in cfg.items()
                                                                  if key not in ("model", "family")], "config"))
-    timing = [(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items()]
-    if getattr(result, "forward_cached", False):
+    timing = [(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items() if not isinstance(v, (bool, np.bool_))]
+    if getattr(result, "forward_cached", False) or sec.get("forward_cached") is True:
         timing = [(k, "cached (reused from the previous probe of the same sentences)" if k == "forward (s)" else v)
                   for k, v in timing]
     h.append(_kv(timing, "timings"))
@@ -369,7 +369,7 @@ def head_reason(r) -> str:
     """
     get = r.get if hasattr(r, "get") else (lambda k, d=None: d)
     given = get("verdict_reason")
-    if isinstance(given, str) and given.strip():
+    if get("verdict") == "no SVM" and isinstance(given, str) and given.strip():
         return given.strip()
     status = get("svm_status")
     corr = get("corr_restricted")

@@ -70,8 +70,9 @@ def combine(config, table):
 
     if table.empty or "part" not in table.columns:
         return table
-    heads = table[table["part"] == "head"].dropna(axis=1, how="all").reset_index(drop=True)
     nulls = table[table["part"] == "null"]
+    null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds") if c in table]
+    heads = table[table["part"] == "head"].drop(columns=null_only).reset_index(drop=True)  # a head's NaN columns stay
     heads = heads.drop(columns=["part"])
     if nulls.empty:
         return heads
