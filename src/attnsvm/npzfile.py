@@ -41,13 +41,8 @@ def write_npz(path, arrays: dict, what: str) -> None:
         raise ProblemFileError(f"cannot write {what} {path!r}: {oserror_text(exc, path)}") from None
 
 
-def input_file(path, label: str = "", what: str = "file") -> str:
-    """Check that ``path`` names an existing regular file; :class:`ProblemFileError` saying what is wrong otherwise.
-
-    ``label`` (e.g. ``"--select"``) starts the message, ``what`` names the file in it. Catches an empty path, a NUL
-    character, a folder, a missing file and a path that runs through a regular file.
-    """
-    pre = _prefix(label)
+def _path_text(path, pre: str) -> str:
+    """``path`` as a non-empty ``str`` without NUL characters (bytes decoded); ProblemFileError otherwise."""
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise ProblemFileError(f"{pre}expected a file path, got {type(path).__name__}")
     path = os.fspath(path)
@@ -57,6 +52,17 @@ def input_file(path, label: str = "", what: str = "file") -> str:
         raise ProblemFileError(f"{pre}expected a file path, got an empty path ''")
     if "\0" in path:
         raise ProblemFileError(f"{pre}expected a file path without NUL characters, got {path!r}")
+    return path
+
+
+def input_file(path, label: str = "", what: str = "file") -> str:
+    """Check that ``path`` names an existing regular file; :class:`ProblemFileError` saying what is wrong otherwise.
+
+    ``label`` (e.g. ``"--select"``) starts the message, ``what`` names the file in it. Catches an empty path, a NUL
+    character, a folder, a missing file and a path that runs through a regular file.
+    """
+    pre = _prefix(label)
+    path = _path_text(path, pre)
     if os.path.isdir(path):
         raise ProblemFileError(f"{pre}{path!r} is a directory, expected a file")
     if not os.path.exists(path):
@@ -86,15 +92,7 @@ def output_file(path, label: str = "", what: str = "output file", inputs=()) -> 
     starts the message, ``what`` names the file. Returns the path as a ``str``.
     """
     pre = _prefix(label)
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise ProblemFileError(f"{pre}expected a file path, got {type(path).__name__}")
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not path.strip():
-        raise ProblemFileError(f"{pre}expected a file path, got an empty path ''")
-    if "\0" in path:
-        raise ProblemFileError(f"{pre}expected a file path without NUL characters, got {path!r}")
+    path = _path_text(path, pre)
     kind = not_regular(path)
     if kind is not None:
         raise ProblemFileError(f"{pre}{path!r} is {kind}, not a regular file: attnsvm writes the {what} only to a "
