@@ -289,6 +289,38 @@ def test_multi_token_corruptions(quick):
     assert_fails(entry, t.assign(fin_certified=np.where(t.status == "accepted", False, None)), "every SVM used is certified")
 
 
+CONTROL = "W_fin + R W_svm fits GD's final iterate better than random directions of its subspace fitted the same way (control)"
+
+
+def multi_token_fits(ds):
+    """The W_fin + R W_svm fit checks of tf-multi-token and the control that decides each of them."""
+    per_d = {f"d={d}: {CONTROL}": [f"d={d}: mean 1-corr to W_fin + R W_svm below that to the Gen-SVM direction"]
+             + [f"d={d}: mean 1-corr(W, W_fin + R W_svm) (<= {cap:g})" for k, cap in ((4, 0.07), (6, 0.02), (10, 0.01))
+                if k == d] for d in ds}
+    return {**per_d, CONTROL: ["median 1-corr(W, W_fin + R W_svm), runs with max masked prob < 1e-12",
+                               "runs in which W_fin + R W_svm fits better than the Gen-SVM direction"]}
+
+
+def test_multi_token_fits_are_decided_by_the_random_direction_control(quick):
+    """W_fin + R W_svm is fitted to GD's own iterate: its fit checks pass only when it beats random directions
+    of its subspace fitted the same way; when the control wins, the control fails and no fit check passes."""
+    exp, cfg, t, _ = quick["tf-multi-token"]
+    pairs = multi_token_fits(cfg.ds)
+    clean = verdicts(exp, cfg, t)
+    for control, fits in pairs.items():
+        assert clean[control].verdict == "pass", clean[control]
+        assert all(clean[f].verdict == "pass" for f in fits), [clean[f] for f in fits]
+    for spoiled in (t.assign(err_rand_eq=t["err_eq"] - 0.01),          # the random directions fit better
+                    t.assign(err_rand_eq=t["err_eq"]),                 # ... exactly as well
+                    t.assign(gen_dim=1),                               # no run has a control
+                    t.drop(columns="err_rand_eq")):                    # a table without the control
+        got = verdicts(exp, cfg, spoiled)
+        for control, fits in pairs.items():
+            assert got[control].verdict == "fail", got[control]
+            for f in fits:
+                assert not got[f].passed and got[f].verdict == "inconclusive", got[f]
+
+
 # ------------------------------------------------------------------------------------------ E8
 def test_seq_causal_corruptions(quick):
     entry = quick["tf-seq-causal"]

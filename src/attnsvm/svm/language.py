@@ -172,10 +172,38 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     Ws, Wf = gen.W, fin.W
     nn = float(np.sum(Ws * Ws))
     R = float(np.sum((W - Wf) * Ws) / nn) if nn > 0 else 0.0
-    cs = gen.constraints
-    ineq = cs.select_rows(~cs.is_equality)
-    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
+    rand, projs, dim = random_direction_control(W, gen, fin, seed=seed, n_random=n_random)
+    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=rand, proj=projs, dim=dim)
+    return out
+
+
+def random_direction_control(W, gen, fin, *, seed: int = 0, n_random: int = 16):
+    """The random-direction control of a ``W_fin + R W_svm`` fit (Gen-SVM equivalence).
+
+    ``W_fin`` is W's own projection onto the tie rows, so a fit ``W_fin + R W_svm`` says
+    something about the SVM only when it beats random directions of the subspace ``W_svm``
+    lives in, fitted the same way: each control direction is a Gaussian combination of the
+    Gen-SVM's margin (inequality) rows, projected off the tie rows (a ``fin`` solve), and
+    ``R' = <W - W_fin, W_rand> / ||W_rand||^2``.
+
+    Parameters
+    ----------
+    W : (d, d) the matrix the fit explains (e.g. GD's final iterate)
+    gen : SVMSolution of the Gen-SVM (its constraints hold the margin rows)
+    fin : SVMSolution of the W_fin system (its constraints are the tie rows; its W is W_fin)
+    seed, n_random : the control's random stream and its number of directions
+
+    Returns
+    -------
+    (W_rand_eq (n_random, d, d), projections (list of SVMSolution), dim): ``dim`` is the
+    dimension of the subspace of W_svm and of the control (rank of tie and margin rows minus
+    rank of the tie rows); ``dim == 1`` makes every control direction equal to W_svm's.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    Wf = fin.W
+    ineq = gen.constraints.select_rows(~gen.constraints.is_equality)
     tie = fin.constraints
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
     rand, projs = [], []
     for _ in range(int(n_random)):
         Wr = ineq.combine(g.standard_normal(ineq.N))
@@ -190,9 +218,7 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     both = bare_set(np.vstack([tie.U, ineq.U]), np.vstack([tie.V, ineq.V]), np.zeros(tie.N + ineq.N),
                     np.zeros(tie.N + ineq.N, bool), "fin")                # the rows only: their span
     dim = _span_dimension(both) - _span_dimension(tie)
-    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
-               np.zeros((0,) + W.shape), proj=projs, dim=int(dim))
-    return out
+    return (np.stack(rand) if rand else np.zeros((0,) + W.shape)), projs, int(dim)
 
 
 def _span_dimension(cs, rtol: float = 1e-9) -> int:
