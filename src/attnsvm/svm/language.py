@@ -46,6 +46,33 @@ def optimal_prefix_tokens(gamma: np.ndarray) -> np.ndarray:
     return sel.astype(np.int64)
 
 
+def score_ties(data: LMData, loss: str = "logistic"):
+    """Theorem 3.15's assumption per prefix: how far the non-optimal token scores are from a tie.
+
+    For the prefix ending at k (``k <= n - 2``), with the optimal token of
+    :func:`optimal_prefix_tokens`: ``spread`` is max - min of the scores of the tokens whose type
+    differs from the optimal token's (tokens of its type are the same input and tie with it), and
+    ``gap`` is the optimal score minus the best of them (> 0: the optimal token is unique up to
+    copies of it). A prefix whose tokens all share the optimal type has spread 0 and gap ``inf``.
+
+    Returns
+    -------
+    (spread (m, n - 1), gap (m, n - 1)) float64
+    """
+    gamma = prefix_scores(data, loss)
+    m, n, _ = gamma.shape
+    sel = optimal_prefix_tokens(gamma)[:, : n - 1]                               # (m, n-1)
+    g = gamma[:, : n - 1, :]                                                    # (m, n-1, n)
+    opt_type = np.take_along_axis(data.tokens, sel, axis=1)                     # (m, n-1)
+    causal = np.arange(n)[None, None, :] <= np.arange(n - 1)[None, :, None]
+    other = causal & (data.tokens[:, None, :] != opt_type[:, :, None])
+    hi = np.where(other, g, -np.inf).max(-1)
+    lo = np.where(other, g, np.inf).min(-1)
+    has = other.any(-1)
+    best = np.take_along_axis(g, sel[:, :, None], axis=2)[..., 0]
+    return np.where(has, hi - lo, 0.0), np.where(has, best - hi, np.inf)
+
+
 def lm_constraints(data: LMData, loss: str = "logistic", select=None, tol: float = 1e-12):
     """Rank-one Att-SVM rows of every prefix: ``(a_opt - a_t)^T W a_k >= 1`` for ``t <= k``, ``t != opt``.
 
