@@ -339,22 +339,8 @@ class LMCosine(Experiment):
                   ("d", config.vary_d, dict(m=config.m, n=config.n)))
         # a panel that varies nothing (a quick preset's single d) would repeat a curve of the others
         panels = tuple(p for p in panels if len(p[1]) > 1) or panels[:1]
-        cyc = table[table["record"] == "cycle_train"] if "record" in table else table.iloc[:0]
-        fig, axes = subplots(1, len(panels) + bool(len(cyc)), width=16 / 3, height=4.5, sharey=True)
+        fig, axes = subplots(1, len(panels), width=16 / 3, height=4.5, sharey=True)
         axes = axes[0]
-        if len(cyc):
-            ax = axes[-1]
-            g = cyc[cyc["step"] > 0].groupby("step")
-            for col, label in (("cos_hard", "cos(X(k), X^mm) (hard-margin SVM)"),):
-                mean, sem = g[col].mean(), g[col].sem().fillna(0.0)
-                line, = ax.plot(mean.index, mean, label=label)
-                ax.fill_between(mean.index, mean - sem, mean + sem, color=line.get_color(), alpha=0.25)
-            ax.set_xscale("log")
-            ax.set_xlabel("GD step k")
-            ax.set_title(f"Theorem 3.15: cycle language (V = {config.cycle_vocab}, m = {config.m}, n = {config.n}, "
-                         f"d = {config.d})", fontsize=9)
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3, which="both")
         for ax, (var, values, fixed) in zip(axes, panels):
             for v in values:
                 sel = cur[(cur[var] == v) & np.logical_and.reduce([cur[k] == x for k, x in fixed.items()])]
@@ -370,7 +356,26 @@ class LMCosine(Experiment):
             ax.legend(fontsize=8)
             ax.grid(alpha=0.3, which="both")
         axes[0].set_ylabel("cos(X(k), X_soft^mm)  (mean +- s.e.)")
-        return save_figure(fig, outdir, "lm_cosine")
+        out = list(save_figure(fig, outdir, "lm_cosine"))
+        cyc = table[table["record"] == "cycle_train"] if "record" in table else table.iloc[:0]
+        cyc = cyc[cyc["step"] > 0]
+        if len(cyc):
+            # Theorem 3.15 on the cycle language: its own figure (the C1 figure keeps one panel per varied parameter)
+            fig, axes = subplots(1, 2, width=16 / 3, height=4.5)
+            g = cyc.groupby("step")
+            for ax, col, label in ((axes[0, 0], "cos_hard", "cos(X(k), X^mm)  (mean +- s.e.)"),
+                                   (axes[0, 1], "norm", "||X(k)||_F  (mean +- s.e.)")):
+                mean, sem = g[col].mean(), g[col].sem().fillna(0.0)
+                line, = ax.plot(mean.index, mean)
+                ax.fill_between(mean.index, mean - sem, mean + sem, color=line.get_color(), alpha=0.25)
+                ax.set_xscale("log")
+                ax.set_xlabel("GD step k")
+                ax.set_ylabel(label)
+                ax.grid(alpha=0.3, which="both")
+            axes[0, 0].set_title(f"Theorem 3.15, cycle language (V = {config.cycle_vocab}, m = {config.m}, "
+                                 f"n = {config.n}, d = {config.d})", fontsize=9)
+            out += list(save_figure(fig, outdir, "lm_cosine_theorem"))
+        return out
 
     def _explain_cycle(self, config, table) -> str:
         """The measured Theorem 3.15 runs (cycle language), as a sentence; "" without them."""
