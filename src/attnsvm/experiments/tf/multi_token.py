@@ -13,9 +13,10 @@ from attnsvm.training.models import ReLUHead
 from attnsvm.svm import random_direction_control, solve_svm, svm_equivalence
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import check, integrity_check, mean_check
+from attnsvm.experiments.checks import check, integrity_check, mean_check, record_spread
 from attnsvm.experiments.common import seed_chunks
 from attnsvm.experiments.lm.common import decided_by_control, ordering_check
+from attnsvm.experiments.planning import lookup
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.tf.trajectories import (
     approx_mean_check, certificate_integrity, item, majority_check, quick_deviations, section, svm_cert,
@@ -27,6 +28,8 @@ EQ_CAP = {4: 0.07, 6: 0.02, 10: 0.01}
 ONE_TOKEN_FIGURE = {4: 0.16, 6: 0.15, 8: 0.14, 10: 0.12}
 #: the W_fin + R W_svm fits that only the random-direction control makes informative (check names, per d and pooled)
 CONTROL_SOURCE = item(6, "; control of the W_fin + R W_svm comparator (W_fin is W's own projection)")
+#: the control's stated alternative: W_fin + R W_svm closer to W than the control by 0.1 in mean 1-corr
+CONTROL_EFFECT = 0.1
 #: reading precision of a value read off a log-scale figure: +-0.1 decade
 FIGURE_FACTOR = 10 ** 0.1
 
@@ -144,16 +147,22 @@ class MultiToken(Experiment):
         dim = final["gen_dim"] if "gen_dim" in final else pd.Series(0, index=final.index)
         use = final["err_eq"].notna() & (dim >= 2)
         diffs = (rand - final["err_eq"])[use].to_numpy(np.float64)
+        name = (f"{prefix}W_fin + R W_svm fits GD's final iterate better than random directions of its subspace "
+                "fitted the same way (control)")
+        record_spread(name, diffs, ">", CONTROL_EFFECT)
+        entry = lookup(name)
+        plan = {} if entry is None else dict(
+            sigma=entry["sigma"], effect=CONTROL_EFFECT,
+            sigma_source=f"planning sigma measured on the {entry['measured']} ({entry['runs']} runs)")
         return ordering_check(
-            f"{prefix}W_fin + R W_svm fits GD's final iterate better than random directions of its subspace "
-            "fitted the same way (control)", diffs, 0.0,
+            name, diffs, 0.0,
             f"{int(use.sum())} of {len(final)} runs with a control ({int((final['err_eq'].notna() & (dim < 2)).sum())} "
             f"with a one-dimensional subspace left out); mean 1-corr {final['err_eq'][use].mean():.4g} vs "
             f"{rand[use].mean():.4g}", source=CONTROL_SOURCE,
             reason="comparator: W_fin + R' W_rand with random directions (Gaussian combinations of the Gen-SVM's "
                    "margin rows projected off the tie rows, mean over 16 per run); W_fin is W's own projection onto "
                    "the tie rows, so only the direction of the remainder tests the SVM; the W_fin + R W_svm fit "
-                   "checks pass only when this control passes; margin 0")
+                   "checks pass only when this control passes; margin 0", **plan)
 
     def checks(self, config, table):
         acc = self._accepted(config, table)
