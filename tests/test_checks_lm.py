@@ -176,6 +176,14 @@ CORRUPT = {
         "C1: the Gen-SVM direction": swap_cols("cos_eq", "cos_rand_eq", record="train"),
         # one soft-margin SVM with a duality gap above the certificate's bound
         "C1: every SVM used is certified": first_row("svm_gap", 1e-3, record="svm"),
+        # one cycle-language run whose non-optimal scores do not tie
+        "C1 (Theorem 3.15): the cycle language meets": first_row("max_spread", 1e-3, record="cycle_svm"),
+        # the last decade reversed: the cosine with X^mm at step K exchanged with that at step 100
+        "C1 (Theorem 3.15, cycle language): the cosine with the hard-margin SVM X^mm rises": swap_steps(
+            "cos_hard", lambda K: K, lambda K: 100, record="cycle_train"),
+        # ||X(k)|| at step K exchanged with that at step 100: the norm falls over the last decade
+        "C1 (Theorem 3.15, cycle language): ||X(k)||_F rises": swap_steps("norm", lambda K: K, lambda K: 100,
+                                                                          record="cycle_train"),
     },
     "lm-margins": {
         "C2: the median normalized margin": swap_steps("median_margin", lambda K: K, lambda K: 0, "summary", ("run",)),
@@ -246,6 +254,20 @@ def test_late_cosine_trend_is_reported_not_checked(runs):
     assert "mean paired change over the last decade" in exp.explain(cfg, t)
 
 
+def test_theorem_3_15_runs_cover_every_decade_and_fail_without_their_assumption(runs):
+    """The cycle-language runs reach 10^4 steps with checkpoints at 10^2, 10^3 and 10^4 (quick and full); a run
+    whose hard-margin SVM is infeasible, or an uncertified one, breaks the assumption check."""
+    exp, cfg, _, t, _ = runs["lm-cosine"]
+    cyc = t[t["record"] == "cycle_train"]
+    assert {100, 1000, 10000} <= set(cyc["step"]) and cfg.cycle_steps == build_config(exp).cycle_steps == 10000
+    assert cyc["run"].nunique() == cfg.cycle_runs
+    name = next(n for n in _verdicts(exp, cfg, t) if n.startswith("C1 (Theorem 3.15): the cycle language meets"))
+    for spoil in (first_row("hard_feasible", False, record="cycle_svm"), first_row("hard_certified", False,
+                                                                                   record="cycle_svm"),
+                  first_row("min_gap", 0.0, record="cycle_svm"), lambda x: x[x["record"] != "cycle_svm"]):
+        assert not _verdicts(exp, cfg, spoil(t))[name]
+
+
 def test_fit_comparison_is_decided_by_the_random_direction_control(runs):
     """W_fin + R W_svm is fitted to GD's own iterate: without a passing control its pass is inconclusive."""
     exp, cfg, _, t, _ = runs["lm-cosine"]
@@ -304,7 +326,7 @@ def test_uncertified_soft_svm_is_refused(monkeypatch):
     monkeypatch.setattr(lm_cosine, "soft_margin_svm", spoiled)
     exp = registry()["lm-cosine"]
     cfg = build_config(exp, quick=True, overrides={"vary_m": [10], "vary_n": [5], "vary_d": [100], "runs": 2,
-                                                   "steps": 30})
+                                                   "steps": 30, "cycle_runs": 2, "cycle_steps": 30})
     table = pd.concat([exp.run_task(cfg, task) for task in exp.tasks(cfg)])
     assert table[table["record"] == "train"]["cos"].isna().all()
     v = {c.name: c for c in exp.checks(cfg, table)}
@@ -312,3 +334,5 @@ def test_uncertified_soft_svm_is_refused(monkeypatch):
     assert not cert.passed and cert.kind == "integrity" and cert.value >= 2
     rise = next(c for n, c in v.items() if n.startswith("C1: the similarity to the soft-margin SVM rises"))
     assert not rise.passed
+    assumption = next(c for n, c in v.items() if n.startswith("C1 (Theorem 3.15): the cycle language meets"))
+    assert not assumption.passed

@@ -121,6 +121,52 @@ def markov_language(V: int = 8, d: int = 100, *, successors: int = 2, order: int
     return MarkovLanguage(V, d, order, successors, start, trans1, trans2, E, int(seed))
 
 
+def cycle_language(V: int = 16, d: int = 100, *, rho: float = 0.4, seed: int = 0) -> MarkovLanguage:
+    """A deterministic cycle language whose prefixes meet Assumption 3.10 / Theorem 3.15 by construction.
+
+    The chain follows one random cycle ``f`` through all V types (``successors = 1``: the next type is
+    ``f(q)`` of the last type q; random start type). The unit embeddings have the Gram matrix
+    ``E E^T = I + rho (P + P^T)`` (``P`` the cycle's permutation: ``<e_q, e_{f(q)}> = rho``, every other pair
+    orthogonal; positive definite for ``rho < 1/2``, so ``d >= V`` is needed). With the tied head ``H = E^T``,
+    a token of type u alone gives the logits ``z = G[:, u]``, so for the target ``y = f(q)`` of a prefix
+    ending at q:
+
+    * the query token q scores best (``z_y = rho`` with label +1);
+    * every other type u with ``u, f(u) != y`` gives the *same* logits up to a relabelling of the types
+      that leaves the loss unchanged: the non-optimal scores tie exactly (Theorem 3.15 with delta = 0),
+      whenever the prefix holds neither y nor ``f(y)``, i.e. for sequences of length ``n <= V - 1``;
+    * the hard-margin Att-SVM is feasible: the target is a function of the query type and the
+      embeddings are linearly independent.
+
+    Parameters
+    ----------
+    V : number of token types (>= 3); d : embedding dimension (>= V); rho : in (0, 1/2); seed : int
+
+    Returns
+    -------
+    MarkovLanguage with ``order = 1``, ``successors = 1``, ``trans1 (V, V)`` the cycle, ``E (V, d)``.
+    """
+    if V < 3:
+        raise ValidationError(f"V must be >= 3 (a cycle whose neighbours differ), got {V}")
+    if d < V:
+        raise ValidationError(f"d must be >= V = {V} (linearly independent embeddings), got {d}")
+    if not 0 < rho < 0.5:
+        raise ValidationError(f"rho must lie in (0, 1/2) (positive definite Gram matrix), got {rho}")
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), V, 23]))
+    order = g.permutation(V)
+    succ = np.empty(V, dtype=np.int64)
+    succ[order] = np.roll(order, -1)                    # f(order[i]) = order[i + 1]
+    trans1 = np.zeros((V, V))
+    trans1[np.arange(V), succ] = 1.0
+    P = trans1.T                                        # P[f(u), u] = 1
+    G = np.eye(V) + rho * (P + P.T)
+    L = np.linalg.cholesky(G)                           # G = L L^T
+    ge = np.random.default_rng(np.random.SeedSequence([int(seed), V, d, 29]))
+    Q, _ = np.linalg.qr(ge.standard_normal((d, V)))     # (d, V) orthonormal columns
+    E = L @ Q.T                                         # (V, d): E E^T = L L^T = G, unit rows
+    return MarkovLanguage(V, d, 1, 1, np.full(V, 1.0 / V), trans1, None, E, int(seed))
+
+
 @dataclass(frozen=True)
 class LMData:
     """Sequences of a language ready for training.

@@ -54,7 +54,9 @@ def effect_rule(op: str, lo: float, hi: float | None = None) -> tuple[float, str
       (correlations, cosines, probabilities near 1); ``0 <= c < 0.5``: the true mean at ``c / 2``,
       effect ``c / 2``;
     * a range ``"~"`` ``[lo, hi]`` ("about x"): 15% of the range's larger end outside it (the
-      shares' 0.15 shift, relative).
+      shares' 0.15 shift, relative);
+    * an ordering ``">"`` (mean paired difference above a margin): ``lo`` is the effect the check states
+      itself (recorded with the spread), returned as it is.
     """
     if op == "<=":
         if not lo > 0:
@@ -68,6 +70,10 @@ def effect_rule(op: str, lo: float, hi: float | None = None) -> tuple[float, str
         if not lo > 0:
             raise ValueError(f"a lower bar needs a positive target, got {lo!r}")
         return float(lo / 2), "half the bar"
+    if op == ">":
+        if not lo > 0:
+            raise ValueError(f"an ordering needs a positive stated effect, got {lo!r}")
+        return float(lo), "the ordering's stated effect"
     if op == "~":
         top = max(abs(lo), abs(hi if hi is not None else lo))
         if not top > 0:

@@ -69,6 +69,8 @@ from attnsvm.svm.language import (
     prefix_problem,
     prefix_scores,
     prefix_softmax,
+    random_direction_control,
+    score_ties,
     soft_margin_svm,
 )
 from attnsvm.svm.nuclear import row_basis
@@ -90,7 +92,7 @@ __all__ = [
     "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
     # causal language modeling
     "lm_constraints", "soft_margin_svm", "prefix_scores", "optimal_prefix_tokens", "prefix_problem",
-    "prefix_softmax", "gen_svm_fit",
+    "prefix_softmax", "gen_svm_fit", "random_direction_control", "score_ties",
     # results and certificates
     "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
     "CERTIFIED_STATIONARITY",

@@ -46,6 +46,33 @@ def optimal_prefix_tokens(gamma: np.ndarray) -> np.ndarray:
     return sel.astype(np.int64)
 
 
+def score_ties(data: LMData, loss: str = "logistic"):
+    """Theorem 3.15's assumption per prefix: how far the non-optimal token scores are from a tie.
+
+    For the prefix ending at k (``k <= n - 2``), with the optimal token of
+    :func:`optimal_prefix_tokens`: ``spread`` is max - min of the scores of the tokens whose type
+    differs from the optimal token's (tokens of its type are the same input and tie with it), and
+    ``gap`` is the optimal score minus the best of them (> 0: the optimal token is unique up to
+    copies of it). A prefix whose tokens all share the optimal type has spread 0 and gap ``inf``.
+
+    Returns
+    -------
+    (spread (m, n - 1), gap (m, n - 1)) float64
+    """
+    gamma = prefix_scores(data, loss)
+    m, n, _ = gamma.shape
+    sel = optimal_prefix_tokens(gamma)[:, : n - 1]                               # (m, n-1)
+    g = gamma[:, : n - 1, :]                                                    # (m, n-1, n)
+    opt_type = np.take_along_axis(data.tokens, sel, axis=1)                     # (m, n-1)
+    causal = np.arange(n)[None, None, :] <= np.arange(n - 1)[None, :, None]
+    other = causal & (data.tokens[:, None, :] != opt_type[:, :, None])
+    hi = np.where(other, g, -np.inf).max(-1)
+    lo = np.where(other, g, np.inf).min(-1)
+    has = other.any(-1)
+    best = np.take_along_axis(g, sel[:, :, None], axis=2)[..., 0]
+    return np.where(has, hi - lo, 0.0), np.where(has, best - hi, np.inf)
+
+
 def lm_constraints(data: LMData, loss: str = "logistic", select=None, tol: float = 1e-12):
     """Rank-one Att-SVM rows of every prefix: ``(a_opt - a_t)^T W a_k >= 1`` for ``t <= k``, ``t != opt``.
 
@@ -172,10 +199,38 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     Ws, Wf = gen.W, fin.W
     nn = float(np.sum(Ws * Ws))
     R = float(np.sum((W - Wf) * Ws) / nn) if nn > 0 else 0.0
-    cs = gen.constraints
-    ineq = cs.select_rows(~cs.is_equality)
-    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
+    rand, projs, dim = random_direction_control(W, gen, fin, seed=seed, n_random=n_random)
+    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=rand, proj=projs, dim=dim)
+    return out
+
+
+def random_direction_control(W, gen, fin, *, seed: int = 0, n_random: int = 16):
+    """The random-direction control of a ``W_fin + R W_svm`` fit (Gen-SVM equivalence).
+
+    ``W_fin`` is W's own projection onto the tie rows, so a fit ``W_fin + R W_svm`` says
+    something about the SVM only when it beats random directions of the subspace ``W_svm``
+    lives in, fitted the same way: each control direction is a Gaussian combination of the
+    Gen-SVM's margin (inequality) rows, projected off the tie rows (a ``fin`` solve), and
+    ``R' = <W - W_fin, W_rand> / ||W_rand||^2``.
+
+    Parameters
+    ----------
+    W : (d, d) the matrix the fit explains (e.g. GD's final iterate)
+    gen : SVMSolution of the Gen-SVM (its constraints hold the margin rows)
+    fin : SVMSolution of the W_fin system (its constraints are the tie rows; its W is W_fin)
+    seed, n_random : the control's random stream and its number of directions
+
+    Returns
+    -------
+    (W_rand_eq (n_random, d, d), projections (list of SVMSolution), dim): ``dim`` is the
+    dimension of the subspace of W_svm and of the control (rank of tie and margin rows minus
+    rank of the tie rows); ``dim == 1`` makes every control direction equal to W_svm's.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    Wf = fin.W
+    ineq = gen.constraints.select_rows(~gen.constraints.is_equality)
     tie = fin.constraints
+    g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
     rand, projs = [], []
     for _ in range(int(n_random)):
         Wr = ineq.combine(g.standard_normal(ineq.N))
@@ -190,9 +245,7 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     both = bare_set(np.vstack([tie.U, ineq.U]), np.vstack([tie.V, ineq.V]), np.zeros(tie.N + ineq.N),
                     np.zeros(tie.N + ineq.N, bool), "fin")                # the rows only: their span
     dim = _span_dimension(both) - _span_dimension(tie)
-    out.update(status="ok", W_fin=Wf, W_svm=Ws, R=R, W_eq=Wf + R * Ws, W_rand_eq=np.stack(rand) if rand else
-               np.zeros((0,) + W.shape), proj=projs, dim=int(dim))
-    return out
+    return (np.stack(rand) if rand else np.zeros((0,) + W.shape)), projs, int(dim)
 
 
 def _span_dimension(cs, rtol: float = 1e-9) -> int:

@@ -37,13 +37,16 @@ def _run_seeds(seed: int, run: int) -> dict:
     return {"language": base, "sample": base, "init": base}
 
 
-def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0):
-    """The per-run data of a configuration: languages, sequences, inits (run r has its own seeds)."""
+def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0, language=None):
+    """The per-run data of a configuration: languages, sequences, inits (run r has its own seeds).
+
+    ``language(seed)``: the run's language (default: the config's random Markov language)."""
     datas, inits = [], []
     for r in range(runs):
         s = _run_seeds(cfg.seed, r)
-        lang = markov_language(cfg.vocab, d, successors=cfg.successors, order=cfg.order,
-                               concentration=cfg.concentration, seed=s["language"])
+        lang = (markov_language(cfg.vocab, d, successors=cfg.successors, order=cfg.order,
+                                concentration=cfg.concentration, seed=s["language"]) if language is None
+                else language(s["language"]))
         datas.append(make_lm_data(lang, m, n, seed=s["sample"], scale=scale))
         g = np.random.default_rng(np.random.SeedSequence([s["init"], d, 3]))
         inits.append(cfg.init_scale * g.standard_normal((d, d)))
