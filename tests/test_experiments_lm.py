@@ -181,7 +181,7 @@ def _autograd_l2(w, A, tg, E):
 
 
 def test_train_runs_uses_the_engine_for_cross_entropy():
-    cfg = build_config(registry()["lm-cosine"], overrides={"loss": "cross_entropy", "steps": 20, "d": 12})
+    cfg = build_config(registry()["lm-cosine"], overrides={"loss": "cross_entropy", "steps": 20, "d": 12, "cycle_runs": 0})
     datas, W0 = build_runs(cfg, 4, 5, 12, 1)
     res = train_runs(cfg, datas, W0, [0, 20])
     own = train_lm(datas[0].A[None], datas[0].targets[None], datas[0].E[None], W0, steps=20, lr=cfg.lr,
