@@ -22,16 +22,16 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
    generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
    depend on which other heads are probed with it, nor in which order or process.
-5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
-   singular values, Haar-random singular vectors, selecting by their own attention with the same
-   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
-   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares
    ``P_U W_h P_Z`` (W_h projected onto the span of the token differences on the left
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
+5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
+   singular values, Haar-random singular vectors, selecting by their own attention with the same
+   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
+   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
 
 Every word token a query (``query="all"``): each sentence's word tokens (not [CLS]/[SEP] or other
 special tokens; for causal decoders every non-special token at position >= 1) are all queries, each
@@ -418,7 +418,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
-        real head's rule) or "matched" (its own top-|O_i| tokens with the real head's sizes); see
+        real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see
         :data:`attnsvm.real.nulls.NULL_SELECTIONS`
 
     With null heads the table also has, per head, ``p_upper, p_lower`` (:data:`attnsvm.real.verdict.P_METHOD`),
