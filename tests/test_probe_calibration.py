@@ -24,6 +24,7 @@ from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import LEVEL, add_verdict  # noqa: E402
 from attnsvm.svm import solve, gen_constraints  # noqa: E402
+from test_real_any_model import _plant  # noqa: E402
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 INIT = 0.3  # initializer range: attention far from uniform (BERT's default 0.02 gives max attention ~0.15)
@@ -58,30 +59,8 @@ def random_model(kind: str, path, *, seed: int = 0, layers: int = 4, heads: int 
     return str(path)
 
 
-def plant(m, layer: int, head: int, W: np.ndarray, alpha: float) -> None:
-    """Write ``alpha * W`` ((d+1, d+1), last row 0, rank <= head size) into one head of a loaded model."""
-    import torch
-
-    d, mh = m.d, m.head_dim
-    U, s, Vt = np.linalg.svd(alpha * W[:d], full_matrices=False)
-    r = int(np.sum(s > 1e-12 * s[0]))
-    assert r <= mh, f"the SVM has rank {r} > head size {mh}"
-    WK, R = np.zeros((d, mh)), np.zeros((mh, d + 1))
-    WK[:, :r] = U[:, :r] * np.sqrt(s[:r])
-    R[:r] = np.sqrt(s[:r])[:, None] * Vt[:r] / m.score_scale(layer)
-    WQ, bQ = R[:, :d].T, R[:, d]
-    lo, hi = head * mh, (head + 1) * mh
-    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
-    with torch.no_grad():
-        if m.family.name == "bert":
-            att = m.model.encoder.layer[layer].attention.self
-            att.query.weight[lo:hi], att.query.bias[lo:hi] = t(WQ.T), t(bQ)
-            att.key.weight[lo:hi], att.key.bias[lo:hi] = t(WK.T), 0.0
-        else:
-            c = m.model.h[layer].attn.c_attn
-            c.weight[:, lo:hi], c.bias[lo:hi] = t(WQ), t(bQ)
-            c.weight[:, d + lo:d + hi], c.bias[d + lo:d + hi] = t(WK), 0.0
-    np.testing.assert_allclose(m.head_weights(layer, head), alpha * W, atol=1e-9 * alpha * np.abs(W).max())
+# a planted head: alpha * W written into one head's query/key weights (the any-model tests' helper)
+plant = _plant
 
 
 def planted_model(kind: str, base, planted_heads, *, sentences, seed: int = 0, alpha: float = 40.0, **kw):
