@@ -16,7 +16,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import mean_check, share_check, share_difference_check
 from attnsvm.experiments.common import seed_chunks
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
+from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
 
 
 class Config(ExperimentConfig):

@@ -10,7 +10,7 @@ from pydantic import PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, integrity_check, share_check
-from attnsvm.experiments.tf.trajectories import (
+from attnsvm.experiments.tf.common import (
     approx_mean_check,
     certificate_integrity,
     item,

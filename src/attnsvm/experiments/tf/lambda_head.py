@@ -14,7 +14,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import check, share_check
 from attnsvm.experiments.lm.common import grouped_ordering_check
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import approx_mean_check, item, quick_deviations
+from attnsvm.experiments.tf.common import approx_mean_check, item, quick_deviations
 
 
 class Config(ExperimentConfig):

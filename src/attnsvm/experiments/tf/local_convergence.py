@@ -11,7 +11,7 @@ from pydantic import PositiveFloat, PositiveInt
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import mean_check, share_check
 from attnsvm.experiments.common import at_step, final_rows, seed_chunks
-from attnsvm.experiments.tf.trajectories import (
+from attnsvm.experiments.tf.common import (
     approx_mean_check,
     certificate_integrity,
     item,

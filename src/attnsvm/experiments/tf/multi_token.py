@@ -18,7 +18,7 @@ from attnsvm.experiments.common import seed_chunks
 from attnsvm.experiments.lm.common import decided_by_control, ordering_check
 from attnsvm.experiments.planning import lookup
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.trajectories import (
+from attnsvm.experiments.tf.common import (
     approx_mean_check, certificate_integrity, item, majority_check, quick_deviations, section, svm_cert,
 )
 
