@@ -334,7 +334,7 @@ def test_uncertified_svm_makes_comparisons_nan(monkeypatch):
     assert sol.certified and np.all(np.isfinite(mm_common.certified_solution(sol)))
     sol.certificate.duality_gap = 1e-3
     assert not sol.certified and np.all(np.isnan(mm_common.certified_solution(sol)))
-    row = pd.DataFrame([dict(record="svm", **mm_common.svm_columns(sol))])
+    row = pd.DataFrame([dict(record="svm", **mm_common.svm_record(sol))])
     c = mm_common.certificate_check(row, 1, "one SVM")
     assert not c.passed and c.kind == "integrity"
     assert not mm_common.certificate_check(row.iloc[:0], 1, "missing").passed

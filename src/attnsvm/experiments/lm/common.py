@@ -190,23 +190,3 @@ def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, so
            f"with probability 2^-R")
     return check(name, value, ">", 0.0, (detail + "; " if detail else "") + f"{R} runs"
                  + (f", mean {vals.mean():.4g}" if R else ""), source=source, reason=why, kind="qualitative")
-
-
-def uncertified(frame, prefix: str, norm: str = "fro"):
-    """Rows (bool Series) of ``frame`` whose solve ``prefix`` is used but not certified.
-
-    Reads the stored ``{prefix}_used``, ``{prefix}_certified``, ``{prefix}_status``,
-    ``{prefix}_violation`` and ``{prefix}_gap`` columns: a used solve counts as certified only if
-    its flag is set, its status is "optimal" and its relative violation and gap meet the package's
-    thresholds (:data:`attnsvm.svm.CERTIFIED_VIOLATION` / ``CERTIFIED_GAP``; NaN fails).
-    """
-    from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION
-
-    import pandas as pd
-
-    used = frame[f"{prefix}_used"].astype(bool) if f"{prefix}_used" in frame else pd.Series(True, index=frame.index)
-    status_ok = frame[f"{prefix}_status"].astype(str).str.split(",").map(lambda s: set(s) == {"optimal"})
-    viol, gap = frame[f"{prefix}_violation"].astype(float), frame[f"{prefix}_gap"].astype(float)
-    ok = (frame[f"{prefix}_certified"].astype(bool) & status_ok & (viol <= CERTIFIED_VIOLATION)
-          & (gap <= CERTIFIED_GAP.get(norm, CERTIFIED_GAP["fro"])))
-    return used & ~ok

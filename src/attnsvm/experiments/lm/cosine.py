@@ -17,10 +17,10 @@ from attnsvm.metrics import correlation
 from attnsvm.svm import gen_svm_fit, lm_constraints, score_ties, soft_margin_svm, solve
 from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import integrity_check
-from attnsvm.experiments.common import log_steps
+from attnsvm.experiments.common import certified_check, log_steps, svm_record, uncertified
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.lm.common import (PAPER_LM, LanguageFields, build_runs, decided_by_control,
-                                           grouped_ordering_check, ordering_check, preset_deviations, uncertified)
+                                           grouped_ordering_check, ordering_check, preset_deviations)
 from attnsvm.training.language_model import train_runs
 
 SOURCE = "causal-language-modeling.md section 4 (C1: GD direction correlates increasingly with the (soft-)margin SVM)"
@@ -70,33 +70,17 @@ def _c1_configs(cfg) -> list[tuple[int, int, int]]:
     return seen
 
 
-def _cert(sol) -> dict:
-    """The certificate columns of one solve, or the worst over a list of solves (relative violation and gap as
-    the solver reports them)."""
-    sols = [] if sol is None else (list(sol) if isinstance(sol, list) else [sol])
-    if not sols:
-        return dict(status="", certified=False, violation=np.nan, gap=np.nan)
-    return dict(status=",".join(sorted({str(x.status) for x in sols})), certified=all(bool(x.certified) for x in sols),
-                violation=max(float(x.certificate.max_violation) for x in sols),
-                gap=max(float(x.certificate.duality_gap) for x in sols))
-
-
 def _svm_row(sol, hard, fit, m, n, d, r) -> dict:
     """One table row per run: the soft-margin SVM, the hard-margin SVM and the Gen-SVM fit with certificates."""
     cs = sol.constraints
-    soft, hd = _cert(sol), _cert(hard)
     row = dict(record="svm", m=m, n=n, d=d, run=r, n_rows=int(cs.N), n_slack=int((sol.slack > 1e-6).sum()),
-               objective=float(sol.objective), norm=float(sol.norm_value),
-               svm_status=soft["status"], svm_certified=soft["certified"], svm_violation=soft["violation"],
-               svm_gap=soft["gap"], hard_status=hd["status"], hard_feasible=bool(hard.feasible),
-               hard_certified=hd["certified"], hard_violation=hd["violation"], hard_gap=hd["gap"],
+               objective=float(sol.objective), norm=float(sol.norm_value), **svm_record(sol, "svm"),
+               **svm_record(hard, "hard"), hard_feasible=bool(hard.feasible),
                gen_fit=fit["status"], gen_multi=fit["n_multi"], gen_unselected=fit["n_unselected"],
                gen_dim=int(fit.get("dim", 0)))
     used = fit["status"] == "ok"
     for key in ("gen", "fin", "proj"):
-        c = _cert(fit.get(key))
-        row.update({f"{key}_status": c["status"], f"{key}_used": bool(used and bool(fit.get(key))),
-                    f"{key}_certified": c["certified"], f"{key}_violation": c["violation"], f"{key}_gap": c["gap"]})
+        row.update({**svm_record(fit.get(key), key), f"{key}_used": bool(used and bool(fit.get(key)))})
     row.update(svm_used=True, hard_used=bool(hard.feasible))
     return row
 
@@ -132,13 +116,10 @@ class LMCosine(Experiment):
             soft = soft_margin_svm(data, config.C, config.loss, config.squared, cs=cs)
             hard = solve(cs, method="dense")
             spread, gap = score_ties(data, config.loss)
-            sc, hc = _cert(soft), _cert(hard)
             rows.append(dict(record="cycle_svm", m=m, n=n, d=d, run=r, n_rows=int(cs.N),
                              max_spread=float(spread.max()), min_gap=float(gap.min()),
-                             hard_feasible=bool(hard.feasible), hard_used=True, hard_status=hc["status"],
-                             hard_certified=hc["certified"], hard_violation=hc["violation"], hard_gap=hc["gap"],
-                             svm_used=True, svm_status=sc["status"], svm_certified=sc["certified"],
-                             svm_violation=sc["violation"], svm_gap=sc["gap"],
+                             hard_feasible=bool(hard.feasible), hard_used=True, **svm_record(hard, "hard"),
+                             svm_used=True, **svm_record(soft, "svm"),
                              n_slack=int((soft.slack > 1e-6).sum())))
             nan = np.full(len(res["steps"]), np.nan)
             ch = correlation(res["W"][r], hard.W) if hard.feasible and hard.certified else nan
@@ -296,16 +277,10 @@ class LMCosine(Experiment):
             "is W's own projection, so only the direction of the remainder tests the SVM; margin 0; " + one_dim)
         out += [decided_by_control(fit, control), control]
         out += self._cycle_checks(config, table)
-        bad, total = 0, 0
-        for key in ("svm", "hard", "gen", "fin", "proj"):
-            if f"{key}_used" in svm:
-                bad += int(uncertified(svm, key).sum())
-                total += int(svm[f"{key}_used"].astype(bool).sum())
-        out.append(integrity_check(
-            "C1: every SVM used is certified (soft-margin, feasible hard-margin, Gen-SVM, W_fin and projection solves)",
-            bad, "==", 0,
-            f"{total} solves; soft-margin: max relative violation {svm['svm_violation'].max():.2g}, max gap "
-            f"{svm['svm_gap'].max():.2g}" if len(svm) else "no SVM rows",
+        out.append(certified_check(
+            svm, [key for key in ("svm", "hard", "gen", "fin", "proj") if f"{key}_used" in svm], "soft-margin, hard-margin, "
+            "Gen-SVM, W_fin and projection solves",
+            name="C1: every SVM used is certified (soft-margin, feasible hard-margin, Gen-SVM, W_fin and projection solves)",
             reason="a comparison against an uncertified solution is refused (NaN); certified = status optimal, "
             "relative violation <= 1e-8 and relative duality gap <= 1e-8 (Frobenius)"))
         return out

@@ -8,10 +8,10 @@ import torch
 from pydantic import Field, PositiveInt
 
 from attnsvm.experiments.base import Experiment, Task, register
-from attnsvm.experiments.checks import Check, check, integrity_check
-from attnsvm.experiments.common import log_steps
+from attnsvm.experiments.checks import Check, check
+from attnsvm.experiments.common import certified_check, log_steps, svm_record
 from attnsvm.plotting import pyplot, save_figure, subplots
-from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, ordering_check, preset_deviations, uncertified
+from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, ordering_check, preset_deviations
 from attnsvm.training.language_model import lm_loss_grad, train_runs
 from attnsvm.svm import lm_constraints, soft_margin_svm
 
@@ -80,9 +80,7 @@ class LMMargins(Experiment):
                                  else np.nan, nonsupport_row_share=row_share,
                                  n_support=int(support.sum()), n_rows=int(cs.N),
                                  svm_min_margin=float(cs.evaluate(sol.W).min() / sol.norm_value),
-                                 svm_status=str(sol.status), svm_certified=bool(sol.certified),
-                                 svm_violation=float(sol.certificate.max_violation),
-                                 svm_gap=float(sol.certificate.duality_gap)))
+                                 **svm_record(sol, "svm")))
                 if st in config.hist_steps:
                     hist.append(pd.DataFrame(dict(record="margin", run=r, step=int(st), margin=marg, support=support,
                                                   seq=cs.sample, query=cs.query, token=cs.other)))
@@ -148,11 +146,8 @@ class LMMargins(Experiment):
             float(bK.min()) if len(bK) else float("nan"), ">", 0.0, f"{len(bK)} runs", source=SOURCE,
             reason="the paper (Fig. 2): the margin 'eventually converges to ... sufficiently large positive' values"))
         first = s.drop_duplicates("run")
-        bad = int(uncertified(first, "svm").sum()) if len(first) else 0
-        out.append(integrity_check(
-            "C2: every soft-margin SVM used is certified", bad, "==", 0,
-            f"{len(first)} solves; max relative violation {first['svm_violation'].max():.2g}, max gap "
-            f"{first['svm_gap'].max():.2g}" if len(first) else "no runs",
+        out.append(certified_check(
+            first, ("svm",), "one per run", name="C2: every soft-margin SVM used is certified",
             reason="the support rows come from the soft-margin SVM: an uncertified solution is refused (NaN); "
             "certified = status optimal, relative violation <= 1e-8, relative duality gap <= 1e-8"))
         return out

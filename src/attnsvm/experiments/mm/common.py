@@ -27,13 +27,16 @@ import pandas as pd
 
 from attnsvm.generators import mm_joint, mm_multi_input
 from attnsvm.problem import TokenProblem
-from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, solve_p_svm, solve_v_svm
+from attnsvm.svm import CERTIFIED_VIOLATION, solve_p_svm, solve_v_svm
 from attnsvm.training.prompt import (  # the prompt model's mathematics, re-exported for the mm experiments
     engine_train as engine_train, notebook_float32 as notebook_float32, notebook_replay as notebook_replay,
     prompt_grad as prompt_grad,
 )
-from attnsvm.experiments.checks import Check, check, integrity_check
-from attnsvm.experiments.common import log_steps
+from attnsvm.experiments.checks import Check, check
+from attnsvm.experiments.common import (  # noqa: F401  (re-exported for the mm experiments)
+    certified_check, config_deviations as config_deviations, log_steps, svm_record as svm_record,
+    uncertified as uncertified,
+)
 
 PAPER_MM = "Max-Margin Token Selection in Attention Mechanism (Tarzanagh et al., NeurIPS 2023)"
 SINGLE_INITS = [1.0, 0.5, 0.0, -0.5, -1.0, -1.5]
@@ -170,12 +173,6 @@ def exact_check(name: str, pairs, *, source: str, why: str = "") -> Check:
 # ------------------------------------------------------------------ SVM certificates in the results
 
 
-def svm_columns(sol) -> dict:
-    """The certificate of ``sol`` as table columns: status, relative max violation and duality gap."""
-    return dict(svm_status=str(sol.status), svm_violation=float(sol.certificate.max_violation),
-                svm_gap=float(sol.certificate.duality_gap))
-
-
 def certified_solution(sol) -> np.ndarray:
     """The SVM solution (p, v or W) if ``sol`` is certified, else an all-NaN array of its shape.
 
@@ -187,24 +184,11 @@ def certified_solution(sol) -> np.ndarray:
     return np.asarray(x, dtype=np.float64) if sol.certified else np.full(np.shape(x), np.nan)
 
 
-def uncertified(table: pd.DataFrame) -> np.ndarray:
-    """Boolean mask of rows whose SVM is not certified (read from the stored certificate columns)."""
-    if table is None or len(table) == 0 or "svm_violation" not in table.columns:
-        return np.zeros(0 if table is None else len(table), bool)
-    viol = pd.to_numeric(table["svm_violation"], errors="coerce").to_numpy(dtype=float)
-    gap = pd.to_numeric(table["svm_gap"], errors="coerce").to_numpy(dtype=float)
-    # both are relative and non-negative by definition: a negative value is not a certificate
-    ok = ((table["svm_status"].astype(str) == "optimal").to_numpy() & (viol >= 0) & (viol <= CERTIFIED_VIOLATION)
-          & (gap >= 0) & (gap <= CERTIFIED_GAP["fro"]))
-    return ~ok
-
-
 def certificate_check(table: pd.DataFrame, expected: int, what: str) -> Check:
-    """Integrity: every one of the ``expected`` SVMs the experiment relies on is present and certified."""
-    rows = table[table["svm_status"].notna()] if "svm_status" in table.columns else table.iloc[:0]
-    bad = int(uncertified(rows).sum()) + max(0, int(expected) - len(rows))
-    return integrity_check("every SVM used is certified (relative violation and duality gap <= 1e-8)", bad, "==", 0,
-                           f"{len(rows)} of {expected} SVMs stored ({what}); {bad} missing or not certified",
+    """Integrity: every one of the ``expected`` SVMs the experiment relies on is present and certified
+    (:func:`~attnsvm.experiments.common.certified_check` on the ``svm_*`` columns of its rows)."""
+    return certified_check(table, ("svm",), what, expected=expected,
+                           name="every SVM used is certified (relative violation and duality gap <= 1e-8)",
                            reason="a comparison with an SVM solution needs the solution proven optimal "
                                   "(the package's certificate standard, 1e-8 relative)")
 
@@ -252,21 +236,6 @@ def locally_optimal_from_rows(cons: pd.DataFrame) -> float:
     sup = np.abs(m - cons["rhs"].to_numpy(float)) <= SUPPORT_TOL
     beats = cons["gamma_sel"].to_numpy(float) > cons["gamma_tok"].to_numpy(float)
     return float(np.all(beats | ~sup))
-
-
-def config_deviations(config, notes: dict) -> list[dict]:
-    """Deviations for config fields that differ from the experiment's defaults (the paper protocol).
-
-    ``notes``: field -> (what the spec / full protocol says, why it matters). Quick presets
-    are listed this way (fewer steps, runs or radii, checks that need the full scale).
-    """
-    defaults = type(config)()
-    out = []
-    for field, (spec, reason) in notes.items():
-        here, full = getattr(config, field), getattr(defaults, field)
-        if here != full:
-            out.append({"spec": spec, "here": f"{field} = {here} (full preset: {full})", "reason": reason})
-    return out
 
 
 def max_dev(a, b) -> float:

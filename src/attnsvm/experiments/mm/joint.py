@@ -13,7 +13,7 @@ from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, IDENTIFY_COS, PAPER_MM, SUPPORT_REASON, SUPPORT_TOL, certificate_check,
     certified_solution, config_deviations, dense_steps, draw_path, draw_ray, engine_train, exact_check, fact, joint_svms,
-    notebook_replay, num, pick, rounding_check, spec_src, svm_columns,
+    notebook_replay, num, pick, rounding_check, spec_src, svm_record,
 )
 
 
@@ -51,7 +51,7 @@ class Joint(Experiment):
         for q, sol, x in (("v_mm", vs, vmm), ("p_mm", pm, pmm), ("p_relax", pr, prx)):
             nrm = float(np.linalg.norm(x))
             rows.append(dict(record="svm", dataset=kind, quantity=q, x=x[0], y=x[1], norm=nrm, half_sq=0.5 * nrm**2,
-                             **svm_columns(sol)))
+                             **svm_record(sol)))
         # the v-SVM's margins Y_i v^T x_{i,alpha_i}: support vectors S (fact 9, 10)
         for i in range(prob.n):
             rows.append(dict(record="vmargin", dataset=kind, sample=i,

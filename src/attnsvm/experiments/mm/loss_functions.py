@@ -15,7 +15,7 @@ from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.mm.common import (
     PAPER_MM, SUPPORT_REASON, certificate_check, certified_solution, config_deviations, constraint_rows, dense_steps,
     engine_train, exact_check, fact, locally_optimal_from_rows, num, p_svm, pick, rounding_check, spec_src,
-    svm_columns, uncertified,
+    svm_record, uncertified,
 )
 
 
@@ -57,7 +57,7 @@ class LossFunctions(Experiment):
                     p = certified_solution(sol)
                     a0, a1 = (int(a) for a in alpha)
                     rows.append(dict(record="svm", C=float(C), a0=a0, a1=a1, p0=p[0], p1=p[1], p2=p[2],
-                                     optimal=float(tuple(alpha) == tuple(int(a) for a in opt)), **svm_columns(sol)))
+                                     optimal=float(tuple(alpha) == tuple(int(a) for a in opt)), **svm_record(sol)))
                     if sol.feasible:
                         rows += constraint_rows(sol, gamma, alpha, C=float(C), a0=a0, a1=a1)
             return pd.DataFrame(rows)

@@ -18,7 +18,7 @@ from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON, SVM_PRECISION, certificate_check,
     certified_solution, config_deviations, constraint_rows, cos_between, dense_steps, draw_path, draw_ray,
     e2_as_cross_attention, engine_train, fact, log_steps_per_decade, notebook_float32, notebook_replay, num, p_svm,
-    pick, prompt_grad, rounding_check, rows_at, spec_src, support_sets, svm_columns, uncertified,
+    pick, prompt_grad, rounding_check, rows_at, spec_src, support_sets, svm_record, uncertified,
 )
 
 #: Appendix A of the spec: the E2 tokens (4 decimals), shape (3, 7, 3).
@@ -87,7 +87,7 @@ def lemma_l2_instances(trials: int, seed: int = 0, n: int = 4, T: int = 5, d: in
     for r in range(trials):
         sol = solve_p_svm(X[r], Wm, np.zeros(n, dtype=np.int64))
         pmm[r] = certified_solution(sol)
-        cert.append(svm_columns(sol))
+        cert.append(svm_record(sol))
     t = torch.as_tensor
     K = X @ Wm
     out = closed_form_step(t(X), t(np.ones((trials, n))), t(np.tile(v, (trials, 1))), param="p", p=t(P), keys=t(K),
@@ -134,7 +134,7 @@ class MultiInput(Experiment):
                 p = certified_solution(sol)
                 nrm = float(np.linalg.norm(p))
                 rows.append(dict(record="svm", variant=variant, p0=p[0], p1=p[1], p2=p[2], norm=nrm,
-                                 half_sq=0.5 * nrm**2, margin=1.0 / nrm, slope=p[1] / p[0], **svm_columns(sol)))
+                                 half_sq=0.5 * nrm**2, margin=1.0 / nrm, slope=p[1] / p[0], **svm_record(sol)))
             rows += constraint_rows(model, prob.scores(), np.zeros(prob.n, dtype=np.int64), variant="model-W")
             return pd.DataFrame(rows)
         if part == "lemma":
@@ -204,7 +204,7 @@ class MultiInput(Experiment):
         wsol = solve_svm(cross)
         Wmm = certified_solution(wsol)
         rows = [dict(record="wsvm", **{f"w{k}": float(x) for k, x in enumerate(Wmm.ravel())},
-                     **{f"z{k}": float(x) for k, x in enumerate(z)}, **svm_columns(wsol))]
+                     **{f"z{k}": float(x) for k, x in enumerate(z)}, **svm_record(wsol))]
         ident = prob.replace(W=np.eye(prob.d))
         cps = log_steps_per_decade(config.w_steps, 10)
         zz = float(z @ z)

@@ -14,7 +14,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, 
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, certificate_check, certified_solution, config_deviations, cos_between,
-    e2_as_cross_attention, joint_svms, num, p_svm, pick, rounding_check, spec_src, svm_columns,
+    e2_as_cross_attention, joint_svms, num, p_svm, pick, rounding_check, spec_src, svm_record,
 )
 from attnsvm.training.paths import joint_path_2d, positive_margin_half_angle, prompt_path_2d
 
@@ -62,7 +62,7 @@ class RegularizationPath(Experiment):
             for R, p, f in zip(config.radii, P, F):
                 rows.append(dict(record="p-path", dataset="multi", R=float(R), p0=p[0], p1=p[1], p2=p[2],
                                  cos=float(correlation(p, pmm)), excess_loss=f))
-            rows.append(dict(record="svm", dataset="multi", quantity="p_mm", **svm_columns(sol)))
+            rows.append(dict(record="svm", dataset="multi", quantity="p_mm", **svm_record(sol)))
         elif part == "local":
             prob = mm_single_input("local")
             sg, sl = p_svm(prob, [0]), p_svm(prob, [1])
@@ -81,7 +81,7 @@ class RegularizationPath(Experiment):
                                      theta_star=star, excess_loss=f))
             for q, sol, x in (("p_mm_global", sg, pg), ("p_mm_local", sl, pl)):
                 rows.append(dict(record="svm", dataset="single-local", quantity=q, p0=x[0], p1=x[1], p2=x[2],
-                                 **svm_columns(sol)))
+                                 **svm_record(sol)))
         elif part == "joint":
             for kind in ("tight", "relaxed"):
                 prob, vs, pm, pr = joint_svms(kind)
@@ -94,7 +94,7 @@ class RegularizationPath(Experiment):
                                      cos_p_mm=float(correlation(p, pmm)), cos_p_relax=float(correlation(p, prx)),
                                      log_loss=f))
                 for q, sol in (("v_mm", vs), ("p_mm", pm), ("p_relax", pr)):
-                    rows.append(dict(record="svm", dataset=kind, quantity=q, **svm_columns(sol)))
+                    rows.append(dict(record="svm", dataset=kind, quantity=q, **svm_record(sol)))
         else:
             cross, _ = e2_as_cross_attention()
             wsol = solve_svm(cross)
@@ -104,7 +104,7 @@ class RegularizationPath(Experiment):
             for R, c, nrm, L, W in zip(res.radii, cw, res.norm[0], res.loss[0], res.W[0]):
                 rows.append(dict(record="w-path", dataset="multi-as-W", R=float(R), cos=float(c), norm=float(nrm),
                                  loss=float(L), **{f"w{k}": float(x) for k, x in enumerate(np.ravel(W))}))
-            rows.append(dict(record="svm", dataset="multi-as-W", quantity="W_mm", **svm_columns(wsol),
+            rows.append(dict(record="svm", dataset="multi-as-W", quantity="W_mm", **svm_record(wsol),
                              **{f"w{k}": float(x) for k, x in enumerate(Wmm.ravel())}))
         return pd.DataFrame(rows)
 

@@ -15,7 +15,7 @@ from attnsvm.experiments.mm.common import (
     config_deviations,
     certified_solution, constraint_rows, dense_steps, draw_path, draw_ray, engine_train, exact_check, fact,
     locally_optimal_from_rows, notebook_float32, num, p_svm, pick, prompt_grad, rounding_check, rows_at, spec_src,
-    support_sets, svm_columns, uncertified,
+    support_sets, svm_record, uncertified,
 )
 
 
@@ -54,7 +54,7 @@ class SingleInput(Experiment):
             p = certified_solution(sol)
             nrm = float(np.linalg.norm(p))
             rows.append(dict(record="svm", dataset=kind, select=a, p0=p[0], p1=p[1], p2=p[2], norm=nrm,
-                             half_sq=0.5 * nrm**2, margin=1.0 / nrm, **svm_columns(sol)))
+                             half_sq=0.5 * nrm**2, margin=1.0 / nrm, **svm_record(sol)))
             if sol.feasible:
                 rows += constraint_rows(sol, gamma, [a], dataset=kind, select=a)
         pg, pl = certified_solution(sols[0]), certified_solution(sols[1])

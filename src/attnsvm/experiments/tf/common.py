@@ -1,5 +1,5 @@
-"""Helpers shared by the tf-* experiments (Transformers as SVMs): spec sources, SVM certificate
-columns, two-sided tolerances, deviations of a quick preset."""
+"""Helpers shared by the tf-* experiments (Transformers as SVMs): spec sources, the certified check at the
+tf bars, two-sided tolerances, deviations of a quick preset."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from attnsvm.metrics import correlation
-from attnsvm.experiments.checks import ALPHA, Check, integrity_check
+from attnsvm.experiments.checks import ALPHA, Check
+from attnsvm.experiments.common import certified_check
 
 SPEC = "transformers-as-svms.md"
 
@@ -24,28 +25,17 @@ def section(s: str) -> str:
     return f"{SPEC} {s}"
 
 
-def svm_cert(sol, prefix: str) -> dict:
-    """The certificate of ``sol`` as table columns ``{prefix}_status``, ``_violation``, ``_gap`` (both
-    relative) and ``_certified``."""
-    return {f"{prefix}_status": str(sol.status), f"{prefix}_violation": float(sol.certificate.max_violation),
-            f"{prefix}_gap": float(sol.certificate.duality_gap), f"{prefix}_certified": bool(sol.certified)}
+#: the tf-* experiments' solves judged at the nuclear gap bar (the others at the Frobenius one)
+NORMS = {"nuc": "nuclear"}
 
 
 def certificate_integrity(table: pd.DataFrame, prefixes, what: str = "") -> Check:
-    """Integrity: every SVM the rows of ``table`` rely on is certified (columns ``{prefix}_certified``).
+    """Integrity: every SVM the rows of ``table`` rely on is certified (:func:`~attnsvm.experiments.common.certified_check`
+    on the columns ``{prefix}_*`` of :func:`~attnsvm.experiments.common.svm_record`; prefix "nuc" at the nuclear bar).
 
-    A row without the column counts as uncertified; an empty table fails (nothing was compared).
+    A row without the columns counts as uncertified; an empty table fails (nothing was compared).
     """
-    bad, total = 0, 0
-    for p in prefixes:
-        col = f"{p}_certified"
-        vals = table[col].astype(bool).to_numpy() if col in table else np.zeros(len(table), bool)
-        bad += int((~vals).sum())
-        total += len(vals)
-    if total == 0:
-        bad = 1
-    return integrity_check("every SVM used is certified", float(bad), "==", 0,
-                           f"{total} SVM solutions{' (' + what + ')' if what else ''}",
+    return certified_check(table, prefixes, what, norms=NORMS,
                            reason="spec item 6 of issue 11: a comparison needs a certified SVM (relative max "
                                   "violation <= 1e-8, relative duality gap <= 1e-8 Frobenius / 1e-6 nuclear); "
                                   "uncertified solutions are stored as NaN comparisons")
@@ -113,20 +103,6 @@ def majority_check(name: str, successes, total, detail: str = "", *, source: str
     why = f"more often than a fair coin: binomial 1 - {alpha:g} quantile under 1/2 at {total} runs; {reason}"
     return Check(name, successes / total, f"> {k / total:.4g}", bool(successes > k), source, why, "statistical",
                  (detail + "; " if detail else "") + f"{successes}/{total}")
-
-
-def quick_deviations(config, notes: dict) -> list[dict]:
-    """Deviations for the config fields that differ from the full preset (the spec's protocol).
-
-    ``notes``: field -> (what the spec says, why the difference matters).
-    """
-    full = type(config)()
-    out = []
-    for field, (spec, why) in notes.items():
-        here, ref = getattr(config, field), getattr(full, field)
-        if here != ref:
-            out.append({"spec": spec, "here": f"{field} = {here} (full preset: {ref})", "reason": why})
-    return out
 
 
 def nan_corr(W, sol) -> np.ndarray:

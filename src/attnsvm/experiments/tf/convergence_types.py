@@ -14,9 +14,9 @@ from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import mean_check, share_check, share_difference_check
-from attnsvm.experiments.common import seed_chunks
+from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
+from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 
 
 class Config(ExperimentConfig):
@@ -63,7 +63,7 @@ class ConvergenceTypes(Experiment):
             if saturated:
                 # one SVM per run: the classifier's support tokens and the correlation use the same solution
                 sol = solve_svm(problem, select=softmax.argmax(axis=-1), norm="fro")
-                row.update(svm_cert(sol, "svm"))
+                row.update(svm_record(sol, "svm"))
                 kind = convergence_type(problem, softmax=softmax, saturation=config.saturation, tol=config.support_tol,
                                         solver=lambda p, s, n, sol=sol: sol)
                 if kind != "neither":
@@ -129,7 +129,7 @@ class ConvergenceTypes(Experiment):
                     "reason": "power: at 100 seeds the two-sided check 'about 70% at d = 10' detects a share 0.15 away "
                               "with probability 0.69 only; 132 seeds give >= 0.8. The quick preset (70 seeds) leaves "
                               "that check inconclusive (power 0.50); the full preset decides it"})
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "ds": ("d in {2, 4, 6, 8, 10, 15, 20, 30, 50}", "targets at the missing d are not checked")})
         return out
 

@@ -10,14 +10,8 @@ from pydantic import PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, integrity_check, share_check
-from attnsvm.experiments.tf.common import (
-    approx_mean_check,
-    certificate_integrity,
-    item,
-    quick_deviations,
-    section,
-    svm_cert,
-)
+from attnsvm.experiments.common import config_deviations, svm_record
+from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, section
 from attnsvm.generators import random_problem
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.svm import solve_svm
@@ -63,7 +57,7 @@ class Feasibility(Experiment):
                          "support_fraction": frac, "all_support": bool(opt.certified and opt.support.all()),
                          "infeasibility_certified": bool(opt.feasible or opt.certificate.farkas is not None),
                          "random_infeasibility_certified": bool(rnd.feasible or rnd.certificate.farkas is not None),
-                         **(svm_cert(opt, "svm") if opt.feasible else {"svm_certified": np.nan})})
+                         **(svm_record(opt, "svm") if opt.feasible else {"svm_certified": np.nan})})
         return pd.DataFrame(rows)
 
     def checks(self, config, table):
@@ -122,7 +116,7 @@ class Feasibility(Experiment):
                {"spec": "1000 instances (exact LP) for the feasibility shares", "here": f"{config.instances} instances",
                 "reason": "power: 150 instances detect a share 0.15 away from 'about 0.33' / 'about 0.19' with "
                           "probability 0.86 / 0.95 (100 instances: 0.69 / 0.77, inconclusive)"}]
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "instances": ("150 instances per (n, T, d)", "wider binomial and Student-t tolerances"),
             "ds": ("d in {1, 2, 3, 4, 6, 8, 10, 15, 20, 30, 50, 100}", "targets at the missing d are not checked"),
             "cells": ("(n, T) in {(5, 5), (6, 8)}", "targets of the missing cells are not checked")})

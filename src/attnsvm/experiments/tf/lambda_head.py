@@ -14,7 +14,8 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import check, share_check
 from attnsvm.experiments.lm.common import grouped_ordering_check
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.common import approx_mean_check, item, quick_deviations
+from attnsvm.experiments.common import config_deviations
+from attnsvm.experiments.tf.common import approx_mean_check, item
 
 
 class Config(ExperimentConfig):
@@ -105,7 +106,7 @@ class LambdaHeadExperiment(Experiment):
                     "reason": "power: at 30 seeds the per-lambda agreement check (>= 0.8) and 'mean |O_i| about 1.2' "
                               "cannot tell a 0.15 (resp. 15%) departure from the claim; 100 seeds detect both with "
                               "probability >= 0.8"})
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "runs": ("100 seeds per lambda", "wider tolerances"),
             "lambdas": ("lambda in {0.05, 0.1, 0.2, 0.3, 0.5, 1, 2}", "the monotone trend is checked on fewer lambdas"),
             "steps": ("3000 steps", "the softmax is compared with s* after 3000 steps")})

@@ -10,15 +10,8 @@ from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import mean_check, share_check
-from attnsvm.experiments.common import at_step, final_rows, seed_chunks
-from attnsvm.experiments.tf.common import (
-    approx_mean_check,
-    certificate_integrity,
-    item,
-    nan_corr,
-    quick_deviations,
-    svm_cert,
-)
+from attnsvm.experiments.common import at_step, config_deviations, final_rows, seed_chunks, svm_record
+from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, nan_corr
 from attnsvm.generators import random_problem
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.svm import solve_svm
@@ -50,7 +43,7 @@ def trained_rows(problems, seeds, param, config, extra=None):
         c_fro, c_nuc = nan_corr(res.W[r], fro), nan_corr(res.W[r], nuc)
         is_global = bool(np.array_equal(alpha, problem.optimal_tokens().index))
         max_sfx = res.softmax[r].max(axis=-1).mean(axis=-1)
-        cert = {**svm_cert(fro, "fro"), **svm_cert(nuc, "nuc")}
+        cert = {**svm_record(fro, "fro"), **svm_record(nuc, "nuc")}
         for c, step in enumerate(res.steps):
             rows.append({"seed": int(seed), "param": param, "step": int(step), "corr_fro": c_fro[c], "corr_nuc": c_nuc[c],
                          "max_softmax": max_sfx[c], "is_global": is_global, "feasible": fro.feasible, **cert,
@@ -138,7 +131,7 @@ class LocalConvergence(Experiment):
                           "133: the power is sawtooth in the run count)"},
                {"spec": "SVMs by cvxpy (SCS for the nuclear norm)", "here": "attnsvm's exact, certified solvers",
                 "reason": "spec 8: accurate solutions for correlation statements"}]
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "record_every": ("correlation and softmax at every iteration", "the figure's resolution only; the checked "
                                                                          "steps 100, 300, 1000 and 2000 are recorded"),
             "runs": ("100 runs", "wider sampling tolerances"), "steps": ("2000 iterations", "the targets are at k = 1000 "

@@ -14,13 +14,11 @@ from attnsvm.svm import random_direction_control, solve_svm, svm_equivalence
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, integrity_check, mean_check, record_spread
-from attnsvm.experiments.common import seed_chunks
+from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
 from attnsvm.experiments.lm.common import decided_by_control, ordering_check
 from attnsvm.experiments.planning import lookup
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.common import (
-    approx_mean_check, certificate_integrity, item, majority_check, quick_deviations, section, svm_cert,
-)
+from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, majority_check, section
 
 #: 7.2 item 6: upper bounds on the mean final 1-corr(W, W_fin + R W_svm) per d
 EQ_CAP = {4: 0.07, 6: 0.02, 10: 0.01}
@@ -119,7 +117,7 @@ class MultiToken(Experiment):
                                                           n_random=config.n_random)
                 e_rand[-1] = float(one_minus_correlation(W_rand, traj[-1]).mean())
             masked = float(s[~selected].max())
-            cert = {**svm_cert(eq.svm, "gen"), **svm_cert(eq.fin, "fin"), **svm_cert(one, "one")}
+            cert = {**svm_record(eq.svm, "gen"), **svm_record(eq.fin, "fin"), **svm_record(one, "one")}
             for c, step in enumerate(res.steps):
                 rows.append({"d": d, "seed": seed, "status": "accepted", "step": int(step), "err_eq": e_eq[c],
                              "err_svm": e_svm[c], "err_1token": e_one[c],
@@ -232,7 +230,7 @@ class MultiToken(Experiment):
                 "reason": "independent tasks; the budget is checked (integrity check 'accepted runs')"},
                {"spec": "SVMs by cvxpy", "here": "attnsvm's exact, certified solvers",
                 "reason": "spec 8: accurate solutions"}]
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "accepted": ("500 accepted runs per d", "wider Student-t tolerances"),
             "ds": ("d in {4, 6, 8, 10}", "targets at the missing d are not checked")})
         return out

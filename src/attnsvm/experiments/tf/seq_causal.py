@@ -11,9 +11,9 @@ from attnsvm.svm import solve_seq_svm
 from attnsvm.training.train import train_sequence
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, mean_check
-from attnsvm.experiments.common import final_rows, seed_chunks
+from attnsvm.experiments.common import config_deviations, final_rows, seed_chunks, svm_record
 from attnsvm.plotting import save_figure, subplots
-from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
+from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 
 
 class Config(ExperimentConfig):
@@ -66,7 +66,7 @@ class SeqCausal(Experiment):
             select = s.argmax(axis=-1)
             sol = solve_seq_svm(X[r], select, causal=causal, norm="fro")
             corr = nan_corr(res.W[r], sol)
-            cert = svm_cert(sol, "svm")
+            cert = svm_record(sol, "svm")
             max_sfx = res.softmax[r].max(axis=-1).mean(axis=(-1, -2))
             for c, step in enumerate(res.steps):
                 rows.append({"mode": "causal" if causal else "full", "seed": seed, "step": int(step), "corr": corr[c],
@@ -102,7 +102,7 @@ class SeqCausal(Experiment):
                 "here": f"n={config.n}, T={config.T}, d={config.d}, {config.runs} runs per mode, {config.steps} steps, "
                         "per-position labels from numpy.random.default_rng([seed, 8])",
                 "reason": "d >= max(T-1, nT) makes every selection separable (the over-parameterized regime of 3.7)"}]
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "runs": (f"{type(config)().runs} runs per mode", "wider Student-t tolerances"),
             "record_every": ("correlation every 20 steps", "the figure's resolution only")})
         return out

@@ -10,14 +10,8 @@ from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check
-from attnsvm.experiments.tf.common import (
-    approx_mean_check,
-    certificate_integrity,
-    item,
-    quick_deviations,
-    section,
-    svm_cert,
-)
+from attnsvm.experiments.common import config_deviations, svm_record
+from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, section
 from attnsvm.generators import random_problem
 from attnsvm.metrics import matrix_rank as rank
 from attnsvm.plotting import save_figure, subplots
@@ -145,10 +139,10 @@ class SVMRank(Experiment):
                         row.update({f"rank_{key}": float(r), f"research_{key}_status": status,
                                     f"research_{key}_violation": viol})
             else:
-                row.update(svm_cert(fro, "fro"))
+                row.update(svm_record(fro, "fro"))
                 if fro.feasible:
                     nuc = solve_svm(problem, norm="nuclear")
-                    row.update(svm_cert(nuc, "nuc"))
+                    row.update(svm_record(nuc, "nuc"))
                     row.update(rank_fro=float(rank(fro.W, config.rtol)) if fro.certified else np.nan,
                                rank_nuc=float(rank(nuc.W, config.rtol)) if nuc.certified else np.nan,
                                norm_fro=fro.norm_value, norm_nuc=nuc.norm_value)
@@ -267,7 +261,7 @@ class SVMRank(Experiment):
         if "research" not in config.protocols or "accurate" not in config.protocols:
             out.append({"spec": "both protocols (7.2 item 3)", "here": f"protocols = {config.protocols}",
                         "reason": "the other protocol's targets are not checked"})
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "instances": ("100 instances per (n, T, d)", "wider sampling tolerances"),
             "ds": ("d in {1, 2, 3, 4, 5, 10, 15, 20}", "targets at the missing d are not checked"),
             "ns": ("panel (a): n in {5, 10, 15}", "cells not run are not checked"),

@@ -18,8 +18,8 @@ from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check
-from attnsvm.experiments.common import final_rows
-from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, quick_deviations, section, svm_cert
+from attnsvm.experiments.common import config_deviations, final_rows, svm_record
+from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 from attnsvm.plotting import save_figure, subplots
 
 INSTANCES = {"vis1": tf_visualization1, "vis2": tf_visualization2}
@@ -96,7 +96,7 @@ class Trajectories(Experiment):
         table["rank_nuc"] = float(rank(nuc.W)) if nuc.certified else np.nan
         table["corr_svms"] = float(correlation(fro.W, nuc.W)) if both else np.nan
         for prefix, sol in (("fro", fro), ("nuc", nuc)):
-            for k, v in svm_cert(sol, prefix).items():
+            for k, v in svm_record(sol, prefix).items():
                 table[k] = v
         return table
 
@@ -134,7 +134,7 @@ class Trajectories(Experiment):
                 "reason": "reproducible; the spec's targets do not depend on the K draw (directional limits)"},
                {"spec": "cvxpy (SCS for the nuclear norm) SVMs", "here": "attnsvm's exact, certified solvers",
                 "reason": "rank and correlation statements need accurate solutions (spec 8)"}]
-        out += quick_deviations(config, {
+        out += config_deviations(config, {
             "record_every": ("correlation at every iteration", "only the figure's resolution; the checks use the last "
                                                              "step, which is always recorded"),
             "steps": ("2000 normalized-GD steps", "the targets are stated at k = 2000")})
