@@ -17,7 +17,7 @@ from attnsvm.svm.api import _default_select, solve_svm
 from attnsvm.svm.solution import SVMSolution
 
 __all__ = [
-    "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
+    "support_indices", "is_locally_optimal", "locally_optimal_rows", "all_support_vectors", "enumerate_locally_optimal",
     "separation_delta", "matrix_rank",
 ]
 
@@ -80,7 +80,29 @@ def is_locally_optimal(problem: TokenProblem, select, *, norm: str = "fro", tol:
     if sup is None:
         return False
     best = gamma[np.arange(problem.n), sel]
-    return bool(np.all(~sup | (best[:, None] > gamma)))
+    return locally_optimal_rows(sup.ravel(), np.repeat(best, problem.T), gamma.ravel())
+
+
+def locally_optimal_rows(support, score_selected, score_other) -> bool:
+    """Local optimality (the paper's definition) on the margin rows of a feasible selection's SVM.
+
+    True iff on every support row (an active margin constraint, :func:`support_indices`) the
+    sample's selected token scores strictly higher than the row's other token. For callers that
+    hold the rows (e.g. stored in a table) rather than a problem; :func:`is_locally_optimal` is
+    this on the SVM it solves.
+
+    Parameters
+    ----------
+    support : (N,) bool, whether row k is active
+    score_selected : (N,) float, score of the selected token of row k's sample
+    score_other : (N,) float, score of row k's other token
+    """
+    support = np.asarray(support, dtype=bool)
+    beats = np.asarray(score_selected, dtype=np.float64) > np.asarray(score_other, dtype=np.float64)
+    if support.shape != beats.shape:
+        raise ValidationError(f"support, score_selected and score_other must have one shape (N,), got "
+                              f"{support.shape} and {beats.shape}")
+    return bool(np.all(~support | beats))
 
 
 def all_support_vectors(problem: TokenProblem, select=None, *, norm: str = "fro", tol: float = 1e-6,

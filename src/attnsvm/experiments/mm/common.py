@@ -28,6 +28,7 @@ import pandas as pd
 from attnsvm.generators import mm_joint, mm_multi_input
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_VIOLATION, solve_p_svm, solve_v_svm
+from attnsvm.svm.analysis import locally_optimal_rows
 from attnsvm.training.prompt import (  # the prompt model's mathematics, re-exported for the mm experiments
     engine_train as engine_train, notebook_float32 as notebook_float32, notebook_replay as notebook_replay,
     prompt_grad as prompt_grad,
@@ -223,19 +224,21 @@ def support_sets(cons: pd.DataFrame) -> dict[int, set[int]]:
 def locally_optimal_from_rows(cons: pd.DataFrame) -> float:
     """1.0 if the selection of these constraint rows is locally optimal (spec 3.6), 0.0 if not, NaN if unknown.
 
-    Feasible and certified (finite margins, all >= rhs up to the certified precision) and every
-    support token scores strictly below the selected token.
+    Feasible and certified (finite margins, all >= rhs up to the certified precision), then
+    :func:`attnsvm.svm.analysis.locally_optimal_rows` on the stored rows (support as in
+    :func:`~attnsvm.svm.analysis.support_indices`: ``|margin - rhs| <= SUPPORT_TOL max(1, |rhs|)``; scores
+    ``gamma_sel`` and ``gamma_tok``).
     """
     if len(cons) == 0:
         return float("nan")
     m = cons["margin"].to_numpy(float)
     if not np.all(np.isfinite(m)):
         return float("nan")
-    if np.any(m < cons["rhs"].to_numpy(float) - SVM_PRECISION * np.maximum(1.0, np.abs(m))):
+    rhs = cons["rhs"].to_numpy(float)
+    if np.any(m < rhs - SVM_PRECISION * np.maximum(1.0, np.abs(m))):
         return 0.0
-    sup = np.abs(m - cons["rhs"].to_numpy(float)) <= SUPPORT_TOL
-    beats = cons["gamma_sel"].to_numpy(float) > cons["gamma_tok"].to_numpy(float)
-    return float(np.all(beats | ~sup))
+    sup = np.abs(m - rhs) <= SUPPORT_TOL * np.maximum(1.0, np.abs(rhs))
+    return float(locally_optimal_rows(sup, cons["gamma_sel"].to_numpy(float), cons["gamma_tok"].to_numpy(float)))
 
 
 def max_dev(a, b) -> float:
