@@ -1,4 +1,4 @@
-"""Figure helpers: pyplot on the Agg backend, panels, and saving a figure as PNG and PDF."""
+"""Figure helpers: pyplot on the Agg backend, panels and their labels, and saving a figure as PNG and PDF."""
 
 from __future__ import annotations
 
@@ -52,3 +52,20 @@ def save_figure(fig, outdir: str, stem: str) -> list[str]:
 def subplots(nrows: int = 1, ncols: int = 1, width: float = 4.6, height: float = 3.6, **kw):
     """``(fig, axes)`` with ``axes`` always 2-D (nrows, ncols), each panel ``width x height`` inches."""
     return pyplot().subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+
+
+def label_axes(ax, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, *,
+               legend: float | bool | None = None, grid: str | None = None, **legend_kw) -> None:
+    """Label one panel ``ax``: the x and y labels and the title (those given), a legend (``legend``: its
+    font size in points, or True for the default size; ``legend_kw`` go to ``ax.legend``) and a light
+    grid (``grid``: "major" or "both"). None leaves that part out."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    if legend is not None and legend is not False:
+        ax.legend(**({} if legend is True else {"fontsize": legend}), **legend_kw)
+    if grid is not None:
+        ax.grid(alpha=0.3, which=grid)

@@ -18,7 +18,7 @@ from attnsvm.svm import gen_svm_fit, lm_constraints, score_ties, soft_margin_svm
 from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import integrity_check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record, uncertified
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.lm.common import (PAPER_LM, LanguageFields, build_runs, decided_by_control,
                                            grouped_ordering_check, ordering_check, preset_deviations)
 from attnsvm.training.language_model import train_runs
@@ -326,10 +326,9 @@ class LMCosine(Experiment):
                 sem = sel["sem"].fillna(0.0)
                 ax.fill_between(sel["step"], sel["mean"] - sem, sel["mean"] + sem, color=line.get_color(), alpha=0.25)
             ax.set_xscale("log")
-            ax.set_xlabel("GD step k")
-            ax.set_title(f"vary {var} (" + ", ".join(f"{k} = {x}" for k, x in fixed.items()) + ")")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3, which="both")
+            label_axes(ax, "GD step k",
+                       title=f"vary {var} (" + ", ".join(f"{k} = {x}" for k, x in fixed.items()) + ")", legend=8,
+                       grid="both")
         axes[0].set_ylabel("cos(X(k), X_soft^mm)  (mean +- s.e.)")
         out = list(save_figure(fig, outdir, "lm_cosine"))
         cyc = table[table["record"] == "cycle_train"] if "record" in table else table.iloc[:0]
@@ -344,9 +343,7 @@ class LMCosine(Experiment):
                 line, = ax.plot(mean.index, mean)
                 ax.fill_between(mean.index, mean - sem, mean + sem, color=line.get_color(), alpha=0.25)
                 ax.set_xscale("log")
-                ax.set_xlabel("GD step k")
-                ax.set_ylabel(label)
-                ax.grid(alpha=0.3, which="both")
+                label_axes(ax, "GD step k", label, grid="both")
             axes[0, 0].set_title(f"Theorem 3.15, cycle language (V = {config.cycle_vocab}, m = {config.m}, "
                                  f"n = {config.n}, d = {config.d})", fontsize=9)
             out += list(save_figure(fig, outdir, "lm_cosine_theorem"))

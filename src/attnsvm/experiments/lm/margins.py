@@ -10,7 +10,7 @@ from pydantic import Field, PositiveInt
 from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import Check, check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record
-from attnsvm.plotting import pyplot, save_figure, subplots
+from attnsvm.plotting import label_axes, pyplot, save_figure, subplots
 from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, ordering_check, preset_deviations
 from attnsvm.training.language_model import lm_loss_grad, train_runs
 from attnsvm.svm import lm_constraints, soft_margin_svm
@@ -198,11 +198,8 @@ class LMMargins(Experiment):
         for j, st in enumerate(steps):
             ax.hist(mg[mg["step"] == st]["margin"], bins=bins, histtype="step", lw=1.8,
                     color=cmap(j / max(1, len(steps) - 1) * 0.85), label=f"k = {st}")
-        ax.set_xlabel("normalized margin (a_opt - a_t)^T X(k) a_query / ||X(k)||_F")
-        ax.set_ylabel("count over (sequence, prefix, token)")
-        ax.set_title("margin histograms during GD")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        label_axes(ax, "normalized margin (a_opt - a_t)^T X(k) a_query / ||X(k)||_F",
+                   "count over (sequence, prefix, token)", "margin histograms during GD", legend=8, grid="major")
         ax = axes[1]
         s = table[table["record"] == "summary"]
         g = s[s["step"] > 0].groupby("step")[["median_margin", "grad_frac_nonsupport", "frac_positive"]].mean().reset_index()
@@ -212,9 +209,7 @@ class LMMargins(Experiment):
         ax2.plot(g["step"], g["median_margin"], color="k", ls="--", label="median normalized margin")
         ax2.set_ylabel("median normalized margin")
         ax.set_xscale("log")
-        ax.set_xlabel("GD step k")
-        ax.set_ylabel("fraction")
-        ax.set_title("separation and support-token gradient share (mean over runs)")
+        label_axes(ax, "GD step k", "fraction", "separation and support-token gradient share (mean over runs)")
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, fontsize=8)

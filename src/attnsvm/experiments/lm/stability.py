@@ -9,7 +9,7 @@ import pandas as pd
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, preset_deviations
 from attnsvm.training.language_model import lipschitz_estimates, paper_lipschitz_bound, token_basis, train_lm
 
@@ -324,9 +324,7 @@ class LMStability(Experiment):
         for ax in axes:
             ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.set_xlabel("input scale c (embeddings times c)")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3, which="both")
+            label_axes(ax, "input scale c (embeddings times c)", legend=8, grid="both")
         axes[0].set_title("local gradient Lipschitz constant (geometric mean over runs)")
         axes[1].set_title(f"step-size search ({config.sweep_steps} GD steps)")
         return save_figure(fig, outdir, "lm_stability")

@@ -9,7 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, IDENTIFY_COS, PAPER_MM, SUPPORT_REASON, SUPPORT_TOL, certificate_check,
     certified_solution, config_deviations, dense_steps, draw_path, draw_ray, engine_train, exact_check, fact, joint_svms,
@@ -211,21 +211,14 @@ class Joint(Experiment):
                 draw_ray(ax, svm.loc[(kind, "p_relax"), ["x", "y"]].to_numpy(float), L, "red", "p^relax")
                 draw_ray(ax, svm.loc[(kind, "p_mm"), ["x", "y"]].to_numpy(float), L, "0.5", "p^mm (not relaxed)")
             draw_ray(ax, svm.loc[(kind, "v_mm"), ["x", "y"]].to_numpy(float), L, "blue", "v^mm")
-            ax.set_xlabel("coordinate 1")
-            ax.set_ylabel("coordinate 2")
-            ax.set_title(f"{lab} data: joint NGD paths, first {config.plot_steps} iterations")
             ax.set_aspect("equal", adjustable="datalim")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
+            label_axes(ax, "coordinate 1", "coordinate 2",
+                       f"{lab} data: joint NGD paths, first {config.plot_steps} iterations", legend=8, grid="major")
         ax = axes[2]
         g = tr[(tr["dataset"] == "tight") & (tr["step"] <= config.plot_steps)].sort_values("step")
         ax.plot(g["step"], g["prob_softmax"], color="red", label="softmax probability of the optimal tokens")
         ax.plot(g["step"], g["prob_logistic"], color="blue", label="logistic probability sigma(Y f)")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("mean probability")
-        ax.set_title("(c) tight data: probabilities")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        label_axes(ax, "iteration", "mean probability", "(c) tight data: probabilities", legend=8, grid="major")
         return save_figure(fig, outdir, "mm_joint")
 
     def explain(self, config, table):

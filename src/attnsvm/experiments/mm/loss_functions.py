@@ -11,7 +11,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsvm.generators import mm_loss
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     PAPER_MM, SUPPORT_REASON, certificate_check, certified_solution, config_deviations, constraint_rows, dense_steps,
     engine_train, exact_check, fact, locally_optimal_from_rows, num, p_svm, pick, rounding_check, spec_src,
@@ -194,11 +194,8 @@ class LossFunctions(Experiment):
                             label=f"C = {C:g}" if C in (Cs[0], Cs[-1]) else None)
             L = float(tr[tr["loss"] == loss]["norm"].max())
             ax.plot([0, L], [0, 0], ":", color="k", lw=1.2, label="p^mm = (1, 0)")
-            ax.set_xlabel("p[0]")
-            ax.set_ylabel("p[1]")
-            ax.set_title(f"{loss} loss: NGD paths, first {config.plot_steps} iterations")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
+            label_axes(ax, "p[0]", "p[1]", f"{loss} loss: NGD paths, first {config.plot_steps} iterations", legend=8,
+                       grid="major")
         return save_figure(fig, outdir, "mm_loss_functions")
 
     def explain(self, config, table):

@@ -13,7 +13,7 @@ from attnsvm.training.kernel import closed_form_step
 from attnsvm.svm import solve_p_svm, solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON, SVM_PRECISION, certificate_check,
     certified_solution, config_deviations, constraint_rows, cos_between, dense_steps, draw_path, draw_ray,
@@ -440,12 +440,9 @@ class MultiInput(Experiment):
         u = np.array([-pm[1], pm[0]]) / np.linalg.norm(pm)
         line = mid[None] + np.linspace(-2, 2, 2)[:, None] * u[None]
         ax.plot(line[:, 0], line[:, 1], ":", color="0.4", lw=1.4, label="separating hyperplane")
-        ax.set_xlabel("key coordinate 1")
-        ax.set_ylabel("key coordinate 2")
-        ax.set_title(f"(a) keys and NGD paths (scaled x{scale:.3f}), 6 inits")
         ax.set_aspect("equal", adjustable="datalim")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
+        label_axes(ax, "key coordinate 1", "key coordinate 2",
+                   f"(a) keys and NGD paths (scaled x{scale:.3f}), 6 inits", legend=7, grid="major")
         ax = axes[1]
         for opt, color in (("ngd", "red"), ("gd", "blue")):
             for prec, ls in (("float64", "-"), ("float32", "--")):
@@ -453,11 +450,8 @@ class MultiInput(Experiment):
                        & (tr["step"] <= config.plot_steps)].sort_values("step")
                 if len(g):
                     ax.plot(g["step"], g["prob_opt"], color=color, ls=ls, label=f"{opt.upper()} ({prec})")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("mean softmax probability of the optimal tokens")
-        ax.set_title("(b) softmax probability, p(0) = 0")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        label_axes(ax, "iteration", "mean softmax probability of the optimal tokens",
+                   "(b) softmax probability, p(0) = 0", legend=8, grid="major")
         ax = axes[2]
         for opt, color in (("ngd", "red"), ("gd", "blue")):
             g = tr[(tr["optimizer"] == opt) & (tr["precision"] == "float64") & (tr["init_x"] == 0.0)
@@ -465,11 +459,8 @@ class MultiInput(Experiment):
             ax.plot(g["step"], g["norm"], color=color, label=f"{opt.upper()} (float64)")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("iteration t (log scale)")
-        ax.set_ylabel("||p(t)|| (log scale)")
-        ax.set_title("(c) norm growth: NGD ~ eta t, GD ~ c log t")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3, which="both")
+        label_axes(ax, "iteration t (log scale)", "||p(t)|| (log scale)",
+                   "(c) norm growth: NGD ~ eta t, GD ~ c log t", legend=8, grid="both")
         return save_figure(fig, outdir, "mm_multi_input")
 
     def explain(self, config, table):

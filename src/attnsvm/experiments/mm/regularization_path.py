@@ -11,7 +11,7 @@ from attnsvm.metrics import correlation
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import regularization_path
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, certificate_check, certified_solution, config_deviations, cos_between,
     e2_as_cross_attention, joint_svms, num, p_svm, pick, rounding_check, spec_src, svm_record,
@@ -240,11 +240,8 @@ class RegularizationPath(Experiment):
             ax.plot(wp["R"], np.maximum(1 - wp["cos"], 1e-17), "^:", color="k", label="engine W-path vs W^mm")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("radius R")
-        ax.set_ylabel("1 - cos(solution(R), SVM direction)")
-        ax.set_title("p-only, local and W regularization paths")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3, which="both")
+        label_axes(ax, "radius R", "1 - cos(solution(R), SVM direction)", "p-only, local and W regularization paths",
+                   legend=7, grid="both")
         jp = table[table["record"] == "joint-path"]
         for ax, kind, target, tname in ((axes[1], "tight", 0.25, "p^mm"), (axes[2], "relaxed", 0.0, "p^relax")):
             g = jp[jp["dataset"] == kind]
@@ -257,11 +254,8 @@ class RegularizationPath(Experiment):
             if kind == "relaxed":
                 ax.axhline(0.2, ls="--", color="0.5", lw=1, label="p^mm slope 0.2")
             ax.set_xscale("log")
-            ax.set_xlabel("radius R of p")
-            ax.set_ylabel("slope p[1] / p[0] of the path")
-            ax.set_title(f"joint (v, p) path, E3 {kind} data")
-            ax.legend(fontsize=7)
-            ax.grid(alpha=0.3, which="both")
+            label_axes(ax, "radius R of p", "slope p[1] / p[0] of the path", f"joint (v, p) path, E3 {kind} data",
+                       legend=7, grid="both")
         return save_figure(fig, outdir, "mm_regularization_path")
 
     def explain(self, config, table):

@@ -9,7 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsvm.generators import mm_single_input
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     IDENTIFY_COS, IDENTIFY_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON, SVM_PRECISION, certificate_check,
     config_deviations,
@@ -245,12 +245,10 @@ class SingleInput(Experiment):
                        label=f"token 1 (gamma={X[1, 2]:g}) x{sc:g}")
             ax.scatter([sc * X[2, 0]], [sc * X[2, 1]], marker="o", s=60, c="tab:purple", edgecolors="k", zorder=5,
                        label=f"token 2 (gamma={X[2, 2]:g})")
-            ax.set_xlabel("p[0] (key coordinate 1)")
-            ax.set_ylabel("p[1] (key coordinate 2)")
-            ax.set_title(f"{kind} data: NGD paths, first {config.plot_steps} iterations (float64)")
             ax.set_aspect("equal", adjustable="datalim")
-            ax.legend(fontsize=7, loc="upper right")
-            ax.grid(alpha=0.3)
+            label_axes(ax, "p[0] (key coordinate 1)", "p[1] (key coordinate 2)",
+                       f"{kind} data: NGD paths, first {config.plot_steps} iterations (float64)", legend=7,
+                       loc="upper right", grid="major")
         if has32:
             ax = axes[2]
             for prec, ls in (("float64", "-"), ("float32", "--")):
@@ -258,11 +256,8 @@ class SingleInput(Experiment):
                     g = tr[(tr["dataset"] == "local") & (tr["precision"] == prec) & (tr["init_y"] == y)].sort_values("step")
                     if len(g):
                         ax.plot(g["step"], g["cos_local"], ls=ls, label=f"{prec}, y(0)={y:g}")
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("cos(p, p^mm_local)")
-            ax.set_title("local data: float32 drift after saturation")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
+            label_axes(ax, "iteration", "cos(p, p^mm_local)", "local data: float32 drift after saturation", legend=8,
+                       grid="major")
         return save_figure(fig, outdir, "mm_single_input_paths")
 
     def explain(self, config, table):

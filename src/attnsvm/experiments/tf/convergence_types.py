@@ -15,7 +15,7 @@ from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import mean_check, share_check, share_difference_check
 from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 
 
@@ -161,8 +161,7 @@ class ConvergenceTypes(Experiment):
         ax.bar(x, 100 * sh["local"], w, color="tab:blue", label="locally optimal (incl. global)")
         ax.bar(x + w, 100 * (1 - sh["local"]), w, color="teal", label="neither")
         ax.set_xticks(x, [str(d) for d in sh.index])
-        ax.set_xlabel("d")
-        ax.set_ylabel("% of runs")
         ax.set_ylim(0, 105)
-        ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)  # above the bars
+        # the legend above the bars
+        label_axes(ax, "d", "% of runs", legend=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
         return save_figure(fig, outdir, "convergence_types")

@@ -13,7 +13,7 @@ from attnsvm.experiments.checks import check, integrity_check, share_check
 from attnsvm.experiments.common import config_deviations, svm_record
 from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, section
 from attnsvm.generators import random_problem
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.svm import solve_svm
 
 #: 7.2 item 4: P(feasible, alpha = opt) per (n, T) and d, as (op, target)
@@ -133,9 +133,7 @@ class Feasibility(Experiment):
             axes[0, 1].plot(sv.index, sv, "-o", ms=3, label=f"n={n}, T={T}")
         for ax, ylabel in zip(axes[0], ("P(Att-SVM feasible)", "share of active constraints (support vectors)")):
             ax.set_xscale("log")
-            ax.set_xlabel("d")
-            ax.set_ylabel(ylabel)
-            ax.legend(fontsize=7)
+            label_axes(ax, "d", ylabel, legend=7)
         return save_figure(fig, outdir, "feasibility")
 
     def explain(self, config, table):

@@ -17,7 +17,7 @@ from attnsvm.experiments.checks import check, integrity_check, mean_check, recor
 from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
 from attnsvm.experiments.lm.common import decided_by_control, ordering_check
 from attnsvm.experiments.planning import lookup
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, majority_check, section
 
 #: 7.2 item 6: upper bounds on the mean final 1-corr(W, W_fin + R W_svm) per d
@@ -247,10 +247,7 @@ class MultiToken(Experiment):
             ax.semilogy(g.err_eq.mean().index, g.err_eq.mean(), "-", label="W_fin + R W_svm")
             ax.semilogy(g.err_svm.mean().index, g.err_svm.mean(), ":", label="Gen-SVM direction")
             ax.semilogy(g.err_1token.mean().index, g.err_1token.mean(), "--", label="1-token SVM")
-            ax.set_title(f"d = {d}")
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("mean 1 - correlation")
-            ax.legend(fontsize=6)
+            label_axes(ax, "iteration", "mean 1 - correlation", f"d = {d}", legend=6)
             fin = sub[sub.step == sub.step.max()]
             ax = axes[1, k]
             ax.loglog(np.maximum(fin.max_masked, 1e-300), np.maximum(fin.err_eq, 1e-16), ".", ms=3)

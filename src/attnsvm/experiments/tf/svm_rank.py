@@ -14,7 +14,7 @@ from attnsvm.experiments.common import config_deviations, svm_record
 from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, section
 from attnsvm.generators import random_problem
 from attnsvm.metrics import matrix_rank as rank
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.svm import solve_svm
 
 
@@ -293,9 +293,7 @@ class SVMRank(Experiment):
                             label=f"{lab} Frobenius")
                     ax.plot(g.rank_nuc.mean().index, g.rank_nuc.mean(), "--s", color=col[k % len(col)], ms=3,
                             label=f"{lab} nuclear")
-                ax.set_xlabel("d")
-                ax.set_ylabel("mean rank of the SVM solution")
-                ax.set_title(f"varying {varied} ({protocol} protocol)")
+                label_axes(ax, "d", "mean rank of the SVM solution", f"varying {varied} ({protocol} protocol)")
                 if ax.lines:
                     ax.legend(fontsize=7)
         return save_figure(fig, outdir, "svm_rank")

@@ -20,7 +20,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import check
 from attnsvm.experiments.common import config_deviations, final_rows, svm_record
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
-from attnsvm.plotting import save_figure, subplots
+from attnsvm.plotting import label_axes, save_figure, subplots
 
 INSTANCES = {"vis1": tf_visualization1, "vis2": tf_visualization2}
 #: plot windows of the research notebooks
@@ -170,10 +170,8 @@ class Trajectories(Experiment):
                             label=f"{param} path" if i == 0 else None)
             ax.set_xlim(x0, x1)
             ax.set_ylim(y0, y1)
-            ax.set_xlabel("coordinate 1")
-            ax.set_ylabel("coordinate 2")
-            ax.set_title(f"{name}: tokens (star = optimal) and W(k) z_i")
-            ax.legend(fontsize=7, loc="lower right")
+            label_axes(ax, "coordinate 1", "coordinate 2", f"{name}: tokens (star = optimal) and W(k) z_i", legend=7,
+                       loc="lower right")
         paths += save_figure(fig, outdir, "trajectories")
 
         fig, axes = subplots(1, len(config.instances))
@@ -182,9 +180,6 @@ class Trajectories(Experiment):
                 sub = table[(table.instance == name) & (table.param == param)].sort_values("step")
                 ax.semilogy(sub.step, np.maximum(1 - sub.corr_fro, 1e-12), "-", color=col, label=f"{param} vs W^mm")
                 ax.semilogy(sub.step, np.maximum(1 - sub.corr_nuc, 1e-12), "--", color=col, label=f"{param} vs W^mm_*")
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("1 - correlation")
-            ax.set_title(name)
-            ax.legend(fontsize=7)
+            label_axes(ax, "iteration", "1 - correlation", name, legend=7)
         paths += save_figure(fig, outdir, "correlation")
         return paths
