@@ -200,7 +200,7 @@ def _one_thread():
     """One BLAS and one torch thread while a task runs, the caller's settings restored afterwards.
 
     The solvers' matrices are small and a sweep gets its parallelism from worker processes;
-    oversubscribed BLAS threads made small solves ten times slower on a loaded 2-core machine.
+    BLAS threads on top of them oversubscribe the cores and slow small solves down.
     The runner never changes its host's settings beyond the task it runs.
     """
     from threadpoolctl import threadpool_limits
