@@ -3,6 +3,8 @@ the results and the certified check, deviations of a preset (figures: :mod:`attn
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import numpy as np
 import pandas as pd
 
@@ -34,6 +36,11 @@ def at_step(table: pd.DataFrame, step: int) -> pd.DataFrame:
     below = steps[steps <= step]
     chosen = below[-1] if below.size else steps[0]
     return table[table["step"] == chosen]
+
+
+def half_unit(figure: str) -> float:
+    """Half a unit of the last printed decimal of a spec figure: ``"0.9747" -> 5e-5``, ``"3.5e-5" -> 5e-7``."""
+    return 0.5 * 10.0 ** Decimal(figure).as_tuple().exponent
 
 
 # ------------------------------------------------------------------ SVM certificates in the results

@@ -20,8 +20,6 @@ certified (:func:`certificate_check`), otherwise its solution is stored as NaN.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import numpy as np
 import pandas as pd
 
@@ -35,7 +33,7 @@ from attnsvm.training.prompt import (  # the prompt model's mathematics, re-expo
 )
 from attnsvm.experiments.checks import Check, check
 from attnsvm.experiments.common import (  # noqa: F401  (re-exported for the mm experiments)
-    certified_check, config_deviations as config_deviations, log_steps, svm_record as svm_record,
+    certified_check, config_deviations as config_deviations, half_unit, log_steps, svm_record as svm_record,
     uncertified as uncertified,
 )
 
@@ -124,11 +122,6 @@ def cos_between(a, b) -> float:
         return float("nan")
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
     return float(a @ b / (na * nb)) if na > 0 and nb > 0 else float("nan")
-
-
-def half_unit(figure: str) -> float:
-    """Half a unit of the last printed decimal of a spec figure: ``"0.9747" -> 5e-5``, ``"3.5e-5" -> 5e-7``."""
-    return 0.5 * 10.0 ** Decimal(figure).as_tuple().exponent
 
 
 def rounding_dev(pairs, slack: float = 0.0) -> float:

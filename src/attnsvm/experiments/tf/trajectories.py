@@ -18,7 +18,7 @@ from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check
-from attnsvm.experiments.common import config_deviations, final_rows, svm_record
+from attnsvm.experiments.common import config_deviations, final_rows, half_unit, svm_record
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 from attnsvm.plotting import label_axes, save_figure, subplots
 
@@ -46,13 +46,6 @@ def _svms(problem):
 SVM_CORR = {"vis1": (0.89, "7.2 item 2"), "vis2": (0.936, "5 E1 visualization2 [MEAS]")}
 #: spec ranks (rank W^mm, rank W^mm_*): 7.2 item 2 (vis1), 5 E1 (vis2)
 RANKS = {"vis1": (2, 1, "7.2 item 2"), "vis2": (2, 2, "5 E1 visualization2 [MEAS]")}
-
-
-def _half_unit(x: float) -> float:
-    """Half a unit of the last decimal of the spec's figure (0.89 -> 0.005, 0.936 -> 0.0005)."""
-    s = repr(float(x))
-    dec = len(s.split(".")[1]) if "." in s else 0
-    return 0.5 * 10.0 ** (-dec)
 
 
 @register
@@ -113,7 +106,7 @@ class Trajectories(Experiment):
                              last, source=src, reason="spec's bar corr >= 0.999 at k = 2000"))
             row = table[table.instance == name].iloc[0]
             target, where = SVM_CORR[name]
-            tol = _half_unit(target)
+            tol = half_unit(repr(float(target)))
             out.append(check(f"{name}: |corr(W^mm, W^mm_*) - {target:g}| (the two SVMs differ)",
                              abs(float(row.corr_svms) - target), "<=", tol, f"corr(W^mm, W^mm_*) = {row.corr_svms:.6f}",
                              source=section(where), kind="tolerance",
