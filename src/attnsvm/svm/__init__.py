@@ -34,6 +34,7 @@ from attnsvm.svm.analysis import (
     all_support_vectors,
     enumerate_locally_optimal,
     is_locally_optimal,
+    locally_optimal_rows,
     matrix_rank,
     separation_delta,
     support_indices,
@@ -97,6 +98,6 @@ __all__ = [
     "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
     "CERTIFIED_STATIONARITY",
     # analysis
-    "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
+    "support_indices", "is_locally_optimal", "locally_optimal_rows", "all_support_vectors", "enumerate_locally_optimal",
     "separation_delta", "matrix_rank", "row_basis",
 ]
