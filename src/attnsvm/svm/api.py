@@ -46,7 +46,7 @@ from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
 from attnsvm.svm.prompt import solve_vector_svm
 from attnsvm.svm.soft import solve_soft
 from attnsvm.svm.solution import Certificate, SVMSolution
-from attnsvm.svm.working_set import solve_dispatch
+from attnsvm.svm.dispatch import solve_dispatch
 
 __all__ = [
     "solve", "certify", "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
@@ -147,7 +147,7 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     squared : soft margin only, objective ``||W||^2 + C sum xi``
     formulation : label stored in the solution (default ``constraints.kind``; soft margin: "soft")
     **solver_options : hard margin: ``method`` ("auto": dense up to
-        :data:`~attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
+        :data:`~attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
         memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"), ``tol``,
         ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, ``device`` (a torch device
         such as "cuda" for the interior-point method's dense algebra; needs torch), working set: ``batch``,
