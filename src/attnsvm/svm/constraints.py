@@ -150,9 +150,17 @@ class ConstraintSet:
         ``2^E`` that of the largest row-scaled ``|rhs|``: the rows of ``cs_n`` have
         entries below 1 and its right-hand sides at most 1, whatever the scale of the
         data (1e-200 or 1e200). Power-of-two scaling is exact in floating point. The
-        solution of ``cs_n`` maps back through :class:`RowScaling`.
+        solution of ``cs_n`` maps back through :class:`RowScaling`
+        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.scaling`).
         """
-        return _normalize(self)
+        sc = RowScaling.unit_rows(self.U, self.V, self.rhs)
+        return sc.apply(self), sc
+
+    def with_rows(self, U: np.ndarray, V: np.ndarray, rhs: np.ndarray) -> "ConstraintSet":
+        """The same labelled rows with factors ``U (N, d1)``, ``V (N, d2)`` and ``rhs (N,)`` replaced
+        (trusted: for the solvers' scaled copies, whose arrays they computed)."""
+        return ConstraintSet._trusted(U, V, rhs, self.is_equality, self.sample, self.query, self.token, self.other,
+                                      self.kind, self.shape)
 
     def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
         """The subset of rows where ``mask`` (N,) is true."""
@@ -252,26 +260,6 @@ def checked_set(constraints, name: str = "constraints") -> ConstraintSet:
             if all(np.isfinite(np.sum(a)) for a in (U, V, rhs)):
                 return cs
     return ConstraintSet(*(getattr(cs, f, None) for f in _FIELDS))
-
-
-def _normalize(cs: "ConstraintSet") -> tuple["ConstraintSet", RowScaling]:
-    N = cs.N
-    if N == 0:
-        z = np.zeros(0, np.int64)
-        return cs, RowScaling(z, z.copy(), 0)
-    _, a = np.frexp(np.abs(cs.U).max(axis=1) if cs.d1 else np.zeros(N))
-    _, b = np.frexp(np.abs(cs.V).max(axis=1) if cs.d2 else np.zeros(N))
-    a, b = a.astype(np.int64), b.astype(np.int64)
-    mant, er = np.frexp(cs.rhs)
-    er = er.astype(np.int64) - a - b
-    nz = cs.rhs != 0
-    E = int(er[nz].max()) if nz.any() else 0
-    with np.errstate(under="ignore"):
-        U = np.ldexp(cs.U, -a[:, None])
-        V = np.ldexp(cs.V, -b[:, None])
-        rhs = np.where(nz, np.ldexp(mant, np.where(nz, er - E, 0)), 0.0)
-    cs_n = ConstraintSet._trusted(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
-    return cs_n, RowScaling(a, b, E)
 
 
 def row_gram(U: np.ndarray, V: np.ndarray) -> np.ndarray:

@@ -34,10 +34,13 @@ from attnsvm._validate import check_choice, check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
-from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable, row_gram
-from attnsvm.svm.frobenius import (frobenius_qp, infeasible_solution, not_representable_error, require_dense_memory,
-                                   row_sizes, support_mask)
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm.svm.constraints import ConstraintSet, row_gram
+from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
+                                   row_sizes)
+from attnsvm.svm.result import build_solution, infeasible_solution
+from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "nuclear_certificate", "nuclear_bytes"]
 
@@ -62,27 +65,11 @@ def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
     lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "norm")
     m_n = cs_n.evaluate(W_n)
-    margins = sc.margins(m_n)
     b, eq = cs_n.rhs, cs_n.is_equality
-    ineq = ~eq
-    S = cs_n.combine(lam_n)
-    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W_n, compute_uv=False).sum()) if W_n.size else 0.0
-    align = abs(float(np.sum(W_n * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W_n * S)))
-    lam_f = np.where(ineq, np.maximum(lam_n, 0.0), lam_n)      # dual feasible: clip, then into the ball
-    S_f = cs_n.combine(lam_f)
-    spec_f = float(np.linalg.norm(S_f, 2)) if S_f.size else 0.0
-    dual = float(b @ lam_f) / max(1.0, spec_f)
-    top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
-    comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n))),
-        stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=relative_gap(nuc, dual),
-        dual_infeasibility=float(np.max(-lam_n[ineq], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nuc if nuc > 0 else comp,
-    )
-    return cert, margins
+    viol = relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n)))
+    cert, _ = result_nuclear_certificate(violation=viol, U=cs_n.U, V=cs_n.V, b=b, eq=eq, lam=lam_n, slack=m_n - b,
+                                         W=W_n)
+    return cert, sc.margins(m_n)
 
 
 def nuclear_bytes(N: int, d1: int, d2: int) -> float:
@@ -240,8 +227,9 @@ def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):
     del G
     if res0.status == "infeasible":
         info = {"method": res0.method, "iterations": res0.iterations, "seconds": time.perf_counter() - t0}
-        return infeasible_solution(cs, sc.farkas(res0.farkas), formulation, "nuclear", info,
-                                   res0.info.get("offending"))
+        f = sc.farkas(res0.farkas)
+        return infeasible_solution(cs, f, formulation=formulation, norm="nuclear", info=info,
+                                   residual=farkas_residual_of(cs, f), offending=res0.info.get("offending"))
     return normalized, res0.lam, cs_n.combine(res0.lam)
 
 
@@ -352,7 +340,7 @@ def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info
         raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
     cert, margins = nuclear_certificate(cs, W, lam, normalized)
     nuc = float(np.ldexp(np.linalg.svd(W_n, compute_uv=False).sum(), sc.E)) if W_n.size else 0.0
-    support = support_mask(margins, cs, support_tol)
     info["seconds"] = time.perf_counter() - t0
-    return SVMSolution(status_from(cert, "nuclear"), formulation, "nuclear", W, nuc, nuc, margins, lam, support, cs,
-                       cert, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status_from(cert, "nuclear"), formulation=formulation, norm="nuclear", W=W,
+                          norm_value=nuc, margins=margins, duals=lam, certificate=cert, support_tol=support_tol,
+                          info=info)

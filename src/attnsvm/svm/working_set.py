@@ -50,11 +50,13 @@ from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
-from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.pdas import _BasePDAS
 from attnsvm.svm.qp import QPResult, solve_gram_qp
-from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
-                                   status_from)
+from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
+from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
+                                 nuclear_certificate)
+from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
 
 __all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "WorkingSetSettings", "ScaleError"]
 
@@ -215,10 +217,8 @@ def _options(cs: ConstraintSet, tol, support_tol, batch, per_group, max_rounds, 
 
 
 def _farkas_residual(ws: "_GramSet", f: np.ndarray) -> float:
-    """``||sum_k f_k A_k||_F / sum_k |f_k| ||A_k||_F`` over the working set (0: an exact proof)."""
-    size = np.sqrt(np.maximum(np.diag(ws.G), 0.0))
-    den = float(np.abs(f) @ size)
-    return float(np.linalg.norm(ws.combine(f))) / den if den > 0 else 0.0
+    """:func:`~attnsvm.svm.result.farkas_residual` over the working set's scaled rows (0: an exact proof)."""
+    return farkas_residual(ws.U, ws.V, f)
 
 
 def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: np.ndarray, offending_ws,
@@ -232,17 +232,13 @@ def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: n
     if not res <= 100 * FARKAS_RESIDUAL:
         raise RuntimeError(f"working set: the subset solver reported infeasibility with Farkas multipliers whose "
                            f"relative residual is {res:.1e}: not a certificate (use method='dense')")
-    N = cs.N
-    farkas = np.zeros(N)
-    farkas[ws.rows] = np.ldexp(farkas_ws, -setup.e[ws.rows])
+    farkas = np.zeros(cs.N)
+    farkas[ws.rows] = setup.scaling.subset(ws.rows).farkas(farkas_ws)
     if offending_ws is None:
         big = np.abs(farkas_ws) > 1e-9 * max(float(np.abs(farkas_ws).max()), 1e-300)
         offending_ws = np.flatnonzero(big)
-    offending = [int(ws.rows[k]) for k in offending_ws]
-    cert = Certificate(stationarity_residual=res, farkas=farkas, offending=offending,
-                       offending_labels=[cs.label(k) for k in offending[:20]])
-    return SVMSolution("infeasible", formulation, norm, None, float("inf"), float("inf"), np.full(N, np.nan),
-                       np.zeros(N), np.zeros(N, bool), cs, cert, info=info)
+    return infeasible_solution(cs, farkas, formulation=formulation, norm=norm, info=info, residual=res,
+                               offending=ws.rows[np.asarray(offending_ws, dtype=np.int64)])
 
 
 #: row sizes ``||u_k|| ||w_k||`` the working set accepts (``2^±400``): its Gram entries (sizes
@@ -257,8 +253,8 @@ class ScaleError(ValidationError):
 class _Setup:
     """What every round needs about all N rows: query groups, row sizes and the row scaling.
 
-    The rows are used scaled by powers of two, ``u_k 2^-a_k``, ``w_k 2^-b_k``, ``rhs_k 2^-e_k``
-    (``e_k = a_k + b_k``, ``2^a_k`` just above ``||u_k||``): a positive factor on a constraint
+    The rows are used scaled by powers of two (:meth:`RowScaling.row_norms`), ``u_k 2^-a_k``,
+    ``w_k 2^-b_k``, ``rhs_k 2^-e_k`` (``e_k = a_k + b_k``, ``2^a_k`` just above ``||u_k||``): a positive factor on a constraint
     row and its right-hand side leaves the constraint, hence W, unchanged, and the subset
     QPs see rows of size ~1 whatever the data scale (the multipliers map back exactly as
     ``lam_k = lam'_k 2^-e_k``). Violations are compared in these units (relative to the row).
@@ -280,15 +276,14 @@ class _Setup:
                 f"and multipliers must fit in float64), got {float(nz.min()):.1e} .. {float(nz.max()):.1e}: "
                 "rescale the tokens and queries towards unit size (the solution direction does not depend on "
                 "the scale, W(cX) = W(X) / c^2) or use method='dense'")
-        self.a = np.frexp(un)[1].astype(np.int64)
-        self.b = np.frexp(wn)[1].astype(np.int64)
-        self.e = self.a + self.b
-        self.rhs = np.ldexp(cs.rhs, -self.e)                         # scaled right-hand sides
+        self.scaling = RowScaling.row_norms(un, wn)                  # E = 0: W is that of the scaled rows
+        self.e = self.scaling.s                                      # a_k + b_k
+        self.rhs = self.scaling.rhs(cs.rhs)                          # scaled right-hand sides
         self.btol = tol * max(1.0, float(np.max(np.abs(self.rhs))) if N else 1.0)
 
     def rows(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scaled factors ``(U_r 2^-a, V_r 2^-b)`` of rows r."""
-        return (np.ldexp(self.cs.U[r], -self.a[r][:, None]), np.ldexp(self.cs.V[r], -self.b[r][:, None]))
+        return self.scaling.subset(r).rows(self.cs.U[r], self.cs.V[r])
 
     def violations(self, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(scaled, score)``: violations ``(rhs_k - m_k) 2^-e_k`` (``|.|`` on equality rows) of the
@@ -296,14 +291,6 @@ class _Setup:
         ranks rows (the powers of two differ from the norms by up to 4x): shape (N,) each."""
         raw = _violations(self.cs, margins)
         return np.ldexp(raw, -self.e), raw * self.inv_scale
-
-
-def _support_mask(cs: ConstraintSet, margins: np.ndarray, support_tol: float) -> np.ndarray:
-    """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)`` (as the dense solvers)."""
-    b = cs.rhs
-    R = float(np.max(np.abs(b))) if b.size else 1.0
-    R = R if R > 0 else 1.0
-    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
 
 
 def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
@@ -516,31 +503,17 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     of the rows of ``cs`` (``lam_k = lam'_k 2^-e_k``). The certificate's dual quantities are
     computed in the scaled units, like the dense solvers' row-normalized ones.
     """
-    N = cs.N
-    eq = cs.is_equality
-    b_ws = setup.rhs[ws.rows]
-    lam = np.zeros(N)
-    lam[ws.rows] = np.ldexp(lam_ws, -setup.e[ws.rows])
+    sub = setup.scaling.subset(ws.rows)
+    lam = np.zeros(cs.N)
+    lam[ws.rows] = sub.lam(lam_ws, "squared")
     nrm = float(np.linalg.norm(W))
-    eq_ws = eq[ws.rows]
-    ineq_ws = ~eq_ws
-    lam_f = np.where(ineq_ws, np.maximum(lam_ws, 0.0), lam_ws)     # dual feasible
-    S_f = ws.combine(lam_f)
-    primal = 0.5 * nrm ** 2
-    dual = float(b_ws @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    top_lam = float(np.max(np.abs(lam_ws))) if lam_ws.size else 0.0
-    slack_ws = np.ldexp(margins[ws.rows] - cs.rhs[ws.rows], -setup.e[ws.rows])
-    comp = float(np.max(np.abs(lam_ws * np.where(ineq_ws, slack_ws, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(margins, cs.rhs, eq, setup.scale * nrm),
-        stationarity_residual=_returned_residual(setup, lam, W),
-        duality_gap=relative_gap(primal, dual),
-        dual_infeasibility=float(np.max(-lam_ws[ineq_ws], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nrm ** 2 if nrm > 0 else comp,
-    )
+    slack_ws = sub.rhs(margins[ws.rows] - cs.rhs[ws.rows])
+    cert = fro_certificate(violation=relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * nrm),
+                           U=ws.U, V=ws.V, b=setup.rhs[ws.rows], eq=cs.is_equality[ws.rows], lam=lam_ws,
+                           slack=slack_ws, W=W, residual=_returned_residual(setup, lam, W))
     status = status_from(cert, "fro") if "stopped" not in info else _stopped_status(setup, margins)
-    return SVMSolution(status, formulation, "fro", W, nrm, nrm, margins, lam, _support_mask(cs, margins, support_tol),
-                       cs, cert, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status, formulation=formulation, norm="fro", W=W, norm_value=nrm,
+                          margins=margins, duals=lam, certificate=cert, support_tol=support_tol, info=info)
 
 
 def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
@@ -556,7 +529,7 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
     W is the same for scaled and unscaled rows). Only the rows with a nonzero multiplier are read."""
     rows = np.flatnonzero(lam)
     Un, Vn = setup.rows(rows)
-    return stationarity_residual(Un, Vn, np.ldexp(lam[rows], setup.e[rows]), W)
+    return stationarity_residual(Un, Vn, setup.scaling.subset(rows).lam_to_n(lam[rows], "squared"), W)
 
 
 def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
@@ -662,27 +635,11 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
 def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
                     info) -> SVMSolution:
     """Nuclear solution with its relative certificate over all N rows (duals zero outside S)."""
-    N = cs.N
-    b, eq = cs.rhs, cs.is_equality
-    lam = np.zeros(N)
+    lam = np.zeros(cs.N)
     lam[rows] = lam_sub
-    ineq_s = ~sub.is_equality
-    S = sub.combine(lam_sub)
-    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
-    align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
-    lam_f = np.where(ineq_s, np.maximum(lam_sub, 0.0), lam_sub)
-    spec_f = float(np.linalg.norm(sub.combine(lam_f), 2)) if S.size else 0.0
-    dual = float(sub.rhs @ lam_f) / max(1.0, spec_f)
-    top_lam = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
-    comp = float(np.max(np.abs(lam_sub * np.where(ineq_s, margins[rows] - sub.rhs, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(margins, b, eq, setup.scale * float(np.linalg.norm(W))),
-        stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=relative_gap(nuc, dual),
-        dual_infeasibility=float(np.max(-lam_sub[ineq_s], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nuc if nuc > 0 else comp,
-    )
+    viol = relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * float(np.linalg.norm(W)))
+    cert, nuc = nuclear_certificate(violation=viol, U=sub.U, V=sub.V, b=sub.rhs, eq=sub.is_equality, lam=lam_sub,
+                                    slack=margins[rows] - sub.rhs, W=W)
     status = status_from(cert, "nuclear") if "stopped" not in info else "optimal_inaccurate"
-    return SVMSolution(status, formulation, "nuclear", W, nuc, nuc, margins, lam,
-                       _support_mask(cs, margins, support_tol), cs, cert, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status, formulation=formulation, norm="nuclear", W=W, norm_value=nuc,
+                          margins=margins, duals=lam, certificate=cert, support_tol=support_tol, info=info)
