@@ -1,28 +1,80 @@
-"""Dispatch: which solver runs a ConstraintSet (dense or working set, by size and memory)."""
+"""Dispatch: which solver runs a ConstraintSet, with its options parsed before any work.
+
+The solver interface: each method is a :class:`Solver` (a name, its options dataclass from
+:mod:`attnsvm.svm.options` and the function that runs it), implemented in its own module. Each
+function follows the same three stages, after cvxpy's apply -> solve -> invert: it scales the rows
+(:mod:`attnsvm.svm.scaling`), solves the scaled problem, and maps the result back, certifies it and
+builds the :class:`~attnsvm.svm.solution.SVMSolution` (:mod:`attnsvm.svm.result`).
+
+=========================  ==========================================  ==========================
+(norm, method)             function                                    options
+=========================  ==========================================  ==========================
+("fro", "dense")           :func:`~attnsvm.svm.frobenius.solve_frobenius`     :class:`FrobeniusOptions`
+("nuclear", "dense")       :func:`~attnsvm.svm.nuclear.solve_nuclear`         :class:`NuclearOptions`
+("fro", "working_set")     :func:`~attnsvm.svm.working_set.solve_frobenius_ws`  :class:`FrobeniusWSOptions`
+("nuclear", "working_set") :func:`~attnsvm.svm.working_set.solve_nuclear_ws`    :class:`NuclearWSOptions`
+=========================  ==========================================  ==========================
+
+(The soft margin, :func:`~attnsvm.svm.soft.solve_soft` with :class:`SoftOptions`, and the vector
+SVMs, :func:`~attnsvm.svm.prompt.solve_vector_svm` with :class:`VectorOptions`, are called by
+:mod:`attnsvm.svm.api` directly: each has one method.)
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 from attnsvm._validate import check_choice
 from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm.nuclear import solve_nuclear
+from attnsvm.svm.options import (FrobeniusOptions, FrobeniusWSOptions, NuclearOptions, NuclearWSOptions,
+                                 SolverOptions)
 from attnsvm.svm.solution import SVMSolution
 from attnsvm.svm.working_set import ScaleError, solve_frobenius_ws, solve_nuclear_ws
 
-__all__ = ["solve_dispatch", "METHODS", "AUTO_DENSE_MAX_N"]
+__all__ = ["solve_dispatch", "Solver", "SOLVERS", "METHODS", "AUTO_DENSE_MAX_N"]
 
 #: ``method`` values of :func:`solve_dispatch` ("pdas" and "goldfarb-idnani" select the dense
 #: Frobenius solver with that QP method).
 METHODS = ("auto", "dense", "working_set", "pdas", "goldfarb-idnani")
 
-
 #: ``method="auto"`` solves up to this many rows densely (N x N Gram matrices) and more by the
-#: working set. Measured (one thread, best of 3-20 runs) on planted and optimal-token instances:
-#: at d = 64 the working set took 0.84-1.16x the dense time at N = 600 and was 1.14-1.53x faster
-#: at N = 800, 2.4-2.8x at 1200, 10-12x at 3000, 41x at 5000; at d = 10 it is faster from
-#: N = 250 on feasible instances (benchmarks/solvers.py --scale prints both side by side).
+#: working set (``python benchmarks/solvers.py --scale`` times both side by side; the measured
+#: crossover is in docs/guide/performance.md).
 AUTO_DENSE_MAX_N = 800
 
-_WS_ONLY = ("batch", "per_group", "max_rounds", "verbose")
+
+@dataclass(frozen=True)
+class Solver:
+    """One method: ``run(cs, formulation=..., **options.kwargs())`` returns an SVMSolution."""
+
+    name: str
+    options: type
+    run: Callable[..., SVMSolution]
+
+    def __call__(self, cs: ConstraintSet, formulation: str, options: SolverOptions) -> SVMSolution:
+        return self.run(cs, formulation=formulation, **options.kwargs())
+
+
+#: (norm, method) -> Solver
+SOLVERS = {
+    ("fro", "dense"): Solver("the dense Frobenius solver", FrobeniusOptions, solve_frobenius),
+    ("nuclear", "dense"): Solver("the dense nuclear solver", NuclearOptions, solve_nuclear),
+    ("fro", "working_set"): Solver("the Frobenius working set", FrobeniusWSOptions, solve_frobenius_ws),
+    ("nuclear", "working_set"): Solver("the nuclear working set", NuclearWSOptions, solve_nuclear_ws),
+}
+
+
+#: options only the working sets have: under ``method="auto"`` giving one chooses the working set
+WS_ONLY = frozenset({"batch", "per_group", "max_rounds", "verbose"})
+
+
+def _parse(norm: str, method: str, kw: dict) -> tuple[Solver, SolverOptions]:
+    solver = SOLVERS[(norm, method)]
+    return solver, solver.options.parse(kw, solver.name)
 
 
 def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", **kw) -> SVMSolution:
@@ -31,17 +83,13 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
     Parameters
     ----------
     method : "auto" (dense up to :data:`AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
-        memory, else the working set), "dense", "working_set", or a dense Frobenius QP method
-        ("pdas", "goldfarb-idnani")
-    **kw : options of the chosen solver (:func:`~attnsvm.svm.frobenius.solve_frobenius`,
-        :func:`~attnsvm.svm.nuclear.solve_nuclear`, :func:`solve_frobenius_ws`,
-        :func:`solve_nuclear_ws`); an option the chosen solver does not have is refused
-        (ValidationError naming it). ``max_memory`` applies to every path: the dense one
-        refuses (ResourceLimitError) when its N x N matrices need more.
+        memory, else the working set; an option only the working set has chooses it), "dense",
+        "working_set", or a dense Frobenius QP method ("pdas", "goldfarb-idnani")
+    **kw : options of the chosen method (:data:`SOLVERS`), parsed into its dataclass before any
+        work: an unknown or bad option is a ValidationError naming it. ``max_memory`` applies to every
+        path: the dense one refuses (ResourceLimitError) when its N x N matrices need more, and
+        ``method="auto"`` then takes the working set.
     """
-    from attnsvm.svm.frobenius import solve_frobenius
-    from attnsvm.svm.nuclear import solve_nuclear
-
     check_choice(method, "method", METHODS)
     if method in ("pdas", "goldfarb-idnani"):
         if norm != "fro":
@@ -50,27 +98,24 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
         kw["method"] = method
         method = "dense"
     auto = method == "auto"
+    ws_only = WS_ONLY
     if auto:
-        method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not any(k in kw for k in _WS_ONLY) else "working_set"
+        method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not ws_only.intersection(kw) else "working_set"
+    solver, opts = _parse(norm, method, kw)
     if method == "working_set":
-        kw.pop("method", None)
         try:
-            if norm == "fro":
-                return solve_frobenius_ws(cs, formulation=formulation, **kw)
-            return solve_nuclear_ws(cs, formulation=formulation, **kw)
+            return solver(cs, formulation, opts)
         except ScaleError:
-            if not auto or any(k in kw for k in _WS_ONLY):
+            if not auto or ws_only.intersection(kw):
                 raise
-        method, auto = "dense", False        # extreme data scales: the dense solver normalizes the rows
+        # extreme data scales: the dense solver normalizes the rows
+        solver, opts = _parse(norm, "dense", kw)
+        return solver(cs, formulation, opts)
     try:
-        if norm == "fro":
-            return solve_frobenius(cs, formulation=formulation, **kw)
-        return solve_nuclear(cs, formulation=formulation, **kw)
+        return solver(cs, formulation, opts)
     except ResourceLimitError:
         if not auto:
             raise
     # the dense solver refused (before allocating) for lack of memory: the working set needs O(N d)
-    kw.pop("method", None)
-    if norm == "fro":
-        return solve_frobenius_ws(cs, formulation=formulation, **kw)
-    return solve_nuclear_ws(cs, formulation=formulation, **kw)
+    solver, opts = _parse(norm, "working_set", kw)
+    return solver(cs, formulation, opts)
