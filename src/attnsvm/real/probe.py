@@ -84,7 +84,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
+from attnsvm.svm import gen_constraints, seq_constraints, solve
+from attnsvm.svm.analysis import row_basis
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_tokens, top_selection  # noqa: F401

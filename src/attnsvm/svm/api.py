@@ -38,8 +38,8 @@ from attnsvm._validate import as_float_array, as_index_array, as_mask_array, che
 from attnsvm.errors import ValidationError
 from attnsvm.memory import format_size, require_memory
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
+from attnsvm.svm.constraints import (ConstraintSet, _att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
+                                     check_valid, check_valid_selected, checked_set, _fin_rows, _gen_rows, _prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
@@ -220,7 +220,7 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
         # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
         opts = VectorOptions.parse(solver_options, "the p-SVM solver")
         return _solve_prompt(_keys(problem.X, problem.W), sel, None, opts)
-    cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
+    cs = _att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
     return _dispatch(cs, norm, "att", **solver_options)
 
 
@@ -243,7 +243,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     norm = _check_norm(norm)
     n, T = problem.n, problem.T
     O = check_selected_sets(selected, n, T)
-    cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
+    cs = _gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
     return _dispatch(cs, norm, "gen", **solver_options)
 
 
@@ -265,7 +265,7 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
+    cs = _fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
     return _dispatch(cs, norm, "fin", **solver_options)
 
 
@@ -314,8 +314,8 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     norm = _check_norm(norm)
     n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
     O = check_selected_sets(selected, n, T)            # validated once for both SVMs
-    svm = _dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
-    fin = _dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
+    svm = _dispatch(_gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = _dispatch(_fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -398,7 +398,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
 def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, opts: VectorOptions) -> SVMSolution:
     """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
     form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
-    sol = solve_vector_svm(prompt_rows(K, sel, zero), "p", form, **opts.kwargs())
+    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, **opts.kwargs())
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
@@ -477,7 +477,7 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     problem = _check_problem(problem)
     norm = _check_norm(norm)
     sel = _default_select(problem, select)
-    cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
+    cs = _att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
     return _solve_soft(cs, C, norm, squared, solver_options)
 
 

@@ -28,29 +28,16 @@ import numpy as np
 
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.scaling import RowScaling
 
 __all__ = [
     "ConstraintSet",
-    "checked_set",
-    "RowScaling",
-    "representable",
     "att_constraints",
     "gen_constraints",
     "fin_constraints",
     "seq_constraints",
     "prompt_constraints",
     "v_constraints",
-    "att_rows",
-    "gen_rows",
-    "fin_rows",
-    "prompt_rows",
-    "v_rows",
-    "check_valid",
-    "check_valid_selected",
-    "check_selected_sets",
-    "check_fin_inputs",
-    "check_probs",
 ]
 
 
@@ -324,7 +311,7 @@ def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
+    return _att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
 
 
 def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
@@ -334,7 +321,7 @@ def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
     return check_valid(valid, n, T, chosen, "selected")
 
 
-def att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+def _att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`att_constraints` from validated arrays (no checks, no copies of X).
 
     ``X (n, T, d)`` and ``Z (n, d)`` float64, ``sel (n,)`` int64 in ``[0, T)``, ``ok (n, T)``
@@ -376,7 +363,7 @@ def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     O = check_selected_sets(selected, n, T)
-    return gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
+    return _gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
 
 
 def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
@@ -388,15 +375,15 @@ def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
     return O
 
 
-def gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+def _gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`gen_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``
     float64, ``O (n, T)`` bool (non-empty sets), ``ok (n, T)`` bool (containing ``O``)."""
     n, T, _ = X.shape
-    r, a, b, rhs, eq = _gen_rows(O, ok)
+    r, a, b, rhs, eq = _gen_pairs(O, ok)
     return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T))
 
 
-def _gen_rows(O: np.ndarray, ok: np.ndarray):
+def _gen_pairs(O: np.ndarray, ok: np.ndarray):
     """The Gen-SVM rows of m selections, vectorized.
 
     ``O (m, T)`` bool: the selected set of each selection (at least one token); ``ok (m, T)``
@@ -436,7 +423,7 @@ def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
-    return fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
+    return _fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
 
 
 def check_fin_inputs(selected, probs, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -456,7 +443,7 @@ def check_probs(probs, O: np.ndarray) -> np.ndarray:
     return s
 
 
-def fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
+def _fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
     """The rows of :func:`fin_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``,
     ``O (n, T)`` bool, ``s (n, T)`` float64 (> 0 on ``O``). Rows by sample, then token."""
     n, T, _ = X.shape
@@ -528,7 +515,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
             i, k = int(qi[j]), int(qk[j])
             why = "padding" if not ok[i, t] else f"after the query (causal: tokens 0..{k})"
             raise ValidationError(f"select[{i}, {k}, {t}] selects token {t}, which is {why}")
-        r, a, b, rhs, eq = _gen_rows(O, C)
+        r, a, b, rhs, eq = _gen_pairs(O, C)
         i, k = qi[r], qk[r]
         return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
     sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T}) or (n, T, T) bool sets")
@@ -542,7 +529,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
         raise ValidationError(f"select[{i}, {k}] = {t} is padding (valid[{i}, {t}] is False)")
     O = np.zeros((qi.size, T), bool)
     O[np.arange(qi.size), a_q] = True
-    r, a, b, rhs, eq = _gen_rows(O, cand[qi, qk])
+    r, a, b, rhs, eq = _gen_pairs(O, cand[qi, qk])
     i, k = qi[r], qk[r]
     return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
 
@@ -564,10 +551,10 @@ def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
     K = as_float_array(K, "keys", 3, "(n, T, d)")
     n, T, d = K.shape
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
+    return _prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
 
 
-def prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
+def _prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
     """The rows of :func:`prompt_constraints` from validated arrays: ``K (n, T, d)`` float64,
     ``sel (n,)`` int64, ``zero_rows (n,)`` bool or None."""
     n, T, d = K.shape
@@ -601,10 +588,10 @@ def v_constraints(X, Y, select) -> ConstraintSet:
     if not np.all(np.abs(Y) == 1.0):
         raise ValidationError("Y must hold labels in {-1, +1} only")
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return v_rows(X, Y, sel)
+    return _v_rows(X, Y, sel)
 
 
-def v_rows(X: np.ndarray, Y: np.ndarray, sel: np.ndarray) -> ConstraintSet:
+def _v_rows(X: np.ndarray, Y: np.ndarray, sel: np.ndarray) -> ConstraintSet:
     """The rows of :func:`v_constraints` from validated arrays: ``X (n, T, d)``, ``Y (n,)`` float64
     in {-1, +1}, ``sel (n,)`` int64."""
     n, T, _ = X.shape
