@@ -61,15 +61,22 @@ def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     Computed from the given arrays after the exact map to the row-normalized set
     (``normalized``: the pair of ``cs.normalized()``, recomputed if None).
     """
+    cert, margins, _ = _certify(cs, W, lam, normalized)
+    return cert, margins
+
+
+def _certify(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
+             normalized: tuple[ConstraintSet, RowScaling] | None = None) -> tuple[Certificate, np.ndarray, float]:
+    """:func:`nuclear_certificate` and ``||W||_*`` in the row-normalized units (the solvers reuse its SVD)."""
     cs_n, sc = normalized if normalized is not None else cs.normalized()
     W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
     lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "norm")
     m_n = cs_n.evaluate(W_n)
     b, eq = cs_n.rhs, cs_n.is_equality
     viol = relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n)))
-    cert, _ = result_nuclear_certificate(violation=viol, U=cs_n.U, V=cs_n.V, b=b, eq=eq, lam=lam_n, slack=m_n - b,
-                                         W=W_n)
-    return cert, sc.margins(m_n)
+    cert, nuc_n = result_nuclear_certificate(violation=viol, U=cs_n.U, V=cs_n.V, b=b, eq=eq, lam=lam_n,
+                                             slack=m_n - b, W=W_n)
+    return cert, sc.margins(m_n), nuc_n
 
 
 def nuclear_bytes(N: int, d1: int, d2: int) -> float:
@@ -185,9 +192,10 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     # row-normalized set, whose solution is also the warm start; nothing is mapped back, so
     # only the nuclear solution itself has to fit in float64
     require_dense_memory(cs.N, max_memory)
-    require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
-                   "(N x N Schur complement)", max_memory,
-                   hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
+    if max_memory is not None or nuclear_bytes(cs.N, cs.d1, cs.d2) >= 2**24:   # below 16 MiB: not checked
+        require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
+                       "(N x N Schur complement)", max_memory,
+                       hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
     start = _frobenius_start(cs, formulation, t0)
     if isinstance(start, SVMSolution):
         return start
@@ -338,8 +346,8 @@ def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info
     lam = sc.lam(lam_n, "norm")
     if not representable(lam, lam_n):
         raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
-    cert, margins = nuclear_certificate(cs, W, lam, normalized)
-    nuc = float(np.ldexp(np.linalg.svd(W_n, compute_uv=False).sum(), sc.E)) if W_n.size else 0.0
+    cert, margins, nuc_n = _certify(cs, W, lam, normalized)
+    nuc = float(np.ldexp(nuc_n, sc.E))
     info["seconds"] = time.perf_counter() - t0
     return build_solution(cs, status=status_from(cert, "nuclear"), formulation=formulation, norm="nuclear", W=W,
                           norm_value=nuc, margins=margins, duals=lam, certificate=cert, support_tol=support_tol,
