@@ -64,13 +64,11 @@ __all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "WorkingSetSettings", "Scal
 class WorkingSetSettings:
     """Defaults of the outer loop (overridable per call).
 
-    batch : rows added per round at most (default ``max(64, min(1000, d1 d2 // 16))``: on planted
-        (2000, 51, 64) instances 150-300 rows per round took 5.7 s of CPU, 500 took 6.3 s and
-        2000 took 15.6 s: large batches make the subset QPs churn)
+    batch : rows added per round at most (default ``max(64, min(1000, d1 d2 // 16))``: large batches
+        make the subset QPs churn; measured figures in docs/guide/performance.md)
     per_group : rows of one query added per round at most (default 1; 0 = no limit)
     nuclear_per_group : the same for :func:`solve_nuclear_ws` (default 0, no limit: each of its
-        rounds is a whole interior-point solve, so fewer rounds pay: on MiniLM layer 3 head 0 at
-        512 sentences one row per query took twice the rounds and IPM iterations)
+        rounds is a whole interior-point solve, so fewer rounds pay)
     max_rounds : 1000
     enter : rows entering the active set per active-set iteration once the working set holds
         more than half the rank (64)
@@ -142,8 +140,7 @@ class _GramSet:
             return
         s, a = self.size, int(new.size)
         # the Gram matrix (old and new copy while growing), the factor of the active-set method and
-        # one block copy for its rebuilds: ~5 s^2 float64 (measured peak at d = 384: 13.3 GiB for
-        # s = 22255 rows, i.e. 3.6 s^2, with the constraint set and tokens)
+        # one block copy for its rebuilds: ~5 s^2 float64 budgeted (measured: docs/guide/performance.md)
         require_memory(5 * 8.0 * (s + a) ** 2, f"working set of {s + a} constraints (Gram matrix and factor)",
                        self.max_memory,
                        hint="the problem has too many support constraints for the working-set method")
@@ -348,7 +345,7 @@ def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int,
 
 
 #: working sets above this many rows do not fall back to the dense dual active-set method
-#: (Goldfarb-Idnani, one row per step: 105 s at 4097 rows, d = 64) when the active-set method
+#: (Goldfarb-Idnani, one row per step: minutes at a few thousand rows) when the active-set method
 #: fails; the round continues from the last iterate (see :func:`_subset_qp`)
 DENSE_FALLBACK_MAX = 1500
 
@@ -554,7 +551,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
     gap_tol : relative duality gap each subset's interior-point solve aims at (``gap_tol`` of
         :func:`~attnsvm.svm.nuclear.solve_nuclear`; 1e-8 by default, 100x below the 1e-6 the
-        certificate requires: aiming at 1e-9 cost ~10 more iterations per subset at rounding level)
+        certificate requires)
     time_limit : seconds for the whole solve; the last subset solution is then returned
         ("optimal_inaccurate" unless its certificate over all rows passes; "undecided" when the
         time ran out before the Frobenius working set decided feasibility)
