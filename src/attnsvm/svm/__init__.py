@@ -1,7 +1,7 @@
 """The SVMs of the theory as one problem: rank-one constraints and exact solvers.
 
-numpy / scipy / cvxpy only (no torch). Higher layers import from here only, never from
-the modules inside (they are the implementation).
+numpy / scipy / cvxpy only (no torch). Higher layers import from here and from the two public
+submodules named below only, never from the other modules inside (they are the implementation).
 
 Every SVM constrains ``W (d1, d2)`` through rows ``u_k^T W w_k >= rhs_k`` (``==`` on
 equality rows): a :class:`ConstraintSet` with ``U (N, d1)``, ``V (N, d2)``, ``rhs (N,)``,
