@@ -175,8 +175,24 @@ def test_options_are_checked_before_any_solver_runs(monkeypatch):
         with pytest.raises(ValidationError):
             solve(cs, norm, **kw)
     assert calls == []
-    solve(cs, "nuclear", method="working_set", batch=8)   # valid: the solver is called with every option filled in
-    assert calls and calls[0]["batch"] == 8 and calls[0]["gap_tol"] == 1e-8 and calls[0]["formulation"] == "att"
+    solve(cs, "nuclear", method="working_set", batch=8)   # valid: the solver gets the checked options object
+    assert calls and calls[0]["formulation"] == "att"
+    assert calls[0]["options"] == NuclearWSOptions(batch=8) and calls[0]["options"].gap_tol == 1e-8
+
+
+def test_a_solver_takes_its_options_object_or_keywords_not_both():
+    from attnsvm.svm.frobenius import solve_frobenius
+
+    cs = _att()
+    a = solve_frobenius(cs, options=FrobeniusOptions(method="goldfarb-idnani"))
+    b = solve_frobenius(cs, method="goldfarb-idnani")
+    assert a.info["method"] == b.info["method"] == "goldfarb-idnani" and np.array_equal(a.W, b.W)
+    with pytest.raises(ValidationError, match="not both"):
+        solve_frobenius(cs, options=FrobeniusOptions(), tol=1e-9)
+    with pytest.raises(ValidationError, match="options must be a FrobeniusOptions"):
+        solve_frobenius(cs, options=NuclearOptions())
+    with pytest.raises(ValidationError, match="unknown solver option 'gap_tol' for solve_frobenius"):
+        solve_frobenius(cs, gap_tol=1e-9)
 
 
 def test_auto_takes_the_working_set_for_its_options_and_dense_otherwise():

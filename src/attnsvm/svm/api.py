@@ -398,7 +398,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
 def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, opts: VectorOptions) -> SVMSolution:
     """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
     form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
-    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, **opts.kwargs())
+    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, options=opts)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
@@ -455,7 +455,7 @@ def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     SVMSolution with ``v (d,)``; ``support (n,)`` marks the support vectors.
     """
     opts = VectorOptions.parse(solver_options, "the v-SVM solver")
-    return solve_vector_svm(v_constraints(X, Y, select), "v", "v", **opts.kwargs())
+    return solve_vector_svm(v_constraints(X, Y, select), "v", "v", options=opts)
 
 
 def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", squared: bool = False,
@@ -485,7 +485,7 @@ def _solve_soft(cs: ConstraintSet, C, norm: str, squared, options: dict) -> SVMS
     """:func:`solve_soft` after its options are parsed and the solution arrays' memory is checked."""
     opts = SoftOptions.parse(options, "the soft-margin solver")
     require_solution_memory(cs.N, cs.d1, cs.d2, norm, opts.max_memory)
-    return solve_soft(cs, C, norm=norm, squared=squared, **opts.kwargs())
+    return solve_soft(cs, C, norm=norm, squared=squared, options=opts)
 
 
 @dataclass

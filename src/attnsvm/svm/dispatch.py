@@ -49,14 +49,14 @@ AUTO_DENSE_MAX_N = 800
 
 @dataclass(frozen=True)
 class Solver:
-    """One method: ``run(cs, formulation=..., **options.kwargs())`` returns an SVMSolution."""
+    """One method: ``run(cs, formulation=..., options=...)`` returns an SVMSolution."""
 
     name: str
     options: type
     run: Callable[..., SVMSolution]
 
     def __call__(self, cs: ConstraintSet, formulation: str, options: SolverOptions) -> SVMSolution:
-        return self.run(cs, formulation=formulation, **options.kwargs())
+        return self.run(cs, formulation=formulation, options=options)
 
 
 #: (norm, method) -> Solver

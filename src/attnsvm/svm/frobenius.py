@@ -24,21 +24,19 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
+from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, bare_set, row_gram
+from attnsvm.svm.options import FrobeniusOptions
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
 from attnsvm.svm.result import build_solution, farkas_certificate, farkas_residual, fro_certificate, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["solve_frobenius", "solve_frobenius_batch", "frobenius_solution", "frobenius_certificate",
-           "farkas_residual_of", "dense_frobenius_bytes", "check_solver_options", "frobenius_qp",
+           "farkas_residual_of", "dense_frobenius_bytes", "frobenius_qp",
            "require_dense_memory", "row_sizes", "not_representable_error"]
-
-_METHODS = ("auto", "pdas", "goldfarb-idnani")
-
 
 def dense_frobenius_bytes(N: int, R: int = 1) -> float:
     """Peak bytes of a dense Frobenius solve of R instances of N rows.
@@ -61,15 +59,6 @@ def require_dense_memory(N: int, max_memory=None, R: int = 1, what: str = "dense
     many = f"{R} x " if R > 1 else ""
     require_memory(dense_frobenius_bytes(N, R), f"{what} of {many}{N} constraints (N x N Gram matrices)", max_memory,
                    hint="fewer samples or tokens per solve (the dense solver's memory grows as N^2)")
-
-
-def check_solver_options(tol=None, support_tol=None, method=None) -> None:
-    """Validate the Frobenius solver options at the public boundary (ValidationError naming them)."""
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-    if support_tol is not None:
-        check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    if method is not None:
-        check_choice(method, "method", _METHODS)
 
 
 def farkas_residual_of(cs: ConstraintSet, f: np.ndarray) -> float:
@@ -161,26 +150,26 @@ def frobenius_qp(cs_n: ConstraintSet, tol: float = 1e-10, method: str = "auto") 
         raise RuntimeError(f"the Frobenius SVM solver failed: {exc}") from None
 
 
-def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
-                    method: str = "auto", support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
+def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, options: FrobeniusOptions | None = None,
+                    **kw) -> SVMSolution:
     """Solve ``min ||W||_F s.t.`` the rows of ``cs`` exactly.
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    tol : feasibility tolerance of the active-set method (relative to ``max |rhs|``), in (0, 1)
-    method : "auto", "pdas" or "goldfarb-idnani"
-    support_tol : margins within ``support_tol`` (relative) of their rhs count as support, in [0, 1)
-    max_memory : bytes or a size string ("8G"): refuse (ResourceLimitError) before building
-        the N x N Gram matrices when they need more (default: the package limit)
+    options : :class:`~attnsvm.svm.options.FrobeniusOptions`, or its fields as keywords: ``tol`` (feasibility
+        tolerance of the active-set method, relative to ``max |rhs|``), ``method`` ("auto", "pdas",
+        "goldfarb-idnani"), ``support_tol``, ``max_memory`` (refuse, ResourceLimitError, before building
+        the N x N Gram matrices when they need more; default: the package limit)
 
     Returns
     -------
     SVMSolution with ``W (d1, d2)`` (status "optimal", or "optimal_inaccurate" when the
     certificate does not pass) or a Farkas certificate (status "infeasible", ``W is None``).
     """
-    check_solver_options(tol, support_tol, method)
+    o = FrobeniusOptions.resolve(options, kw, "solve_frobenius")
+    tol, method, support_tol, max_memory = o.tol, o.method, o.support_tol, o.max_memory
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
     require_dense_memory(cs.N, max_memory)

@@ -30,21 +30,19 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
-from attnsvm.errors import ValidationError
+from attnsvm._validate import check_number
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
                                    row_sizes)
+from attnsvm.svm.options import NuclearOptions
 from attnsvm.svm.result import build_solution, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "nuclear_certificate", "nuclear_bytes"]
-
-_SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
 
 
 def row_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -149,15 +147,15 @@ def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
     return P @ M @ B.T, lam, info
 
 
-def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
-                  support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None,
-                  gap_tol: float = 1e-9, device=None) -> SVMSolution:
+def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearOptions | None = None,
+                  **kw) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
+    options : :class:`~attnsvm.svm.options.NuclearOptions`, or its fields as keywords:
     solver : "auto" (default) or "ipm": the structured interior-point method (relative
         duality gap <= 1e-9; "auto" falls back to cvxpy on small problems if it does not
         converge); "cvxpy", "CLARABEL" or "SCS": the reduced SDP through cvxpy
@@ -181,10 +179,9 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     ``info["solver_status"]`` is the inner method's own verdict ("optimal" or "inaccurate"
     for the IPM; cvxpy's status otherwise).
     """
-    check_choice(solver, "solver", _SOLVERS)
-    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    time_limit = check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-    gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    o = NuclearOptions.resolve(options, kw, "solve_nuclear")
+    solver, support_tol, time_limit, max_memory, gap_tol, device = (o.solver, o.support_tol, o.time_limit,
+                                                                    o.max_memory, o.gap_tol, o.device)
     formulation = formulation or cs.kind
     backend = _device_backend(device, solver)
     t0 = time.perf_counter()
@@ -215,12 +212,9 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
 
 
 def _device_backend(device, solver: str):
-    """The IPM backend of ``device`` (None: numpy / scipy); validated before any work."""
+    """The IPM backend of ``device`` (None: numpy / scipy; the options checked that ``solver`` runs the IPM)."""
     if device is None:
         return None
-    if solver not in ("auto", "ipm"):
-        raise ValidationError(f"device={device!r} runs the interior-point method: use solver 'auto' or 'ipm', "
-                              f"not {solver!r}")
     from attnsvm.svm.torch_backend import TorchNewton
 
     return TorchNewton(device)

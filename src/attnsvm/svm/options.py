@@ -3,7 +3,9 @@
 ``SomeOptions.parse(options, what)`` turns the keyword options a caller gave into the method's
 dataclass: an unknown name is a :class:`~attnsvm.errors.ValidationError` naming it and listing the
 valid ones, a bad value one naming the option (``__post_init__`` checks every field). The solvers
-take these fields as keyword arguments; :mod:`attnsvm.svm.dispatch` parses them before it calls one.
+take an instance (``options=``) or its fields as keywords (:meth:`SolverOptions.resolve`): the dataclass
+is the one place where an option, its default and its check are declared; :mod:`attnsvm.svm.dispatch`
+parses them before it calls a solver.
 Every method has room for a ``device`` (today the nuclear interior-point methods use it).
 """
 
@@ -62,6 +64,18 @@ class SolverOptions:
                 raise ValidationError(f"unknown solver option {name!r} for {what} (its options: "
                                       f"{', '.join(valid)})")
         return cls(**options)
+
+    @classmethod
+    def resolve(cls, options, kw: dict, what: str) -> "SolverOptions":
+        """A solver's options: ``options`` (an instance, already checked) or else the keywords ``kw``."""
+        if options is None:
+            return cls.parse(kw, what)
+        if kw:
+            raise ValidationError(f"{what}: give options={cls.__name__}(...) or keyword options, not both "
+                                  f"(got {', '.join(kw)})")
+        if not isinstance(options, cls):
+            raise ValidationError(f"{what}: options must be a {cls.__name__}, got {type(options).__name__}")
+        return options
 
     def kwargs(self) -> dict:
         """The options as keyword arguments of the solver function."""

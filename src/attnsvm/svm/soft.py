@@ -30,6 +30,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.nuclear import row_basis
+from attnsvm.svm.options import SoftOptions
 from attnsvm.svm.result import build_solution, soft_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
@@ -152,7 +153,7 @@ def _polish_duals(cs: ConstraintSet, W: np.ndarray, slack: np.ndarray, C: float,
 
 
 def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool = False,
-               support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
+               options: SoftOptions | None = None, **kw) -> SVMSolution:
     """Solve the soft-margin SVM over the rows of ``cs`` (inequality rows only).
 
     Parameters
@@ -161,8 +162,9 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     C : float > 0 (finite), slack penalty
     norm : "fro" or "nuclear"
     squared : bool, use ``||W||^2`` instead of ``||W||`` in the objective
-    support_tol : in [0, 1), margins within it of rhs (or positive slack) count as support
-    max_memory : limit for the hard-margin check's N x N matrices (default: the package limit)
+    options : :class:`~attnsvm.svm.options.SoftOptions`, or its fields as keywords: ``support_tol`` in
+        [0, 1), margins within it of rhs (or positive slack) count as support; ``max_memory``, the
+        limit for the hard-margin check's N x N matrices (default: the package limit)
 
     Returns
     -------
@@ -171,7 +173,8 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     only when the certificate passes, else "optimal_inaccurate".
     """
     C = check_number(C, "C", low=0.0, low_open=True)
-    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    o = SoftOptions.resolve(options, kw, "solve_soft")
+    support_tol, max_memory = o.support_tol, o.max_memory
     if norm not in ("fro", "nuclear"):
         raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
     if not isinstance(squared, (bool, np.bool_)):

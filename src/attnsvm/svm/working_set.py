@@ -46,10 +46,10 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
+from attnsvm.svm.options import FrobeniusWSOptions, NuclearWSOptions
 from attnsvm.svm.pdas import _BasePDAS
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
@@ -197,17 +197,9 @@ def _group_ids(cs: ConstraintSet, groups: QueryGroups | None) -> np.ndarray | No
     return None
 
 
-def _options(cs: ConstraintSet, tol, support_tol, batch, per_group, max_rounds, time_limit) -> tuple[int, int, int]:
-    """Validate the outer loop's options; ``(batch, per_group, max_rounds)`` with the defaults of
-    :class:`WorkingSetSettings` filled in."""
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-    check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-    for name, val, lo in (("batch", batch, 1), ("per_group", per_group, 0), ("max_rounds", max_rounds, 1)):
-        if val is None:
-            continue
-        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, np.integer)) or val < lo:
-            raise ValidationError(f"{name} must be an integer >= {lo}, got {val!r}")
+def _defaults(cs: ConstraintSet, batch, per_group, max_rounds) -> tuple[int, int, int]:
+    """``(batch, per_group, max_rounds)`` of checked options with the defaults of :class:`WorkingSetSettings`
+    filled in where None."""
     st = WorkingSetSettings
     return (batch or st.batch(cs.d1, cs.d2), st.per_group if per_group is None else per_group,
             max_rounds or st.max_rounds)
@@ -402,16 +394,15 @@ def _kkt_relative_ok(ws: "_GramSet", lam, b, eq, tol) -> bool:
     return relative_gap(0.5 * nw * nw, float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))) <= 10 * tol
 
 
-def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
-                       support_tol: float = 1e-6, batch: int | None = None, per_group: int | None = None,
-                       max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                       verbose: bool = False) -> SVMSolution:
+def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
+                       options: FrobeniusWSOptions | None = None, **kw) -> SVMSolution:
     """``min ||W||_F s.t.`` the rows of ``cs``, by the working-set method (module docstring).
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
+    options : :class:`~attnsvm.svm.options.FrobeniusWSOptions`, or its fields as keywords:
     tol : in (0, 1); a row counts as violated when ``rhs - margin > tol * max(1, max |rhs|)``
         (also the tolerance of the subset QP)
     support_tol : in [0, 1); margins within ``support_tol`` (relative) of their rhs count as support
@@ -431,7 +422,9 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol
     ``info``: method "working-set", rounds, working_set (final size), max_working_set,
     qp_iterations, seconds, cpu_seconds.
     """
-    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch, per_group, max_rounds, time_limit)
+    o = FrobeniusWSOptions.resolve(options, kw, "solve_frobenius_ws")
+    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
+    batch, per_group, max_rounds = _defaults(cs, o.batch, o.per_group, o.max_rounds)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N, d1, d2 = cs.N, cs.d1, cs.d2
@@ -529,10 +522,8 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
     return stationarity_residual(Un, Vn, setup.scaling.subset(rows).lam_to_n(lam[rows], "squared"), W)
 
 
-def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
-                     support_tol: float = 1e-5, batch: int | None = None, per_group: int | None = None,
-                     max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False, device=None) -> SVMSolution:
+def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearWSOptions | None = None,
+                     **kw) -> SVMSolution:
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
@@ -544,6 +535,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     Parameters
     ----------
     cs : ConstraintSet
+    options : :class:`~attnsvm.svm.options.NuclearWSOptions`, or its fields as keywords:
     tol : in (0, 1): a row is violated when its relative violation (see
         :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
@@ -566,10 +558,11 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     """
     from attnsvm.svm.nuclear import solve_nuclear
 
-    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch,
-                                            WorkingSetSettings.nuclear_per_group if per_group is None else per_group,
-                                            max_rounds, time_limit)
-    check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    o = NuclearWSOptions.resolve(options, kw, "solve_nuclear_ws")
+    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
+    solver, gap_tol, device = o.solver, o.gap_tol, o.device
+    batch, per_group, max_rounds = _defaults(cs, o.batch, WorkingSetSettings.nuclear_per_group
+                                             if o.per_group is None else o.per_group, o.max_rounds)
     if device is not None:                  # refuse a bad device before any work
         from attnsvm.svm.torch_backend import check_device
 
