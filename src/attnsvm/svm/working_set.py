@@ -8,7 +8,7 @@ a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
 1. solves the problem *exactly* on a working subset S of rows (Frobenius: the min-norm-point
    form of its dual on the s x s Gram matrix of S, kept up to date incrementally, by a
    primal-dual active-set method that reuses one Cholesky factor across iterations and
-   rounds (:class:`_BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
+   rounds (:class:`~attnsvm.svm.pdas._BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
    nuclear: :func:`~attnsvm.svm.nuclear.solve_nuclear`, the reduced interior-point method,
    on the subset),
 2. computes all N margins of its solution in one streaming pass,
