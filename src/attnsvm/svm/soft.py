@@ -192,11 +192,10 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     # exact power-of-two scaling, one for all rows (RowScaling.uniform): u' = u 2^-a, w' = w 2^-b,
     # W = W' 2^-(a+b), C' = C 2^(a+b) (norm) or C 4^(a+b) (squared), multipliers as the objective's
     sc = RowScaling.uniform(cs.U, cs.V)
-    objective = "squared" if squared else "norm"
+    kind = "squared" if squared else "norm"
     e = -sc.E                                   # a + b
     k = 2 if squared else 1
-    with np.errstate(over="ignore"):
-        C_s = float(np.ldexp(C, k * e))
+    C_s = float(sc.lam_to_n(np.array([C], dtype=np.float64), kind)[0])   # C bounds the multipliers: maps as they do
     cs_s = sc.apply(cs)
     got = _hard_margin(cs_s, C_s, norm, squared, max_memory)
     if got is not None:
@@ -219,10 +218,10 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     if not representable(W, W_s):
         raise ValidationError(f"the soft-margin solution W lies outside the float64 range at this data scale "
                               f"(entries near 2^{e}): rescale the tokens and queries towards unit size")
-    lam = sc.lam(lam_s, objective)
+    lam = sc.lam(lam_s, kind)
     margins = cs_s.evaluate(W_s)
     nrm_s = _norm(W_s, norm)
-    nrm = float(np.ldexp(nrm_s, -e))
+    nrm = float(sc.W(np.float64(nrm_s)))
     objective = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
     support = (np.abs(margins - cs.rhs) <= support_tol * np.maximum(1.0, np.abs(cs.rhs))) | (slack > support_tol)
     info.update({"C": float(C), "squared": squared, "seconds": time.perf_counter() - t0})

@@ -279,7 +279,7 @@ class _Setup:
         scaled rows, and ``(rhs_k - m_k) / (||u_k|| ||w_k||)``, the exact relative violation that
         ranks rows (the powers of two differ from the norms by up to 4x): shape (N,) each."""
         raw = _violations(self.cs, margins)
-        return np.ldexp(raw, -self.e), raw * self.inv_scale
+        return self.scaling.rhs(raw), raw * self.inv_scale
 
 
 def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
