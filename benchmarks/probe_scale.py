@@ -94,7 +94,7 @@ def _cases(args):
     from attnsvm.real.minilm import augment, load_minilm
     from attnsvm.real.probe import random_like, select_tokens
     from attnsvm.real.sentences import corpus_sentences
-    from attnsvm.svm import row_basis
+    from attnsvm.svm.nuclear import row_basis            # here in every revision
 
     n = args.sentences or max(args.sizes)
     if any(m < 1 or m > n for m in args.sizes):

@@ -75,7 +75,10 @@ def _child(name, method, spec, nuclear_time_limit, repeat):
 
     from attnsvm.errors import ResourceLimitError
     from attnsvm.svm.frobenius import dense_frobenius_bytes
-    from attnsvm.svm.working_set import solve_dispatch
+    try:
+        from attnsvm.svm.dispatch import solve_dispatch
+    except ImportError:                     # a --baseline-rev before svm/dispatch.py
+        from attnsvm.svm.working_set import solve_dispatch
 
     kind, (n, T, d), norm, formulation = spec
     t0 = time.perf_counter()

@@ -138,7 +138,7 @@ def test_catalog_matches_the_registry():
 
 def test_solve_says_which_selection_and_its_optimality(tmp_path):
     """rd n=3 T=4 d=6 seed 0: opt = [2, 0, 1]; [3, 0, 1] is locally optimal (enumerated); [0, 0, 0] is neither."""
-    from attnsvm.svm import enumerate_locally_optimal
+    from attnsvm.svm.analysis import enumerate_locally_optimal
 
     path = tmp_path / "p.npz"
     r = run("generate", "rd", "--n", "3", "--T", "4", "--d", "6", "--seed", "0", "-o", str(path))

@@ -14,7 +14,7 @@ from attnsvm.experiments.common import certified_check, config_deviations, svm_r
 from attnsvm.experiments.mm.common import constraint_rows, locally_optimal_from_rows, p_svm
 from attnsvm.generators import mm_loss, mm_single_input
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION
-from attnsvm.svm import is_locally_optimal, locally_optimal_rows
+from attnsvm.svm.analysis import is_locally_optimal, locally_optimal_rows
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from attnsvm.experiments.lm.common import build_runs
 from attnsvm.language import make_lm_data, markov_language
 from attnsvm.training.language_model import (LOSSES, lipschitz_estimates, lm_loss_grad, paper_lipschitz_bound,
                                           token_basis, train_lm, train_runs)
-from attnsvm.svm import (gen_svm_fit, lm_constraints, optimal_prefix_tokens, prefix_scores, prefix_softmax,
-                         soft_margin_svm)
+from attnsvm.svm import lm_constraints, soft_margin_svm
+from attnsvm.svm.language import gen_svm_fit, optimal_prefix_tokens, prefix_scores, prefix_softmax
 
 # The quick presets, their checks and the findings are tested in tests/test_checks_lm.py.
 

@@ -7,7 +7,8 @@ import pytest
 
 from attnsvm.errors import ValidationError
 from attnsvm.language import cycle_language, make_lm_data, markov_language
-from attnsvm.svm import lm_constraints, optimal_prefix_tokens, prefix_scores, score_ties, solve
+from attnsvm.svm import lm_constraints, solve
+from attnsvm.svm.language import optimal_prefix_tokens, prefix_scores, score_ties
 
 
 def brute_ties(data, loss="logistic"):

@@ -7,7 +7,8 @@ from attnsvm import generators as G
 from attnsvm.metrics import (
     convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
 )
-from attnsvm.svm import enumerate_locally_optimal, is_locally_optimal, solve_svm
+from attnsvm.svm import solve_svm
+from attnsvm.svm.analysis import enumerate_locally_optimal, is_locally_optimal
 from attnsvm.training.train import train
 
 

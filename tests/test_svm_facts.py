@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 from attnsvm.generators import mm_joint, mm_loss, mm_multi_input, mm_single_input, random_problem
-from attnsvm.svm import (
-    all_support_vectors, enumerate_locally_optimal, is_locally_optimal, matrix_rank, separation_delta,
-    solve_fin, solve_gen_svm, solve_p_svm, solve_soft_svm, solve_svm, solve_v_svm, support_indices, svm_equivalence,
-)
+from attnsvm.svm import solve_fin, solve_gen_svm, solve_p_svm, solve_soft_svm, solve_svm, solve_v_svm, svm_equivalence
+from attnsvm.svm.analysis import (all_support_vectors, enumerate_locally_optimal, is_locally_optimal, matrix_rank,
+                                  separation_delta, support_indices)
 from attnsvm.cli.solve import run_solve
 from svm_reference import reference_att_svm, reference_soft_svm
 

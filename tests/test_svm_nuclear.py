@@ -13,7 +13,8 @@ import pytest
 
 from attnsvm.errors import ValidationError
 from attnsvm.generators import random_problem
-from attnsvm.svm import matrix_rank, solve_fin, solve_gen_svm, solve_seq_svm, solve_svm
+from attnsvm.svm import solve_fin, solve_gen_svm, solve_seq_svm, solve_svm
+from attnsvm.svm.analysis import matrix_rank
 from attnsvm.svm.barrier import _Dual, _Problem, nuclear_ipm
 from attnsvm.svm import att_constraints, gen_constraints
 from attnsvm.svm.nuclear import solve_nuclear

@@ -12,7 +12,8 @@ from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.row_values import constraint_values, query_groups, row_scales
 from attnsvm.svm.nuclear import solve_nuclear
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.working_set import AUTO_DENSE_MAX_N, ScaleError, solve_frobenius_ws, solve_nuclear_ws
+from attnsvm.svm.dispatch import AUTO_DENSE_MAX_N
+from attnsvm.svm.working_set import ScaleError, solve_frobenius_ws, solve_nuclear_ws
 
 #: objective agreement between two exact Frobenius solvers: both end at a certified KKT point
 #: (relative gap and violation ~1e-15), so 1e-9 (the issue's target) leaves six digits of slack

@@ -37,6 +37,8 @@ MODULES = [
     "attnsvm.generators",
     "attnsvm.language",
     "attnsvm.svm",
+    "attnsvm.svm.analysis",
+    "attnsvm.svm.language",
     "attnsvm.training",
     "attnsvm.training.models",
     "attnsvm.training.language_model",

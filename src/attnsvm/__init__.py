@@ -21,6 +21,8 @@ _SVM = ("Certificate", "ConstraintSet", "SVMSolution", "all_support_vectors", "e
         "is_locally_optimal", "matrix_rank", "separation_delta", "solve_fin", "solve_gen_svm", "solve_p_svm",
         "solve_seq_svm", "solve_soft_svm", "solve_svm", "solve_svm_batch", "solve_v_svm", "support_indices",
         "svm_equivalence")
+_SVM_ANALYSIS = ("all_support_vectors", "enumerate_locally_optimal", "is_locally_optimal", "matrix_rank",
+                 "separation_delta", "support_indices")
 _METRICS = ("convergence_type", "correlation", "margins", "one_minus_correlation", "rank", "read_selection",
             "selected_mass", "softmax_of", "token_margins")
 _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
@@ -29,7 +31,9 @@ _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "P
 def __getattr__(name):
     import importlib
 
-    if name in _SVM or name == "svm":
+    if name in _SVM_ANALYSIS:
+        module = importlib.import_module("attnsvm.svm.analysis")
+    elif name in _SVM or name == "svm":
         module = importlib.import_module("attnsvm.svm")
     elif name in _METRICS or name == "metrics":
         module = importlib.import_module("attnsvm.metrics")

@@ -19,7 +19,8 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
-from attnsvm.svm import SVMSolution, is_locally_optimal, matrix_rank
+from attnsvm.svm import SVMSolution
+from attnsvm.svm.analysis import is_locally_optimal, matrix_rank
 
 
 def _np(x, name: str = "input") -> np.ndarray:
@@ -227,7 +228,7 @@ def token_margins(W, X, Z, select) -> np.ndarray:
 
 
 #: Deprecated aliases (0.1 names, removed in 0.3): ``margins`` is :func:`token_margins`,
-#: ``rank`` is :func:`attnsvm.svm.matrix_rank`.
+#: ``rank`` is :func:`attnsvm.svm.analysis.matrix_rank`.
 margins = token_margins
 rank = matrix_rank
 

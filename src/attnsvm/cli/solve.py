@@ -161,10 +161,10 @@ def describe_selection(problem, select, arr, sol: SVMSolution, norm: str) -> tup
     The optimality of one token per sample (Att-SVM) follows the papers: *globally optimal*
     when every selected token has the sample's highest score ``Y_i v^T x_it``, *locally
     optimal* when the SVM is certified and every selected token scores strictly higher than
-    each of its support tokens (:func:`attnsvm.svm.is_locally_optimal`), *neither* otherwise.
+    each of its support tokens (:func:`attnsvm.svm.analysis.is_locally_optimal`), *neither* otherwise.
     It needs labels Y and a head v; sets of tokens (Gen-SVM) have no such notion.
     """
-    from attnsvm.svm import is_locally_optimal
+    from attnsvm.svm.analysis import is_locally_optimal
 
     has_scores = problem.Y is not None and problem.v is not None
     if arr is None:

@@ -4,7 +4,7 @@
 candidates ``(m, T)`` of the sentences entering the SVMs of one layer, checked once, plus the bases
 P (token differences) and B (queries) that ``corr_restricted`` projects on. Every head, random
 baseline and null head of the layer then builds its Gen-SVM rows from these arrays
-(:func:`attnsvm.svm.constraints.gen_rows`) without validating X again.
+(the trusting path of :func:`attnsvm.svm.gen_constraints`) without validating X again.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import gen_constraints, row_basis, solve
+from attnsvm.svm import gen_constraints, solve
+from attnsvm.svm.analysis import row_basis
 
 
 def corr(A: np.ndarray, B) -> float:

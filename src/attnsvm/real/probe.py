@@ -84,7 +84,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm import gen_constraints, row_basis, seq_constraints, solve
+from attnsvm.svm import gen_constraints, seq_constraints, solve
+from attnsvm.svm.analysis import row_basis
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_tokens, top_selection  # noqa: F401
@@ -206,7 +207,7 @@ def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarra
     mask : (n, T) bool, real tokens
     selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
     method : "auto" (default: the dense interior-point solver up to
-        :data:`attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
+        :data:`attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
         "dense" or "working_set" (see :func:`attnsvm.svm.solve`). Measured on MiniLM (layer 3, one
         thread, benchmarks/probe_scale.py): the working set took 0.8x the dense time at 48 sentences
         (N ~ 900 rows), 0.3-0.4x at 128 and 0.06-0.2x at 256, with the same certified optimum

@@ -1,7 +1,7 @@
 """The SVMs of the theory as one problem: rank-one constraints and exact solvers.
 
-numpy / scipy / cvxpy only (no torch). Higher layers import from here only, never from
-the modules inside (they are the implementation).
+numpy / scipy / cvxpy only (no torch). Higher layers import from here and from the two public
+submodules named below only, never from the other modules inside (they are the implementation).
 
 Every SVM constrains ``W (d1, d2)`` through rows ``u_k^T W w_k >= rhs_k`` (``==`` on
 equality rows): a :class:`ConstraintSet` with ``U (N, d1)``, ``V (N, d2)``, ``rhs (N,)``,
@@ -28,17 +28,18 @@ Solvers::
 
 Results and certificates: :class:`SVMSolution`, :class:`Certificate`, :func:`certificate_passes`,
 :data:`CERTIFIED_VIOLATION`, :data:`CERTIFIED_GAP`, :data:`CERTIFIED_STATIONARITY`, :func:`certify`.
+
+Two public submodules hold the helpers around the solvers: :mod:`attnsvm.svm.analysis` (support
+tokens, local optimality, ``matrix_rank``, ``row_basis``, ...) and :mod:`attnsvm.svm.language` (prefix
+scores and optimal tokens of causal language modeling, ``gen_svm_fit``, ...). Their names were also
+in this namespace before 0.2: ``attnsvm.svm.<name>`` still works for them, with a DeprecationWarning,
+until 0.3. Inside, a pipeline (``CONTRIBUTING.md``, "Add a solver"): :mod:`.scaling` (one row
+scaling), :mod:`.options` (options per method), :mod:`.dispatch` (the solver table), the methods
+(:mod:`.frobenius`, :mod:`.nuclear`, :mod:`.working_set` with :mod:`.pdas`, :mod:`.soft`,
+:mod:`.prompt`) and :mod:`.result` (certificates and the SVMSolution).
 """
 
-from attnsvm.svm.analysis import (
-    all_support_vectors,
-    enumerate_locally_optimal,
-    is_locally_optimal,
-    locally_optimal_rows,
-    matrix_rank,
-    separation_delta,
-    support_indices,
-)
+from attnsvm.svm import analysis, language  # noqa: F401  (public submodules)
 from attnsvm.svm.api import (
     BatchSolution,
     SVMEquivalence,
@@ -63,18 +64,7 @@ from attnsvm.svm.constraints import (
     seq_constraints,
     v_constraints,
 )
-from attnsvm.svm.language import (
-    gen_svm_fit,
-    lm_constraints,
-    optimal_prefix_tokens,
-    prefix_problem,
-    prefix_scores,
-    prefix_softmax,
-    random_direction_control,
-    score_ties,
-    soft_margin_svm,
-)
-from attnsvm.svm.nuclear import row_basis
+from attnsvm.svm.language import lm_constraints, soft_margin_svm
 from attnsvm.svm.solution import (
     CERTIFIED_GAP,
     CERTIFIED_STATIONARITY,
@@ -88,16 +78,34 @@ __all__ = [
     # one problem: rank-one constraints and their solver
     "ConstraintSet", "solve", "certify",
     "att_constraints", "gen_constraints", "fin_constraints", "seq_constraints", "prompt_constraints", "v_constraints",
+    "lm_constraints",
     # the formulations of the papers
     "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
-    "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
-    # causal language modeling
-    "lm_constraints", "soft_margin_svm", "prefix_scores", "optimal_prefix_tokens", "prefix_problem",
-    "prefix_softmax", "gen_svm_fit", "random_direction_control", "score_ties",
+    "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution", "soft_margin_svm",
     # results and certificates
     "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
     "CERTIFIED_STATIONARITY",
-    # analysis
-    "support_indices", "is_locally_optimal", "locally_optimal_rows", "all_support_vectors", "enumerate_locally_optimal",
-    "separation_delta", "matrix_rank", "row_basis",
 ]
+
+#: names retired from this namespace in 0.2 (removed in 0.3) -> their public module
+DEPRECATED = {
+    **{name: "attnsvm.svm.analysis" for name in (
+        "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
+        "separation_delta", "matrix_rank", "row_basis")},
+    **{name: "attnsvm.svm.language" for name in (
+        "prefix_scores", "optimal_prefix_tokens", "prefix_problem", "prefix_softmax", "gen_svm_fit",
+        "random_direction_control", "score_ties")},
+}
+
+
+def __getattr__(name: str):
+    """The deprecated aliases of :data:`DEPRECATED`: the same object, with a DeprecationWarning."""
+    if name in DEPRECATED:
+        import importlib
+        import warnings
+
+        where = DEPRECATED[name]
+        warnings.warn(f"attnsvm.svm.{name} is deprecated and will be removed in 0.3: use {where}.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(where), name)
+    raise AttributeError(f"module 'attnsvm.svm' has no attribute {name!r}")

@@ -1,7 +1,8 @@
-"""Support indices, local optimality and related tests built on the SVM solvers.
+"""Support indices, local optimality and related tests built on the SVM solvers (a public module).
 
-All functions take a :class:`~attnsvm.problem.TokenProblem` and a selection
-``select (n,)``; prompt problems use the p-SVM, the others the Att-SVM.
+The tests take a :class:`~attnsvm.problem.TokenProblem` and a selection ``select (n,)``; prompt
+problems use the p-SVM, the others the Att-SVM. Also :func:`matrix_rank` and :func:`row_basis`
+(an orthonormal basis of the row space of ``A (N, d)``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.api import _default_select, solve_svm
+from attnsvm.svm.nuclear import row_basis
 from attnsvm.svm.solution import SVMSolution
 
 __all__ = [
-    "support_indices", "is_locally_optimal", "locally_optimal_rows", "all_support_vectors", "enumerate_locally_optimal",
-    "separation_delta", "matrix_rank",
+    "support_indices", "is_locally_optimal", "locally_optimal_rows", "all_support_vectors",
+    "enumerate_locally_optimal", "separation_delta", "matrix_rank", "row_basis",
 ]
 
 

@@ -38,15 +38,16 @@ from attnsvm._validate import as_float_array, as_index_array, as_mask_array, che
 from attnsvm.errors import ValidationError
 from attnsvm.memory import format_size, require_memory
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
+from attnsvm.svm.constraints import (ConstraintSet, _att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
+                                     check_valid, check_valid_selected, checked_set, _fin_rows, _gen_rows, _prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
+from attnsvm.svm.options import SoftOptions, VectorOptions
 from attnsvm.svm.prompt import solve_vector_svm
 from attnsvm.svm.soft import solve_soft
 from attnsvm.svm.solution import Certificate, SVMSolution
-from attnsvm.svm.working_set import solve_dispatch
+from attnsvm.svm.dispatch import solve_dispatch
 
 __all__ = [
     "solve", "certify", "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
@@ -54,25 +55,6 @@ __all__ = [
 ]
 
 _NORMS = ("fro", "nuclear")
-
-
-def _named_options(func):
-    """Turn an unknown solver option (a TypeError deep in the call) into a ValidationError naming it."""
-    import functools
-    import re as _re
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except TypeError as exc:
-            m = _re.search(r"unexpected keyword argument '([^']+)'", str(exc))
-            if m is None:
-                raise
-            raise ValidationError(f"{func.__name__}: unknown solver option {m.group(1)!r} for this solver "
-                                  "(see the docstrings of solve_frobenius, solve_nuclear and solve_soft)") from None
-
-    return wrapper
 
 
 def _check_norm(norm) -> str:
@@ -129,7 +111,6 @@ def _dispatch(cs: ConstraintSet, norm: str, formulation: str, **solver_options) 
     return solve_dispatch(cs, norm, formulation, **solver_options)
 
 
-@_named_options
 def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: bool = False,
           formulation: str | None = None, **solver_options) -> SVMSolution:
     """Solve the SVM of a set of rank-one constraints: ``min ||W|| subject to u_k^T W w_k >= rhs_k`` (``==`` on
@@ -147,12 +128,13 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     squared : soft margin only, objective ``||W||^2 + C sum xi``
     formulation : label stored in the solution (default ``constraints.kind``; soft margin: "soft")
     **solver_options : hard margin: ``method`` ("auto": dense up to
-        :data:`~attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
+        :data:`~attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
         memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"), ``tol``,
         ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, ``device`` (a torch device
         such as "cuda" for the interior-point method's dense algebra; needs torch), working set: ``batch``,
         ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
-        Validated by the solver (ValidationError naming a bad or unknown one).
+        Parsed into the chosen method's options dataclass (:mod:`attnsvm.svm.options`) before any work:
+        a ValidationError names a bad or unknown one and lists the valid ones.
 
     Returns
     -------
@@ -164,8 +146,7 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     if C is not None:
         if formulation is not None:
             raise ValidationError("formulation is set by the soft-margin solver ('soft'): omit it with C")
-        require_solution_memory(constraints.N, constraints.d1, constraints.d2, norm, solver_options.get("max_memory"))
-        return solve_soft(constraints, C, norm=norm, squared=squared, **solver_options)
+        return _solve_soft(constraints, C, norm, squared, solver_options)
     if squared is not False:
         raise ValidationError("squared applies to the soft margin only: give C")
     if formulation is not None and not isinstance(formulation, str):
@@ -202,7 +183,6 @@ def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certific
     return cert
 
 
-@_named_options
 def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Att-SVM for a token selection: global for the optimal tokens, Local-SVM otherwise.
 
@@ -220,8 +200,8 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     valid : (n, T) bool, optional real tokens when the sequences are padded (None: all
         tokens); padded tokens get no row and selected tokens must be valid. Not for
         prompt problems.
-    **solver_options : passed to the solver and validated there (ValidationError naming a
-        bad or unknown one): ``tol`` in (0, 1), ``support_tol`` in [0, 1), ``max_memory``
+    **solver_options : the chosen method's options (:mod:`attnsvm.svm.options`), checked before
+        any work (ValidationError naming a bad or unknown one): ``tol`` in (0, 1), ``support_tol`` in [0, 1), ``max_memory``
         (bytes or "8G": refuse before allocating the N x N matrices), ``method``; nuclear:
         ``solver``, ``time_limit`` (> 0), ``device`` (e.g. "cuda": the interior-point method on a torch device)
 
@@ -238,12 +218,12 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
         if valid is not None:
             raise ValidationError("valid (padding) is not supported for prompt problems")
         # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
-        return _solve_prompt(_keys(problem.X, problem.W), sel, None, **solver_options)
-    cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
+        opts = VectorOptions.parse(solver_options, "the p-SVM solver")
+        return _solve_prompt(_keys(problem.X, problem.W), sel, None, opts)
+    cs = _att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
     return _dispatch(cs, norm, "att", **solver_options)
 
 
-@_named_options
 def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Gen-SVM: selected tokens tie, and beat every unselected token by a margin >= 1.
 
@@ -263,11 +243,10 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     norm = _check_norm(norm)
     n, T = problem.n, problem.T
     O = check_selected_sets(selected, n, T)
-    cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
+    cs = _gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
     return _dispatch(cs, norm, "gen", **solver_options)
 
 
-@_named_options
 def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solver_options) -> SVMSolution:
     """The finite component ``W_fin``: min-norm W reproducing the softmax ratios inside O_i.
 
@@ -286,7 +265,7 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
+    cs = _fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
     return _dispatch(cs, norm, "fin", **solver_options)
 
 
@@ -335,8 +314,8 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     norm = _check_norm(norm)
     n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
     O = check_selected_sets(selected, n, T)            # validated once for both SVMs
-    svm = _dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
-    fin = _dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
+    svm = _dispatch(_gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = _dispatch(_fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -345,7 +324,6 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     return SVMEquivalence(fin.W, svm.W, W_eq, R, float(np.linalg.norm(W_eq - W)), fin, svm)
 
 
-@_named_options
 def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None, **solver_options) -> SVMSolution:
     """Sequence / causal SVM: every token ``x_{ik}`` is a query with its own selection.
 
@@ -374,7 +352,6 @@ def solve_seq_svm(X, select, causal: bool = False, norm: str = "fro", valid=None
     return _dispatch(cs, norm, cs.kind, **solver_options)
 
 
-@_named_options
 def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMSolution:
     """p-SVM ``min ||p|| subject to p^T (k_{i,a_i} - k_{it}) >= 1`` with keys ``k = W^T x``.
 
@@ -395,6 +372,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
     -------
     SVMSolution with ``p (d,)``.
     """
+    opts = VectorOptions.parse(solver_options, "the p-SVM solver")
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     sel = None
@@ -414,13 +392,13 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
     K = _keys(X, _check_W(W, d))
     if sel is None:
         sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return _solve_prompt(K, sel, zero, **solver_options)
+    return _solve_prompt(K, sel, zero, opts)
 
 
-def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, **solver_options) -> SVMSolution:
+def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, opts: VectorOptions) -> SVMSolution:
     """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
     form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
-    sol = solve_vector_svm(prompt_rows(K, sel, zero), "p", form, **solver_options)
+    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, options=opts)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
@@ -465,7 +443,6 @@ def _keys(X: np.ndarray, W: np.ndarray | None) -> np.ndarray:
     return K
 
 
-@_named_options
 def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     """v-SVM ``min ||v|| subject to Y_i v^T x_{i,a_i} >= 1`` (exact hard margin, no bias).
 
@@ -477,10 +454,10 @@ def solve_v_svm(X, Y, select, **solver_options) -> SVMSolution:
     -------
     SVMSolution with ``v (d,)``; ``support (n,)`` marks the support vectors.
     """
-    return solve_vector_svm(v_constraints(X, Y, select), "v", "v", **solver_options)
+    opts = VectorOptions.parse(solver_options, "the v-SVM solver")
+    return solve_vector_svm(v_constraints(X, Y, select), "v", "v", options=opts)
 
 
-@_named_options
 def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", squared: bool = False,
                    **solver_options) -> SVMSolution:
     """Soft-margin Att-SVM ``min ||W|| + C sum xi subject to margins >= 1 - xi, xi >= 0``.
@@ -500,9 +477,15 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     problem = _check_problem(problem)
     norm = _check_norm(norm)
     sel = _default_select(problem, select)
-    cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
-    require_solution_memory(cs.N, cs.d1, cs.d2, norm, solver_options.get("max_memory"))
-    return solve_soft(cs, C, norm=norm, squared=squared, **solver_options)
+    cs = _att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
+    return _solve_soft(cs, C, norm, squared, solver_options)
+
+
+def _solve_soft(cs: ConstraintSet, C, norm: str, squared, options: dict) -> SVMSolution:
+    """:func:`solve_soft` after its options are parsed and the solution arrays' memory is checked."""
+    opts = SoftOptions.parse(options, "the soft-margin solver")
+    require_solution_memory(cs.N, cs.d1, cs.d2, norm, opts.max_memory)
+    return solve_soft(cs, C, norm=norm, squared=squared, options=opts)
 
 
 @dataclass

@@ -28,28 +28,16 @@ import numpy as np
 
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array
 from attnsvm.errors import ValidationError
+from attnsvm.svm.scaling import RowScaling
 
 __all__ = [
     "ConstraintSet",
-    "checked_set",
-    "RowScaling",
-    "representable",
     "att_constraints",
     "gen_constraints",
     "fin_constraints",
     "seq_constraints",
     "prompt_constraints",
     "v_constraints",
-    "att_rows",
-    "gen_rows",
-    "fin_rows",
-    "prompt_rows",
-    "v_rows",
-    "check_valid",
-    "check_valid_selected",
-    "check_selected_sets",
-    "check_fin_inputs",
-    "check_probs",
 ]
 
 
@@ -149,9 +137,17 @@ class ConstraintSet:
         ``2^E`` that of the largest row-scaled ``|rhs|``: the rows of ``cs_n`` have
         entries below 1 and its right-hand sides at most 1, whatever the scale of the
         data (1e-200 or 1e200). Power-of-two scaling is exact in floating point. The
-        solution of ``cs_n`` maps back through :class:`RowScaling`.
+        solution of ``cs_n`` maps back through :class:`RowScaling`
+        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.scaling`).
         """
-        return _normalize(self)
+        sc = RowScaling.unit_rows(self.U, self.V, self.rhs)
+        return sc.apply(self), sc
+
+    def with_rows(self, U: np.ndarray, V: np.ndarray, rhs: np.ndarray) -> "ConstraintSet":
+        """The same labelled rows with factors ``U (N, d1)``, ``V (N, d2)`` and ``rhs (N,)`` replaced
+        (trusted: for the solvers' scaled copies, whose arrays they computed)."""
+        return ConstraintSet._trusted(U, V, rhs, self.is_equality, self.sample, self.query, self.token, self.other,
+                                      self.kind, self.shape)
 
     def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
         """The subset of rows where ``mask`` (N,) is true."""
@@ -253,100 +249,6 @@ def checked_set(constraints, name: str = "constraints") -> ConstraintSet:
     return ConstraintSet(*(getattr(cs, f, None) for f in _FIELDS))
 
 
-@dataclass(frozen=True)
-class RowScaling:
-    """How :meth:`ConstraintSet.normalized` scaled the rows (all powers of two, exact).
-
-    Attributes
-    ----------
-    a, b : (N,) int64, exponents of the row factors: ``u'_k = u_k 2^-a_k``, ``w'_k = w_k 2^-b_k``
-    E : int, exponent of the right-hand sides: ``rhs'_k = rhs_k 2^-(a_k + b_k + E)``
-
-    A solution ``W'`` of the scaled set is ``W = W' 2^E`` of the original one. Multipliers
-    map differently per objective: those of ``1/2 ||W||_F^2`` (Frobenius, :mod:`.qp`) as
-    ``lam_k = lam'_k 2^(E - a_k - b_k)``; those of ``||W||_*`` or ``||W||_F`` (norm
-    objectives, dual ball ``||sum lam_k u_k w_k^T|| <= 1``) as ``lam_k = lam'_k 2^-(a_k + b_k)``;
-    Farkas multipliers (``rhs^T f = 1``) as ``f_k = f'_k 2^-(a_k + b_k + E)``. Margins map
-    as ``m_k = m'_k 2^(a_k + b_k + E)``.
-    """
-
-    a: np.ndarray
-    b: np.ndarray
-    E: int
-
-    @property
-    def s(self) -> np.ndarray:
-        """(N,) exponent of each row's constraint values: ``a_k + b_k + E``."""
-        return self.a + self.b + self.E
-
-    def W(self, Wn: np.ndarray) -> np.ndarray:
-        """``W' -> W`` (may overflow to inf or underflow: see :meth:`representable`)."""
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(Wn, self.E)
-
-    def W_to_n(self, W: np.ndarray) -> np.ndarray:
-        return np.ldexp(W, -self.E)
-
-    def lam(self, lam_n: np.ndarray, objective: str = "squared") -> np.ndarray:
-        """Multipliers of the scaled set -> original; ``objective`` "squared" (1/2 ||W||_F^2)
-        or "norm" (``||W||`` with a dual ball)."""
-        e = (self.E - self.a - self.b) if objective == "squared" else (-self.a - self.b)
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(lam_n, e)
-
-    def lam_to_n(self, lam: np.ndarray, objective: str = "squared") -> np.ndarray:
-        e = (self.E - self.a - self.b) if objective == "squared" else (-self.a - self.b)
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(lam, -e)
-
-    def farkas(self, f_n: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(f_n, -self.s)
-
-    def farkas_to_n(self, f: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(f, self.s)
-
-    def margins(self, m_n: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", under="ignore"):
-            return np.ldexp(m_n, self.s)
-
-
-_TINY = float(np.finfo(np.float64).tiny)
-
-
-def representable(values: np.ndarray, scaled: np.ndarray) -> bool:
-    """Whether ``values`` (a mapped-back array) kept the information of ``scaled`` (its
-    normalized counterpart): finite, and the largest entry not lost to underflow (a normal
-    float64) unless ``scaled`` is zero."""
-    if not np.all(np.isfinite(values)):
-        return False
-    top = float(np.max(np.abs(scaled))) if scaled.size else 0.0
-    if top == 0.0:
-        return True
-    return float(np.max(np.abs(values))) >= _TINY
-
-
-def _normalize(cs: "ConstraintSet") -> tuple["ConstraintSet", RowScaling]:
-    N = cs.N
-    if N == 0:
-        z = np.zeros(0, np.int64)
-        return cs, RowScaling(z, z.copy(), 0)
-    _, a = np.frexp(np.abs(cs.U).max(axis=1) if cs.d1 else np.zeros(N))
-    _, b = np.frexp(np.abs(cs.V).max(axis=1) if cs.d2 else np.zeros(N))
-    a, b = a.astype(np.int64), b.astype(np.int64)
-    mant, er = np.frexp(cs.rhs)
-    er = er.astype(np.int64) - a - b
-    nz = cs.rhs != 0
-    E = int(er[nz].max()) if nz.any() else 0
-    with np.errstate(under="ignore"):
-        U = np.ldexp(cs.U, -a[:, None])
-        V = np.ldexp(cs.V, -b[:, None])
-        rhs = np.where(nz, np.ldexp(mant, np.where(nz, er - E, 0)), 0.0)
-    cs_n = ConstraintSet._trusted(U, V, rhs, cs.is_equality, cs.sample, cs.query, cs.token, cs.other, cs.kind, cs.shape)
-    return cs_n, RowScaling(a, b, E)
-
-
 def row_gram(U: np.ndarray, V: np.ndarray) -> np.ndarray:
     """``<u_k w_k^T, u_l w_l^T> = (U U^T) * (V V^T)`` for ``U (..., N, d1)``, ``V (..., N, d2)``:
     ``(..., N, N)`` (one set of rows, or a stack of R sets)."""
@@ -409,7 +311,7 @@ def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
+    return _att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
 
 
 def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
@@ -419,7 +321,7 @@ def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
     return check_valid(valid, n, T, chosen, "selected")
 
 
-def att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+def _att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`att_constraints` from validated arrays (no checks, no copies of X).
 
     ``X (n, T, d)`` and ``Z (n, d)`` float64, ``sel (n,)`` int64 in ``[0, T)``, ``ok (n, T)``
@@ -461,7 +363,7 @@ def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     O = check_selected_sets(selected, n, T)
-    return gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
+    return _gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
 
 
 def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
@@ -473,15 +375,15 @@ def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
     return O
 
 
-def gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+def _gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`gen_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``
     float64, ``O (n, T)`` bool (non-empty sets), ``ok (n, T)`` bool (containing ``O``)."""
     n, T, _ = X.shape
-    r, a, b, rhs, eq = _gen_rows(O, ok)
+    r, a, b, rhs, eq = _gen_pairs(O, ok)
     return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T))
 
 
-def _gen_rows(O: np.ndarray, ok: np.ndarray):
+def _gen_pairs(O: np.ndarray, ok: np.ndarray):
     """The Gen-SVM rows of m selections, vectorized.
 
     ``O (m, T)`` bool: the selected set of each selection (at least one token); ``ok (m, T)``
@@ -521,7 +423,7 @@ def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
-    return fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
+    return _fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
 
 
 def check_fin_inputs(selected, probs, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -541,7 +443,7 @@ def check_probs(probs, O: np.ndarray) -> np.ndarray:
     return s
 
 
-def fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
+def _fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
     """The rows of :func:`fin_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``,
     ``O (n, T)`` bool, ``s (n, T)`` float64 (> 0 on ``O``). Rows by sample, then token."""
     n, T, _ = X.shape
@@ -613,7 +515,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
             i, k = int(qi[j]), int(qk[j])
             why = "padding" if not ok[i, t] else f"after the query (causal: tokens 0..{k})"
             raise ValidationError(f"select[{i}, {k}, {t}] selects token {t}, which is {why}")
-        r, a, b, rhs, eq = _gen_rows(O, C)
+        r, a, b, rhs, eq = _gen_pairs(O, C)
         i, k = qi[r], qk[r]
         return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
     sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T}) or (n, T, T) bool sets")
@@ -627,7 +529,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
         raise ValidationError(f"select[{i}, {k}] = {t} is padding (valid[{i}, {t}] is False)")
     O = np.zeros((qi.size, T), bool)
     O[np.arange(qi.size), a_q] = True
-    r, a, b, rhs, eq = _gen_rows(O, cand[qi, qk])
+    r, a, b, rhs, eq = _gen_pairs(O, cand[qi, qk])
     i, k = qi[r], qk[r]
     return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
 
@@ -649,10 +551,10 @@ def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
     K = as_float_array(K, "keys", 3, "(n, T, d)")
     n, T, d = K.shape
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
+    return _prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
 
 
-def prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
+def _prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
     """The rows of :func:`prompt_constraints` from validated arrays: ``K (n, T, d)`` float64,
     ``sel (n,)`` int64, ``zero_rows (n,)`` bool or None."""
     n, T, d = K.shape
@@ -686,10 +588,10 @@ def v_constraints(X, Y, select) -> ConstraintSet:
     if not np.all(np.abs(Y) == 1.0):
         raise ValidationError("Y must hold labels in {-1, +1} only")
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return v_rows(X, Y, sel)
+    return _v_rows(X, Y, sel)
 
 
-def v_rows(X: np.ndarray, Y: np.ndarray, sel: np.ndarray) -> ConstraintSet:
+def _v_rows(X: np.ndarray, Y: np.ndarray, sel: np.ndarray) -> ConstraintSet:
     """The rows of :func:`v_constraints` from validated arrays: ``X (n, T, d)``, ``Y (n,)`` float64
     in {-1, +1}, ``sel (n,)`` int64."""
     n, T, _ = X.shape

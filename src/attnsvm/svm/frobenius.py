@@ -24,20 +24,19 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
+from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.constraints import ConstraintSet, RowScaling, bare_set, representable, row_gram
+from attnsvm.svm.constraints import ConstraintSet, bare_set, row_gram
+from attnsvm.svm.options import FrobeniusOptions
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
-from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
-                                   status_from)
+from attnsvm.svm.result import build_solution, farkas_certificate, farkas_residual, fro_certificate, infeasible_solution
+from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
-__all__ = ["solve_frobenius", "solve_frobenius_batch", "infeasible_solution", "frobenius_solution",
-           "frobenius_certificate", "farkas_residual", "dense_frobenius_bytes", "check_solver_options", "frobenius_qp",
-           "require_dense_memory", "row_sizes", "support_mask", "not_representable_error"]
-
-_METHODS = ("auto", "pdas", "goldfarb-idnani")
-
+__all__ = ["solve_frobenius", "solve_frobenius_batch", "frobenius_solution", "frobenius_certificate",
+           "farkas_residual_of", "dense_frobenius_bytes", "frobenius_qp",
+           "require_dense_memory", "row_sizes", "not_representable_error"]
 
 def dense_frobenius_bytes(N: int, R: int = 1) -> float:
     """Peak bytes of a dense Frobenius solve of R instances of N rows.
@@ -62,44 +61,11 @@ def require_dense_memory(N: int, max_memory=None, R: int = 1, what: str = "dense
                    hint="fewer samples or tokens per solve (the dense solver's memory grows as N^2)")
 
 
-def check_solver_options(tol=None, support_tol=None, method=None) -> None:
-    """Validate the Frobenius solver options at the public boundary (ValidationError naming them)."""
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-    if support_tol is not None:
-        check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    if method is not None:
-        check_choice(method, "method", _METHODS)
-
-
-def farkas_residual(cs: ConstraintSet, f: np.ndarray) -> float:
-    """``||sum_k f_k u_k w_k^T||_F / sum_k |f_k| ||u_k|| ||w_k||`` (0 for an exact certificate).
-
-    Computed on the row-normalized set (exact power-of-two maps), so it cannot overflow.
-    """
+def farkas_residual_of(cs: ConstraintSet, f: np.ndarray) -> float:
+    """:func:`~attnsvm.svm.result.farkas_residual` of multipliers ``f (N,)`` of the rows of ``cs``,
+    computed on the row-normalized set (exact power-of-two maps), so it cannot overflow."""
     cs_n, sc = cs.normalized()
-    f_n = sc.farkas_to_n(np.asarray(f, dtype=np.float64))
-    if not np.all(np.isfinite(f_n)):
-        return float("inf")
-    size = np.linalg.norm(cs_n.U, axis=1) * np.linalg.norm(cs_n.V, axis=1)
-    den = float(np.abs(f_n) @ size)
-    num = float(np.linalg.norm(cs_n.combine(f_n)))
-    return num / den if den > 0 else 0.0
-
-
-def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, formulation: str, norm: str, info: dict,
-                        offending=None) -> SVMSolution:
-    """An "infeasible" :class:`SVMSolution` carrying the Farkas multipliers (W is None).
-
-    ``certificate.stationarity_residual`` is the relative residual :func:`farkas_residual`.
-    """
-    farkas = np.asarray(farkas, dtype=np.float64)
-    if offending is None:
-        offending = [int(k) for k in np.flatnonzero(np.abs(farkas) > 1e-9 * max(np.abs(farkas).max(), 1e-300))]
-    cert = Certificate(stationarity_residual=farkas_residual(cs, farkas), farkas=farkas, offending=list(offending),
-                       offending_labels=[cs.label(k) for k in offending[:20]])
-    N = cs.N
-    return SVMSolution("infeasible", formulation, norm, None, float("inf"), float("inf"), np.full(N, np.nan),
-                       np.zeros(N), np.zeros(N, bool), cs, cert, info=info)
+    return farkas_residual(cs_n.U, cs_n.V, sc.farkas_to_n(np.asarray(f, dtype=np.float64)))
 
 
 def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
@@ -117,38 +83,15 @@ def frobenius_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
     lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "squared")
     m_n = cs_n.evaluate(W_n)
-    margins = sc.margins(m_n)
     b, eq = cs_n.rhs, cs_n.is_equality
-    ineq = ~eq
-    lam_f = np.where(ineq, np.maximum(lam_n, 0.0), lam_n)      # dual feasible
-    S_f = cs_n.combine(lam_f)
-    nW2 = float(np.sum(W_n * W_n))
-    primal = 0.5 * nW2
-    dual = float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
-    neg = float(np.max(-lam_n[ineq], initial=0.0))
-    comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.sqrt(nW2))),
-        stationarity_residual=stationarity_residual(cs_n.U, cs_n.V, lam_n, W_n),
-        duality_gap=relative_gap(primal, dual),
-        dual_infeasibility=max(neg, 0.0) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nW2 if nW2 > 0 else comp,
-    )
-    return cert, margins
+    viol = relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.sqrt(np.sum(W_n * W_n))))
+    cert = fro_certificate(violation=viol, U=cs_n.U, V=cs_n.V, b=b, eq=eq, lam=lam_n, slack=m_n - b, W=W_n)
+    return cert, sc.margins(m_n)
 
 
 def row_sizes(cs: ConstraintSet) -> np.ndarray:
     """``||u_k|| ||w_k||`` for every row: shape (N,)."""
     return np.linalg.norm(cs.U, axis=1) * np.linalg.norm(cs.V, axis=1)
-
-
-def support_mask(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.ndarray:
-    """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)``."""
-    b = cs.rhs
-    R = float(np.max(np.abs(b))) if b.size else 1.0
-    R = R if R > 0 else 1.0
-    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
 
 
 def not_representable_error(what: str, sc: RowScaling, top_n: float, exponent) -> ValidationError:
@@ -185,9 +128,9 @@ def frobenius_solution(cs: ConstraintSet, lam: np.ndarray, formulation: str, inf
         raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), sc.E - sc.a - sc.b)
     cert, margins = frobenius_certificate(cs, W, lam_out, normalized)
     nrm = float(np.ldexp(np.linalg.norm(W_n), sc.E)) if W_n.size else 0.0
-    support = support_mask(margins, cs, support_tol)
-    return SVMSolution(status_from(cert, "fro"), formulation, "fro", W, nrm, nrm, margins, lam_out, support, cs, cert,
-                       support_tol=support_tol, info=info)
+    return build_solution(cs, status=status_from(cert, "fro"), formulation=formulation, norm="fro", W=W,
+                          norm_value=nrm, margins=margins, duals=lam_out, certificate=cert, support_tol=support_tol,
+                          info=info)
 
 
 def _merit(cert: Certificate) -> float:
@@ -207,26 +150,26 @@ def frobenius_qp(cs_n: ConstraintSet, tol: float = 1e-10, method: str = "auto") 
         raise RuntimeError(f"the Frobenius SVM solver failed: {exc}") from None
 
 
-def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
-                    method: str = "auto", support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
+def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, options: FrobeniusOptions | None = None,
+                    **kw) -> SVMSolution:
     """Solve ``min ||W||_F s.t.`` the rows of ``cs`` exactly.
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    tol : feasibility tolerance of the active-set method (relative to ``max |rhs|``), in (0, 1)
-    method : "auto", "pdas" or "goldfarb-idnani"
-    support_tol : margins within ``support_tol`` (relative) of their rhs count as support, in [0, 1)
-    max_memory : bytes or a size string ("8G"): refuse (ResourceLimitError) before building
-        the N x N Gram matrices when they need more (default: the package limit)
+    options : :class:`~attnsvm.svm.options.FrobeniusOptions`, or its fields as keywords: ``tol`` (feasibility
+        tolerance of the active-set method, relative to ``max |rhs|``), ``method`` ("auto", "pdas",
+        "goldfarb-idnani"), ``support_tol``, ``max_memory`` (refuse, ResourceLimitError, before building
+        the N x N Gram matrices when they need more; default: the package limit)
 
     Returns
     -------
     SVMSolution with ``W (d1, d2)`` (status "optimal", or "optimal_inaccurate" when the
     certificate does not pass) or a Farkas certificate (status "infeasible", ``W is None``).
     """
-    check_solver_options(tol, support_tol, method)
+    o = FrobeniusOptions.resolve(options, kw, "solve_frobenius")
+    tol, method, support_tol, max_memory = o.tol, o.method, o.support_tol, o.max_memory
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
     require_dense_memory(cs.N, max_memory)
@@ -236,7 +179,9 @@ def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, tol: f
     info = {"method": res.method, "iterations": res.iterations, "seconds": time.perf_counter() - t0}
     if res.status == "infeasible":
         sc = normalized[1]
-        return infeasible_solution(cs, sc.farkas(res.farkas), formulation, "fro", info, res.info.get("offending"))
+        f = sc.farkas(res.farkas)
+        return infeasible_solution(cs, f, formulation=formulation, norm="fro", info=info,
+                                   residual=farkas_residual_of(cs, f), offending=res.info.get("offending"))
     sol = frobenius_solution(cs, res.lam, formulation, info, support_tol, normalized)
     if sol.status != "optimal" and method == "auto" and res.method == "pdas":
         # refine: the robust dual active-set method from scratch, keep the better certificate
@@ -292,7 +237,7 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
             f = sc.farkas(res.farkas)
             lam[r] = f
             status[r] = "infeasible"
-            certs.append(Certificate(stationarity_residual=farkas_residual(cs_r, f), farkas=f))
+            certs.append(farkas_certificate(cs_r, f, farkas_residual_of(cs_r, f)))
             continue
         ln = lam_n[r] if res is None else res.lam
         sol = frobenius_solution(cs_r, ln, "batch", {}, 1e-6, (cs_n, sc))

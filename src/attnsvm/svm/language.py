@@ -21,6 +21,9 @@ from attnsvm.svm.constraints import bare_set, seq_constraints
 from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.soft import solve_soft
 
+__all__ = ["prefix_scores", "optimal_prefix_tokens", "score_ties", "lm_constraints", "soft_margin_svm", "prefix_problem",
+           "prefix_softmax", "gen_svm_fit", "random_direction_control"]
+
 
 def prefix_scores(data: LMData, loss: str = "logistic") -> np.ndarray:
     """Token scores ``gamma[l, k, t] = -loss(H^T a_{l,t}, target_{l,k})`` for ``t <= k <= n-2``.

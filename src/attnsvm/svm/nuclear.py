@@ -30,18 +30,19 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
-from attnsvm.errors import ValidationError
+from attnsvm._validate import check_number
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
-from attnsvm.svm.constraints import ConstraintSet, RowScaling, representable, row_gram
-from attnsvm.svm.frobenius import (frobenius_qp, infeasible_solution, not_representable_error, require_dense_memory,
-                                   row_sizes, support_mask)
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm.svm.constraints import ConstraintSet, row_gram
+from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
+                                   row_sizes)
+from attnsvm.svm.options import NuclearOptions
+from attnsvm.svm.result import build_solution, infeasible_solution
+from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "nuclear_certificate", "nuclear_bytes"]
-
-_SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
 
 
 def row_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -58,31 +59,22 @@ def nuclear_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
     Computed from the given arrays after the exact map to the row-normalized set
     (``normalized``: the pair of ``cs.normalized()``, recomputed if None).
     """
+    cert, margins, _ = _certify(cs, W, lam, normalized)
+    return cert, margins
+
+
+def _certify(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
+             normalized: tuple[ConstraintSet, RowScaling] | None = None) -> tuple[Certificate, np.ndarray, float]:
+    """:func:`nuclear_certificate` and ``||W||_*`` in the row-normalized units (the solvers reuse its SVD)."""
     cs_n, sc = normalized if normalized is not None else cs.normalized()
     W_n = sc.W_to_n(np.asarray(W, dtype=np.float64))
     lam_n = sc.lam_to_n(np.asarray(lam, dtype=np.float64), "norm")
     m_n = cs_n.evaluate(W_n)
-    margins = sc.margins(m_n)
     b, eq = cs_n.rhs, cs_n.is_equality
-    ineq = ~eq
-    S = cs_n.combine(lam_n)
-    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W_n, compute_uv=False).sum()) if W_n.size else 0.0
-    align = abs(float(np.sum(W_n * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W_n * S)))
-    lam_f = np.where(ineq, np.maximum(lam_n, 0.0), lam_n)      # dual feasible: clip, then into the ball
-    S_f = cs_n.combine(lam_f)
-    spec_f = float(np.linalg.norm(S_f, 2)) if S_f.size else 0.0
-    dual = float(b @ lam_f) / max(1.0, spec_f)
-    top_lam = float(np.max(np.abs(lam_n))) if lam_n.size else 0.0
-    comp = float(np.max(np.abs(lam_n * np.where(ineq, m_n - b, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n))),
-        stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=relative_gap(nuc, dual),
-        dual_infeasibility=float(np.max(-lam_n[ineq], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nuc if nuc > 0 else comp,
-    )
-    return cert, margins
+    viol = relative_violation(m_n, b, eq, row_sizes(cs_n) * float(np.linalg.norm(W_n)))
+    cert, nuc_n = result_nuclear_certificate(violation=viol, U=cs_n.U, V=cs_n.V, b=b, eq=eq, lam=lam_n,
+                                             slack=m_n - b, W=W_n)
+    return cert, sc.margins(m_n), nuc_n
 
 
 def nuclear_bytes(N: int, d1: int, d2: int) -> float:
@@ -155,15 +147,15 @@ def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
     return P @ M @ B.T, lam, info
 
 
-def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: str = "auto",
-                  support_tol: float = 1e-5, time_limit: float | None = None, max_memory=None,
-                  gap_tol: float = 1e-9, device=None) -> SVMSolution:
+def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearOptions | None = None,
+                  **kw) -> SVMSolution:
     """Solve ``min ||W||_* s.t.`` the rows of ``cs`` via subspace reduction.
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
+    options : :class:`~attnsvm.svm.options.NuclearOptions`, or its fields as keywords:
     solver : "auto" (default) or "ipm": the structured interior-point method (relative
         duality gap <= 1e-9; "auto" falls back to cvxpy on small problems if it does not
         converge); "cvxpy", "CLARABEL" or "SCS": the reduced SDP through cvxpy
@@ -187,10 +179,9 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     ``info["solver_status"]`` is the inner method's own verdict ("optimal" or "inaccurate"
     for the IPM; cvxpy's status otherwise).
     """
-    check_choice(solver, "solver", _SOLVERS)
-    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    time_limit = check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-    gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    o = NuclearOptions.resolve(options, kw, "solve_nuclear")
+    solver, support_tol, time_limit, max_memory, gap_tol, device = (o.solver, o.support_tol, o.time_limit,
+                                                                    o.max_memory, o.gap_tol, o.device)
     formulation = formulation or cs.kind
     backend = _device_backend(device, solver)
     t0 = time.perf_counter()
@@ -198,9 +189,10 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
     # row-normalized set, whose solution is also the warm start; nothing is mapped back, so
     # only the nuclear solution itself has to fit in float64
     require_dense_memory(cs.N, max_memory)
-    require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
-                   "(N x N Schur complement)", max_memory,
-                   hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
+    if max_memory is not None or nuclear_bytes(cs.N, cs.d1, cs.d2) >= 2**24:   # below 16 MiB: not checked
+        require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
+                       "(N x N Schur complement)", max_memory,
+                       hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
     start = _frobenius_start(cs, formulation, t0)
     if isinstance(start, SVMSolution):
         return start
@@ -220,12 +212,9 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, solver: 
 
 
 def _device_backend(device, solver: str):
-    """The IPM backend of ``device`` (None: numpy / scipy); validated before any work."""
+    """The IPM backend of ``device`` (None: numpy / scipy; the options checked that ``solver`` runs the IPM)."""
     if device is None:
         return None
-    if solver not in ("auto", "ipm"):
-        raise ValidationError(f"device={device!r} runs the interior-point method: use solver 'auto' or 'ipm', "
-                              f"not {solver!r}")
     from attnsvm.svm.torch_backend import TorchNewton
 
     return TorchNewton(device)
@@ -240,8 +229,9 @@ def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):
     del G
     if res0.status == "infeasible":
         info = {"method": res0.method, "iterations": res0.iterations, "seconds": time.perf_counter() - t0}
-        return infeasible_solution(cs, sc.farkas(res0.farkas), formulation, "nuclear", info,
-                                   res0.info.get("offending"))
+        f = sc.farkas(res0.farkas)
+        return infeasible_solution(cs, f, formulation=formulation, norm="nuclear", info=info,
+                                   residual=farkas_residual_of(cs, f), offending=res0.info.get("offending"))
     return normalized, res0.lam, cs_n.combine(res0.lam)
 
 
@@ -350,9 +340,9 @@ def _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info
     lam = sc.lam(lam_n, "norm")
     if not representable(lam, lam_n):
         raise not_representable_error("multipliers", sc, float(np.abs(lam_n).max()), -sc.a - sc.b)
-    cert, margins = nuclear_certificate(cs, W, lam, normalized)
-    nuc = float(np.ldexp(np.linalg.svd(W_n, compute_uv=False).sum(), sc.E)) if W_n.size else 0.0
-    support = support_mask(margins, cs, support_tol)
+    cert, margins, nuc_n = _certify(cs, W, lam, normalized)
+    nuc = float(np.ldexp(nuc_n, sc.E))
     info["seconds"] = time.perf_counter() - t0
-    return SVMSolution(status_from(cert, "nuclear"), formulation, "nuclear", W, nuc, nuc, margins, lam, support, cs,
-                       cert, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status_from(cert, "nuclear"), formulation=formulation, norm="nuclear", W=W,
+                          norm_value=nuc, margins=margins, duals=lam, certificate=cert, support_tol=support_tol,
+                          info=info)

@@ -6,8 +6,8 @@
 * v-SVM: ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1`` (hard margin, no bias), solved
   exactly (not approximated through a large C).
 
-The rows come from :func:`~attnsvm.svm.constraints.prompt_rows` and
-:func:`~attnsvm.svm.constraints.v_rows` (``V = 1``, shape (N, 1)); this module solves them
+The rows come from :func:`~attnsvm.svm.constraints._prompt_rows` and
+:func:`~attnsvm.svm.constraints._v_rows` (``V = 1``, shape (N, 1)); this module solves them
 with the exact Frobenius solver and returns the vector instead of the (d, 1) matrix.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm.options import FrobeniusOptions, VectorOptions
 from attnsvm.svm.solution import SVMSolution
 
 __all__ = ["solve_vector_svm"]
@@ -22,8 +23,8 @@ __all__ = ["solve_vector_svm"]
 _VECTORS = ("p", "v")
 
 
-def solve_vector_svm(cs: ConstraintSet, vector: str, formulation: str, *, tol: float = 1e-10,
-                     support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
+def solve_vector_svm(cs: ConstraintSet, vector: str, formulation: str, *, options: VectorOptions | None = None,
+                     **kw) -> SVMSolution:
     """Solve ``min ||x|| s.t. u_k^T x >= rhs_k`` for the rows of a vector problem.
 
     Parameters
@@ -31,14 +32,16 @@ def solve_vector_svm(cs: ConstraintSet, vector: str, formulation: str, *, tol: f
     cs : ConstraintSet with ``U (N, d)`` and ``V = 1 (N, 1)``
     vector : "p" (prompt) or "v" (head): the SVMSolution attribute that receives the solution
     formulation : label stored in the solution ("prompt", "prompt-relaxed" or "v")
-    tol, support_tol, max_memory : see :func:`~attnsvm.svm.frobenius.solve_frobenius`
+    options : :class:`~attnsvm.svm.options.VectorOptions`, or its fields as keywords (``tol``,
+        ``support_tol``, ``max_memory``: see :func:`~attnsvm.svm.frobenius.solve_frobenius`)
 
     Returns
     -------
     SVMSolution with ``p (d,)`` or ``v (d,)`` and ``W = None``.
     """
     assert vector in _VECTORS, vector
-    sol = solve_frobenius(cs, formulation=formulation, tol=tol, support_tol=support_tol, max_memory=max_memory)
+    o = VectorOptions.resolve(options, kw, "solve_vector_svm")
+    sol = solve_frobenius(cs, formulation=formulation, options=FrobeniusOptions(**o.kwargs()))
     if sol.W is not None:
         setattr(sol, vector, sol.W[:, 0].copy())
         sol.W = None

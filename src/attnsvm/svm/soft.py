@@ -27,11 +27,14 @@ import numpy as np
 
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
-from attnsvm.svm.constraints import ConstraintSet, representable, row_gram
+from attnsvm.svm.constraints import ConstraintSet, row_gram
+from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.nuclear import row_basis
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, relative_violation, status_from
+from attnsvm.svm.options import SoftOptions
+from attnsvm.svm.result import build_solution, soft_certificate
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
-__all__ = ["solve_soft", "soft_certificate"]
+__all__ = ["solve_soft"]
 
 
 def _norm(W: np.ndarray, norm: str) -> float:
@@ -40,59 +43,15 @@ def _norm(W: np.ndarray, norm: str) -> float:
     return float(np.linalg.norm(W)) if norm == "fro" else float(np.linalg.svd(W, compute_uv=False).sum())
 
 
-def soft_certificate(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, slack: np.ndarray, C: float, norm: str,
-                     squared: bool) -> Certificate:
-    """Certificate (relative quantities) of a soft-margin solution.
-
-    ``W (d1, d2)``, multipliers ``lam (N,)`` (``0 <= lam <= C``), ``slack (N,)`` (>= 0). The
-    primal value is that of (W, slack), whose feasibility ``max_violation`` measures; the dual
-    value that of the clipped multipliers scaled into the dual-norm ball (see
-    :func:`_dual_value`). Expects data whose
-    Gram entries do not overflow (the caller passes the power-of-two-scaled set).
-    """
+def _certify(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, slack: np.ndarray, C: float, norm: str,
+             squared: bool) -> Certificate:
+    """:func:`~attnsvm.svm.result.soft_certificate` of ``W (d1, d2)``, multipliers ``lam (N,)`` and
+    ``slack (N,)`` on the (power-of-two-scaled) rows ``cs``: the violation of (W, slack) relative to
+    ``|rhs_k| + ||u_k|| ||w_k|| ||W||_F``."""
     margins = cs.evaluate(W)
-    nrm = _norm(W, norm)
-    primal = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
-    dual = _dual_value(cs, lam, C, norm, squared)
-    top = float(np.max(np.abs(lam))) if lam.size else 0.0
     size = np.linalg.norm(cs.U, axis=1) * np.linalg.norm(cs.V, axis=1) * float(np.linalg.norm(W))
-    cert = Certificate(max_violation=relative_violation(margins, cs.rhs, cs.is_equality, size, slack),
-                       duality_gap=relative_gap(primal, dual),
-                       stationarity_residual=float("nan"),
-                       dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))) / C,
-                       complementarity=(float(np.abs(lam * (margins - cs.rhs + slack)).max()) / max(primal, 1e-300)
-                                        if top > 0 else 0.0))
-    if W.size:
-        S = cs.combine(lam)
-        if norm == "fro":
-            # stationarity: W / ||W|| = S (norm objective) or 2 W = S (squared)
-            target = 2 * W if squared else (W / nrm if nrm > 0 else W)
-            den = max(float(np.linalg.norm(target)), float(np.linalg.norm(S)))
-            cert.stationarity_residual = float(np.linalg.norm(S - target)) / den if den > 0 else 0.0
-        else:
-            # ||S||_2 <= 1 (times 2 ||W||_* when squared) and <W, S> = ||W||_* (times 2 ||W||_*)
-            k = 2.0 * nrm if squared else 1.0
-            spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-            ref = k * nrm if nrm > 0 else 1.0
-            cert.stationarity_residual = max(spec - k, 0.0) / max(k, 1e-300) + abs(float(np.sum(W * S)) - k * nrm) / ref
-    return cert
-
-
-def _dual_value(cs: ConstraintSet, lam: np.ndarray, C: float, norm: str, squared: bool) -> float:
-    """Value of a dual-feasible point built from ``lam``.
-
-    Dual of ``min ||W|| + C sum xi``: ``max rhs^T lam`` s.t. ``||S||_dual <= 1``, ``0 <= lam <= C``;
-    of ``min ||W||^2 + C sum xi``: ``max rhs^T lam - ||S||_dual^2 / 4``, ``0 <= lam <= C``;
-    with ``S = sum lam_k u_k w_k^T`` and the dual norm Frobenius (fro) or spectral (nuclear).
-    ``lam`` is clipped to [0, C] and, for the norm objective, scaled into the dual ball.
-    """
-    lam = np.clip(lam, 0.0, C)
-    S = cs.combine(lam)
-    dual_norm = (float(np.linalg.norm(S)) if norm == "fro" else float(np.linalg.norm(S, 2))) if S.size else 0.0
-    if squared:
-        return float(cs.rhs @ lam) - 0.25 * dual_norm ** 2
-    scale = 1.0 / dual_norm if dual_norm > 1.0 else 1.0
-    return scale * float(cs.rhs @ lam)
+    return soft_certificate(violation=relative_violation(margins, cs.rhs, cs.is_equality, size, slack), cs=cs, W=W,
+                            lam=lam, margins=margins, slack=slack, C=C, norm=norm, squared=squared, nrm=_norm(W, norm))
 
 
 def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, max_memory):
@@ -194,7 +153,7 @@ def _polish_duals(cs: ConstraintSet, W: np.ndarray, slack: np.ndarray, C: float,
 
 
 def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool = False,
-               support_tol: float = 1e-6, max_memory=None) -> SVMSolution:
+               options: SoftOptions | None = None, **kw) -> SVMSolution:
     """Solve the soft-margin SVM over the rows of ``cs`` (inequality rows only).
 
     Parameters
@@ -203,8 +162,9 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     C : float > 0 (finite), slack penalty
     norm : "fro" or "nuclear"
     squared : bool, use ``||W||^2`` instead of ``||W||`` in the objective
-    support_tol : in [0, 1), margins within it of rhs (or positive slack) count as support
-    max_memory : limit for the hard-margin check's N x N matrices (default: the package limit)
+    options : :class:`~attnsvm.svm.options.SoftOptions`, or its fields as keywords: ``support_tol`` in
+        [0, 1), margins within it of rhs (or positive slack) count as support; ``max_memory``, the
+        limit for the hard-margin check's N x N matrices (default: the package limit)
 
     Returns
     -------
@@ -213,7 +173,8 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     only when the certificate passes, else "optimal_inaccurate".
     """
     C = check_number(C, "C", low=0.0, low_open=True)
-    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    o = SoftOptions.resolve(options, kw, "solve_soft")
+    support_tol, max_memory = o.support_tol, o.max_memory
     if norm not in ("fro", "nuclear"):
         raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
     if not isinstance(squared, (bool, np.bool_)):
@@ -223,22 +184,19 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
         raise ValidationError("soft margin applies to inequality constraints only")
     t0 = time.perf_counter()
     if cs.N == 0:  # nothing to separate: W = 0 is optimal with objective 0
-        d1, d2 = cs.U.shape[1], cs.V.shape[1]
-        empty = np.zeros(0)
-        cert = Certificate(max_violation=0.0, duality_gap=0.0, stationarity_residual=0.0, dual_infeasibility=0.0,
-                           complementarity=0.0)
-        return SVMSolution("optimal", "soft", norm, np.zeros((d1, d2)), 0.0, 0.0, empty, empty, np.zeros(0, bool), cs,
-                           cert, slack=empty, support_tol=support_tol, info={"solver": "none", "C": float(C)})
-    # exact power-of-two scaling: u' = u 2^-a, w' = w 2^-b, W = W' 2^-(a+b), C' = C 2^(a+b) (norm)
-    # or C 4^(a+b) (squared); multipliers mu = mu' 2^-(a+b) (norm) or 4^-(a+b) (squared)
-    _, a = np.frexp(np.abs(cs.U).max()) if cs.U.size else (0.0, 0)
-    _, b = np.frexp(np.abs(cs.V).max()) if cs.V.size else (0.0, 0)
-    e = int(a) + int(b)
+        empty, W0 = np.zeros(0), np.zeros((cs.d1, cs.d2))
+        return build_solution(cs, status="optimal", formulation="soft", norm=norm, W=W0, norm_value=0.0, margins=empty,
+                              duals=empty, support=np.zeros(0, bool), slack=empty, support_tol=support_tol,
+                              certificate=_certify(cs, W0, empty, empty, C, norm, squared),
+                              info={"solver": "none", "C": float(C)})
+    # exact power-of-two scaling, one for all rows (RowScaling.uniform): u' = u 2^-a, w' = w 2^-b,
+    # W = W' 2^-(a+b), C' = C 2^(a+b) (norm) or C 4^(a+b) (squared), multipliers as the objective's
+    sc = RowScaling.uniform(cs.U, cs.V)
+    kind = "squared" if squared else "norm"
+    e = -sc.E                                   # a + b
     k = 2 if squared else 1
-    with np.errstate(over="ignore"):
-        C_s = float(np.ldexp(C, k * e))
-    cs_s = ConstraintSet(np.ldexp(cs.U, -int(a)), np.ldexp(cs.V, -int(b)), cs.rhs, cs.is_equality, cs.sample,
-                         cs.query, cs.token, cs.other, cs.kind, cs.shape)
+    C_s = float(sc.lam_to_n(np.array([C], dtype=np.float64), kind)[0])   # C bounds the multipliers: maps as they do
+    cs_s = sc.apply(cs)
     got = _hard_margin(cs_s, C_s, norm, squared, max_memory)
     if got is not None:
         W_s, lam_s, info = got
@@ -248,25 +206,26 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
             raise ValidationError(f"C = {C!r} at this data scale exceeds the float64 range (C 2^{k * e}) and the "
                                   "hard-margin SVM does not solve the problem: rescale the data towards unit size")
         W_s, lam_s, slack, info = _conic(cs_s, C_s, norm, squared)
-    cert = soft_certificate(cs_s, W_s, lam_s, slack, C_s, norm, squared)
+    cert = _certify(cs_s, W_s, lam_s, slack, C_s, norm, squared)
     if status_from(cert, norm, stationarity=False) != "optimal" and norm == "fro":
         lam_p = _polish_duals(cs_s, W_s, slack, C_s, squared)
         if lam_p is not None:
-            cert_p = soft_certificate(cs_s, W_s, lam_p, slack, C_s, norm, squared)
+            cert_p = _certify(cs_s, W_s, lam_p, slack, C_s, norm, squared)
             if cert_p.duality_gap < cert.duality_gap:
                 lam_s, cert = lam_p, cert_p
                 info["duals"] = "polished from the primal solution"
-    W = np.ldexp(W_s, -e)
+    W = sc.W(W_s)
     if not representable(W, W_s):
         raise ValidationError(f"the soft-margin solution W lies outside the float64 range at this data scale "
                               f"(entries near 2^{e}): rescale the tokens and queries towards unit size")
-    lam = np.ldexp(lam_s, -k * e)
+    lam = sc.lam(lam_s, kind)
     margins = cs_s.evaluate(W_s)
     nrm_s = _norm(W_s, norm)
-    nrm = float(np.ldexp(nrm_s, -e))
+    nrm = float(sc.W(np.float64(nrm_s)))
     objective = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
     support = (np.abs(margins - cs.rhs) <= support_tol * np.maximum(1.0, np.abs(cs.rhs))) | (slack > support_tol)
     info.update({"C": float(C), "squared": squared, "seconds": time.perf_counter() - t0})
     status = status_from(cert, norm, stationarity=False)
-    return SVMSolution(status, "soft", norm, W, nrm, objective, margins, lam, support, cs, cert,
-                       slack=slack, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status, formulation="soft", norm=norm, W=W, norm_value=nrm, objective=objective,
+                          margins=margins, duals=lam, support=support, certificate=cert, slack=slack,
+                          support_tol=support_tol, info=info)

@@ -8,7 +8,7 @@ a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
 1. solves the problem *exactly* on a working subset S of rows (Frobenius: the min-norm-point
    form of its dual on the s x s Gram matrix of S, kept up to date incrementally, by a
    primal-dual active-set method that reuses one Cholesky factor across iterations and
-   rounds (:class:`_BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
+   rounds (:class:`~attnsvm.svm.pdas._BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
    nuclear: :func:`~attnsvm.svm.nuclear.solve_nuclear`, the reduced interior-point method,
    on the subset),
 2. computes all N margins of its solution in one streaming pass,
@@ -34,9 +34,10 @@ constraint set (``O(N (d1 + d2))``), a few N-vectors, chunked temporaries and ``
 for the working set (refused beyond ``max_memory``); time per round ``O(q d1 d2 + N d1)``
 for the margins plus the subset solve.
 
-:func:`solve_dispatch` is the entry point of :mod:`attnsvm.svm.api`: ``method="auto"``
-picks the dense solver for small N and the working set above :data:`AUTO_DENSE_MAX_N`
-rows (or when the dense N x N matrices would not fit in memory).
+:func:`attnsvm.svm.dispatch.solve_dispatch` chooses between the dense solvers and these
+(``method="auto"``: the working set above :data:`~attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows,
+or when the dense N x N matrices would not fit in memory). The subset QP's factorization is
+:mod:`attnsvm.svm.pdas`.
 """
 
 from __future__ import annotations
@@ -45,33 +46,29 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
-from attnsvm.errors import ResourceLimitError, ValidationError
+from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
-from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
+from attnsvm.svm.options import FrobeniusWSOptions, NuclearWSOptions
+from attnsvm.svm.pdas import _BasePDAS
 from attnsvm.svm.qp import QPResult, solve_gram_qp
-from attnsvm.svm.solution import (Certificate, SVMSolution, relative_gap, relative_violation, stationarity_residual,
-                                   status_from)
+from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
+from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
+                                 nuclear_certificate)
+from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
 
-__all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "solve_dispatch", "WorkingSetSettings", "AUTO_DENSE_MAX_N",
-           "METHODS", "ScaleError"]
-
-#: ``method`` values of :func:`solve_dispatch` ("pdas" and "goldfarb-idnani" select the dense
-#: Frobenius solver with that QP method).
-METHODS = ("auto", "dense", "working_set", "pdas", "goldfarb-idnani")
+__all__ = ["solve_frobenius_ws", "solve_nuclear_ws", "WorkingSetSettings", "ScaleError"]
 
 
 class WorkingSetSettings:
     """Defaults of the outer loop (overridable per call).
 
-    batch : rows added per round at most (default ``max(64, min(1000, d1 d2 // 16))``: on planted
-        (2000, 51, 64) instances 150-300 rows per round took 5.7 s of CPU, 500 took 6.3 s and
-        2000 took 15.6 s: large batches make the subset QPs churn)
+    batch : rows added per round at most (default ``max(64, min(1000, d1 d2 // 16))``: large batches
+        make the subset QPs churn; measured figures in docs/guide/performance.md)
     per_group : rows of one query added per round at most (default 1; 0 = no limit)
     nuclear_per_group : the same for :func:`solve_nuclear_ws` (default 0, no limit: each of its
-        rounds is a whole interior-point solve, so fewer rounds pay: on MiniLM layer 3 head 0 at
-        512 sentences one row per query took twice the rounds and IPM iterations)
+        rounds is a whole interior-point solve, so fewer rounds pay)
     max_rounds : 1000
     enter : rows entering the active set per active-set iteration once the working set holds
         more than half the rank (64)
@@ -143,8 +140,7 @@ class _GramSet:
             return
         s, a = self.size, int(new.size)
         # the Gram matrix (old and new copy while growing), the factor of the active-set method and
-        # one block copy for its rebuilds: ~5 s^2 float64 (measured peak at d = 384: 13.3 GiB for
-        # s = 22255 rows, i.e. 3.6 s^2, with the constraint set and tokens)
+        # one block copy for its rebuilds: ~5 s^2 float64 budgeted (measured: docs/guide/performance.md)
         require_memory(5 * 8.0 * (s + a) ** 2, f"working set of {s + a} constraints (Gram matrix and factor)",
                        self.max_memory,
                        hint="the problem has too many support constraints for the working-set method")
@@ -193,325 +189,6 @@ def _rank_bound(cs: ConstraintSet, groups: QueryGroups | None) -> int:
     return int(max(1, r1 * r2))
 
 
-class _Singular(Exception):
-    """The free rows of the subset QP are (numerically) linearly dependent."""
-
-
-class _BasePDAS:
-    """Primal-dual active-set method for the working-set QP in min-norm-point form.
-
-    With ``A_k = u_k w_k^T`` and ``G`` their Gram matrix, the hard-margin SVM of the working set
-    is solved through ``min 1/2 f^T G f s.t. b^T f = 1, f >= 0`` (``f`` free on equality rows),
-    the nearest point of the (signed) convex hull of the rows to the origin. Its KKT point
-    ``G f = t b + mu`` (``mu >= 0``, ``mu f = 0``) gives ``t = ||sum f_k A_k||^2``, and
-
-    * ``t > 0``: the SVM multipliers are ``lam = f / t`` (``G lam = b + mu / t``: feasible,
-      complementary), ``W = sum lam_k A_k``;
-    * ``t = 0``: ``f`` is a Farkas certificate (``f >= 0``, ``b^T f = 1``, ``sum f_k A_k = 0``).
-
-    Unlike the SVM dual, this form stays well posed up to infeasibility: on a free set F its
-    system is ``f_F = M_FF^{-1} b_F / (b_F^T M_FF^{-1} b_F)`` with ``M = G + beta^2 b b^T``
-    (``t = 1 / (b_F^T M_FF^{-1} b_F) - beta^2``; ``beta = 1 / max |b|`` keeps the border as
-    large as G, whose scaled rows have size ~1, when the right-hand sides vary), which is
-    positive definite even when the rows of F are dependent with a Farkas combination (a
-    minimal infeasible set has ``rank + 1`` rows).
-
-    Each iteration solves on the free set and frees the rows with ``f - mu / G_kk > 0``
-    (``mu = G f - t b``), as :func:`attnsvm.svm.qp.pdas`. Successive free sets, within a
-    round and across rounds, differ in few rows, so one factor ``M_BB = L L^T`` of a base
-    set B is kept: rows entering F are appended to B (``O(|B|^2 a)``), rows leaving F stay in
-    B but are *pinned* to zero through the bordered system ``[[M_BB, E_D], [E_D^T, 0]]``:
-    with ``Y = L^{-1} E_D`` (columns kept up to date as B grows) only the small ``Y^T Y``
-    (``|D|`` square) is factored per iteration. B is rebuilt from F when the pinned rows
-    exceed a sixth of it.
-    """
-
-    def __init__(self, setup: "_Setup"):
-        cs = setup.cs
-        self.setup = setup
-        self.cs = cs
-        self.rows = np.zeros(0, np.int64)
-        self.L = np.zeros((0, 0))                    # (cap, cap): the factor, identity beyond s
-        self.pos = np.full(cs.N, -1, np.int64)       # position of a row in B (-1: not in B)
-        self.pinned = np.zeros(0, np.int64)          # rows of B held at zero (global ids)
-        self.Y = np.zeros((0, 0))                    # L^{-1} E_pinned
-        self.refactors = 0
-        self.appended = 0
-        self.why = ""                                # why the last run returned None
-        self.max_rows = cs.N                         # rank + 1: more rows in B make M_BB singular
-        self.last = None                             # (f, t, iteration) of the last iterate of run
-        self._buf = None                             # storage of L
-        top = float(np.max(np.abs(setup.rhs))) if setup.rhs.size else 0.0
-        self.beta2 = 1.0 / top ** 2 if top > 0 else 1.0  # M = G + beta2 b b^T: the border as large as G
-        self.beta = np.zeros(0)                      # L^{-1} rhs_B
-
-    @property
-    def s(self) -> int:
-        return int(self.rows.size)
-
-    def _mgram(self, r1: np.ndarray, r2: np.ndarray) -> np.ndarray:
-        """``M = G + b b^T`` between rows r1 and r2 (scaled rows)."""
-        st = self.setup
-        (U1, V1), (U2, V2) = st.rows(r1), st.rows(r2)
-        return (U1 @ U2.T) * (V1 @ V2.T) + self.beta2 * np.outer(st.rhs[r1], st.rhs[r2])
-
-    def _lsolve(self, r: np.ndarray, trans: bool = False) -> np.ndarray:
-        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the padded factor."""
-        import scipy.linalg as sla
-
-        s, cap = self.s, self.L.shape[0]
-        if cap > s:
-            rp = np.zeros((cap,) + r.shape[1:])
-            rp[:s] = r
-            r = rp
-        out = sla.solve_triangular(self.L, r, lower=True, trans="T" if trans else "N", check_finite=False)
-        return out[:s]
-
-    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
-        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s), reused
-        across rebuilds when its size fits (a fresh buffer of ~100 MB costs page faults)."""
-        cap = int(min(s + max(extra, s // 8, 64), max(self.max_rows, s + extra)))
-        buf = self._buf
-        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64 or np.may_share_memory(buf, L):
-            buf = np.zeros((cap, cap))
-        cap = buf.shape[0]
-        buf[:s, :s] = L
-        buf[:s, s:] = 0.0
-        buf[s:, :] = 0.0
-        buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
-        self._buf = buf
-        self.L = buf
-
-    def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
-        """B = rows (nothing pinned), ``M_FF`` their block of ``M``."""
-        import scipy.linalg as sla
-
-        try:
-            L = sla.cholesky(M_FF, lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise _Singular() from None
-        dg = np.abs(np.diag(L))
-        if dg.size and dg.min() <= 1e-7 * dg.max():
-            raise _Singular()
-        self.pos[self.rows] = -1
-        self.rows = np.asarray(rows, np.int64).copy()
-        self.pos[self.rows] = np.arange(self.s)
-        self._set_factor(L, self.s)
-        self.pinned = np.zeros(0, np.int64)
-        self.Y = np.zeros((self.s, 0))
-        self.beta = self._lsolve(self.setup.rhs[self.rows])
-        self.refactors += 1
-
-    def append(self, new: np.ndarray, M_nn: np.ndarray) -> None:
-        """Append rows ``new`` (not in B) to B: ``L -> [[L, 0], [X, L22]]``."""
-        import scipy.linalg as sla
-
-        a, s = int(new.size), self.s
-        if a == 0:
-            return
-        X = self._lsolve(self._mgram(self.rows, new)).T if s else np.zeros((a, 0))      # (a, s)
-        try:
-            L22 = sla.cholesky(M_nn - X @ X.T, lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise _Singular() from None
-        dg = np.abs(np.diag(L22))
-        ref = float(np.sqrt(np.max(np.diag(M_nn))))
-        if dg.min() <= 1e-7 * ref:
-            raise _Singular()
-        if s + a > self.L.shape[0]:
-            self._set_factor(self.L[:s, :s], s, extra=a)
-        self.L[s:s + a, :s] = X
-        self.L[s:s + a, s:s + a] = L22
-        if self.pinned.size:        # extend Y = L^{-1} E_D: the pinned rows have no entry below
-            Ynew = sla.solve_triangular(L22, -X @ self.Y, lower=True, check_finite=False)
-            self.Y = np.vstack([self.Y, Ynew])
-        else:
-            self.Y = np.zeros((s + a, 0))
-        bnew = sla.solve_triangular(L22, self.setup.rhs[new] - X @ self.beta, lower=True, check_finite=False)
-        self.beta = np.concatenate([self.beta, bnew])
-        self.rows = np.concatenate([self.rows, new])
-        self.pos[new] = np.arange(s, s + a)
-        self.appended += a
-
-    def pin(self, D: np.ndarray) -> None:
-        """Pinned set := D (rows of B)."""
-        keep = np.isin(self.pinned, D)
-        add = D[~np.isin(D, self.pinned)]
-        Y = self.Y[:, keep]
-        if add.size:
-            E = np.zeros((self.s, add.size))
-            E[self.pos[add], np.arange(add.size)] = 1.0
-            Y = np.hstack([Y, self._lsolve(E)])
-        self.pinned = np.concatenate([self.pinned[keep], add])
-        self.Y = Y
-
-    def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        M = G[np.ix_(idx, idx)]
-        bi = b[idx]
-        if bi.size and np.all(bi == bi[0]):
-            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
-        else:
-            M += self.beta2 * np.outer(bi, bi)
-        return M
-
-    def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
-        """Make the free rows F (global ids; ``ws_rows[idx] == F``) exactly the unpinned rows of B."""
-        if self.s == 0:
-            self.rebuild(F, self._mblock(G, b, idx))
-            return
-        inB = self.pos[F] >= 0
-        inF = np.zeros(self.s, bool)
-        inF[self.pos[F[inB]]] = True
-        n_pin = int(self.s - inF.sum())
-        A_idx = idx[~inB]
-        # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
-        if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
-                or self.s + A_idx.size > self.max_rows:
-            self.rebuild(F, self._mblock(G, b, idx))
-            return
-        if A_idx.size:
-            try:
-                self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))
-            except _Singular:           # dependent on the pinned rows perhaps: start from F itself
-                self.rebuild(F, self._mblock(G, b, idx))
-                return
-            inF = np.r_[inF, np.ones(A_idx.size, bool)]
-        self.pin(self.rows[~inF])
-
-    def solve(self, F: np.ndarray, r_F: np.ndarray | None, YtY) -> np.ndarray:
-        """``M_FF^{-1} r_F`` (F = the unpinned rows of B), via the bordered system; ``r_F = None``
-        means the right-hand sides ``rhs_F`` (then ``L^{-1} r_B = beta - Y rhs_D`` needs no solve)."""
-        import scipy.linalg as sla
-
-        if r_F is None:
-            beta = self.beta - self.Y @ self.setup.rhs[self.pinned] if self.pinned.size else self.beta
-        else:
-            rB = np.zeros(self.s)
-            rB[self.pos[F]] = r_F
-            beta = self._lsolve(rB)
-        if YtY is not None:
-            z = sla.cho_solve(YtY, self.Y.T @ beta, check_finite=False)
-            beta = beta - self.Y @ z
-        return self._lsolve(beta, trans=True)[self.pos[F]]
-
-    def _pinned_factor(self):
-        import scipy.linalg as sla
-
-        if not self.pinned.size:
-            return None
-        try:
-            c = sla.cho_factor(self.Y.T @ self.Y, lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise _Singular() from None
-        return c
-
-    def run(self, ws_rows: np.ndarray, G: np.ndarray, b: np.ndarray, eq: np.ndarray, tol: float, maxit: int = 80,
-            limit: int | None = None, start: np.ndarray | None = None, max_enter: int | None = None):
-        """PDAS on the min-norm-point form of the working set (``G (s, s)``, ``b``, ``eq`` in ws order).
-
-        Returns ``(f, t, iterations)`` at a verified KKT point, or None (dependent free rows,
-        cycling, a limit blocking a violated row: the caller uses the dense solvers).
-        ``limit``: at most this many free rows; ``start``: the first free set (default all);
-        ``max_enter``: at most this many rows enter per iteration, the most violated
-        (``mu_k / sqrt(G_kk)``) first, while rows leave without limit (freeing many rows at once
-        near the rank gives nearly square free sets whose multipliers swing wildly).
-        """
-        s = ws_rows.size
-        if max_enter is not None:
-            maxit += 4 * (s // max_enter)
-        diag = np.diag(G).copy()
-        if s == 0 or np.any(diag <= 0):
-            self.why = "zero row"
-            return None
-        free = np.ones(s, bool) if start is None else start.copy()
-        free |= eq
-        seen = set()
-        fresh = False
-        for it in range(1, maxit + 1):
-            idx = np.flatnonzero(free)
-            F = ws_rows[idx]
-            try:
-                if fresh:
-                    self.rebuild(F, self._mblock(G, b, idx))
-                else:
-                    self.set_free(F, G, b, idx, ws_rows)
-                YtY = self._pinned_factor()
-                y = self.solve(F, None, YtY)
-            except _Singular:
-                self.why = "dependent free rows"
-                return None
-            sb = float(b[idx] @ y)
-            if not sb > 0:
-                self.why = "b^T M^-1 b <= 0"
-                return None
-            f = np.zeros(s)
-            f[idx] = y / sb
-            t = 1.0 / sb - self.beta2
-            self.last = (f, t, it)
-            mu = G @ f - t * b
-            new_free = eq | (f - mu / diag > 0)
-            if np.array_equal(new_free, free):
-                # one Newton refinement of G_FF f_F = t b_F, b_F^T f_F = 1 (see the class docstring)
-                r = mu[idx]
-                z = self.solve(F, r, YtY)
-                c = 1.0 - float(b[idx] @ f[idx])
-                g = (c + float(b[idx] @ z)) / sb
-                f[idx] += -z + g * y
-                t += g - self.beta2 * c
-                mu = G @ f - t * b
-                if _mnp_kkt_ok(f, mu, eq, free, tol):
-                    return f, t, it
-                if fresh:
-                    self.why = "KKT not verified"
-                    return None
-                fresh = True                 # one more solve on a fresh factor of F
-                continue
-            enter = np.flatnonzero(new_free & ~free)
-            n_in = enter.size
-            if max_enter is not None:
-                n_in = min(n_in, max_enter)
-            stay = new_free & free
-            if limit is not None and stay.sum() + min(n_in, 1) > limit:
-                # the free set is full (rank + 1 rows): swap the free inequality row of smallest
-                # f (the least needed) for the most violated row
-                cand = np.flatnonzero(stay & ~eq)
-                if cand.size == 0 or enter.size == 0:
-                    self.why = "limit"
-                    return None
-                stay[cand[np.argmin(f[cand])]] = False
-                n_in = 1
-            elif limit is not None:
-                n_in = min(n_in, int(limit - stay.sum()))
-            if n_in < enter.size:       # the most violated rows enter first
-                enter = enter[np.argsort(mu[enter] / np.sqrt(diag[enter]))[:n_in]]
-                new_free = stay.copy()
-                new_free[enter] = True
-                if np.array_equal(new_free, free):
-                    self.why = "limit blocks"
-                    return None
-            fresh = False
-            key = new_free.tobytes()
-            if key in seen:
-                self.why = "cycling"
-                return None
-            seen.add(key)
-            free = new_free
-        self.why = "iteration limit"
-        return None
-
-
-def _mnp_kkt_ok(f, mu, eq, free, tol) -> bool:
-    """KKT of the min-norm-point form, relative to the size of f: ``f >= 0`` and ``mu = 0`` on
-    free inequality rows, ``mu >= 0`` on the others (equality rows: ``mu = 0``)."""
-    ineq = ~eq
-    scale = max(float(np.max(np.abs(f))), 1e-300)
-    mscale = max(float(np.max(np.abs(mu[free]), initial=0.0)), 1e-300)
-    if np.any(f[ineq] < -1e-9 * scale):
-        return False
-    # mu is a residual of size ~ eps ||G|| ||f|| on the free rows; off them it must not be negative
-    return bool(np.all(mu[~free & ineq] >= -max(tol, 1e3 * mscale)))
-
-
 def _group_ids(cs: ConstraintSet, groups: QueryGroups | None) -> np.ndarray | None:
     if groups is not None:
         return groups.group
@@ -520,27 +197,17 @@ def _group_ids(cs: ConstraintSet, groups: QueryGroups | None) -> np.ndarray | No
     return None
 
 
-def _options(cs: ConstraintSet, tol, support_tol, batch, per_group, max_rounds, time_limit) -> tuple[int, int, int]:
-    """Validate the outer loop's options; ``(batch, per_group, max_rounds)`` with the defaults of
-    :class:`WorkingSetSettings` filled in."""
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-    check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-    for name, val, lo in (("batch", batch, 1), ("per_group", per_group, 0), ("max_rounds", max_rounds, 1)):
-        if val is None:
-            continue
-        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, np.integer)) or val < lo:
-            raise ValidationError(f"{name} must be an integer >= {lo}, got {val!r}")
+def _defaults(cs: ConstraintSet, batch, per_group, max_rounds) -> tuple[int, int, int]:
+    """``(batch, per_group, max_rounds)`` of checked options with the defaults of :class:`WorkingSetSettings`
+    filled in where None."""
     st = WorkingSetSettings
     return (batch or st.batch(cs.d1, cs.d2), st.per_group if per_group is None else per_group,
             max_rounds or st.max_rounds)
 
 
 def _farkas_residual(ws: "_GramSet", f: np.ndarray) -> float:
-    """``||sum_k f_k A_k||_F / sum_k |f_k| ||A_k||_F`` over the working set (0: an exact proof)."""
-    size = np.sqrt(np.maximum(np.diag(ws.G), 0.0))
-    den = float(np.abs(f) @ size)
-    return float(np.linalg.norm(ws.combine(f))) / den if den > 0 else 0.0
+    """:func:`~attnsvm.svm.result.farkas_residual` over the working set's scaled rows (0: an exact proof)."""
+    return farkas_residual(ws.U, ws.V, f)
 
 
 def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: np.ndarray, offending_ws,
@@ -554,17 +221,13 @@ def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: n
     if not res <= 100 * FARKAS_RESIDUAL:
         raise RuntimeError(f"working set: the subset solver reported infeasibility with Farkas multipliers whose "
                            f"relative residual is {res:.1e}: not a certificate (use method='dense')")
-    N = cs.N
-    farkas = np.zeros(N)
-    farkas[ws.rows] = np.ldexp(farkas_ws, -setup.e[ws.rows])
+    farkas = np.zeros(cs.N)
+    farkas[ws.rows] = setup.scaling.subset(ws.rows).farkas(farkas_ws)
     if offending_ws is None:
         big = np.abs(farkas_ws) > 1e-9 * max(float(np.abs(farkas_ws).max()), 1e-300)
         offending_ws = np.flatnonzero(big)
-    offending = [int(ws.rows[k]) for k in offending_ws]
-    cert = Certificate(stationarity_residual=res, farkas=farkas, offending=offending,
-                       offending_labels=[cs.label(k) for k in offending[:20]])
-    return SVMSolution("infeasible", formulation, norm, None, float("inf"), float("inf"), np.full(N, np.nan),
-                       np.zeros(N), np.zeros(N, bool), cs, cert, info=info)
+    return infeasible_solution(cs, farkas, formulation=formulation, norm=norm, info=info, residual=res,
+                               offending=ws.rows[np.asarray(offending_ws, dtype=np.int64)])
 
 
 #: row sizes ``||u_k|| ||w_k||`` the working set accepts (``2^±400``): its Gram entries (sizes
@@ -579,8 +242,8 @@ class ScaleError(ValidationError):
 class _Setup:
     """What every round needs about all N rows: query groups, row sizes and the row scaling.
 
-    The rows are used scaled by powers of two, ``u_k 2^-a_k``, ``w_k 2^-b_k``, ``rhs_k 2^-e_k``
-    (``e_k = a_k + b_k``, ``2^a_k`` just above ``||u_k||``): a positive factor on a constraint
+    The rows are used scaled by powers of two (:meth:`RowScaling.row_norms`), ``u_k 2^-a_k``,
+    ``w_k 2^-b_k``, ``rhs_k 2^-e_k`` (``e_k = a_k + b_k``, ``2^a_k`` just above ``||u_k||``): a positive factor on a constraint
     row and its right-hand side leaves the constraint, hence W, unchanged, and the subset
     QPs see rows of size ~1 whatever the data scale (the multipliers map back exactly as
     ``lam_k = lam'_k 2^-e_k``). Violations are compared in these units (relative to the row).
@@ -602,30 +265,21 @@ class _Setup:
                 f"and multipliers must fit in float64), got {float(nz.min()):.1e} .. {float(nz.max()):.1e}: "
                 "rescale the tokens and queries towards unit size (the solution direction does not depend on "
                 "the scale, W(cX) = W(X) / c^2) or use method='dense'")
-        self.a = np.frexp(un)[1].astype(np.int64)
-        self.b = np.frexp(wn)[1].astype(np.int64)
-        self.e = self.a + self.b
-        self.rhs = np.ldexp(cs.rhs, -self.e)                         # scaled right-hand sides
+        self.scaling = RowScaling.row_norms(un, wn)                  # E = 0: W is that of the scaled rows
+        self.e = self.scaling.s                                      # a_k + b_k
+        self.rhs = self.scaling.rhs(cs.rhs)                          # scaled right-hand sides
         self.btol = tol * max(1.0, float(np.max(np.abs(self.rhs))) if N else 1.0)
 
     def rows(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scaled factors ``(U_r 2^-a, V_r 2^-b)`` of rows r."""
-        return (np.ldexp(self.cs.U[r], -self.a[r][:, None]), np.ldexp(self.cs.V[r], -self.b[r][:, None]))
+        return self.scaling.subset(r).rows(self.cs.U[r], self.cs.V[r])
 
     def violations(self, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(scaled, score)``: violations ``(rhs_k - m_k) 2^-e_k`` (``|.|`` on equality rows) of the
         scaled rows, and ``(rhs_k - m_k) / (||u_k|| ||w_k||)``, the exact relative violation that
         ranks rows (the powers of two differ from the norms by up to 4x): shape (N,) each."""
         raw = _violations(self.cs, margins)
-        return np.ldexp(raw, -self.e), raw * self.inv_scale
-
-
-def _support_mask(cs: ConstraintSet, margins: np.ndarray, support_tol: float) -> np.ndarray:
-    """Active inequality rows: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)`` (as the dense solvers)."""
-    b = cs.rhs
-    R = float(np.max(np.abs(b))) if b.size else 1.0
-    R = R if R > 0 else 1.0
-    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
+        return self.scaling.rhs(raw), raw * self.inv_scale
 
 
 def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
@@ -683,7 +337,7 @@ def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int,
 
 
 #: working sets above this many rows do not fall back to the dense dual active-set method
-#: (Goldfarb-Idnani, one row per step: 105 s at 4097 rows, d = 64) when the active-set method
+#: (Goldfarb-Idnani, one row per step: minutes at a few thousand rows) when the active-set method
 #: fails; the round continues from the last iterate (see :func:`_subset_qp`)
 DENSE_FALLBACK_MAX = 1500
 
@@ -740,16 +394,15 @@ def _kkt_relative_ok(ws: "_GramSet", lam, b, eq, tol) -> bool:
     return relative_gap(0.5 * nw * nw, float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))) <= 10 * tol
 
 
-def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-10,
-                       support_tol: float = 1e-6, batch: int | None = None, per_group: int | None = None,
-                       max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                       verbose: bool = False) -> SVMSolution:
+def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
+                       options: FrobeniusWSOptions | None = None, **kw) -> SVMSolution:
     """``min ||W||_F s.t.`` the rows of ``cs``, by the working-set method (module docstring).
 
     Parameters
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
+    options : :class:`~attnsvm.svm.options.FrobeniusWSOptions`, or its fields as keywords:
     tol : in (0, 1); a row counts as violated when ``rhs - margin > tol * max(1, max |rhs|)``
         (also the tolerance of the subset QP)
     support_tol : in [0, 1); margins within ``support_tol`` (relative) of their rhs count as support
@@ -769,7 +422,9 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None, tol
     ``info``: method "working-set", rounds, working_set (final size), max_working_set,
     qp_iterations, seconds, cpu_seconds.
     """
-    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch, per_group, max_rounds, time_limit)
+    o = FrobeniusWSOptions.resolve(options, kw, "solve_frobenius_ws")
+    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
+    batch, per_group, max_rounds = _defaults(cs, o.batch, o.per_group, o.max_rounds)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N, d1, d2 = cs.N, cs.d1, cs.d2
@@ -838,31 +493,17 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     of the rows of ``cs`` (``lam_k = lam'_k 2^-e_k``). The certificate's dual quantities are
     computed in the scaled units, like the dense solvers' row-normalized ones.
     """
-    N = cs.N
-    eq = cs.is_equality
-    b_ws = setup.rhs[ws.rows]
-    lam = np.zeros(N)
-    lam[ws.rows] = np.ldexp(lam_ws, -setup.e[ws.rows])
+    sub = setup.scaling.subset(ws.rows)
+    lam = np.zeros(cs.N)
+    lam[ws.rows] = sub.lam(lam_ws, "squared")
     nrm = float(np.linalg.norm(W))
-    eq_ws = eq[ws.rows]
-    ineq_ws = ~eq_ws
-    lam_f = np.where(ineq_ws, np.maximum(lam_ws, 0.0), lam_ws)     # dual feasible
-    S_f = ws.combine(lam_f)
-    primal = 0.5 * nrm ** 2
-    dual = float(b_ws @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    top_lam = float(np.max(np.abs(lam_ws))) if lam_ws.size else 0.0
-    slack_ws = np.ldexp(margins[ws.rows] - cs.rhs[ws.rows], -setup.e[ws.rows])
-    comp = float(np.max(np.abs(lam_ws * np.where(ineq_ws, slack_ws, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(margins, cs.rhs, eq, setup.scale * nrm),
-        stationarity_residual=_returned_residual(setup, lam, W),
-        duality_gap=relative_gap(primal, dual),
-        dual_infeasibility=float(np.max(-lam_ws[ineq_ws], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nrm ** 2 if nrm > 0 else comp,
-    )
+    slack_ws = sub.rhs(margins[ws.rows] - cs.rhs[ws.rows])
+    cert = fro_certificate(violation=relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * nrm),
+                           U=ws.U, V=ws.V, b=setup.rhs[ws.rows], eq=cs.is_equality[ws.rows], lam=lam_ws,
+                           slack=slack_ws, W=W, residual=_returned_residual(setup, lam, W))
     status = status_from(cert, "fro") if "stopped" not in info else _stopped_status(setup, margins)
-    return SVMSolution(status, formulation, "fro", W, nrm, nrm, margins, lam, _support_mask(cs, margins, support_tol),
-                       cs, cert, support_tol=support_tol, info=info)
+    return build_solution(cs, status=status, formulation=formulation, norm="fro", W=W, norm_value=nrm,
+                          margins=margins, duals=lam, certificate=cert, support_tol=support_tol, info=info)
 
 
 def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
@@ -878,13 +519,11 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
     W is the same for scaled and unscaled rows). Only the rows with a nonzero multiplier are read."""
     rows = np.flatnonzero(lam)
     Un, Vn = setup.rows(rows)
-    return stationarity_residual(Un, Vn, np.ldexp(lam[rows], setup.e[rows]), W)
+    return stationarity_residual(Un, Vn, setup.scaling.subset(rows).lam_to_n(lam[rows], "squared"), W)
 
 
-def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: float = 1e-9,
-                     support_tol: float = 1e-5, batch: int | None = None, per_group: int | None = None,
-                     max_rounds: int | None = None, time_limit: float | None = None, max_memory=None,
-                     solver: str = "auto", gap_tol: float = 1e-8, verbose: bool = False, device=None) -> SVMSolution:
+def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearWSOptions | None = None,
+                     **kw) -> SVMSolution:
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
@@ -896,6 +535,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     Parameters
     ----------
     cs : ConstraintSet
+    options : :class:`~attnsvm.svm.options.NuclearWSOptions`, or its fields as keywords:
     tol : in (0, 1): a row is violated when its relative violation (see
         :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
@@ -903,7 +543,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
     gap_tol : relative duality gap each subset's interior-point solve aims at (``gap_tol`` of
         :func:`~attnsvm.svm.nuclear.solve_nuclear`; 1e-8 by default, 100x below the 1e-6 the
-        certificate requires: aiming at 1e-9 cost ~10 more iterations per subset at rounding level)
+        certificate requires)
     time_limit : seconds for the whole solve; the last subset solution is then returned
         ("optimal_inaccurate" unless its certificate over all rows passes; "undecided" when the
         time ran out before the Frobenius working set decided feasibility)
@@ -918,10 +558,11 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     """
     from attnsvm.svm.nuclear import solve_nuclear
 
-    batch, per_group, max_rounds = _options(cs, tol, support_tol, batch,
-                                            WorkingSetSettings.nuclear_per_group if per_group is None else per_group,
-                                            max_rounds, time_limit)
-    check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    o = NuclearWSOptions.resolve(options, kw, "solve_nuclear_ws")
+    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
+    solver, gap_tol, device = o.solver, o.gap_tol, o.device
+    batch, per_group, max_rounds = _defaults(cs, o.batch, WorkingSetSettings.nuclear_per_group
+                                             if o.per_group is None else o.per_group, o.max_rounds)
     if device is not None:                  # refuse a bad device before any work
         from attnsvm.svm.torch_backend import check_device
 
@@ -984,88 +625,11 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
 def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
                     info) -> SVMSolution:
     """Nuclear solution with its relative certificate over all N rows (duals zero outside S)."""
-    N = cs.N
-    b, eq = cs.rhs, cs.is_equality
-    lam = np.zeros(N)
+    lam = np.zeros(cs.N)
     lam[rows] = lam_sub
-    ineq_s = ~sub.is_equality
-    S = sub.combine(lam_sub)
-    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
-    align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
-    lam_f = np.where(ineq_s, np.maximum(lam_sub, 0.0), lam_sub)
-    spec_f = float(np.linalg.norm(sub.combine(lam_f), 2)) if S.size else 0.0
-    dual = float(sub.rhs @ lam_f) / max(1.0, spec_f)
-    top_lam = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
-    comp = float(np.max(np.abs(lam_sub * np.where(ineq_s, margins[rows] - sub.rhs, 0.0)), initial=0.0))
-    cert = Certificate(
-        max_violation=relative_violation(margins, b, eq, setup.scale * float(np.linalg.norm(W))),
-        stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=relative_gap(nuc, dual),
-        dual_infeasibility=float(np.max(-lam_sub[ineq_s], initial=0.0)) / top_lam if top_lam > 0 else 0.0,
-        complementarity=comp / nuc if nuc > 0 else comp,
-    )
+    viol = relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * float(np.linalg.norm(W)))
+    cert, nuc = nuclear_certificate(violation=viol, U=sub.U, V=sub.V, b=sub.rhs, eq=sub.is_equality, lam=lam_sub,
+                                    slack=margins[rows] - sub.rhs, W=W)
     status = status_from(cert, "nuclear") if "stopped" not in info else "optimal_inaccurate"
-    return SVMSolution(status, formulation, "nuclear", W, nuc, nuc, margins, lam,
-                       _support_mask(cs, margins, support_tol), cs, cert, support_tol=support_tol, info=info)
-
-
-#: ``method="auto"`` solves up to this many rows densely (N x N Gram matrices) and more by the
-#: working set. Measured (one thread, best of 3-20 runs) on planted and optimal-token instances:
-#: at d = 64 the working set took 0.84-1.16x the dense time at N = 600 and was 1.14-1.53x faster
-#: at N = 800, 2.4-2.8x at 1200, 10-12x at 3000, 41x at 5000; at d = 10 it is faster from
-#: N = 250 on feasible instances (benchmarks/solvers.py --scale prints both side by side).
-AUTO_DENSE_MAX_N = 800
-
-_WS_ONLY = ("batch", "per_group", "max_rounds", "verbose")
-
-
-def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", **kw) -> SVMSolution:
-    """Solve the SVM of ``cs`` (norm "fro" or "nuclear") by the dense or the working-set method.
-
-    Parameters
-    ----------
-    method : "auto" (dense up to :data:`AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
-        memory, else the working set), "dense", "working_set", or a dense Frobenius QP method
-        ("pdas", "goldfarb-idnani")
-    **kw : options of the chosen solver (:func:`~attnsvm.svm.frobenius.solve_frobenius`,
-        :func:`~attnsvm.svm.nuclear.solve_nuclear`, :func:`solve_frobenius_ws`,
-        :func:`solve_nuclear_ws`); an option the chosen solver does not have is refused
-        (ValidationError naming it). ``max_memory`` applies to every path: the dense one
-        refuses (ResourceLimitError) when its N x N matrices need more.
-    """
-    from attnsvm.svm.frobenius import solve_frobenius
-    from attnsvm.svm.nuclear import solve_nuclear
-
-    check_choice(method, "method", METHODS)
-    if method in ("pdas", "goldfarb-idnani"):
-        if norm != "fro":
-            raise ValidationError(f"method={method!r} is a Frobenius QP method; for norm='nuclear' use 'auto', "
-                                  "'dense' or 'working_set'")
-        kw["method"] = method
-        method = "dense"
-    auto = method == "auto"
-    if auto:
-        method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not any(k in kw for k in _WS_ONLY) else "working_set"
-    if method == "working_set":
-        kw.pop("method", None)
-        try:
-            if norm == "fro":
-                return solve_frobenius_ws(cs, formulation=formulation, **kw)
-            return solve_nuclear_ws(cs, formulation=formulation, **kw)
-        except ScaleError:
-            if not auto or any(k in kw for k in _WS_ONLY):
-                raise
-        method, auto = "dense", False        # extreme data scales: the dense solver normalizes the rows
-    try:
-        if norm == "fro":
-            return solve_frobenius(cs, formulation=formulation, **kw)
-        return solve_nuclear(cs, formulation=formulation, **kw)
-    except ResourceLimitError:
-        if not auto:
-            raise
-    # the dense solver refused (before allocating) for lack of memory: the working set needs O(N d)
-    kw.pop("method", None)
-    if norm == "fro":
-        return solve_frobenius_ws(cs, formulation=formulation, **kw)
-    return solve_nuclear_ws(cs, formulation=formulation, **kw)
+    return build_solution(cs, status=status, formulation=formulation, norm="nuclear", W=W, norm_value=nuc,
+                          margins=margins, duals=lam, certificate=cert, support_tol=support_tol, info=info)

@@ -14,7 +14,8 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from attnsvm.errors import ValidationError
 from attnsvm.language import cycle_language
 from attnsvm.metrics import correlation
-from attnsvm.svm import gen_svm_fit, lm_constraints, score_ties, soft_margin_svm, solve
+from attnsvm.svm import lm_constraints, soft_margin_svm, solve
+from attnsvm.svm.language import gen_svm_fit, score_ties
 from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import integrity_check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record, uncertified

@@ -25,7 +25,8 @@ import pandas as pd
 
 from attnsvm.generators import mm_joint, mm_multi_input
 from attnsvm.problem import TokenProblem
-from attnsvm.svm import CERTIFIED_VIOLATION, locally_optimal_rows, solve_p_svm, solve_v_svm
+from attnsvm.svm import CERTIFIED_VIOLATION, solve_p_svm, solve_v_svm
+from attnsvm.svm.analysis import locally_optimal_rows
 from attnsvm.training.prompt import (  # the prompt model's mathematics, re-exported for the mm experiments
     engine_train as engine_train, notebook_float32 as notebook_float32, notebook_replay as notebook_replay,
     prompt_grad as prompt_grad,

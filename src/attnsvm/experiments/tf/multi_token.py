@@ -10,7 +10,8 @@ from attnsvm.errors import ValidationError
 from attnsvm.generators import relu_head_instance
 from attnsvm.metrics import one_minus_correlation
 from attnsvm.training.models import ReLUHead
-from attnsvm.svm import random_direction_control, solve_svm, svm_equivalence
+from attnsvm.svm import solve_svm, svm_equivalence
+from attnsvm.svm.language import random_direction_control
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import check, integrity_check, mean_check, record_spread

@@ -1,0 +1,181 @@
+"""The last stage of every solver: certify a solution and build the :class:`SVMSolution`.
+
+One formula per certificate (:func:`fro_certificate`, :func:`nuclear_certificate`,
+:func:`soft_certificate`, :func:`farkas_certificate`), whatever the method that found the solution
+(dense or working set, one instance or a batch), and one builder of the result
+(:func:`build_solution`, by keyword; :func:`infeasible_solution` for a Farkas certificate). The
+solvers pass the rows that carry multipliers in their scaled units (:mod:`attnsvm.svm.scaling`):
+all N rows for the dense methods, the working set for the working-set methods (multipliers are
+zero elsewhere, so the sums are the same).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, stationarity_residual
+
+__all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "fro_certificate",
+           "nuclear_certificate", "soft_certificate", "farkas_certificate"]
+
+
+def _combine(U: np.ndarray, V: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """``sum_k lam_k u_k w_k^T`` of rows ``U (s, d1)``, ``V (s, d2)``: (d1, d2)."""
+    return (U * lam[:, None]).T @ V
+
+
+def _dual_terms(lam: np.ndarray, eq: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``(lam_f, dual_infeasibility, |lam slack|_max)``: multipliers made dual feasible (inequality rows
+    clipped at 0), the largest negative inequality multiplier relative to the largest, and the largest
+    complementarity product on inequality rows. All (s,)."""
+    ineq = ~eq
+    lam_f = np.where(ineq, np.maximum(lam, 0.0), lam)
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    neg = float(np.max(-lam[ineq], initial=0.0))
+    comp = float(np.max(np.abs(lam * np.where(ineq, slack, 0.0)), initial=0.0))
+    return lam_f, (max(neg, 0.0) / top if top > 0 else 0.0), comp
+
+
+def fro_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
+                    lam: np.ndarray, slack: np.ndarray, W: np.ndarray, residual: float | None = None) -> Certificate:
+    """The certificate of ``min 1/2 ||W||_F^2`` (see :class:`Certificate`).
+
+    ``violation``: the relative max violation over all rows (:func:`relative_violation`); the rows
+    carrying multipliers, in scaled units: ``U (s, d1)``, ``V (s, d2)``, ``b (s,)``, ``eq (s,)``,
+    ``lam (s,)``, ``slack (s,)`` (margin minus rhs), and ``W (d1, d2)`` in the same units.
+    ``residual``: the stationarity residual when the caller measures it on the returned pair
+    (default: :func:`stationarity_residual` of these rows).
+    """
+    lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
+    S_f = _combine(U, V, lam_f)
+    nW2 = float(np.sum(W * W))
+    dual = float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
+    return Certificate(
+        max_violation=violation,
+        stationarity_residual=stationarity_residual(U, V, lam, W) if residual is None else residual,
+        duality_gap=relative_gap(0.5 * nW2, dual),
+        dual_infeasibility=dual_inf,
+        complementarity=comp / nW2 if nW2 > 0 else comp,
+    )
+
+
+def nuclear_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
+                        lam: np.ndarray, slack: np.ndarray, W: np.ndarray) -> tuple[Certificate, float]:
+    """The certificate of ``min ||W||_*`` (dual ball ``||sum lam_k u_k w_k^T||_2 <= 1``) and ``||W||_*``.
+
+    Arguments as :func:`fro_certificate` (multipliers of the norm objective).
+    """
+    S = _combine(U, V, lam)
+    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
+    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
+    align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
+    lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
+    spec_f = float(np.linalg.norm(_combine(U, V, lam_f), 2)) if S.size else 0.0
+    dual = float(b @ lam_f) / max(1.0, spec_f)                 # scaled into the dual ball
+    cert = Certificate(
+        max_violation=violation,
+        stationarity_residual=max(spec - 1.0, 0.0) + align,
+        duality_gap=relative_gap(nuc, dual),
+        dual_infeasibility=dual_inf,
+        complementarity=comp / nuc if nuc > 0 else comp,
+    )
+    return cert, nuc
+
+
+def soft_certificate(*, violation: float, cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, margins: np.ndarray,
+                     slack: np.ndarray, C: float, norm: str, squared: bool, nrm: float) -> Certificate:
+    """The certificate of the soft margin ``min ||W|| + C sum xi`` (``||W||^2`` when ``squared``).
+
+    ``cs`` the (scaled) rows, ``W (d1, d2)``, ``lam (N,)`` (``0 <= lam <= C``), ``margins (N,)``,
+    ``slack (N,)``, ``nrm`` the norm of W. The dual value is that of the multipliers clipped to
+    [0, C] and, for the norm objective, scaled into the dual-norm ball; the stationarity residual
+    compares ``W / ||W||`` (``2 W``) with ``sum lam_k u_k w_k^T`` (Frobenius) or measures the
+    spectral-norm excess and the alignment (nuclear).
+    """
+    primal = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
+    lam_c = np.clip(lam, 0.0, C)
+    S_c = cs.combine(lam_c)
+    dual_norm = (float(np.linalg.norm(S_c)) if norm == "fro" else float(np.linalg.norm(S_c, 2))) if S_c.size else 0.0
+    if squared:
+        dual = float(cs.rhs @ lam_c) - 0.25 * dual_norm ** 2
+    else:
+        dual = (1.0 / dual_norm if dual_norm > 1.0 else 1.0) * float(cs.rhs @ lam_c)
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    residual = 0.0 if cs.N == 0 else float("nan")
+    if W.size and cs.N:
+        S = cs.combine(lam)
+        if norm == "fro":
+            # stationarity: W / ||W|| = S (norm objective) or 2 W = S (squared)
+            target = 2 * W if squared else (W / nrm if nrm > 0 else W)
+            den = max(float(np.linalg.norm(target)), float(np.linalg.norm(S)))
+            residual = float(np.linalg.norm(S - target)) / den if den > 0 else 0.0
+        else:
+            # ||S||_2 <= 1 (times 2 ||W||_* when squared) and <W, S> = ||W||_* (times 2 ||W||_*)
+            k = 2.0 * nrm if squared else 1.0
+            spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
+            ref = k * nrm if nrm > 0 else 1.0
+            residual = max(spec - k, 0.0) / max(k, 1e-300) + abs(float(np.sum(W * S)) - k * nrm) / ref
+    return Certificate(max_violation=violation,
+                       duality_gap=relative_gap(primal, dual),
+                       stationarity_residual=residual,
+                       dual_infeasibility=float(max(np.max(-lam, initial=0.0), np.max(lam - C, initial=0.0))) / C,
+                       complementarity=(float(np.abs(lam * (margins - cs.rhs + slack)).max()) / max(primal, 1e-300)
+                                        if top > 0 else 0.0))
+
+
+def farkas_residual(U: np.ndarray, V: np.ndarray, f: np.ndarray) -> float:
+    """``||sum_k f_k u_k w_k^T||_F / sum_k |f_k| ||u_k|| ||w_k||`` (0 for an exact Farkas certificate).
+
+    ``U (s, d1)``, ``V (s, d2)``, ``f (s,)`` in scaled units (rows of size about 1: nothing overflows);
+    ``inf`` when ``f`` is not finite.
+    """
+    if not np.all(np.isfinite(f)):
+        return float("inf")
+    size = np.linalg.norm(U, axis=1) * np.linalg.norm(V, axis=1)
+    den = float(np.abs(f) @ size)
+    num = float(np.linalg.norm(_combine(U, V, f)))
+    return num / den if den > 0 else 0.0
+
+
+def farkas_certificate(cs: ConstraintSet, farkas: np.ndarray, residual: float, offending=None) -> Certificate:
+    """The certificate of infeasibility: Farkas multipliers ``farkas (N,)`` of the rows of ``cs``, their
+    relative residual (:func:`farkas_residual`) and the offending rows (default: the multipliers above
+    ``1e-9`` of the largest) with readable labels (the first 20)."""
+    farkas = np.asarray(farkas, dtype=np.float64)
+    if offending is None:
+        offending = np.flatnonzero(np.abs(farkas) > 1e-9 * max(float(np.abs(farkas).max(initial=0.0)), 1e-300))
+    offending = [int(k) for k in offending]
+    return Certificate(stationarity_residual=residual, farkas=farkas, offending=offending,
+                       offending_labels=[cs.label(k) for k in offending[:20]])
+
+
+def support_mask(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> np.ndarray:
+    """Active inequality rows (N,) bool: ``|margin - rhs| <= support_tol * max(|rhs|, max |rhs|)``."""
+    b = cs.rhs
+    R = float(np.max(np.abs(b))) if b.size else 1.0
+    R = R if R > 0 else 1.0
+    return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
+
+
+def build_solution(cs: ConstraintSet, *, status: str, formulation: str, norm: str, W: np.ndarray | None,
+                   norm_value: float, margins: np.ndarray, duals: np.ndarray, certificate: Certificate,
+                   support_tol: float = 1e-6, info: dict | None = None, objective: float | None = None,
+                   support: np.ndarray | None = None, slack: np.ndarray | None = None) -> SVMSolution:
+    """The :class:`SVMSolution` of the rows ``cs`` (N rows): ``W (d1, d2)`` or None, ``margins (N,)``,
+    ``duals (N,)`` in the units of ``cs``; ``objective`` defaults to ``norm_value``, ``support (N,)`` to
+    :func:`support_mask` at ``support_tol``."""
+    return SVMSolution(status=status, formulation=formulation, norm=norm, W=W, norm_value=norm_value,
+                       objective=norm_value if objective is None else objective, margins=margins, duals=duals,
+                       support=support_mask(margins, cs, support_tol) if support is None else support,
+                       constraints=cs, certificate=certificate, slack=slack, support_tol=support_tol,
+                       info={} if info is None else info)
+
+
+def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: str, norm: str, residual: float,
+                        info: dict | None = None, offending=None) -> SVMSolution:
+    """An "infeasible" :class:`SVMSolution` (W None, margins NaN, duals 0) with the Farkas certificate."""
+    N = cs.N
+    return build_solution(cs, status="infeasible", formulation=formulation, norm=norm, W=None, norm_value=float("inf"),
+                          margins=np.full(N, np.nan), duals=np.zeros(N), support=np.zeros(N, bool),
+                          certificate=farkas_certificate(cs, farkas, residual, offending), info=info)
