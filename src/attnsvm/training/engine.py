@@ -17,9 +17,10 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
 from attnsvm.training.checks import _check_int, _resolve_engine
-from attnsvm.training.fast import _fast_kind, _fast_loop
+from attnsvm.training.fast import _fast_kind, fast_kernel
 from attnsvm.training.kernel import closed_form_step
 from attnsvm.training.lean import lean_applies, lean_loop
+from attnsvm.training.loop import run
 from attnsvm.training.losses import apply_log_scale, exp_shift, sample_losses
 from attnsvm.training.models import AttentionModel, token_form
 from attnsvm.training.ops import DTYPE, combine, token_scores
@@ -130,57 +131,82 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
     return grad_fn, model
 
 
-def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v,
-              bitwise, seeds=None):
-    """The generic training loop (any engine, optimizer, parameterization); returns recorded torch tensors."""
-    R, N, T, _ = data.X.shape
-    opt = _Optimizer(optimizer, lr, eps, betas, adam_eps, bitwise)
-    rec = _Recorder(steps, cps, R, N, T, params, record_v, seeds)
-    with torch.no_grad():
-        for k in range(steps + 1):
-            res = grad_fn()
-            grads, ls = res["grads"], res.get("log_scale")
-            names = list(grads)
-            gn = torch.stack([opt.norm(grads[nm]) for nm in names])  # (P, R) norms per parameter group
-            # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
-            gn = rec.check(k, gn, res["loss"], log_scale=None if optimizer == "ngd" else ls,
-                           exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
-            norms = dict(zip(names, gn))
-            if rec.want[k]:
-                gm = _norm_at_record(res["main_grad"], opt.norm(res["main_grad"]))
-                rec.put(res["loss"], res["s"], _true_norms(gm, ls), params)
-            if k == steps:
-                break
-            if ridge:
-                grads = dict(grads)
-                r2 = (2.0 * ridge) if ls is None else (2.0 * ridge * torch.exp(-ls)).reshape(-1, 1, 1)
-                for name in ("K", "Q"):
-                    grads[name] = grads[name] + r2 * params[name]
-                norms = None
-            opt.step(params, grads, norms=norms, log_scale=ls)
-    return rec.result()
+class GradientKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for any gradient function and optimizer.
+
+    ``grad_fn`` from :func:`_make_grad_fn` (closed form or autograd, any parameterization); the
+    optimizer (:class:`attnsvm.training.optim._Optimizer`: GD, NGD or Adam) updates ``params`` in place,
+    with ``cfg.ridge`` added to the K and Q gradients. ``record_v``: record v too (joint training).
+    """
+
+    def __init__(self, data, params, grad_fn, cfg, record_v):
+        R, N, T, _ = data.X.shape
+        self.params, self.grad_fn, self.ridge, self.ngd = params, grad_fn, cfg.ridge, cfg.ngd
+        self.opt = _Optimizer(cfg.optimizer, cfg.lr, cfg.eps, cfg.betas, cfg.adam_eps, cfg.bitwise)
+        self.rec = _Recorder(cfg.steps, cfg.cps, R, N, T, params, record_v, cfg.seeds)
+        self.want = self.rec.want
+
+    def gradient(self):
+        self.res = res = self.grad_fn()
+        self.grads, self.ls = res["grads"], res.get("log_scale")
+        self.names = list(self.grads)
+        self.gn = torch.stack([self.opt.norm(self.grads[nm]) for nm in self.names])  # (P, R) norms per group
+
+    def check(self, k):
+        grads, names = self.grads, self.names
+        # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
+        gn = self.rec.check(k, self.gn, self.res["loss"], log_scale=None if self.ngd else self.ls,
+                            exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
+        self.norms = dict(zip(names, gn))
+
+    def record(self):
+        res = self.res
+        gm = _norm_at_record(res["main_grad"], self.opt.norm(res["main_grad"]))
+        self.rec.put(res["loss"], res["s"], _true_norms(gm, self.ls), self.params)
+
+    def update(self, k):
+        grads, norms, ls, params = self.grads, self.norms, self.ls, self.params
+        if self.ridge:
+            grads = dict(grads)
+            r2 = (2.0 * self.ridge) if ls is None else (2.0 * self.ridge * torch.exp(-ls)).reshape(-1, 1, 1)
+            for name in ("K", "Q"):
+                grads[name] = grads[name] + r2 * params[name]
+            norms = None
+        self.opt.step(params, grads, norms=norms, log_scale=ls)
+
+    def result(self):
+        return self.rec.result()
 
 
-def _train_loop(data, params, head, loss, train_v, engine, bitwise, *, param, steps, lr, optimizer, eps, betas,
-                adam_eps, ridge, cps, seeds=None, allow_lean=True):
-    """Picks the lean numpy loop, else a fast torch loop when it applies, else the generic grad_fn loop.
+def select_kernel(data, params, head, cfg, allow_lean=True):
+    """The kernel of a training call: "lean" (numpy, one small run), a fused torch kernel, or the
+    :class:`GradientKernel`; returns ``(name, kernel)`` with kernel None for "lean" (:func:`lean_loop`
+    builds its own and may hand the run back)."""
+    if allow_lean and LEAN_PATH and lean_applies(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine,
+                                                 cfg.optimizer, cfg.bitwise, data.X.shape[0]):
+        return "lean", None
+    kind = _fast_kind(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, cfg.optimizer, cfg.bitwise)
+    if kind is not None:
+        return kind, fast_kernel(kind, data, params, head, cfg)
+    grad_fn, _ = _make_grad_fn(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, params, cfg.bitwise)
+    return "generic", GradientKernel(data, params, grad_fn, cfg, cfg.train_v)
+
+
+def train_loop(data, params, head, cfg, allow_lean=True):
+    """Train ``params`` on ``data`` with the kernel :func:`select_kernel` picks; returns the recorded
+    torch tensors (run-major: ``loss`` (R, C), ``softmax`` (R, C, N, T), ``grad_norm`` (R, C), the
+    parameters (R, C, ...), ``saturated`` / ``saturated_step`` (R,)).
 
     ``allow_lean=False`` (sequence training) or :data:`LEAN_PATH` False keeps the run in torch.
     """
-    if allow_lean and LEAN_PATH and lean_applies(data, param, head, loss, train_v, engine, optimizer, bitwise,
-                                                 data.X.shape[0]):
-        rec = lean_loop(data, {k: x for k, x in params.items()}, loss, param=param, steps=steps, lr=lr,
-                        optimizer=optimizer, eps=eps, ridge=ridge, cps=cps)
+    kind, kernel = select_kernel(data, params, head, cfg, allow_lean)
+    if kind == "lean":
+        rec = lean_loop(data, dict(params), cfg)
         if rec is not None:
             return rec
-    kind = _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise)
-    if kind is not None:
-        return _fast_loop(kind, data, params, head, loss, param=param, steps=steps, lr=lr, optimizer=optimizer,
-                          eps=eps, ridge=ridge, cps=cps, seeds=seeds)
-    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
-    return _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
-                     betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise,
-                     seeds=seeds)
+        kind, kernel = select_kernel(data, params, head, cfg, allow_lean=False)
+    with torch.no_grad():
+        return run(kernel, cfg.steps)
 
 
 def _prepare(problems, runs, param, head, train_v, loss):

@@ -25,6 +25,7 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.language import LM_LOSSES as LOSSES, LMData
 from attnsvm.training.kernel import softmax_backward
+from attnsvm.training.loop import run
 from attnsvm.training.train import train_sequence
 
 __all__ = ["LOSSES", "lm_loss_grad", "token_basis", "train_lm", "train_runs", "lipschitz_estimates",
@@ -162,43 +163,71 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     tg = torch.as_tensor(targets)
     lr_t = torch.as_tensor(np.broadcast_to(np.asarray(lr, dtype=np.float64), (R,)).copy()).reshape(R, 1, 1)
     cps = sorted({0, int(steps)} if checkpoints is None else {int(c) for c in checkpoints if 0 <= c <= steps})
-    rec = np.zeros(steps + 1, bool)
-    rec[cps] = True
-    Ws = np.empty((R, len(cps), d, d))
-    Ls = np.empty((R, len(cps)))
-    finite = torch.ones(R, dtype=torch.bool)
-    lip = torch.zeros(R, dtype=torch.float64)
-    max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
-    prev_g = prev_W = None
-    c = 0
+    kernel = LMKernel(At, tg, Et, W, lr_t, loss=loss, attention=attention, steps=steps, cps=cps,
+                      track_lipschitz=track_lipschitz, d=d,
+                      to_full=(lambda Wk: W0 + P @ (Wk - M0) @ Pt) if reduce else None)
     with torch.no_grad():
-        for k in range(steps + 1):
-            L, G = lm_loss_grad(W, At, tg, Et, loss=loss, attention=attention)
-            ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
-            finite &= ok
-            max_loss = torch.maximum(max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
-            if track_lipschitz and prev_g is not None:
-                dW = torch.linalg.vector_norm((W - prev_W).reshape(R, -1), dim=1)
-                dg = torch.linalg.vector_norm((G - prev_g).reshape(R, -1), dim=1)
-                ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
-                lip = torch.maximum(lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
-            if rec[k]:
-                Wk = W.numpy()
-                Ws[:, c] = W0 + P @ (Wk - M0) @ Pt if reduce else Wk
-                Ls[:, c] = L.numpy()
-                c += 1
-            if k == steps:
-                break
-            # a diverged run is frozen (its later values stay non-finite / unchanged)
-            G = torch.where(finite.reshape(R, 1, 1), G, torch.zeros_like(G))
-            if track_lipschitz:
-                prev_g, prev_W = G.clone(), W.clone()
-            W = W - lr_t * G
-    out = {"steps": np.array(cps), "W": Ws, "loss": Ls, "finite": finite.numpy().copy(),
-           "max_loss": max_loss.numpy().copy()}
-    if track_lipschitz:
-        out["lip_traj"] = lip.numpy().copy()
-    return out
+        out = run(kernel, steps)
+    return {"steps": np.array(cps), **out}
+
+
+class LMKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for plain GD ``W <- W - lr G`` on the causal LM.
+
+    State W (R, d, d) (in the reduced coordinates of :func:`train_lm` when it uses them; ``to_full`` maps
+    a recorded iterate back to (R, d, d)); gradient :func:`lm_loss_grad`. A run whose loss or gradient becomes
+    non-finite is frozen (``finite`` False, its later values unchanged); ``max_loss`` (R,) tracks the
+    largest loss; with ``track_lipschitz``, ``lip_traj`` (R,) the largest ``||g_{k+1} - g_k|| / ||W_{k+1} - W_k||``.
+    """
+
+    def __init__(self, A, targets, E, W, lr, *, loss, attention, steps, cps, track_lipschitz, d, to_full=None):
+        R = A.shape[0]
+        self.A, self.targets, self.E, self.W, self.lr = A, targets, E, W, lr
+        self.loss, self.attention, self.track, self.to_full = loss, attention, track_lipschitz, to_full
+        self.want = np.zeros(steps + 1, bool)
+        self.want[cps] = True
+        self.Ws = np.empty((R, len(cps), d, d))
+        self.Ls = np.empty((R, len(cps)))
+        self.finite = torch.ones(R, dtype=torch.bool)
+        self.lip = torch.zeros(R, dtype=torch.float64)
+        self.max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
+        self.prev_g = self.prev_W = None
+        self.c = 0
+
+    def gradient(self):
+        self.L, self.G = lm_loss_grad(self.W, self.A, self.targets, self.E, loss=self.loss, attention=self.attention)
+
+    def check(self, k):
+        L, G, W, R = self.L, self.G, self.W, self.W.shape[0]
+        ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
+        self.finite &= ok
+        self.max_loss = torch.maximum(self.max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
+        if self.track and self.prev_g is not None:
+            dW = torch.linalg.vector_norm((W - self.prev_W).reshape(R, -1), dim=1)
+            dg = torch.linalg.vector_norm((G - self.prev_g).reshape(R, -1), dim=1)
+            ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
+            self.lip = torch.maximum(self.lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
+
+    def record(self):
+        Wk = self.W.numpy()
+        self.Ws[:, self.c] = Wk if self.to_full is None else self.to_full(Wk)
+        self.Ls[:, self.c] = self.L.numpy()
+        self.c += 1
+
+    def update(self, k):
+        # a diverged run is frozen (its later values stay non-finite / unchanged)
+        R = self.W.shape[0]
+        G = torch.where(self.finite.reshape(R, 1, 1), self.G, torch.zeros_like(self.G))
+        if self.track:
+            self.prev_g, self.prev_W = G.clone(), self.W.clone()
+        self.W = self.W - self.lr * G
+
+    def result(self):
+        out = {"W": self.Ws, "loss": self.Ls, "finite": self.finite.numpy().copy(),
+               "max_loss": self.max_loss.numpy().copy()}
+        if self.track:
+            out["lip_traj"] = self.lip.numpy().copy()
+        return out
 
 
 def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):

@@ -10,7 +10,8 @@ from attnsvm.training.checks import EPS, _check_int, _check_lr, _seeds
 from attnsvm.training.engine import _make_grad_fn, _prepare
 from attnsvm.training.initial import _init_params
 from attnsvm.training.losses import check_loss
-from attnsvm.training.ops import DTYPE, combine
+from attnsvm.training.loop import run
+from attnsvm.training.ops import combine
 from attnsvm.training.optim import _Optimizer
 from attnsvm.training.results import PathResult
 
@@ -68,15 +69,42 @@ def regularization_path(
         raise ValidationError("(K, Q) = 0 is a stationary point; use init='default' or explicit (K, Q)")
     params = _init_params(param, init, seeds, d, m)
     grad_fn, _ = _make_grad_fn(data, param, None, loss, False, "closed", params)
-    opt = _Optimizer("ngd", lr, EPS, None, None)
-    P = len(radii)
-    outW = torch.empty(R, P, d, d, dtype=DTYPE)
-    outK = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
-    outQ = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
-    outL = torch.empty(R, P, dtype=DTYPE)
+    kernel = PathKernel(params, grad_fn, param, lr, steps_per_radius, seeds)
+    with torch.no_grad():
+        for j, rad in enumerate(radii):
+            kernel.start(j, rad)
+            run(kernel, steps_per_radius)
+    out = kernel.result()
+    return PathResult(radii=radii, W=out["W"], loss=out["loss"],
+                      norm=torch.linalg.vector_norm(torch.as_tensor(out["W"]).flatten(-2), dim=-1).numpy(),
+                      K=out.get("K"), Q=out.get("Q"))
 
-    def project(rad):
-        if param == "W":
+
+class PathKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for one radius of a regularization path.
+
+    Projected normalized GD: step ``lr * rad / sqrt(k + 1)`` then projection onto the ball of radius
+    ``rad`` (:meth:`start` sets the radius and projects the warm start). The only record is the last step:
+    the loss and parameters at the radius, after one finiteness check per radius (NonFiniteError).
+    :meth:`result`: numpy ``W`` (R, P, d, d), ``loss`` (R, P) and, for KQ, ``K`` / ``Q`` (R, P, d, m) over
+    the P radii run so far.
+    """
+
+    def __init__(self, params, grad_fn, param, lr, steps, seeds):
+        self.params, self.grad_fn, self.param, self.lr, self.steps, self.seeds = params, grad_fn, param, lr, steps, seeds
+        self.R = len(seeds)
+        self.opt = _Optimizer("ngd", lr, EPS, None, None)
+        self.want = np.zeros(steps + 1, dtype=bool)
+        self.want[steps] = True
+        self.out = {"W": [], "loss": []} if param == "W" else {"W": [], "loss": [], "K": [], "Q": []}
+
+    def start(self, j, rad):
+        self.j, self.rad = j, rad
+        self.project()
+
+    def project(self):
+        R, rad, params = self.R, self.rad, self.params
+        if self.param == "W":
             W = params["W"]
             nrm = torch.linalg.vector_norm(W.reshape(R, -1), dim=1).reshape(R, 1, 1)
             W.mul_(torch.clamp(rad / torch.clamp(nrm, min=1e-300), max=1.0))
@@ -87,31 +115,34 @@ def regularization_path(
             K.mul_(f)
             Q.mul_(f)
 
-    with torch.no_grad():
-        for j, rad in enumerate(radii):
-            project(rad)
-            for k in range(steps_per_radius):
-                res = grad_fn()
-                opt.step(params, res["grads"], lr=lr * rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
-                project(rad)
-            res = grad_fn()
-            flat = torch.cat([x.reshape(R, -1) for x in params.values()], 1)
-            bad = ~torch.isfinite(flat).all(1) | torch.isnan(res["loss"])
-            if bool(bad.any()):  # one check per radius
-                r = int(torch.nonzero(bad)[0])
-                raise NonFiniteError(f"regularization path run {r} (seed {seeds[r]}) became non-finite at radius "
-                                     f"{rad:g} (index {j}, within its {steps_per_radius} steps); "
-                                     f"{int(bad.sum())} run(s) "
-                                     "in all: rescale the data or lower lr", run=r, step=j)
-            outL[:, j] = res["loss"]
-            if param == "W":
-                outW[:, j] = params["W"]
-            else:
-                outK[:, j], outQ[:, j] = params["K"], params["Q"]
-                outW[:, j] = combine(params["K"], params["Q"])
+    def gradient(self):
+        self.res = self.grad_fn()
 
-    def npy(x):
-        return None if x is None else x.numpy()
+    def check(self, k):
+        """Checked once per radius, in :meth:`record`."""
 
-    return PathResult(radii=radii, W=npy(outW), loss=npy(outL),
-                      norm=npy(torch.linalg.vector_norm(outW.flatten(-2), dim=-1)), K=npy(outK), Q=npy(outQ))
+    def record(self):
+        res, params, R, j, rad = self.res, self.params, self.R, self.j, self.rad
+        flat = torch.cat([x.reshape(R, -1) for x in params.values()], 1)
+        bad = ~torch.isfinite(flat).all(1) | torch.isnan(res["loss"])
+        if bool(bad.any()):
+            r = int(torch.nonzero(bad)[0])
+            raise NonFiniteError(f"regularization path run {r} (seed {self.seeds[r]}) became non-finite at radius "
+                                 f"{rad:g} (index {j}, within its {self.steps} steps); {int(bad.sum())} run(s) "
+                                 "in all: rescale the data or lower lr", run=r, step=j)
+        out = self.out
+        out["loss"].append(res["loss"].clone())
+        if self.param == "W":
+            out["W"].append(params["W"].clone())
+        else:
+            out["K"].append(params["K"].clone())
+            out["Q"].append(params["Q"].clone())
+            out["W"].append(combine(params["K"], params["Q"]))
+
+    def update(self, k):
+        res = self.res
+        self.opt.step(self.params, res["grads"], lr=self.lr * self.rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
+        self.project()
+
+    def result(self):
+        return {k: torch.stack(x, 1).numpy() for k, x in self.out.items()}

@@ -51,8 +51,9 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.training.checks import (EPS, _check_common, _check_eps, _check_int, _check_ridge, _checkpoint_count,
                                      _checkpoints, _problem_shape, _require_training_memory, _seeds)
-from attnsvm.training.engine import _Data, _finish, _prepare, _train_loop
+from attnsvm.training.engine import _Data, _finish, _prepare, train_loop
 from attnsvm.training.initial import _init_params
+from attnsvm.training.loop import TrainConfig
 from attnsvm.training.losses import check_loss
 from attnsvm.training.models import MatrixHead, finite_tensor
 from attnsvm.training.ops import DTYPE, causal_mask
@@ -164,10 +165,10 @@ def train(
     params = _init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
+    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, betas=betas,
+                      adam_eps=adam_eps, ridge=ridge, seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
-        rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                          optimizer=optimizer, eps=eps, betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps,
-                          seeds=seeds)
+        rec = train_loop(data, params, head, cfg)
     return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
 
 
@@ -290,8 +291,8 @@ def train_sequence(
         if data.v is None:
             raise ValidationError("train_v=True needs a head v")
         params["v"] = data.v.clone()
+    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, ridge=ridge,
+                      seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
-        rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                          optimizer=optimizer, eps=eps, betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps,
-                          seeds=seeds, allow_lean=False)
+        rec = train_loop(data, params, head, cfg, allow_lean=False)
     return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
