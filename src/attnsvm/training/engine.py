@@ -45,61 +45,65 @@ class _Data:
     mask: torch.Tensor | None = None  # (1, N, T) bool
 
 
-def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwise=False):
-    """Returns (grad_fn, main_name, model): grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad,
-    log_scale). ``log_scale`` (R,) or None: the true gradients are ``grads * exp(log_scale)`` (the
-    exponential loss's gradients are returned scaled so that they cannot overflow).
+def _make_grad_fn(data: _Data, params, head, cfg):
+    """The gradient function of ``cfg.engine`` (resolved: "closed" or "autograd") for ``cfg.param``.
 
-    ``params`` maps names to the tensors that the optimizer updates in place.
+    Returns grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad, log_scale). ``log_scale``
+    (R,) or None: the true gradients are ``grads * exp(log_scale)`` (the exponential loss's gradients are
+    returned scaled so that they cannot overflow). ``params`` maps names to the tensors that the
+    optimizer updates in place (the autograd engine points them at its module's storage).
     """
-    main = "p" if param == "p" else "W"
-    engine = _resolve_engine(engine, head, loss, train_v)
+    if _resolve_engine(cfg.engine, head, cfg.loss, cfg.train_v) == "closed":
+        return _closed_grad_fn(data, params, head, cfg)
+    return _autograd_grad_fn(data, params, head, cfg)
 
-    if engine == "closed":
-        fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
-        if head is not None:
-            fixed["form"] = token_form(head, data.X, bitwise=bitwise)
-        if data.queries is not None and bitwise:
-            fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
-        if data.keys is not None and bitwise:
-            R_, n_, T_, d_ = data.keys.shape
-            fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
-        if not train_v and head is None:
-            if bitwise:
-                gamma = token_scores(data.X, data.Y, data.v)
-            else:
-                gamma = data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
-            if data.mask is not None:
-                gamma = gamma.masked_fill(~data.mask, 0.0)
-            fixed.update(gamma=gamma, D=gamma.unsqueeze(-1) - gamma.unsqueeze(-2))
 
-        def grad_fn():
-            v = params["v"] if train_v else data.v
-            out = closed_form_step(
-                data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
-                p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=loss,
-                want_v=train_v, bitwise=bitwise, scaled=True, **fixed,
-            )
-            grads = {}
-            if param == "W":
-                grads["W"] = out["G"]
-            elif param == "KQ":
-                grads["K"], grads["Q"] = out["gK"], out["gQ"]
-            else:
-                grads["p"] = out["gp"]
-            if train_v:
-                grads["v"] = out["gv"]
-            return {"loss": out["loss"], "s": out["s"], "grads": grads, "main_grad": out.get("G", out.get("gp")),
-                    "log_scale": out.get("log_scale")}
+def _closed_grad_fn(data: _Data, params, head, cfg):
+    """Closed-form gradients (:func:`attnsvm.training.kernel.closed_form_step`), with the data-only terms
+    (transposes, the linear head's token scores and their differences) computed once."""
+    param, train_v, bitwise = cfg.param, cfg.train_v, cfg.bitwise
+    fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
+    if head is not None:
+        fixed["form"] = token_form(head, data.X, bitwise=bitwise)
+    if data.queries is not None and bitwise:
+        fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
+    if data.keys is not None and bitwise:
+        R_, n_, T_, d_ = data.keys.shape
+        fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
+    if not train_v and head is None:
+        if bitwise:
+            gamma = token_scores(data.X, data.Y, data.v)
+        else:
+            gamma = data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
+        if data.mask is not None:
+            gamma = gamma.masked_fill(~data.mask, 0.0)
+        fixed.update(gamma=gamma, D=gamma.unsqueeze(-1) - gamma.unsqueeze(-2))
+    names = {"W": (("W", "G"),), "KQ": (("K", "gK"), ("Q", "gQ")), "p": (("p", "gp"),)}[param]
+    names += (("v", "gv"),) if train_v else ()
 
-        return grad_fn, None
+    def grad_fn():
+        v = params["v"] if train_v else data.v
+        out = closed_form_step(
+            data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
+            p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=cfg.loss,
+            want_v=train_v, bitwise=bitwise, scaled=True, **fixed,
+        )
+        return {"loss": out["loss"], "s": out["s"], "grads": {name: out[key] for name, key in names},
+                "main_grad": out.get("G", out.get("gp")), "log_scale": out.get("log_scale")}
 
+    return grad_fn
+
+
+def _autograd_grad_fn(data: _Data, params, head, cfg):
+    """Autograd through :class:`attnsvm.training.models.AttentionModel` (any head, any loss)."""
+    param, loss, train_v = cfg.param, cfg.loss, cfg.train_v
     model = AttentionModel(param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"), p=params.get("p"),
                            v=data.v if (head is None or train_v) else None, head=head, train_v=train_v)
     # the optimizer updates the module's own storage
     for name, prm in model.named_parameters():
         params[name] = prm.data
     names = [n for n, _ in model.named_parameters()]
+    main = "p" if param == "p" else "W"
 
     def grad_fn():
         for prm in model.parameters():
@@ -128,7 +132,7 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
         return {"loss": apply_log_scale(per_run.detach(), log_scale), "s": model.softmax.detach(), "grads": grads,
                 "main_grad": main_grad, "log_scale": log_scale}
 
-    return grad_fn, model
+    return grad_fn
 
 
 class GradientKernel:
@@ -136,14 +140,14 @@ class GradientKernel:
 
     ``grad_fn`` from :func:`_make_grad_fn` (closed form or autograd, any parameterization); the
     optimizer (:class:`attnsvm.training.optim._Optimizer`: GD, NGD or Adam) updates ``params`` in place,
-    with ``cfg.ridge`` added to the K and Q gradients. ``record_v``: record v too (joint training).
+    with ``cfg.ridge`` added to the K and Q gradients; v is recorded when ``cfg.train_v``.
     """
 
-    def __init__(self, data, params, grad_fn, cfg, record_v):
+    def __init__(self, data, params, grad_fn, cfg):
         R, N, T, _ = data.X.shape
         self.params, self.grad_fn, self.ridge, self.ngd = params, grad_fn, cfg.ridge, cfg.ngd
         self.opt = _Optimizer(cfg.optimizer, cfg.lr, cfg.eps, cfg.betas, cfg.adam_eps, cfg.bitwise)
-        self.rec = _Recorder(cfg.steps, cfg.cps, R, N, T, params, record_v, cfg.seeds)
+        self.rec = _Recorder(cfg.steps, cfg.cps, R, N, T, params, cfg.train_v, cfg.seeds)
         self.want = self.rec.want
 
     def gradient(self):
@@ -188,8 +192,7 @@ def select_kernel(data, params, head, cfg, allow_lean=True):
     kind = _fast_kind(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, cfg.optimizer, cfg.bitwise)
     if kind is not None:
         return kind, fast_kernel(kind, data, params, head, cfg)
-    grad_fn, _ = _make_grad_fn(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, params, cfg.bitwise)
-    return "generic", GradientKernel(data, params, grad_fn, cfg, cfg.train_v)
+    return "generic", GradientKernel(data, params, _make_grad_fn(data, params, head, cfg), cfg)
 
 
 def train_loop(data, params, head, cfg, allow_lean=True):

@@ -25,7 +25,7 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.language import LM_LOSSES as LOSSES, LMData
 from attnsvm.training.kernel import softmax_backward
-from attnsvm.training.loop import run
+from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.train import train_sequence
 
 __all__ = ["LOSSES", "lm_loss_grad", "token_basis", "train_lm", "train_runs", "lipschitz_estimates",
@@ -163,8 +163,9 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     tg = torch.as_tensor(targets)
     lr_t = torch.as_tensor(np.broadcast_to(np.asarray(lr, dtype=np.float64), (R,)).copy()).reshape(R, 1, 1)
     cps = sorted({0, int(steps)} if checkpoints is None else {int(c) for c in checkpoints if 0 <= c <= steps})
-    kernel = LMKernel(At, tg, Et, W, lr_t, loss=loss, attention=attention, steps=steps, cps=cps,
-                      track_lipschitz=track_lipschitz, d=d,
+    cfg = TrainConfig(param="W", steps=steps, lr=float(np.max(lr)), optimizer="gd", cps=np.array(cps, dtype=np.int64),
+                      loss=loss)
+    kernel = LMKernel(At, tg, Et, W, lr_t, cfg, attention=attention, track_lipschitz=track_lipschitz,
                       to_full=(lambda Wk: W0 + P @ (Wk - M0) @ Pt) if reduce else None)
     with torch.no_grad():
         out = run(kernel, steps)
@@ -174,25 +175,24 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
 class LMKernel:
     """Kernel of :func:`attnsvm.training.loop.run` for plain GD ``W <- W - lr G`` on the causal LM.
 
-    State W (R, d, d) (in the reduced coordinates of :func:`train_lm` when it uses them; ``to_full`` maps
-    a recorded iterate back to (R, d, d)); gradient :func:`lm_loss_grad`. A run whose loss or gradient becomes
-    non-finite is frozen (``finite`` False, its later values unchanged); ``max_loss`` (R,) tracks the
-    largest loss; with ``track_lipschitz``, ``lip_traj`` (R,) the largest ``||g_{k+1} - g_k|| / ||W_{k+1} - W_k||``.
+    ``lr`` (R, 1, 1) per-run step sizes (``cfg.lr`` is their largest, unused here); ``cfg``: steps, recorded
+    steps ``cps`` and loss. State W (R, d, d), in the reduced coordinates of :func:`train_lm` when it uses them
+    (``to_full`` maps a recorded iterate back to (R, d, d)); gradient :func:`lm_loss_grad`. A run whose loss or
+    gradient becomes non-finite is frozen (``finite`` False, its later values unchanged); ``max_loss`` (R,)
+    tracks the largest loss; with ``track_lipschitz``, ``lip_traj`` (R,) the largest
+    ``||g_{k+1} - g_k|| / ||W_{k+1} - W_k||``.
     """
 
-    def __init__(self, A, targets, E, W, lr, *, loss, attention, steps, cps, track_lipschitz, d, to_full=None):
+    def __init__(self, A, targets, E, W, lr, cfg, *, attention, track_lipschitz, to_full=None):
         R = A.shape[0]
         self.A, self.targets, self.E, self.W, self.lr = A, targets, E, W, lr
-        self.loss, self.attention, self.track, self.to_full = loss, attention, track_lipschitz, to_full
-        self.want = np.zeros(steps + 1, bool)
-        self.want[cps] = True
-        self.Ws = np.empty((R, len(cps), d, d))
-        self.Ls = np.empty((R, len(cps)))
+        self.loss, self.attention, self.track, self.to_full = cfg.loss, attention, track_lipschitz, to_full
+        self.want = want_mask(cfg.steps, cfg.cps)
+        self.Ws, self.Ls = [], []
         self.finite = torch.ones(R, dtype=torch.bool)
         self.lip = torch.zeros(R, dtype=torch.float64)
         self.max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
         self.prev_g = self.prev_W = None
-        self.c = 0
 
     def gradient(self):
         self.L, self.G = lm_loss_grad(self.W, self.A, self.targets, self.E, loss=self.loss, attention=self.attention)
@@ -210,9 +210,8 @@ class LMKernel:
 
     def record(self):
         Wk = self.W.numpy()
-        self.Ws[:, self.c] = Wk if self.to_full is None else self.to_full(Wk)
-        self.Ls[:, self.c] = self.L.numpy()
-        self.c += 1
+        self.Ws.append(Wk.copy() if self.to_full is None else self.to_full(Wk))
+        self.Ls.append(self.L.numpy().copy())
 
     def update(self, k):
         # a diverged run is frozen (its later values stay non-finite / unchanged)
@@ -223,7 +222,7 @@ class LMKernel:
         self.W = self.W - self.lr * G
 
     def result(self):
-        out = {"W": self.Ws, "loss": self.Ls, "finite": self.finite.numpy().copy(),
+        out = {"W": np.stack(self.Ws, 1), "loss": np.stack(self.Ls, 1), "finite": self.finite.numpy().copy(),
                "max_loss": self.max_loss.numpy().copy()}
         if self.track:
             out["lip_traj"] = self.lip.numpy().copy()

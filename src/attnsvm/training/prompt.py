@@ -17,7 +17,7 @@ import torch
 
 from attnsvm.problem import TokenProblem
 from attnsvm.training.kernel import closed_form_step
-from attnsvm.training.loop import run
+from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.train import train
 
 __all__ = ["prompt_grad", "engine_train", "notebook_replay", "notebook_float32"]
@@ -76,9 +76,9 @@ def notebook_replay(problem: TokenProblem, p0, *, steps: int, lr: float, eps: fl
     -------
     dict with float64 arrays ``p (steps+1, d)``, ``v (steps+1, d)``, ``s (steps+1, n, T)``.
     """
-    kernel = NotebookKernel(problem, p0, lr=lr, eps=eps, optimizer=optimizer, loss=loss, train_v=train_v, v0=v0,
-                            eps_v=eps_v, dtype=dtype, steps=steps)
-    return run(kernel, steps)
+    cfg = TrainConfig(param="p", steps=steps, lr=lr, optimizer=optimizer, cps=np.arange(steps + 1), loss=loss, eps=eps,
+                      train_v=train_v)
+    return run(NotebookKernel(problem, p0, v0, cfg, eps_v=eps_v, dtype=dtype), steps)
 
 
 class NotebookKernel:
@@ -86,17 +86,17 @@ class NotebookKernel:
     update ``x <- x - lr g / (||g|| + eps)`` (NGD) or ``x <- x - lr g`` (GD) of p (and of v with ``eps_v``).
     Records p, v and the attention at every step."""
 
-    def __init__(self, problem, p0, *, lr, eps, optimizer, loss, train_v, v0, eps_v, dtype, steps):
+    def __init__(self, problem, p0, v0, cfg, *, eps_v, dtype):
         ft = dtype
         X = torch.tensor(problem.X, dtype=ft)
         W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
         self.X, self.Y, self.K = X, torch.tensor(problem.Y, dtype=ft), X @ W
         self.p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
         self.v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
-        self.v.requires_grad_(train_v)
-        self.lr, self.eps, self.eps_v, self.ngd = lr, eps, eps_v, optimizer == "ngd"
-        self.loss, self.train_v = loss, train_v
-        self.want = np.ones(steps + 1, dtype=bool)
+        self.v.requires_grad_(cfg.train_v)
+        self.lr, self.eps, self.eps_v, self.ngd = cfg.lr, cfg.eps, eps_v, cfg.ngd
+        self.loss, self.train_v = cfg.loss, cfg.train_v
+        self.want = want_mask(cfg.steps, cfg.cps)
         self.ps, self.vs, self.ss = [], [], []
 
     def gradient(self):

@@ -10,7 +10,7 @@ from attnsvm.training.checks import EPS, _check_int, _check_lr, _seeds
 from attnsvm.training.engine import _make_grad_fn, _prepare
 from attnsvm.training.initial import _init_params
 from attnsvm.training.losses import check_loss
-from attnsvm.training.loop import run
+from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.ops import combine
 from attnsvm.training.optim import _Optimizer
 from attnsvm.training.results import PathResult
@@ -68,8 +68,9 @@ def regularization_path(
     if isinstance(init, str) and init == "zero" and param == "KQ":
         raise ValidationError("(K, Q) = 0 is a stationary point; use init='default' or explicit (K, Q)")
     params = _init_params(param, init, seeds, d, m)
-    grad_fn, _ = _make_grad_fn(data, param, None, loss, False, "closed", params)
-    kernel = PathKernel(params, grad_fn, param, lr, steps_per_radius, seeds)
+    cfg = TrainConfig(param=param, steps=steps_per_radius, lr=lr, optimizer="ngd",
+                      cps=np.array([steps_per_radius], dtype=np.int64), loss=loss, seeds=seeds, engine="closed")
+    kernel = PathKernel(params, _make_grad_fn(data, params, None, cfg), cfg)
     with torch.no_grad():
         for j, rad in enumerate(radii):
             kernel.start(j, rad)
@@ -90,13 +91,12 @@ class PathKernel:
     the P radii run so far.
     """
 
-    def __init__(self, params, grad_fn, param, lr, steps, seeds):
-        self.params, self.grad_fn, self.param, self.lr, self.steps, self.seeds = params, grad_fn, param, lr, steps, seeds
-        self.R = len(seeds)
-        self.opt = _Optimizer("ngd", lr, EPS, None, None)
-        self.want = np.zeros(steps + 1, dtype=bool)
-        self.want[steps] = True
-        self.out = {"W": [], "loss": []} if param == "W" else {"W": [], "loss": [], "K": [], "Q": []}
+    def __init__(self, params, grad_fn, cfg):
+        self.params, self.grad_fn, self.param, self.lr = params, grad_fn, cfg.param, cfg.lr
+        self.steps, self.seeds, self.R = cfg.steps, cfg.seeds, len(cfg.seeds)
+        self.opt = _Optimizer("ngd", cfg.lr, EPS, None, None)
+        self.want = want_mask(cfg.steps, cfg.cps)
+        self.out = {"W": [], "loss": []} if cfg.param == "W" else {"W": [], "loss": [], "K": [], "Q": []}
 
     def start(self, j, rad):
         self.j, self.rad = j, rad

@@ -231,6 +231,35 @@ def train_sequence(
     eps = _check_eps(eps, optimizer)
     ridge = _check_ridge(ridge, param)
     check_threads(threads)
+    Xt = _sequence_tokens(X, runs)
+    R, n, T, d = Xt.shape
+    m_ = d if m is None else _check_int(m, "m", 1)
+    _require_training_memory(R, n * T, T, d, param, m_, _checkpoint_count(steps, record_every, checkpoints), steps,
+                             optimizer, train_v, max_memory, what="sequence training")
+    Yt, head = _sequence_labels(Y, H, head, loss, (R, n, T, d))
+    vt = _sequence_head_v(v, head, R, d)
+    N = n * T
+    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
+    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
+    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
+    data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
+    seeds = _seeds(seed, R)
+    m = d if m is None else _check_int(m, "m", 1)
+    cps = _checkpoints(steps, record_every, checkpoints)
+    params = _init_params(param, init, seeds, d, m)
+    if train_v:
+        if data.v is None:
+            raise ValidationError("train_v=True needs a head v")
+        params["v"] = data.v.clone()
+    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, ridge=ridge,
+                      seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
+    with torch_threads(threads):
+        rec = train_loop(data, params, head, cfg, allow_lean=False)
+    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+
+
+def _sequence_tokens(X, runs):
+    """X (n, T, d) or (R, n, T, d) as a validated (R, n, T, d) float64 tensor (``runs`` copies of one instance)."""
     try:
         Xt = torch.as_tensor(np.array(X, dtype=np.float64), dtype=DTYPE)
     except (TypeError, ValueError):
@@ -243,10 +272,13 @@ def train_sequence(
         if Xt.shape[0] != 1:
             raise ValidationError("runs= replicates a single instance; X already has a runs axis")
         Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
-    R, n, T, d = Xt.shape
-    m_ = d if m is None else _check_int(m, "m", 1)
-    _require_training_memory(R, n * T, T, d, param, m_, _checkpoint_count(steps, record_every, checkpoints), steps,
-                             optimizer, train_v, max_memory, what="sequence training")
+    return Xt
+
+
+def _sequence_labels(Y, H, head, loss, shape):
+    """Y as (R, n, T) labels (margin losses) or int64 targets (cross-entropy, with the head ``MatrixHead(H)``);
+    returns ``(Yt, head)``. ``shape`` = (R, n, T, d) of the tokens."""
+    R, n, T, d = shape
     Yarr = np.asarray(Y)
     if Yarr.dtype == object or not (np.issubdtype(Yarr.dtype, np.number) or Yarr.dtype == bool):
         raise ValidationError(f"Y must be a numeric array (n, T) or (R, n, T), got dtype {Yarr.dtype}")
@@ -270,6 +302,11 @@ def train_sequence(
     Yt = Yt.expand(R, -1, -1) if Yt.shape[0] == 1 else Yt
     if tuple(Yt.shape) != (R, n, T):
         raise ValidationError(f"Y must have shape (n, T) = ({n}, {T}) or (R, n, T), got {tuple(Yarr.shape)}")
+    return Yt, head
+
+
+def _sequence_head_v(v, head, R, d):
+    """The linear head v as (R, d) (None with a head callable or H); validates it."""
     vt = None
     if v is not None:
         vt = finite_tensor(v, "v", (1, 2), "(d,) or (R, d)").detach()
@@ -278,21 +315,4 @@ def train_sequence(
             raise ValidationError(f"v must have shape (d,) = ({d},) or (R, d)")
     elif head is None:
         raise ValidationError("give a head v, H or a head callable")
-    N = n * T
-    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
-    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
-    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
-    data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
-    cps = _checkpoints(steps, record_every, checkpoints)
-    params = _init_params(param, init, seeds, d, m)
-    if train_v:
-        if data.v is None:
-            raise ValidationError("train_v=True needs a head v")
-        params["v"] = data.v.clone()
-    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, ridge=ridge,
-                      seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
-    with torch_threads(threads):
-        rec = train_loop(data, params, head, cfg, allow_lean=False)
-    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+    return vt
