@@ -2,7 +2,7 @@
 
 :func:`_train_loop` picks the loop: the lean numpy loop (:mod:`attnsvm.training.lean`) for a single
 small run it covers, a fast torch loop (:mod:`attnsvm.training.fast`) for GD / NGD with closed-form
-gradients, else the generic loop over :func:`_make_grad_fn` (closed form via
+gradients, else the generic loop over :func:`make_grad_fn` (closed form via
 :func:`attnsvm.training.kernel.closed_form_step`, or autograd through
 :class:`attnsvm.training.models.AttentionModel`) with any optimizer.
 """
@@ -16,16 +16,16 @@ import torch
 
 from attnsvm.errors import ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
-from attnsvm.training.checks import _check_int, _resolve_engine
-from attnsvm.training.fast import _fast_kind, fast_kernel
+from attnsvm.training.checks import check_int, resolve_engine
+from attnsvm.training.fast import fast_kind, fast_kernel
 from attnsvm.training.kernel import closed_form_step
 from attnsvm.training.lean import lean_applies, lean_loop
 from attnsvm.training.loop import run
 from attnsvm.training.losses import apply_log_scale, exp_shift, sample_losses
 from attnsvm.training.models import AttentionModel, token_form
 from attnsvm.training.ops import DTYPE, combine, token_scores
-from attnsvm.training.optim import _norm_at_record, _Optimizer, _true_norms, robust_norm
-from attnsvm.training.recorder import _Recorder
+from attnsvm.training.optim import norm_at_record, Optimizer, true_norms, robust_norm
+from attnsvm.training.recorder import Recorder
 from attnsvm.training.results import TrainResult
 
 #: route single small runs to the lean numpy loop (:mod:`attnsvm.training.lean`); False forces the torch
@@ -34,7 +34,7 @@ LEAN_PATH = True
 
 
 @dataclass
-class _Data:
+class TrainData:
     """Flattened training data, all (R, N, ...) float64 tensors."""
 
     X: torch.Tensor  # (R, N, T, d)
@@ -45,7 +45,7 @@ class _Data:
     mask: torch.Tensor | None = None  # (1, N, T) bool
 
 
-def _make_grad_fn(data: _Data, params, head, cfg):
+def make_grad_fn(data: TrainData, params, head, cfg):
     """The gradient function of ``cfg.engine`` (resolved: "closed" or "autograd") for ``cfg.param``.
 
     Returns grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad, log_scale). ``log_scale``
@@ -53,12 +53,12 @@ def _make_grad_fn(data: _Data, params, head, cfg):
     returned scaled so that they cannot overflow). ``params`` maps names to the tensors that the
     optimizer updates in place (the autograd engine points them at its module's storage).
     """
-    if _resolve_engine(cfg.engine, head, cfg.loss, cfg.train_v) == "closed":
+    if resolve_engine(cfg.engine, head, cfg.loss, cfg.train_v) == "closed":
         return _closed_grad_fn(data, params, head, cfg)
     return _autograd_grad_fn(data, params, head, cfg)
 
 
-def _closed_grad_fn(data: _Data, params, head, cfg):
+def _closed_grad_fn(data: TrainData, params, head, cfg):
     """Closed-form gradients (:func:`attnsvm.training.kernel.closed_form_step`), with the data-only terms
     (transposes, the linear head's token scores and their differences) computed once."""
     param, train_v, bitwise = cfg.param, cfg.train_v, cfg.bitwise
@@ -94,7 +94,7 @@ def _closed_grad_fn(data: _Data, params, head, cfg):
     return grad_fn
 
 
-def _autograd_grad_fn(data: _Data, params, head, cfg):
+def _autograd_grad_fn(data: TrainData, params, head, cfg):
     """Autograd through :class:`attnsvm.training.models.AttentionModel` (any head, any loss)."""
     param, loss, train_v = cfg.param, cfg.loss, cfg.train_v
     model = AttentionModel(param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"), p=params.get("p"),
@@ -138,16 +138,16 @@ def _autograd_grad_fn(data: _Data, params, head, cfg):
 class GradientKernel:
     """Kernel of :func:`attnsvm.training.loop.run` for any gradient function and optimizer.
 
-    ``grad_fn`` from :func:`_make_grad_fn` (closed form or autograd, any parameterization); the
-    optimizer (:class:`attnsvm.training.optim._Optimizer`: GD, NGD or Adam) updates ``params`` in place,
+    ``grad_fn`` from :func:`make_grad_fn` (closed form or autograd, any parameterization); the
+    optimizer (:class:`attnsvm.training.optim.Optimizer`: GD, NGD or Adam) updates ``params`` in place,
     with ``cfg.ridge`` added to the K and Q gradients; v is recorded when ``cfg.train_v``.
     """
 
     def __init__(self, data, params, grad_fn, cfg):
         R, N, T, _ = data.X.shape
         self.params, self.grad_fn, self.ridge, self.ngd = params, grad_fn, cfg.ridge, cfg.ngd
-        self.opt = _Optimizer(cfg.optimizer, cfg.lr, cfg.eps, cfg.betas, cfg.adam_eps, cfg.bitwise)
-        self.rec = _Recorder(cfg.steps, cfg.cps, R, N, T, params, cfg.train_v, cfg.seeds)
+        self.opt = Optimizer(cfg.optimizer, cfg.lr, cfg.eps, cfg.betas, cfg.adam_eps, cfg.bitwise)
+        self.rec = Recorder(cfg.steps, cfg.cps, R, N, T, params, cfg.train_v, cfg.seeds)
         self.want = self.rec.want
 
     def gradient(self):
@@ -165,8 +165,8 @@ class GradientKernel:
 
     def record(self):
         res = self.res
-        gm = _norm_at_record(res["main_grad"], self.opt.norm(res["main_grad"]))
-        self.rec.put(res["loss"], res["s"], _true_norms(gm, self.ls), self.params)
+        gm = norm_at_record(res["main_grad"], self.opt.norm(res["main_grad"]))
+        self.rec.put(res["loss"], res["s"], true_norms(gm, self.ls), self.params)
 
     def update(self, k):
         grads, norms, ls, params = self.grads, self.norms, self.ls, self.params
@@ -189,10 +189,10 @@ def select_kernel(data, params, head, cfg, allow_lean=True):
     if allow_lean and LEAN_PATH and lean_applies(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine,
                                                  cfg.optimizer, cfg.bitwise, data.X.shape[0]):
         return "lean", None
-    kind = _fast_kind(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, cfg.optimizer, cfg.bitwise)
+    kind = fast_kind(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, cfg.optimizer, cfg.bitwise)
     if kind is not None:
         return kind, fast_kernel(kind, data, params, head, cfg)
-    return "generic", GradientKernel(data, params, _make_grad_fn(data, params, head, cfg), cfg)
+    return "generic", GradientKernel(data, params, make_grad_fn(data, params, head, cfg), cfg)
 
 
 def train_loop(data, params, head, cfg, allow_lean=True):
@@ -212,12 +212,12 @@ def train_loop(data, params, head, cfg, allow_lean=True):
         return run(kernel, cfg.steps)
 
 
-def _prepare(problems, runs, param, head, train_v, loss):
+def prepare_data(problems, runs, param, head, train_v, loss):
     if isinstance(problems, ProblemBatch):
         batch = problems
     else:
         if isinstance(problems, TokenProblem):
-            problems = [problems] * (1 if runs is None else _check_int(runs, "runs", 1))
+            problems = [problems] * (1 if runs is None else check_int(runs, "runs", 1))
         elif runs is not None and runs != len(problems):
             raise ValidationError(f"runs={runs} does not match the {len(problems)} problems given")
         batch = TokenProblem.stack(problems)
@@ -238,13 +238,13 @@ def _prepare(problems, runs, param, head, train_v, loss):
         return None if a is None else torch.as_tensor(a, dtype=DTYPE)
 
     X = t(batch.X)
-    data = _Data(X=X, Y=t(batch.Y), v=t(batch.v), queries=t(batch.queries))
+    data = TrainData(X=X, Y=t(batch.Y), v=t(batch.v), queries=t(batch.queries))
     if param == "p":
         data.keys = X if batch.W is None else torch.matmul(X, t(batch.W).unsqueeze(1))
     return batch, data
 
 
-def _finish(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None, bitwise=False):
+def to_result(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None, bitwise=False):
     def npy(x):
         return None if x is None else x.detach().numpy().astype(np.float64, copy=False)
 

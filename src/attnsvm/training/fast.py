@@ -9,20 +9,20 @@ Kernels of :func:`attnsvm.training.loop.run` whose optimizer step is fused with 
 * :class:`DirectWKernel`, :class:`DirectKQKernel` -- W (many tokens) or (K, Q) updated with a few
   batched products per step (``Q^T z`` reused for ``grad_K = U^T Z Q``, no ``K Q^T`` except at records).
 
-The per-token weights ``c`` come from the softmax kernel (:class:`attnsvm.training.kernel._Weights`).
+The per-token weights ``c`` come from the softmax kernel (:class:`attnsvm.training.kernel.TokenWeights`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from attnsvm.training.checks import _resolve_engine
-from attnsvm.training.kernel import _logits, _softmax_top, _token_norm, _Weights
+from attnsvm.training.checks import resolve_engine
+from attnsvm.training.kernel import token_logits, softmax_top, token_norm, TokenWeights
 from attnsvm.training.losses import apply_log_scale, margin_loss
 from attnsvm.training.models import token_form
 from attnsvm.training.ops import DTYPE
-from attnsvm.training.optim import _ngd_eps, _norm_at_record, _true_norms, robust_norm
-from attnsvm.training.recorder import _Recorder
+from attnsvm.training.optim import ngd_eps, norm_at_record, true_norms, robust_norm
+from attnsvm.training.recorder import Recorder
 
 
 #: token-space W loop: at most this many tokens n*T in all, and R * (n T)^2 entries of H
@@ -30,11 +30,11 @@ TOKEN_SPACE_MAX_TOKENS = 64
 TOKEN_SPACE_MAX_ENTRIES = 2**24
 
 
-def _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
+def fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
     """'tokens' / 'direct' when a fast loop applies, else None (generic loop)."""
     if bitwise or train_v or param not in ("W", "KQ") or optimizer not in ("gd", "ngd") or data.queries is None:
         return None
-    if _resolve_engine(engine, head, loss, train_v) != "closed":
+    if resolve_engine(engine, head, loss, train_v) != "closed":
         return None
     R, N, T, _ = data.X.shape
     if param == "W" and N * T <= TOKEN_SPACE_MAX_TOKENS and R * (N * T) ** 2 <= TOKEN_SPACE_MAX_ENTRIES:
@@ -43,7 +43,7 @@ def _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
 
 
 def fast_kernel(kind, data, params, head, cfg):
-    """The fused GD / NGD kernel of ``kind`` ("tokens" or "direct", from :func:`_fast_kind`) for the
+    """The fused GD / NGD kernel of ``kind`` ("tokens" or "direct", from :func:`fast_kind`) for the
     closed-form gradient with frozen head, param W or KQ (``cfg``: a :class:`~attnsvm.training.loop.TrainConfig`).
 
     With the exponential loss the per-token weights come scaled by ``exp(-log_scale)`` per run: NGD
@@ -65,11 +65,11 @@ class _FusedKernel:
         self.X, self.Y, self.Z, mask = data.X.contiguous(), data.Y, data.queries.contiguous(), data.mask
         self.R, self.N, self.T, self.d = R, N, T, d = self.X.shape
         self.params, self.loss, self.lr, self.eps, self.ngd = params, cfg.loss, cfg.lr, cfg.eps, cfg.ngd
-        self.weights = _Weights(token_form(head, self.X, data.v), self.Y, mask, cfg.loss)
+        self.weights = TokenWeights(token_form(head, self.X, data.v), self.Y, mask, cfg.loss)
         self.Xb = self.X.reshape(R * N, T, d)
         self.XbT = self.Xb.transpose(1, 2).contiguous()  # (R N, d, T): U = X^T c as matrix-vector products
         self.hidden = None if mask is None else ~mask
-        self.rec = _Recorder(cfg.steps, cfg.cps, R, N, T, params, False, cfg.seeds)
+        self.rec = Recorder(cfg.steps, cfg.cps, R, N, T, params, False, cfg.seeds)
         self.want = self.rec.want
 
     def put(self, grad_norm, values):
@@ -91,7 +91,7 @@ class TokenSpaceKernel(_FusedKernel):
         Xf = X.reshape(R, NT, d)
         H = torch.bmm(Xf, Xf.transpose(1, 2)).reshape(R, N, T, N, T)
         self.H = H.mul_(torch.bmm(Z, Z.transpose(1, 2)).reshape(R, N, 1, N, 1)).reshape(R, NT, NT)
-        self.a = _logits(self.Xb, torch.bmm(Z, W0.transpose(1, 2)), R, N, T, d, self.hidden)
+        self.a = token_logits(self.Xb, torch.bmm(Z, W0.transpose(1, 2)), R, N, T, d, self.hidden)
         # sum over steps of (step size) * c: W = W0 - sum_it acc_it x_it z_i^T
         self.acc = torch.zeros(R, N, T, dtype=DTYPE)
         # H is symmetric: H c = (c^T H)^T; MKL's batched kernels are much faster for c^T H once NT > 16
@@ -99,7 +99,7 @@ class TokenSpaceKernel(_FusedKernel):
 
     def gradient(self):
         R, N, T, NT = self.R, self.N, self.T, self.NT
-        s, top = _softmax_top(self.a)
+        s, top = softmax_top(self.a)
         self.s = s
         self.u, c, self.ls = self.weights(s, top)
         self.c = c
@@ -112,17 +112,17 @@ class TokenSpaceKernel(_FusedKernel):
     def check(self, k):
         ls = self.ls
         self.nrm = self.rec.check(k, self.nrm, log_scale=None if self.ngd else ls,
-                                  exact=lambda: _token_norm(self.c, self.H))
+                                  exact=lambda: token_norm(self.c, self.H))
 
     def record(self):
         R, N, d = self.R, self.N, self.d
         U = torch.bmm(self.XbT, self.acc.reshape(R * N, self.T, 1)).reshape(R, N, d)
-        self.put(_true_norms(self.nrm, self.ls), {"W": self.W0 - torch.bmm(U.transpose(1, 2), self.Z)})
+        self.put(true_norms(self.nrm, self.ls), {"W": self.W0 - torch.bmm(U.transpose(1, 2), self.Z)})
 
     def update(self, k):
         ls, lr, R = self.ls, self.lr, self.R
         if self.ngd:
-            fac = (lr / (self.nrm + _ngd_eps(self.eps, ls))).reshape(R, 1, 1)
+            fac = (lr / (self.nrm + ngd_eps(self.eps, ls))).reshape(R, 1, 1)
         else:  # the true gradient is finite here (checked above)
             fac = lr if ls is None else (lr * torch.exp(ls)).reshape(R, 1, 1)
         self.a.sub_(self.Hc.mul_(fac))
@@ -139,7 +139,7 @@ class DirectWKernel(_FusedKernel):
 
     def gradient(self):
         R, N, T, d = self.R, self.N, self.T, self.d
-        s, top = _softmax_top(_logits(self.Xb, torch.bmm(self.Z, self.W.transpose(1, 2)), R, N, T, d, self.hidden))
+        s, top = softmax_top(token_logits(self.Xb, torch.bmm(self.Z, self.W.transpose(1, 2)), R, N, T, d, self.hidden))
         self.s = s
         self.u, c, self.ls = self.weights(s, top)
         U = torch.bmm(self.XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
@@ -151,12 +151,12 @@ class DirectWKernel(_FusedKernel):
                                   exact=lambda: robust_norm(self.G))
 
     def record(self):
-        self.put(_true_norms(self.nrm, self.ls), self.params)
+        self.put(true_norms(self.nrm, self.ls), self.params)
 
     def update(self, k):
         ls = self.ls
         if self.ngd:
-            self.W.addcdiv_(self.G, self.nrm.add_(_ngd_eps(self.eps, ls)).reshape(self.R, 1, 1), value=-self.lr)
+            self.W.addcdiv_(self.G, self.nrm.add_(ngd_eps(self.eps, ls)).reshape(self.R, 1, 1), value=-self.lr)
         else:
             self.W.add_(apply_log_scale(self.G, ls), alpha=-self.lr)
 
@@ -177,7 +177,7 @@ class DirectKQKernel(_FusedKernel):
     def gradient(self):
         R, N, T, d, K = self.R, self.N, self.T, self.d, self.K
         self.ZQ = ZQ = torch.bmm(self.Z, self.Q)  # rows Q^T z_i
-        s, top = _softmax_top(_logits(self.Xb, torch.bmm(ZQ, K.transpose(1, 2)), R, N, T, d, self.hidden))
+        s, top = softmax_top(token_logits(self.Xb, torch.bmm(ZQ, K.transpose(1, 2)), R, N, T, d, self.hidden))
         self.s = s
         self.u, c, self.ls = self.weights(s, top)
         self.U = U = torch.bmm(self.XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
@@ -192,7 +192,7 @@ class DirectKQKernel(_FusedKernel):
 
     def record(self):
         GW = torch.bmm(self.U.transpose(1, 2), self.Z)
-        self.put(_true_norms(_norm_at_record(GW, _run_norm(GW, (self.R,))), self.ls), self.params)
+        self.put(true_norms(norm_at_record(GW, _run_norm(GW, (self.R,))), self.ls), self.params)
 
     def update(self, k):
         g, KQ, ls, R, nrm, lr = self.g, self.KQ, self.ls, self.R, self.nrm, self.lr
@@ -204,7 +204,7 @@ class DirectKQKernel(_FusedKernel):
             if self.ngd:  # the robust norm only where the plain one needed correcting
                 nrm = _run_norm(g, (2, R)) if nrm is self.plain else robust_norm(g, 2)
         if self.ngd:
-            e = self.eps if ls is None else _ngd_eps(self.eps, ls).reshape(1, R)
+            e = self.eps if ls is None else ngd_eps(self.eps, ls).reshape(1, R)
             KQ.addcdiv_(g, nrm.add_(e).reshape(2, R, 1, 1), value=-lr)
         elif ls is None:
             KQ.add_(g, alpha=-lr)

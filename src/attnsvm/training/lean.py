@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnsvm.training import losses as _losses
-from attnsvm.training.checks import _resolve_engine
+from attnsvm.training.checks import resolve_engine
 from attnsvm.training.loop import run, want_mask
 
 #: the lean loops' size limits (tokens n T in all, dimensions d and m)
@@ -68,14 +68,6 @@ def _centered_backward(s: np.ndarray, g: np.ndarray, out: np.ndarray, ones: np.n
     return m
 
 
-def _softmax_top(a: np.ndarray):
-    """Softmax of each row of a (n, T) and the index (n,) of its largest logit."""
-    top = a.argmax(1)
-    e = np.exp(a - a[np.arange(a.shape[0]), top][:, None])
-    e /= e.sum(1, keepdims=True)
-    return e, top
-
-
 def _loss_grad(u: np.ndarray, loss: str, n: int) -> np.ndarray:
     """``l'(u) / n`` (n,) of a margin loss (plain form: the callers exclude the log-scaled regime)."""
     if loss == "logistic":
@@ -107,7 +99,7 @@ def lean_applies(data, param, head, loss, train_v, engine, optimizer, bitwise, R
         return False
     if data.queries is None or data.mask is not None or data.v is None:
         return False
-    if _resolve_engine(engine, head, loss, train_v) != "closed":
+    if resolve_engine(engine, head, loss, train_v) != "closed":
         return False
     _, N, T, d = data.X.shape
     if param == "W":

@@ -6,13 +6,13 @@ import numpy as np
 import torch
 
 from attnsvm.errors import NonFiniteError, ValidationError
-from attnsvm.training.checks import EPS, _check_int, _check_lr, _seeds
-from attnsvm.training.engine import _make_grad_fn, _prepare
-from attnsvm.training.initial import _init_params
+from attnsvm.training.checks import EPS, check_int, check_lr, run_seeds
+from attnsvm.training.engine import make_grad_fn, prepare_data
+from attnsvm.training.initial import init_params
 from attnsvm.training.losses import check_loss
 from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.ops import combine
-from attnsvm.training.optim import _Optimizer
+from attnsvm.training.optim import Optimizer
 from attnsvm.training.results import PathResult
 
 
@@ -53,24 +53,24 @@ def regularization_path(
     if radii.ndim != 1 or radii.size == 0 or not np.all(np.isfinite(radii)) or np.any(radii <= 0) \
             or np.any(np.diff(radii) <= 0):
         raise ValidationError(f"radii must be a non-empty increasing list of finite positive numbers, got {radii!r}")
-    lr = _check_lr(lr)
+    lr = check_lr(lr)
     with np.errstate(over="ignore"):
         first_step = lr * radii[-1]
     if not np.isfinite(first_step):
         raise ValidationError("lr * max(radii) must be finite (the first step of the largest radius), "
                               f"got {lr} * {radii[-1]}")
-    steps_per_radius = _check_int(steps_per_radius, "steps_per_radius", 0)
+    steps_per_radius = check_int(steps_per_radius, "steps_per_radius", 0)
     check_loss(loss)
-    batch, data = _prepare(problems, runs, param, None, False, loss)
+    batch, data = prepare_data(problems, runs, param, None, False, loss)
     R, n, T, d = data.X.shape
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
     if isinstance(init, str) and init == "zero" and param == "KQ":
         raise ValidationError("(K, Q) = 0 is a stationary point; use init='default' or explicit (K, Q)")
-    params = _init_params(param, init, seeds, d, m)
+    params = init_params(param, init, seeds, d, m)
     cfg = TrainConfig(param=param, steps=steps_per_radius, lr=lr, optimizer="ngd",
                       cps=np.array([steps_per_radius], dtype=np.int64), loss=loss, seeds=seeds, engine="closed")
-    kernel = PathKernel(params, _make_grad_fn(data, params, None, cfg), cfg)
+    kernel = PathKernel(params, make_grad_fn(data, params, None, cfg), cfg)
     with torch.no_grad():
         for j, rad in enumerate(radii):
             kernel.start(j, rad)
@@ -94,7 +94,7 @@ class PathKernel:
     def __init__(self, params, grad_fn, cfg):
         self.params, self.grad_fn, self.param, self.lr = params, grad_fn, cfg.param, cfg.lr
         self.steps, self.seeds, self.R = cfg.steps, cfg.seeds, len(cfg.seeds)
-        self.opt = _Optimizer("ngd", cfg.lr, EPS, None, None)
+        self.opt = Optimizer("ngd", cfg.lr, EPS, None, None)
         self.want = want_mask(cfg.steps, cfg.cps)
         self.out = {"W": [], "loss": []} if cfg.param == "W" else {"W": [], "loss": [], "K": [], "Q": []}
 

@@ -49,10 +49,10 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.training.checks import (EPS, _check_common, _check_eps, _check_int, _check_ridge, _checkpoint_count,
-                                     _checkpoints, _problem_shape, _require_training_memory, _seeds)
-from attnsvm.training.engine import _Data, _finish, _prepare, train_loop
-from attnsvm.training.initial import _init_params
+from attnsvm.training.checks import (EPS, check_common, check_eps, check_int, check_ridge, checkpoint_count,
+                                     checkpoint_steps, problem_shape, require_training_memory, run_seeds)
+from attnsvm.training.engine import TrainData, to_result, prepare_data, train_loop
+from attnsvm.training.initial import init_params
 from attnsvm.training.loop import TrainConfig
 from attnsvm.training.losses import check_loss
 from attnsvm.training.models import MatrixHead, finite_tensor
@@ -147,29 +147,29 @@ def train(
         a run's state became non-finite (names the run, its seed and the first such step).
     """
     check_loss(loss)
-    lr, steps, adam_eps, betas, optimizer = _check_common(lr, steps, optimizer, betas, adam_eps)
-    eps = _check_eps(eps, optimizer)
+    lr, steps, adam_eps, betas, optimizer = check_common(lr, steps, optimizer, betas, adam_eps)
+    eps = check_eps(eps, optimizer)
     check_threads(threads)
-    shape = _problem_shape(problems, runs)
+    shape = problem_shape(problems, runs)
     if shape is not None and param in ("W", "KQ", "p"):        # before the runs are stacked (runs=10**7)
         R, n, T, d = shape
-        m = d if m is None else _check_int(m, "m", 1)
-        _require_training_memory(R, n, T, d, param, m, _checkpoint_count(steps, record_every, checkpoints), steps,
+        m = d if m is None else check_int(m, "m", 1)
+        require_training_memory(R, n, T, d, param, m, checkpoint_count(steps, record_every, checkpoints), steps,
                                  optimizer, train_v, max_memory)
-    batch, data = _prepare(problems, runs, param, head, train_v, loss)
+    batch, data = prepare_data(problems, runs, param, head, train_v, loss)
     R, n, T, d = data.X.shape
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
-    ridge = _check_ridge(ridge, param)
-    cps = _checkpoints(steps, record_every, checkpoints)
-    params = _init_params(param, init, seeds, d, m)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
+    ridge = check_ridge(ridge, param)
+    cps = checkpoint_steps(steps, record_every, checkpoints)
+    params = init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
     cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, betas=betas,
                       adam_eps=adam_eps, ridge=ridge, seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
         rec = train_loop(data, params, head, cfg)
-    return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
+    return to_result(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
 
 
 def train_sequence(
@@ -227,14 +227,14 @@ def train_sequence(
     check_loss(loss)
     if param not in ("W", "KQ"):
         raise ValidationError(f"sequence training supports param 'W' or 'KQ', got {param!r}")
-    lr, steps, _, _, optimizer = _check_common(lr, steps, optimizer)
-    eps = _check_eps(eps, optimizer)
-    ridge = _check_ridge(ridge, param)
+    lr, steps, _, _, optimizer = check_common(lr, steps, optimizer)
+    eps = check_eps(eps, optimizer)
+    ridge = check_ridge(ridge, param)
     check_threads(threads)
     Xt = _sequence_tokens(X, runs)
     R, n, T, d = Xt.shape
-    m_ = d if m is None else _check_int(m, "m", 1)
-    _require_training_memory(R, n * T, T, d, param, m_, _checkpoint_count(steps, record_every, checkpoints), steps,
+    m_ = d if m is None else check_int(m, "m", 1)
+    require_training_memory(R, n * T, T, d, param, m_, checkpoint_count(steps, record_every, checkpoints), steps,
                              optimizer, train_v, max_memory, what="sequence training")
     Yt, head = _sequence_labels(Y, H, head, loss, (R, n, T, d))
     vt = _sequence_head_v(v, head, R, d)
@@ -242,11 +242,11 @@ def train_sequence(
     Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
     queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
     mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
-    data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
-    cps = _checkpoints(steps, record_every, checkpoints)
-    params = _init_params(param, init, seeds, d, m)
+    data = TrainData(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
+    cps = checkpoint_steps(steps, record_every, checkpoints)
+    params = init_params(param, init, seeds, d, m)
     if train_v:
         if data.v is None:
             raise ValidationError("train_v=True needs a head v")
@@ -255,7 +255,7 @@ def train_sequence(
                       seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
         rec = train_loop(data, params, head, cfg, allow_lean=False)
-    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+    return to_result(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
 
 
 def _sequence_tokens(X, runs):
@@ -271,7 +271,7 @@ def _sequence_tokens(X, runs):
     if runs is not None:
         if Xt.shape[0] != 1:
             raise ValidationError("runs= replicates a single instance; X already has a runs axis")
-        Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
+        Xt = Xt.expand(check_int(runs, "runs", 1), -1, -1, -1)
     return Xt
 
 
