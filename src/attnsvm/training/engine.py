@@ -1,10 +1,12 @@
-"""The training engine: data preparation, the gradient function of each engine, the loop, the result.
+"""The training engine: data preparation, the gradient functions, the generic kernel, the kernel choice.
 
-:func:`_train_loop` picks the loop: the lean numpy loop (:mod:`attnsvm.training.lean`) for a single
-small run it covers, a fast torch loop (:mod:`attnsvm.training.fast`) for GD / NGD with closed-form
-gradients, else the generic loop over :func:`make_grad_fn` (closed form via
+:func:`train_loop` runs :func:`attnsvm.training.loop.run` with the kernel :func:`select_kernel` picks:
+the lean numpy kernels (:mod:`attnsvm.training.lean`) for a single small run they cover, a fused torch
+kernel (:mod:`attnsvm.training.fast`) for GD / NGD with closed-form gradients, else
+:class:`GradientKernel`: the gradient function of :func:`make_grad_fn` (closed form via
 :func:`attnsvm.training.kernel.closed_form_step`, or autograd through
-:class:`attnsvm.training.models.AttentionModel`) with any optimizer.
+:class:`attnsvm.training.models.AttentionModel`) with any optimizer (:class:`attnsvm.training.optim.Optimizer`).
+:func:`prepare_data` turns problems into :class:`TrainData`; :func:`to_result` builds the ``TrainResult``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from attnsvm.training.optim import norm_at_record, Optimizer, true_norms, robust
 from attnsvm.training.recorder import Recorder
 from attnsvm.training.results import TrainResult
 
-#: route single small runs to the lean numpy loop (:mod:`attnsvm.training.lean`); False forces the torch
-#: loops everywhere (benchmarks and the lean-vs-torch tests set it)
+#: route single small runs to the lean numpy kernels (:mod:`attnsvm.training.lean`); False forces the torch
+#: kernels everywhere (benchmarks and the lean-vs-torch tests set it)
 LEAN_PATH = True
 
 

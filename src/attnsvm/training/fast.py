@@ -25,13 +25,13 @@ from attnsvm.training.optim import ngd_eps, norm_at_record, true_norms, robust_n
 from attnsvm.training.recorder import Recorder
 
 
-#: token-space W loop: at most this many tokens n*T in all, and R * (n T)^2 entries of H
+#: token-space W kernel: at most this many tokens n*T in all, and R * (n T)^2 entries of H
 TOKEN_SPACE_MAX_TOKENS = 64
 TOKEN_SPACE_MAX_ENTRIES = 2**24
 
 
 def fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise):
-    """'tokens' / 'direct' when a fast loop applies, else None (generic loop)."""
+    """'tokens' / 'direct' when a fused kernel applies, else None (generic kernel)."""
     if bitwise or train_v or param not in ("W", "KQ") or optimizer not in ("gd", "ngd") or data.queries is None:
         return None
     if resolve_engine(engine, head, loss, train_v) != "closed":

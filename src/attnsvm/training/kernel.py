@@ -13,8 +13,8 @@ models, ``E^T dL/dlogits`` for the language model). Its forms are saturation-exa
 entry is built from score differences, never from ``beta_t - s^T beta``, so the gradient keeps its
 direction when the attention is one-hot to rounding.
 
-Callers: :func:`closed_form_step` (bitwise and BLAS forms; the generic training loop, the prompt gradient
-of :mod:`attnsvm.training.prompt`), :class:`TokenWeights` (the fast W / KQ loops of
+Callers: :func:`closed_form_step` (bitwise and BLAS forms; the generic kernel of the training loop, the prompt gradient
+of :mod:`attnsvm.training.prompt`), :class:`TokenWeights` (the fused W / KQ kernels of
 :mod:`attnsvm.training.fast`), :func:`attnsvm.training.language_model.lm_loss_grad`. The numpy twin
 used by the lean single-run path is :func:`attnsvm.training.lean.softmax_backward_np`.
 """
@@ -104,7 +104,7 @@ def closed_form_step(
     gamma, D : optional precomputed scores ``Y_i X_i v`` (R,n,T) and differences (R,n,T,T)
     Xt, Zt, keysT : optional precomputed contiguous transposes (R,n,d,T), (R,d,n), (R,d,n*T)
     bitwise : True: contractions as elementwise products with fixed-order sums, so each
-        run's numbers are bitwise independent of R; False: BLAS (bmm), about 2x faster,
+        run's numbers are bitwise independent of R; False: BLAS (bmm), faster,
         results depend on R at the rounding level (~1e-16 relative per step)
     want_v : also return the gradient in v (linear head only)
     form : optional :class:`~attnsvm.training.models.TokenForm` of a nonlinear head (from
@@ -231,7 +231,7 @@ def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gam
     return out
 
 
-# ------------------------------------------------------------- fast-loop pieces
+# ------------------------------------------------------------- fused-kernel pieces
 
 
 def softmax_top(a):

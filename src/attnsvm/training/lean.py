@@ -1,21 +1,20 @@
-"""The lean path: one small training run as a plain numpy float64 loop (no torch per step).
+"""The lean path: kernels that train one small run with plain numpy float64 (no torch per step).
 
-A single run of :func:`attnsvm.training.train.train` spends most of its time in torch's per-call
-overhead (~75 us per step on tiny tensors). This module runs the same iterates with numpy on the
-arrays of the one run, for the settings it covers:
+On tiny tensors a torch step is dominated by per-call overhead; :class:`LeanTokenKernel` and
+:class:`LeanKQKernel` run the same iterates with numpy on the arrays of the one run (driven by
+:func:`attnsvm.training.loop.run`), for the settings they cover:
 
 * one run (R = 1), no mask, the linear head (``head=None``, frozen v), closed-form engine;
-* GD or normalized GD; param W (token-space loop, ``n T <= LEAN_MAX_TOKENS``) or KQ (direct loop,
+* GD or normalized GD; param W (token-space kernel, ``n T <= LEAN_MAX_TOKENS``) or KQ (direct kernel,
   ``n T <= LEAN_MAX_TOKENS_KQ``, ``d, m <= LEAN_MAX_DIM``);
 * a margin loss whose derivative needs no log-scale (the exponential loss only while every score
   ``-gamma`` stays below :data:`attnsvm.training.losses.EXP_SHIFT_AT`).
 
-Everything else goes to the torch loops. The iterates equal those of the torch loops
-(:mod:`attnsvm.training.fast`) up to rounding (BLAS and vectorized ``exp`` round differently):
-measured <= 4e-12 relative in the final W after 2000 steps for KQ, ~1e-15 for W. A run whose
-gradient norm becomes 0 (saturation) or non-finite is not handled here: :func:`lean_loop` then
-returns None and the caller reruns it in torch, so saturation flags and NonFiniteError come from the
-torch loops unchanged.
+Everything else goes to the torch kernels. The iterates equal those of the torch kernels
+(:mod:`attnsvm.training.fast`) up to rounding (BLAS and vectorized ``exp`` round differently; the
+tests bound the difference). A run whose gradient norm becomes 0 (saturation) or non-finite is not
+handled here: :func:`lean_loop` then returns None and the caller reruns it in torch, so saturation
+flags and NonFiniteError come from the torch kernels unchanged.
 
 Shapes (one run): X (n, T, d), Y (n,), v (d,), Z (n, d) queries, W (d, d), K and Q (d, m).
 """
@@ -31,7 +30,7 @@ from attnsvm.training import losses as _losses
 from attnsvm.training.checks import resolve_engine
 from attnsvm.training.loop import run, want_mask
 
-#: the lean loops' size limits (tokens n T in all, dimensions d and m)
+#: the lean kernels' size limits (tokens n T in all, dimensions d and m)
 LEAN_MAX_TOKENS = 64
 LEAN_MAX_TOKENS_KQ = 256
 LEAN_MAX_DIM = 64
@@ -94,7 +93,7 @@ def _loss_mean(u: np.ndarray, loss: str) -> float:
 
 
 def lean_applies(data, param, head, loss, train_v, engine, optimizer, bitwise, R) -> bool:
-    """True when the lean numpy loop covers this training call (see the module docstring)."""
+    """True when the lean numpy kernels cover this training call (see the module docstring)."""
     if R != 1 or bitwise or train_v or head is not None or optimizer not in ("gd", "ngd") or loss not in _LOSSES:
         return False
     if data.queries is None or data.mask is not None or data.v is None:
@@ -108,13 +107,13 @@ def lean_applies(data, param, head, loss, train_v, engine, optimizer, bitwise, R
 
 
 def lean_loop(data, params, cfg):
-    """Train the one run in numpy; returns the recorder dict of the torch loops, or None to hand it back.
+    """Train the one run in numpy; returns the recorder dict of the torch kernels, or None to hand it back.
 
     ``params``: {"W": (1, d, d)} or {"K", "Q": (1, d, m)} torch tensors (updated in place at the end);
     ``cfg``: the :class:`~attnsvm.training.loop.TrainConfig` (param, steps, lr, optimizer, eps, ridge, cps, loss).
     Returns a dict of torch tensors: ``loss`` (1, C), ``softmax`` (1, C, n, T), ``grad_norm`` (1, C),
     ``W`` or ``K``, ``Q`` (1, C, ...), ``saturated`` (1,) and ``saturated_step`` (1,); None when the run
-    meets a zero or non-finite gradient norm or a non-finite record (the torch loop then reruns it).
+    meets a zero or non-finite gradient norm or a non-finite record (a torch kernel then reruns it).
     """
     X = data.X[0].numpy().astype(np.float64, copy=False)
     Y = data.Y[0].numpy().astype(np.float64, copy=False)
@@ -130,7 +129,7 @@ def lean_loop(data, params, cfg):
     except _Abandon:
         return None
     if not all(np.all(np.isfinite(x)) for x in rec.values()):
-        return None  # a non-finite record: the torch loop reports it
+        return None  # a non-finite record: a torch kernel reports it
     out = {k: torch.as_tensor(x).unsqueeze(0) for k, x in rec.items()}
     out["saturated"] = torch.zeros(1, dtype=torch.bool)
     out["saturated_step"] = torch.full((1,), -1, dtype=torch.int64)

@@ -95,9 +95,9 @@ def softmax(a: torch.Tensor) -> torch.Tensor:
 def softmax_fast(a: torch.Tensor) -> torch.Tensor:
     """Same as :func:`softmax` (``exp(a - max) / sum``) from elementwise ops into a new tensor.
 
-    For the short rows of these models (T of 2 to ~50) this measured several times
-    faster than ``torch.softmax`` on CPU (torch 2.13, float64). The vectorized
-    ``exp`` may round a tensor's tail differently, so this is not used in bitwise mode.
+    Used for the short rows of these models (T of 2 to ~50), where it beats ``torch.softmax`` on CPU
+    (``python benchmarks/training.py`` times the loops built on it). The vectorized ``exp`` may round a
+    tensor's tail differently, so this is not used in bitwise mode.
     """
     e = a - a.amax(-1, keepdim=True)
     e.exp_()

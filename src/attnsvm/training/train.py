@@ -25,10 +25,12 @@ through :class:`attnsvm.training.models.AttentionModel` (or, with ``engine="clos
 the head alone). A run whose loss gradient is exactly zero is flagged ``saturated``;
 with a zero total gradient it does not move (never NaN).
 
-Loops (see :mod:`attnsvm.training.engine`): a single small run with the linear head, GD / NGD and
-param W or KQ trains in the lean numpy loop (:mod:`attnsvm.training.lean`, same iterates to ~1e-12);
-GD / NGD with closed-form gradients in the fast torch loops (:mod:`attnsvm.training.fast`); anything
-else in the generic loop. The gradient is the one softmax kernel of :mod:`attnsvm.training.kernel`.
+Every call runs the one training loop (:func:`attnsvm.training.loop.run`) with a kernel chosen by
+:func:`attnsvm.training.engine.select_kernel`: a single small run with the linear head, GD / NGD and
+param W or KQ in the lean numpy kernels (:mod:`attnsvm.training.lean`, same iterates up to rounding);
+GD / NGD with closed-form gradients in the fused torch kernels (:mod:`attnsvm.training.fast`); anything
+else in the generic kernel with any optimizer. The gradient is the one softmax kernel of
+:mod:`attnsvm.training.kernel`.
 
 Nothing silently non-finite: every numeric argument is checked at the boundary (finite, in
 range; :class:`~attnsvm.errors.ValidationError` naming it), and every step checks the
@@ -119,9 +121,9 @@ def train(
         the attention saturates, where the closed form stays exact)
     bitwise : closed-form engine only. True: every contraction is an elementwise product with a
         fixed-order sum, so a run's trajectory is bitwise identical whatever runs it is batched
-        with (about 2x slower). False (default): BLAS contractions (and, for W with GD / NGD,
-        the token-space loop); batched and one-by-one runs then agree to rounding (~1e-13
-        relative after 2000 steps), not bitwise.
+        with (slower: elementwise products instead of BLAS). False (default): BLAS contractions
+        (and, for W with GD / NGD, the token-space kernel); batched and one-by-one runs then agree
+        to rounding, not bitwise.
     eps : NGD denominator epsilon (finite, > 0); betas : Adam's (beta1, beta2) in [0, 1);
         adam_eps : Adam's denominator epsilon (finite, > 0)
     threads : None (torch's current setting) or the number of torch threads to use during this call
