@@ -240,11 +240,7 @@ def train_sequence(
                              optimizer, train_v, max_memory, what="sequence training")
     Yt, head = _sequence_labels(Y, H, head, loss, (R, n, T, d))
     vt = _sequence_head_v(v, head, R, d)
-    N = n * T
-    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
-    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
-    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
-    data = TrainData(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
+    data = _sequence_data(Xt, Yt, vt, causal)
     seeds = run_seeds(seed, R)
     m = d if m is None else check_int(m, "m", 1)
     cps = checkpoint_steps(steps, record_every, checkpoints)
@@ -258,6 +254,20 @@ def train_sequence(
     with torch_threads(threads):
         rec = train_loop(data, params, head, cfg, allow_lean=False)
     return to_result(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+
+
+def _sequence_data(Xt, Yt, vt, causal) -> TrainData:
+    """One sample per (sequence i, query position k): N = n T samples, each seeing the T tokens of X_i.
+
+    Xt (R, n, T, d), Yt (R, n, T), vt (R, d) or None -> X (R, N, T, d), Y (R, N), queries ``x_ik`` (R, N, d)
+    and, with ``causal``, the mask (1, N, T) of the keys ``t <= k``.
+    """
+    R, n, T, d = Xt.shape
+    N = n * T
+    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
+    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
+    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
+    return TrainData(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
 
 
 def _sequence_tokens(X, runs):
