@@ -13,7 +13,7 @@ Modules, lowest first (each imports only the ones above it):
 * ``models`` -- heads, token forms, the autograd ``AttentionModel``;
 * ``checks``, ``initial``, ``results``, ``threads`` -- argument checks, initial parameters,
   ``TrainResult`` / ``PathResult``, the scoped torch thread count;
-* ``loop`` -- THE training loop (``run``: gradient, check, record, update) and ``TrainConfig``;
+* ``loop`` -- THE training loop (``run``: checked gradient, record, update) and ``TrainConfig``;
 * ``optim``, ``recorder`` -- optimizers and norms; checkpoint recording and health checks;
 * kernels of the loop: ``lean`` (numpy, a single small run), ``fast`` (fused torch GD / NGD),
   ``engine`` (data preparation, the generic kernel over closed-form or autograd gradients with any

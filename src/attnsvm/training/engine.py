@@ -152,16 +152,13 @@ class GradientKernel:
         self.rec = Recorder(cfg.steps, cfg.cps, R, N, T, params, cfg.train_v, cfg.seeds)
         self.want = self.rec.want
 
-    def gradient(self):
+    def gradient(self, k):
         self.res = res = self.grad_fn()
-        self.grads, self.ls = res["grads"], res.get("log_scale")
-        self.names = list(self.grads)
-        self.gn = torch.stack([self.opt.norm(self.grads[nm]) for nm in self.names])  # (P, R) norms per group
-
-    def check(self, k):
-        grads, names = self.grads, self.names
+        self.grads, self.ls = grads, ls = res["grads"], res.get("log_scale")
+        names = list(grads)
+        gn = torch.stack([self.opt.norm(grads[nm]) for nm in names])  # (P, R) norms per parameter group
         # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
-        gn = self.rec.check(k, self.gn, self.res["loss"], log_scale=None if self.ngd else self.ls,
+        gn = self.rec.check(k, gn, res["loss"], log_scale=None if self.ngd else ls,
                             exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
         self.norms = dict(zip(names, gn))
 

@@ -97,7 +97,7 @@ class TokenSpaceKernel(_FusedKernel):
         # H is symmetric: H c = (c^T H)^T; MKL's batched kernels are much faster for c^T H once NT > 16
         self.row = NT > 16
 
-    def gradient(self):
+    def gradient(self, k):
         R, N, T, NT = self.R, self.N, self.T, self.NT
         s, top = softmax_top(self.a)
         self.s = s
@@ -107,12 +107,8 @@ class TokenSpaceKernel(_FusedKernel):
             self.Hc = torch.bmm(c.reshape(R, 1, NT), self.H).reshape(R, N, T)
         else:
             self.Hc = torch.bmm(self.H, c.reshape(R, NT, 1)).reshape(R, N, T)
-        self.nrm = (c * self.Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F (scaled by exp(-ls))
-
-    def check(self, k):
-        ls = self.ls
-        self.nrm = self.rec.check(k, self.nrm, log_scale=None if self.ngd else ls,
-                                  exact=lambda: token_norm(self.c, self.H))
+        nrm = (c * self.Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F (scaled by exp(-ls))
+        self.nrm = self.rec.check(k, nrm, log_scale=None if self.ngd else self.ls, exact=lambda: token_norm(c, self.H))
 
     def record(self):
         R, N, d = self.R, self.N, self.d
@@ -137,17 +133,14 @@ class DirectWKernel(_FusedKernel):
         self.W = params["W"]
         self.G = torch.empty_like(self.W)
 
-    def gradient(self):
+    def gradient(self, k):
         R, N, T, d = self.R, self.N, self.T, self.d
         s, top = softmax_top(token_logits(self.Xb, torch.bmm(self.Z, self.W.transpose(1, 2)), R, N, T, d, self.hidden))
         self.s = s
         self.u, c, self.ls = self.weights(s, top)
         U = torch.bmm(self.XbT, c.reshape(R * N, T, 1)).reshape(R, N, d)
         torch.bmm(U.transpose(1, 2), self.Z, out=self.G)  # sum_i u_i z_i^T
-        self.nrm = _run_norm(self.G, (R,))
-
-    def check(self, k):
-        self.nrm = self.rec.check(k, self.nrm, log_scale=None if self.ngd else self.ls,
+        self.nrm = self.rec.check(k, _run_norm(self.G, (R,)), log_scale=None if self.ngd else self.ls,
                                   exact=lambda: robust_norm(self.G))
 
     def record(self):
@@ -174,7 +167,7 @@ class DirectKQKernel(_FusedKernel):
         self.gK, self.gQ = self.g[0], self.g[1]
         self.Zt = self.Z.transpose(1, 2).contiguous()
 
-    def gradient(self):
+    def gradient(self, k):
         R, N, T, d, K = self.R, self.N, self.T, self.d, self.K
         self.ZQ = ZQ = torch.bmm(self.Z, self.Q)  # rows Q^T z_i
         s, top = softmax_top(token_logits(self.Xb, torch.bmm(ZQ, K.transpose(1, 2)), R, N, T, d, self.hidden))
@@ -184,8 +177,6 @@ class DirectKQKernel(_FusedKernel):
         torch.bmm(U.transpose(1, 2), ZQ, out=self.gK)  # G Q = U^T Z Q
         torch.bmm(self.Zt, torch.bmm(U, K), out=self.gQ)  # G^T K = Z^T U K
         self.plain = _run_norm(self.g, (2, R))
-
-    def check(self, k):
         # loss gradient in K or in Q nonzero; NGD uses the direction, GD the true norms
         self.nrm = self.rec.check(k, self.plain, log_scale=None if self.ngd else self.ls,
                                   exact=lambda: robust_norm(self.g, 2))

@@ -194,11 +194,10 @@ class LMKernel:
         self.max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
         self.prev_g = self.prev_W = None
 
-    def gradient(self):
-        self.L, self.G = lm_loss_grad(self.W, self.A, self.targets, self.E, loss=self.loss, attention=self.attention)
-
-    def check(self, k):
-        L, G, W, R = self.L, self.G, self.W, self.W.shape[0]
+    def gradient(self, k):
+        self.L, self.G = L, G = lm_loss_grad(self.W, self.A, self.targets, self.E, loss=self.loss,
+                                             attention=self.attention)
+        W, R = self.W, self.W.shape[0]
         ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
         self.finite &= ok
         self.max_loss = torch.maximum(self.max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))

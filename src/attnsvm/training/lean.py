@@ -162,7 +162,7 @@ class _Weights:
         self.a = self.ga3[1]
         self.offs = np.arange(N) * T
         self.ones = np.ones(T)
-        self.loss, self.N, self.negn = loss, N, -1.0 / N
+        self.loss, self.N, self.negn, self.logistic = loss, N, -1.0 / N, loss == "logistic"
         self.c = np.empty(N * T) if c is None else c
         self.c2 = self.c.reshape(N, T)
 
@@ -173,9 +173,12 @@ class _Weights:
         diff = self.ga3 - tops.reshape(2, N, 1)  # [g = gamma - gamma_top, a - a_top]
         s = np.exp(diff[1])
         s /= (s @ self.ones)[:, None]
-        m = _centered_backward(s, diff[0], self.c2, self.ones)  # c = s (g - s^T g), m = s^T g
+        g, c2 = diff[0], self.c2  # c = s (g - s^T g), m = s^T g (:func:`_centered_backward`, inlined)
+        m = (s * g) @ self.ones
+        np.subtract(g, m[:, None], out=c2)
+        c2 *= s
         u = tops[0] + m  # s^T gamma
-        self.c2 *= (self.negn / (1.0 + np.exp(u)) if self.loss == "logistic" else _loss_grad(u, self.loss, N))[:, None]
+        c2 *= (self.negn / (1.0 + np.exp(u)) if self.logistic else _loss_grad(u, self.loss, N))[:, None]
         return s, u
 
 
@@ -207,14 +210,13 @@ class LeanTokenKernel:
                     "W": np.empty((C, d, d))}
         self.c_ = 0
 
-    def gradient(self):
+    def gradient(self, k):
         self.s, self.u = self.weights()
         np.dot(self.H, self.c, out=self.Hc)
         q = float(self.c @ self.Hc)
-        self.nrm = math.sqrt(q) if q > 0.0 else 0.0
-
-    def check(self, k):
-        _check(self.nrm)
+        self.nrm = nrm = math.sqrt(q) if q > 0.0 else 0.0
+        if not (0.0 < nrm < math.inf):  # saturated or non-finite: hand the run back to torch
+            raise _Abandon
 
     def record(self):
         c_, rec = self.c_, self.rec
@@ -250,7 +252,7 @@ class LeanKQKernel:
                     "K": np.empty((C, d, m_)), "Q": np.empty((C, d, m_))}
         self.c_ = 0
 
-    def gradient(self):
+    def gradient(self, k):
         K, Q, Z = self.K, self.Q, self.Z
         ZQ = Z @ Q  # rows Q^T z_i
         np.matmul(self.X, (ZQ @ K.T)[:, :, None], out=self.a3)  # a_it = x_it^T K Q^T z_i
@@ -258,12 +260,10 @@ class LeanKQKernel:
         self.U = U = np.matmul(self.Xt, self.c3)[:, :, 0]  # (N, d): X_i^T c_i
         self.gK = gK = U.T @ ZQ  # G Q
         self.gQ = gQ = Z.T @ (U @ K)  # G^T K
-        self.nK = math.sqrt(float(np.vdot(gK, gK)))
-        self.nQ = math.sqrt(float(np.vdot(gQ, gQ)))
-
-    def check(self, k):
-        _check(self.nK)
-        _check(self.nQ)
+        self.nK = nK = math.sqrt(float(np.vdot(gK, gK)))
+        self.nQ = nQ = math.sqrt(float(np.vdot(gQ, gQ)))
+        if not (0.0 < nK < math.inf and 0.0 < nQ < math.inf):  # saturated or non-finite: back to torch
+            raise _Abandon
 
     def record(self):
         c_, rec = self.c_, self.rec

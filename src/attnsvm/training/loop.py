@@ -3,17 +3,20 @@
 Every trainer here (:func:`attnsvm.training.train.train`, ``train_sequence``, the regularization paths,
 the prompt model's notebook replay, the causal language model's GD) runs :func:`run` below. What differs
 between them lives in a *kernel*: an object holding the state being trained that knows how to take its
-gradient, judge it, record it and update the state. The loop itself only orders those four calls::
+gradient (and judge it), record it and update the state. The loop itself only orders those calls::
 
     for k in range(steps + 1):
-        kernel.gradient()          # the gradient at the current state (step k)
-        kernel.check(k)            # health check: saturation flags, NonFiniteError (or nothing)
+        kernel.gradient(k)         # the gradient at the current state and its health check
         if kernel.want[k]:
             kernel.record()        # write checkpoint values
         if k == steps:
             break
         kernel.update(k)           # one optimizer step
     return kernel.result()
+
+The health check of step k (saturation flags, :class:`~attnsvm.errors.NonFiniteError` naming the run
+and step; :meth:`attnsvm.training.recorder.Recorder.check`) belongs to ``gradient(k)`` because it
+judges the norms the gradient step computed, and the update may use its corrected norms.
 
 Kernels (a kernel implements the gradient and the optimizer step of its state):
 
@@ -79,14 +82,13 @@ def want_mask(steps: int, cps) -> np.ndarray:
 def run(kernel, steps: int):
     """Train ``kernel``'s state for ``steps`` updates; returns ``kernel.result()``.
 
-    ``kernel`` has ``want`` ((steps + 1,) bool: record at step k), ``gradient()``, ``check(k)``,
-    ``record()``, ``update(k)`` and ``result()`` (see the module docstring). Step k's gradient is taken
-    at the state after k updates; the last one (k = steps) is checked and recorded but not applied.
+    ``kernel`` has ``want`` ((steps + 1,) bool: record at step k), ``gradient(k)``, ``record()``,
+    ``update(k)`` and ``result()`` (see the module docstring). Step k's gradient is taken at the state
+    after k updates; the last one (k = steps) is checked and recorded but not applied.
     """
-    gradient, check, record, update, want = kernel.gradient, kernel.check, kernel.record, kernel.update, kernel.want
+    gradient, record, update, want = kernel.gradient, kernel.record, kernel.update, kernel.want
     for k in range(steps + 1):
-        gradient()
-        check(k)
+        gradient(k)
         if want[k]:
             record()
         if k == steps:

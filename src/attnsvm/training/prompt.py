@@ -99,8 +99,9 @@ class NotebookKernel:
         self.want = want_mask(cfg.steps, cfg.cps)
         self.ps, self.vs, self.ss = [], [], []
 
-    def gradient(self):
-        """The forward pass (the backward pass runs in :meth:`update`, after the record)."""
+    def gradient(self, k):
+        """The forward pass (the backward pass runs in :meth:`update`, after the record); no health check
+        (the notebooks had none)."""
         self.s = s = torch.softmax(self.K @ self.p, dim=-1)
         f = (s.unsqueeze(1) @ self.X).squeeze(1) @ self.v
         u = self.Y * f
@@ -110,9 +111,6 @@ class NotebookKernel:
             self.L = torch.exp(-u).mean()
         else:
             self.L = (-u).mean()
-
-    def check(self, k):
-        """No health check (the notebooks had none)."""
 
     def record(self):
         self.ps.append(self.p.detach().numpy().copy())

@@ -115,11 +115,9 @@ class PathKernel:
             K.mul_(f)
             Q.mul_(f)
 
-    def gradient(self):
+    def gradient(self, k):
+        """The gradient only: a path is checked once per radius, in :meth:`record`."""
         self.res = self.grad_fn()
-
-    def check(self, k):
-        """Checked once per radius, in :meth:`record`."""
 
     def record(self):
         res, params, R, j, rad = self.res, self.params, self.R, self.j, self.rad
