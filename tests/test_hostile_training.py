@@ -1154,10 +1154,10 @@ if __name__ == "__main__":
 def test_recorder_backstop_reports_first_recorded_step():
     """The end-of-training backstop (behind the per-step check) names the run and the first checkpoint
     whose recorded parameters are non-finite."""
-    from attnsvm.training.recorder import _Recorder
+    from attnsvm.training.recorder import Recorder
 
     params = {"W": torch.zeros(3, 2, 2, dtype=D)}
-    rec = _Recorder(4, np.array([0, 2, 4]), 3, 1, 2, params, False, seeds=[5, 6, 7])
+    rec = Recorder(4, np.array([0, 2, 4]), 3, 1, 2, params, False, seeds=[5, 6, 7])
     for c in range(3):
         W = torch.zeros(3, 2, 2, dtype=D)
         if c >= 1:

@@ -45,16 +45,16 @@ def test_lean_agrees_with_torch(monkeypatch, param, seed):
 
 def test_lean_routing():
     P = random_problem(6, 8, 10, seed=0)
-    from attnsvm.training.engine import _prepare
+    from attnsvm.training.engine import prepare_data
 
-    _, data = _prepare(P, None, "W", None, False, "logistic")
+    _, data = prepare_data(P, None, "W", None, False, "logistic")
     assert lean_applies(data, "W", None, "logistic", False, "auto", "ngd", False, 1)
     assert not lean_applies(data, "W", None, "logistic", False, "auto", "adam", False, 1)  # Adam: torch
     assert not lean_applies(data, "W", None, "logistic", False, "auto", "ngd", True, 1)  # bitwise: torch
     assert not lean_applies(data, "W", None, "logistic", True, "auto", "ngd", False, 1)  # train_v: torch
     assert not lean_applies(data, "W", ReLUHead(np.ones((10, 2))), "logistic", False, "auto", "ngd", False, 1)
     assert not lean_applies(data, "W", None, "logistic", False, "autograd", "ngd", False, 1)
-    _, data2 = _prepare([P, P], None, "W", None, False, "logistic")
+    _, data2 = prepare_data([P, P], None, "W", None, False, "logistic")
     assert not lean_applies(data2, "W", None, "logistic", False, "auto", "ngd", False, 2)  # batched: torch
 
 

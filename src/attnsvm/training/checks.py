@@ -35,11 +35,11 @@ def _check_positive(x, name, why="") -> float:
     return f
 
 
-def _check_lr(lr) -> float:
+def check_lr(lr) -> float:
     return _check_positive(lr, "lr", " (the step size)")
 
 
-def _check_eps(eps, optimizer="ngd") -> float:
+def check_eps(eps, optimizer="ngd") -> float:
     """NGD's epsilon: finite > 0; the other optimizers do not use it (finite >= 0 accepted)."""
     if optimizer == "ngd":
         return _check_positive(eps, "eps", " (it guards normalized GD against a zero gradient)")
@@ -49,7 +49,7 @@ def _check_eps(eps, optimizer="ngd") -> float:
     return f
 
 
-def _check_ridge(ridge, param) -> float:
+def check_ridge(ridge, param) -> float:
     """None -> machine epsilon for KQ, 0 otherwise; else a finite number >= 0 (only KQ may be nonzero)."""
     if ridge is None:
         return EPS if param == "KQ" else 0.0
@@ -74,7 +74,7 @@ def _check_betas(betas) -> tuple:
     return tuple(out)
 
 
-def _check_int(x, name, minimum):
+def check_int(x, name, minimum):
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < minimum:
         raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
     return int(x)
@@ -85,23 +85,23 @@ def _integral(x, name, minimum) -> int:
     if isinstance(x, (bool, np.bool_)):
         raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
     if isinstance(x, (int, np.integer)):
-        return _check_int(x, name, minimum)
+        return check_int(x, name, minimum)
     f = _real(x, name, f"an integer >= {minimum}")
     if not (np.isfinite(f) and f == np.floor(f) and f >= minimum):
         raise ValidationError(f"{name} must be an integer >= {minimum}, got {x!r}")
     return int(f)
 
 
-def _seeds(seed, R):
+def run_seeds(seed, R):
     if isinstance(seed, (list, tuple, np.ndarray)):
         seeds = [_integral(s, f"seed[{i}]", 0) for i, s in enumerate(np.asarray(seed, dtype=object).ravel())]
         if np.ndim(seed) != 1 or len(seeds) != R:
             raise ValidationError(f"seed list must give one seed per run ({R}), got shape {np.shape(seed)}")
         return seeds
-    return [_check_int(seed, "seed", 0) + r for r in range(R)]
+    return [check_int(seed, "seed", 0) + r for r in range(R)]
 
 
-def _checkpoints(steps, record_every, checkpoints):
+def checkpoint_steps(steps, record_every, checkpoints):
     if checkpoints is not None:
         if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__iter__"):
             raise ValidationError(f"checkpoints must be a list of integer steps in [0, steps={steps}], "
@@ -111,21 +111,21 @@ def _checkpoints(steps, record_every, checkpoints):
             raise ValidationError(f"checkpoints must be a non-empty list of steps in [0, steps={steps}], "
                                   f"got {list(checkpoints)!r}")
         return np.array(cps, dtype=np.int64)
-    every = _check_int(record_every, "record_every", 1)
+    every = check_int(record_every, "record_every", 1)
     cps = np.arange(0, steps + 1, every, dtype=np.int64)
     return cps if cps[-1] == steps else np.append(cps, np.int64(steps))
 
 
-def _checkpoint_count(steps: int, record_every, checkpoints) -> int:
-    """How many checkpoints :func:`_checkpoints` returns, computed without building them (at most; the
+def checkpoint_count(steps: int, record_every, checkpoints) -> int:
+    """How many checkpoints :func:`checkpoint_steps` returns, computed without building them (at most; the
     arguments are validated there)."""
     if checkpoints is not None:
         return len(checkpoints) if hasattr(checkpoints, "__len__") else 1
-    every = _check_int(record_every, "record_every", 1)
+    every = check_int(record_every, "record_every", 1)
     return steps // every + 1 + (1 if steps % every else 0)
 
 
-def _problem_shape(problems, runs) -> tuple | None:
+def problem_shape(problems, runs) -> tuple | None:
     """``(R, n, T, d)`` of :func:`~attnsvm.training.train`'s problems without stacking them (None when
     they are not problems: the engine then says why)."""
     from attnsvm.problem import ProblemBatch, TokenProblem
@@ -133,7 +133,7 @@ def _problem_shape(problems, runs) -> tuple | None:
     if isinstance(problems, ProblemBatch):
         return tuple(problems.X.shape)
     if isinstance(problems, TokenProblem):
-        return (1 if runs is None else _check_int(runs, "runs", 1), *problems.shape)
+        return (1 if runs is None else check_int(runs, "runs", 1), *problems.shape)
     if isinstance(problems, (list, tuple)) and problems and isinstance(problems[0], TokenProblem):
         return (len(problems), *problems[0].shape)
     return None
@@ -162,7 +162,7 @@ def training_bytes(R: int, N: int, T: int, d: int, param: str, m: int, C: int, s
     return rec + live + 2.0 * (steps + 1) + _OVERHEAD
 
 
-def _require_training_memory(R, N, T, d, param, m, C, steps, optimizer, train_v, max_memory, what="training") -> None:
+def require_training_memory(R, N, T, d, param, m, C, steps, optimizer, train_v, max_memory, what="training") -> None:
     """Refuse (ResourceLimitError) before anything is allocated when :func:`training_bytes` exceeds the memory
     limit (``max_memory``, else ``$ATTNSVM_MAX_MEMORY``, else 80 % of available memory; needs below 64 MiB
     are not checked without an explicit limit)."""
@@ -178,15 +178,15 @@ def _require_training_memory(R, N, T, d, param, m, C, steps, optimizer, train_v,
                    hint="fewer runs, a larger record_every or a few explicit checkpoints, fewer steps or a smaller d")
 
 
-def _check_common(lr, steps, optimizer, betas=(0.9, 0.999), adam_eps=1e-8):
+def check_common(lr, steps, optimizer, betas=(0.9, 0.999), adam_eps=1e-8):
     """Boundary checks shared by train() and train_sequence()."""
     if optimizer not in OPTIMIZERS:
         raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     adam_eps = _check_positive(adam_eps, "adam_eps", " (Adam's denominator epsilon)")
-    return _check_lr(lr), _check_int(steps, "steps", 0), adam_eps, _check_betas(betas), optimizer
+    return check_lr(lr), check_int(steps, "steps", 0), adam_eps, _check_betas(betas), optimizer
 
 
-def _resolve_engine(engine, head, loss, train_v):
+def resolve_engine(engine, head, loss, train_v):
     """'auto' -> 'closed' (margin loss and the linear head or a head with a token form) or 'autograd'."""
     if engine not in ("auto", "closed", "autograd"):
         raise ValidationError(f"engine must be 'auto', 'closed' or 'autograd', got {engine!r}")

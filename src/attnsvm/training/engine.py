@@ -1,10 +1,12 @@
-"""The training engine: data preparation, the gradient function of each engine, the loop, the result.
+"""The training engine: data preparation, the gradient functions, the generic kernel, the kernel choice.
 
-:func:`_train_loop` picks the loop: the lean numpy loop (:mod:`attnsvm.training.lean`) for a single
-small run it covers, a fast torch loop (:mod:`attnsvm.training.fast`) for GD / NGD with closed-form
-gradients, else the generic loop over :func:`_make_grad_fn` (closed form via
+:func:`train_loop` runs :func:`attnsvm.training.loop.run` with the kernel :func:`select_kernel` picks:
+the lean numpy kernels (:mod:`attnsvm.training.lean`) for a single small run they cover, a fused torch
+kernel (:mod:`attnsvm.training.fast`) for GD / NGD with closed-form gradients, else
+:class:`GradientKernel`: the gradient function of :func:`make_grad_fn` (closed form via
 :func:`attnsvm.training.kernel.closed_form_step`, or autograd through
-:class:`attnsvm.training.models.AttentionModel`) with any optimizer.
+:class:`attnsvm.training.models.AttentionModel`) with any optimizer (:class:`attnsvm.training.optim.Optimizer`).
+:func:`prepare_data` turns problems into :class:`TrainData`; :func:`to_result` builds the ``TrainResult``.
 """
 
 from __future__ import annotations
@@ -16,24 +18,25 @@ import torch
 
 from attnsvm.errors import ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
-from attnsvm.training.checks import _check_int, _resolve_engine
-from attnsvm.training.fast import _fast_kind, _fast_loop
+from attnsvm.training.checks import check_int, resolve_engine
+from attnsvm.training.fast import fast_kind, fast_kernel
 from attnsvm.training.kernel import closed_form_step
 from attnsvm.training.lean import lean_applies, lean_loop
+from attnsvm.training.loop import run
 from attnsvm.training.losses import apply_log_scale, exp_shift, sample_losses
 from attnsvm.training.models import AttentionModel, token_form
 from attnsvm.training.ops import DTYPE, combine, token_scores
-from attnsvm.training.optim import _norm_at_record, _Optimizer, _true_norms, robust_norm
-from attnsvm.training.recorder import _Recorder
+from attnsvm.training.optim import norm_at_record, Optimizer, true_norms, robust_norm
+from attnsvm.training.recorder import Recorder
 from attnsvm.training.results import TrainResult
 
-#: route single small runs to the lean numpy loop (:mod:`attnsvm.training.lean`); False forces the torch
-#: loops everywhere (benchmarks and the lean-vs-torch tests set it)
+#: route single small runs to the lean numpy kernels (:mod:`attnsvm.training.lean`); False forces the torch
+#: kernels everywhere (benchmarks and the lean-vs-torch tests set it)
 LEAN_PATH = True
 
 
 @dataclass
-class _Data:
+class TrainData:
     """Flattened training data, all (R, N, ...) float64 tensors."""
 
     X: torch.Tensor  # (R, N, T, d)
@@ -44,61 +47,65 @@ class _Data:
     mask: torch.Tensor | None = None  # (1, N, T) bool
 
 
-def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwise=False):
-    """Returns (grad_fn, main_name, model): grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad,
-    log_scale). ``log_scale`` (R,) or None: the true gradients are ``grads * exp(log_scale)`` (the
-    exponential loss's gradients are returned scaled so that they cannot overflow).
+def make_grad_fn(data: TrainData, params, head, cfg):
+    """The gradient function of ``cfg.engine`` (resolved: "closed" or "autograd") for ``cfg.param``.
 
-    ``params`` maps names to the tensors that the optimizer updates in place.
+    Returns grad_fn() -> dict(loss (R,), s, grads {name: tensor}, main_grad, log_scale). ``log_scale``
+    (R,) or None: the true gradients are ``grads * exp(log_scale)`` (the exponential loss's gradients are
+    returned scaled so that they cannot overflow). ``params`` maps names to the tensors that the
+    optimizer updates in place (the autograd engine points them at its module's storage).
     """
-    main = "p" if param == "p" else "W"
-    engine = _resolve_engine(engine, head, loss, train_v)
+    if resolve_engine(cfg.engine, head, cfg.loss, cfg.train_v) == "closed":
+        return _closed_grad_fn(data, params, head, cfg)
+    return _autograd_grad_fn(data, params, head, cfg)
 
-    if engine == "closed":
-        fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
-        if head is not None:
-            fixed["form"] = token_form(head, data.X, bitwise=bitwise)
-        if data.queries is not None and bitwise:
-            fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
-        if data.keys is not None and bitwise:
-            R_, n_, T_, d_ = data.keys.shape
-            fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
-        if not train_v and head is None:
-            if bitwise:
-                gamma = token_scores(data.X, data.Y, data.v)
-            else:
-                gamma = data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
-            if data.mask is not None:
-                gamma = gamma.masked_fill(~data.mask, 0.0)
-            fixed.update(gamma=gamma, D=gamma.unsqueeze(-1) - gamma.unsqueeze(-2))
 
-        def grad_fn():
-            v = params["v"] if train_v else data.v
-            out = closed_form_step(
-                data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
-                p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=loss,
-                want_v=train_v, bitwise=bitwise, scaled=True, **fixed,
-            )
-            grads = {}
-            if param == "W":
-                grads["W"] = out["G"]
-            elif param == "KQ":
-                grads["K"], grads["Q"] = out["gK"], out["gQ"]
-            else:
-                grads["p"] = out["gp"]
-            if train_v:
-                grads["v"] = out["gv"]
-            return {"loss": out["loss"], "s": out["s"], "grads": grads, "main_grad": out.get("G", out.get("gp")),
-                    "log_scale": out.get("log_scale")}
+def _closed_grad_fn(data: TrainData, params, head, cfg):
+    """Closed-form gradients (:func:`attnsvm.training.kernel.closed_form_step`), with the data-only terms
+    (transposes, the linear head's token scores and their differences) computed once."""
+    param, train_v, bitwise = cfg.param, cfg.train_v, cfg.bitwise
+    fixed = {"Xt": data.X.transpose(-1, -2).contiguous()} if bitwise else {}
+    if head is not None:
+        fixed["form"] = token_form(head, data.X, bitwise=bitwise)
+    if data.queries is not None and bitwise:
+        fixed["Zt"] = data.queries.transpose(1, 2).contiguous()
+    if data.keys is not None and bitwise:
+        R_, n_, T_, d_ = data.keys.shape
+        fixed["keysT"] = data.keys.reshape(R_, n_ * T_, d_).transpose(1, 2).contiguous()
+    if not train_v and head is None:
+        if bitwise:
+            gamma = token_scores(data.X, data.Y, data.v)
+        else:
+            gamma = data.Y.unsqueeze(-1) * (data.X @ data.v.unsqueeze(1).unsqueeze(-1)).squeeze(-1)
+        if data.mask is not None:
+            gamma = gamma.masked_fill(~data.mask, 0.0)
+        fixed.update(gamma=gamma, D=gamma.unsqueeze(-1) - gamma.unsqueeze(-2))
+    names = {"W": (("W", "G"),), "KQ": (("K", "gK"), ("Q", "gQ")), "p": (("p", "gp"),)}[param]
+    names += (("v", "gv"),) if train_v else ()
 
-        return grad_fn, None
+    def grad_fn():
+        v = params["v"] if train_v else data.v
+        out = closed_form_step(
+            data.X, data.Y, v, param=param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"),
+            p=params.get("p"), queries=data.queries, keys=data.keys, mask=data.mask, loss=cfg.loss,
+            want_v=train_v, bitwise=bitwise, scaled=True, **fixed,
+        )
+        return {"loss": out["loss"], "s": out["s"], "grads": {name: out[key] for name, key in names},
+                "main_grad": out.get("G", out.get("gp")), "log_scale": out.get("log_scale")}
 
+    return grad_fn
+
+
+def _autograd_grad_fn(data: TrainData, params, head, cfg):
+    """Autograd through :class:`attnsvm.training.models.AttentionModel` (any head, any loss)."""
+    param, loss, train_v = cfg.param, cfg.loss, cfg.train_v
     model = AttentionModel(param, W=params.get("W"), K=params.get("K"), Q=params.get("Q"), p=params.get("p"),
                            v=data.v if (head is None or train_v) else None, head=head, train_v=train_v)
     # the optimizer updates the module's own storage
     for name, prm in model.named_parameters():
         params[name] = prm.data
     names = [n for n, _ in model.named_parameters()]
+    main = "p" if param == "p" else "W"
 
     def grad_fn():
         for prm in model.parameters():
@@ -127,68 +134,89 @@ def _make_grad_fn(data: _Data, param, head, loss, train_v, engine, params, bitwi
         return {"loss": apply_log_scale(per_run.detach(), log_scale), "s": model.softmax.detach(), "grads": grads,
                 "main_grad": main_grad, "log_scale": log_scale}
 
-    return grad_fn, model
+    return grad_fn
 
 
-def _run_loop(data, params, grad_fn, *, param, steps, lr, optimizer, eps, betas, adam_eps, ridge, cps, record_v,
-              bitwise, seeds=None):
-    """The generic training loop (any engine, optimizer, parameterization); returns recorded torch tensors."""
-    R, N, T, _ = data.X.shape
-    opt = _Optimizer(optimizer, lr, eps, betas, adam_eps, bitwise)
-    rec = _Recorder(steps, cps, R, N, T, params, record_v, seeds)
-    with torch.no_grad():
-        for k in range(steps + 1):
-            res = grad_fn()
-            grads, ls = res["grads"], res.get("log_scale")
-            names = list(grads)
-            gn = torch.stack([opt.norm(grads[nm]) for nm in names])  # (P, R) norms per parameter group
-            # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
-            gn = rec.check(k, gn, res["loss"], log_scale=None if optimizer == "ngd" else ls,
-                           exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
-            norms = dict(zip(names, gn))
-            if rec.want[k]:
-                gm = _norm_at_record(res["main_grad"], opt.norm(res["main_grad"]))
-                rec.put(res["loss"], res["s"], _true_norms(gm, ls), params)
-            if k == steps:
-                break
-            if ridge:
-                grads = dict(grads)
-                r2 = (2.0 * ridge) if ls is None else (2.0 * ridge * torch.exp(-ls)).reshape(-1, 1, 1)
-                for name in ("K", "Q"):
-                    grads[name] = grads[name] + r2 * params[name]
-                norms = None
-            opt.step(params, grads, norms=norms, log_scale=ls)
-    return rec.result()
+class GradientKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for any gradient function and optimizer.
+
+    ``grad_fn`` from :func:`make_grad_fn` (closed form or autograd, any parameterization); the
+    optimizer (:class:`attnsvm.training.optim.Optimizer`: GD, NGD or Adam) updates ``params`` in place,
+    with ``cfg.ridge`` added to the K and Q gradients; v is recorded when ``cfg.train_v``.
+    """
+
+    def __init__(self, data, params, grad_fn, cfg):
+        R, N, T, _ = data.X.shape
+        self.params, self.grad_fn, self.ridge, self.ngd = params, grad_fn, cfg.ridge, cfg.ngd
+        self.opt = Optimizer(cfg.optimizer, cfg.lr, cfg.eps, cfg.betas, cfg.adam_eps, cfg.bitwise)
+        self.rec = Recorder(cfg.steps, cfg.cps, R, N, T, params, cfg.train_v, cfg.seeds)
+        self.want = self.rec.want
+
+    def gradient(self, k):
+        self.res = res = self.grad_fn()
+        self.grads, self.ls = grads, ls = res["grads"], res.get("log_scale")
+        names = list(grads)
+        gn = torch.stack([self.opt.norm(grads[nm]) for nm in names])  # (P, R) norms per parameter group
+        # NGD needs the direction only; GD and Adam the true (possibly overflowing) gradient
+        gn = self.rec.check(k, gn, res["loss"], log_scale=None if self.ngd else ls,
+                            exact=lambda: torch.stack([robust_norm(grads[nm]) for nm in names]))
+        self.norms = dict(zip(names, gn))
+
+    def record(self):
+        res = self.res
+        gm = norm_at_record(res["main_grad"], self.opt.norm(res["main_grad"]))
+        self.rec.put(res["loss"], res["s"], true_norms(gm, self.ls), self.params)
+
+    def update(self, k):
+        grads, norms, ls, params = self.grads, self.norms, self.ls, self.params
+        if self.ridge:
+            grads = dict(grads)
+            r2 = (2.0 * self.ridge) if ls is None else (2.0 * self.ridge * torch.exp(-ls)).reshape(-1, 1, 1)
+            for name in ("K", "Q"):
+                grads[name] = grads[name] + r2 * params[name]
+            norms = None
+        self.opt.step(params, grads, norms=norms, log_scale=ls)
+
+    def result(self):
+        return self.rec.result()
 
 
-def _train_loop(data, params, head, loss, train_v, engine, bitwise, *, param, steps, lr, optimizer, eps, betas,
-                adam_eps, ridge, cps, seeds=None, allow_lean=True):
-    """Picks the lean numpy loop, else a fast torch loop when it applies, else the generic grad_fn loop.
+def select_kernel(data, params, head, cfg, allow_lean=True):
+    """The kernel of a training call: "lean" (numpy, one small run), a fused torch kernel, or the
+    :class:`GradientKernel`; returns ``(name, kernel)`` with kernel None for "lean" (:func:`lean_loop`
+    builds its own and may hand the run back)."""
+    if allow_lean and LEAN_PATH and lean_applies(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine,
+                                                 cfg.optimizer, cfg.bitwise, data.X.shape[0]):
+        return "lean", None
+    kind = fast_kind(data, cfg.param, head, cfg.loss, cfg.train_v, cfg.engine, cfg.optimizer, cfg.bitwise)
+    if kind is not None:
+        return kind, fast_kernel(kind, data, params, head, cfg)
+    return "generic", GradientKernel(data, params, make_grad_fn(data, params, head, cfg), cfg)
+
+
+def train_loop(data, params, head, cfg, allow_lean=True):
+    """Train ``params`` on ``data`` with the kernel :func:`select_kernel` picks; returns the recorded
+    torch tensors (run-major: ``loss`` (R, C), ``softmax`` (R, C, N, T), ``grad_norm`` (R, C), the
+    parameters (R, C, ...), ``saturated`` / ``saturated_step`` (R,)).
 
     ``allow_lean=False`` (sequence training) or :data:`LEAN_PATH` False keeps the run in torch.
     """
-    if allow_lean and LEAN_PATH and lean_applies(data, param, head, loss, train_v, engine, optimizer, bitwise,
-                                                 data.X.shape[0]):
-        rec = lean_loop(data, {k: x for k, x in params.items()}, loss, param=param, steps=steps, lr=lr,
-                        optimizer=optimizer, eps=eps, ridge=ridge, cps=cps)
+    kind, kernel = select_kernel(data, params, head, cfg, allow_lean)
+    if kind == "lean":
+        rec = lean_loop(data, dict(params), cfg)
         if rec is not None:
             return rec
-    kind = _fast_kind(data, param, head, loss, train_v, engine, optimizer, bitwise)
-    if kind is not None:
-        return _fast_loop(kind, data, params, head, loss, param=param, steps=steps, lr=lr, optimizer=optimizer,
-                          eps=eps, ridge=ridge, cps=cps, seeds=seeds)
-    grad_fn, _ = _make_grad_fn(data, param, head, loss, train_v, engine, params, bitwise)
-    return _run_loop(data, params, grad_fn, param=param, steps=steps, lr=lr, optimizer=optimizer, eps=eps,
-                     betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps, record_v=train_v, bitwise=bitwise,
-                     seeds=seeds)
+        kind, kernel = select_kernel(data, params, head, cfg, allow_lean=False)
+    with torch.no_grad():
+        return run(kernel, cfg.steps)
 
 
-def _prepare(problems, runs, param, head, train_v, loss):
+def prepare_data(problems, runs, param, head, train_v, loss):
     if isinstance(problems, ProblemBatch):
         batch = problems
     else:
         if isinstance(problems, TokenProblem):
-            problems = [problems] * (1 if runs is None else _check_int(runs, "runs", 1))
+            problems = [problems] * (1 if runs is None else check_int(runs, "runs", 1))
         elif runs is not None and runs != len(problems):
             raise ValidationError(f"runs={runs} does not match the {len(problems)} problems given")
         batch = TokenProblem.stack(problems)
@@ -209,13 +237,13 @@ def _prepare(problems, runs, param, head, train_v, loss):
         return None if a is None else torch.as_tensor(a, dtype=DTYPE)
 
     X = t(batch.X)
-    data = _Data(X=X, Y=t(batch.Y), v=t(batch.v), queries=t(batch.queries))
+    data = TrainData(X=X, Y=t(batch.Y), v=t(batch.v), queries=t(batch.queries))
     if param == "p":
         data.keys = X if batch.W is None else torch.matmul(X, t(batch.W).unsqueeze(1))
     return batch, data
 
 
-def _finish(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None, bitwise=False):
+def to_result(rec, cps, seeds, param, optimizer, lr, problems, seq_shape=None, bitwise=False):
     def npy(x):
         return None if x is None else x.detach().numpy().astype(np.float64, copy=False)
 

@@ -25,7 +25,7 @@ def _per_run(arr, R, shape, name):
     raise ValidationError(f"{name} must have shape {tuple(shape)} or {(R, *shape)}, got {tuple(t.shape)}")
 
 
-def _init_params(param, init, seeds, d, m):
+def init_params(param, init, seeds, d, m):
     """Initial parameters, each (R, ...) float64."""
     R = len(seeds)
     shapes = {"W": {"W": (d, d)}, "KQ": {"K": (d, m), "Q": (d, m)}, "p": {"p": (d,)}}[param]

@@ -13,8 +13,8 @@ models, ``E^T dL/dlogits`` for the language model). Its forms are saturation-exa
 entry is built from score differences, never from ``beta_t - s^T beta``, so the gradient keeps its
 direction when the attention is one-hot to rounding.
 
-Callers: :func:`closed_form_step` (bitwise and BLAS forms; the generic training loop, the prompt gradient
-of :mod:`attnsvm.training.prompt`), :class:`_Weights` (the fast W / KQ loops of
+Callers: :func:`closed_form_step` (bitwise and BLAS forms; the generic kernel of the training loop, the prompt gradient
+of :mod:`attnsvm.training.prompt`), :class:`TokenWeights` (the fused W / KQ kernels of
 :mod:`attnsvm.training.fast`), :func:`attnsvm.training.language_model.lm_loss_grad`. The numpy twin
 used by the lean single-run path is :func:`attnsvm.training.lean.softmax_backward_np`.
 """
@@ -27,7 +27,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.training import losses as _losses
 from attnsvm.training.losses import apply_log_scale, margin_loss, margin_loss_grad, margin_loss_grad_scaled
 from attnsvm.training.ops import (
-    _dot, attend, attention_logits, combine, fsum, prompt_logits, softmax, softmax_fast, token_scores,
+    fixed_dot, attend, attention_logits, combine, fsum, prompt_logits, softmax, softmax_fast, token_scores,
 )
 
 
@@ -53,7 +53,7 @@ def softmax_backward(s: torch.Tensor, beta: torch.Tensor, *, top=None, D=None, f
     if D is None:
         D = beta.unsqueeze(-1) - beta.unsqueeze(-2)
     if fixed_order:
-        return s * _dot(D, s.unsqueeze(-2))
+        return s * fixed_dot(D, s.unsqueeze(-2))
     return s * torch.matmul(D, s.unsqueeze(-1)).squeeze(-1)
 
 
@@ -104,7 +104,7 @@ def closed_form_step(
     gamma, D : optional precomputed scores ``Y_i X_i v`` (R,n,T) and differences (R,n,T,T)
     Xt, Zt, keysT : optional precomputed contiguous transposes (R,n,d,T), (R,d,n), (R,d,n*T)
     bitwise : True: contractions as elementwise products with fixed-order sums, so each
-        run's numbers are bitwise independent of R; False: BLAS (bmm), about 2x faster,
+        run's numbers are bitwise independent of R; False: BLAS (bmm), faster,
         results depend on R at the rounding level (~1e-16 relative per step)
     want_v : also return the gradient in v (linear head only)
     form : optional :class:`~attnsvm.training.models.TokenForm` of a nonlinear head (from
@@ -157,18 +157,18 @@ def closed_form_step(
     c = pair_weights(s, gamma, D) * lp.unsqueeze(-1)  # (R, n, T)
     if param == "p":
         keysT = keys.reshape(R, n * T, d).transpose(1, 2) if keysT is None else keysT
-        out["gp"] = _dot(keysT, c.reshape(R, 1, n * T))
+        out["gp"] = fixed_dot(keysT, c.reshape(R, 1, n * T))
     else:
         U = attend(c, X, Xt)  # (R, n, d): u_i scaled by l'_i / n
         Zt = queries.transpose(1, 2) if Zt is None else Zt  # (R, d, n)
-        G = _dot(U.transpose(1, 2).unsqueeze(2), Zt.unsqueeze(1))  # (R, d, d) = sum_i u_i z_i^T
+        G = fixed_dot(U.transpose(1, 2).unsqueeze(2), Zt.unsqueeze(1))  # (R, d, d) = sum_i u_i z_i^T
         out["G"] = G
         if param == "KQ":
-            out["gK"] = _dot(G.unsqueeze(2), Q.transpose(1, 2).unsqueeze(1))  # G Q
-            out["gQ"] = _dot(G.transpose(1, 2).unsqueeze(2), K.transpose(1, 2).unsqueeze(1))  # G^T K
+            out["gK"] = fixed_dot(G.unsqueeze(2), Q.transpose(1, 2).unsqueeze(1))  # G Q
+            out["gQ"] = fixed_dot(G.transpose(1, 2).unsqueeze(2), K.transpose(1, 2).unsqueeze(1))  # G^T K
     if want_v:
         att = attend(s, X, Xt)
-        out["gv"] = _dot(att.transpose(1, 2), (lp * Y).unsqueeze(1))
+        out["gv"] = fixed_dot(att.transpose(1, 2), (lp * Y).unsqueeze(1))
     return _scale_out(out, scaled)
 
 
@@ -231,17 +231,17 @@ def _closed_form_blas(X, Y, v, param, W, K, Q, p, queries, keys, mask, loss, gam
     return out
 
 
-# ------------------------------------------------------------- fast-loop pieces
+# ------------------------------------------------------------- fused-kernel pieces
 
 
-def _softmax_top(a):
+def softmax_top(a):
     """Softmax over the last axis and the index (..., 1) of the largest logit (the most attended token)."""
     top, idx = a.max(-1, keepdim=True)
     e = (a - top).exp_()
     return e.div_(e.sum(-1, keepdim=True)), idx
 
 
-class _Weights:
+class TokenWeights:
     """Per-token gradient weights ``c_it = l'(u_i)/n * [(diag(s_i) - s_i s_i^T) gamma_i]_t``, saturation-exact.
 
     ``gamma_i = Y_i q_i`` with the token scores q of the head's :class:`TokenForm`.
@@ -289,7 +289,7 @@ class _Weights:
         return u, c.mul_(lp.unsqueeze(-1)), log_scale
 
 
-def _logits(Xb, Wz, R, N, T, d, hidden):
+def token_logits(Xb, Wz, R, N, T, d, hidden):
     """``a_it = x_it^T (W z_i)`` from the rows ``W z_i`` (R, N, d); ``hidden`` (negated mask) tokens get -inf."""
     a = torch.bmm(Xb, Wz.reshape(R * N, d, 1)).reshape(R, N, T)
     if hidden is not None:
@@ -297,7 +297,7 @@ def _logits(Xb, Wz, R, N, T, d, hidden):
     return a
 
 
-def _token_norm(c, H):
+def token_norm(c, H):
     """``||G||_F = sqrt(c^T H c)`` per run (R,) from token weights c (R, N, T) and H (R, NT, NT), with c
     scaled by an exact power of two so that the quadratic form neither overflows nor underflows."""
     R = c.shape[0]

@@ -25,6 +25,7 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.language import LM_LOSSES as LOSSES, LMData
 from attnsvm.training.kernel import softmax_backward
+from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.train import train_sequence
 
 __all__ = ["LOSSES", "lm_loss_grad", "token_basis", "train_lm", "train_runs", "lipschitz_estimates",
@@ -162,43 +163,69 @@ def train_lm(A, targets, E, W0, *, steps: int, lr, loss: str = "logistic", atten
     tg = torch.as_tensor(targets)
     lr_t = torch.as_tensor(np.broadcast_to(np.asarray(lr, dtype=np.float64), (R,)).copy()).reshape(R, 1, 1)
     cps = sorted({0, int(steps)} if checkpoints is None else {int(c) for c in checkpoints if 0 <= c <= steps})
-    rec = np.zeros(steps + 1, bool)
-    rec[cps] = True
-    Ws = np.empty((R, len(cps), d, d))
-    Ls = np.empty((R, len(cps)))
-    finite = torch.ones(R, dtype=torch.bool)
-    lip = torch.zeros(R, dtype=torch.float64)
-    max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
-    prev_g = prev_W = None
-    c = 0
+    cfg = TrainConfig(param="W", steps=steps, lr=float(np.max(lr)), optimizer="gd", cps=np.array(cps, dtype=np.int64),
+                      loss=loss)
+    kernel = LMKernel(At, tg, Et, W, lr_t, cfg, attention=attention, track_lipschitz=track_lipschitz,
+                      to_full=(lambda Wk: W0 + P @ (Wk - M0) @ Pt) if reduce else None)
     with torch.no_grad():
-        for k in range(steps + 1):
-            L, G = lm_loss_grad(W, At, tg, Et, loss=loss, attention=attention)
-            ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
-            finite &= ok
-            max_loss = torch.maximum(max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
-            if track_lipschitz and prev_g is not None:
-                dW = torch.linalg.vector_norm((W - prev_W).reshape(R, -1), dim=1)
-                dg = torch.linalg.vector_norm((G - prev_g).reshape(R, -1), dim=1)
-                ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
-                lip = torch.maximum(lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
-            if rec[k]:
-                Wk = W.numpy()
-                Ws[:, c] = W0 + P @ (Wk - M0) @ Pt if reduce else Wk
-                Ls[:, c] = L.numpy()
-                c += 1
-            if k == steps:
-                break
-            # a diverged run is frozen (its later values stay non-finite / unchanged)
-            G = torch.where(finite.reshape(R, 1, 1), G, torch.zeros_like(G))
-            if track_lipschitz:
-                prev_g, prev_W = G.clone(), W.clone()
-            W = W - lr_t * G
-    out = {"steps": np.array(cps), "W": Ws, "loss": Ls, "finite": finite.numpy().copy(),
-           "max_loss": max_loss.numpy().copy()}
-    if track_lipschitz:
-        out["lip_traj"] = lip.numpy().copy()
-    return out
+        out = run(kernel, steps)
+    return {"steps": np.array(cps), **out}
+
+
+class LMKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for plain GD ``W <- W - lr G`` on the causal LM.
+
+    ``lr`` (R, 1, 1) per-run step sizes (``cfg.lr`` is their largest, unused here); ``cfg``: steps, recorded
+    steps ``cps`` and loss. State W (R, d, d), in the reduced coordinates of :func:`train_lm` when it uses them
+    (``to_full`` maps a recorded iterate back to (R, d, d)); gradient :func:`lm_loss_grad`. A run whose loss or
+    gradient becomes non-finite is frozen (``finite`` False, its later values unchanged); ``max_loss`` (R,)
+    tracks the largest loss; with ``track_lipschitz``, ``lip_traj`` (R,) the largest
+    ``||g_{k+1} - g_k|| / ||W_{k+1} - W_k||``.
+    """
+
+    def __init__(self, A, targets, E, W, lr, cfg, *, attention, track_lipschitz, to_full=None):
+        R = A.shape[0]
+        self.A, self.targets, self.E, self.W, self.lr = A, targets, E, W, lr
+        self.loss, self.attention, self.track, self.to_full = cfg.loss, attention, track_lipschitz, to_full
+        self.want = want_mask(cfg.steps, cfg.cps)
+        self.Ws, self.Ls = [], []
+        self.finite = torch.ones(R, dtype=torch.bool)
+        self.lip = torch.zeros(R, dtype=torch.float64)
+        self.max_loss = torch.full((R,), -np.inf, dtype=torch.float64)
+        self.prev_g = self.prev_W = None
+
+    def gradient(self, k):
+        self.L, self.G = L, G = lm_loss_grad(self.W, self.A, self.targets, self.E, loss=self.loss,
+                                             attention=self.attention)
+        W, R = self.W, self.W.shape[0]
+        ok = torch.isfinite(L) & torch.isfinite(G).reshape(R, -1).all(1)
+        self.finite &= ok
+        self.max_loss = torch.maximum(self.max_loss, torch.where(ok, L, torch.full_like(L, np.inf)))
+        if self.track and self.prev_g is not None:
+            dW = torch.linalg.vector_norm((W - self.prev_W).reshape(R, -1), dim=1)
+            dg = torch.linalg.vector_norm((G - self.prev_g).reshape(R, -1), dim=1)
+            ratio = torch.where((dW > 0) & ok, dg / dW.clamp(min=1e-300), torch.zeros_like(dW))
+            self.lip = torch.maximum(self.lip, torch.nan_to_num(ratio, nan=0.0, posinf=0.0))
+
+    def record(self):
+        Wk = self.W.numpy()
+        self.Ws.append(Wk.copy() if self.to_full is None else self.to_full(Wk))
+        self.Ls.append(self.L.numpy().copy())
+
+    def update(self, k):
+        # a diverged run is frozen (its later values stay non-finite / unchanged)
+        R = self.W.shape[0]
+        G = torch.where(self.finite.reshape(R, 1, 1), self.G, torch.zeros_like(self.G))
+        if self.track:
+            self.prev_g, self.prev_W = G.clone(), self.W.clone()
+        self.W = self.W - self.lr * G
+
+    def result(self):
+        out = {"W": np.stack(self.Ws, 1), "loss": np.stack(self.Ls, 1), "finite": self.finite.numpy().copy(),
+               "max_loss": self.max_loss.numpy().copy()}
+        if self.track:
+            out["lip_traj"] = self.lip.numpy().copy()
+        return out
 
 
 def train_runs(cfg, datas, W0, checkpoints, attention: str = "softmax"):

@@ -46,7 +46,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.training.kernel import closed_form_step, pair_weights
 from attnsvm.training.losses import sample_losses
 from attnsvm.training.ops import (
-    DTYPE, _dot, attend, attention_logits, causal_mask, combine, fsum, prompt_logits, softmax, token_scores,
+    DTYPE, fixed_dot, attend, attention_logits, causal_mask, combine, fsum, prompt_logits, softmax, token_scores,
 )
 
 #: public names, with the operations and the closed form re-exported from ops / kernel
@@ -162,7 +162,7 @@ class TokenForm:
 def _bmv(A: torch.Tensor, x: torch.Tensor, bitwise: bool) -> torch.Tensor:
     """Batched matrix-vector products ``A[..., :, :] @ x[..., :]``: A (B..., p, k), x (B..., k) -> (B..., p)."""
     if bitwise:
-        return _dot(A, x.unsqueeze(-2))
+        return fixed_dot(A, x.unsqueeze(-2))
     lead = A.shape[:-2]
     p, k = A.shape[-2:]
     return torch.bmm(A.reshape(-1, p, k), x.reshape(-1, k, 1)).reshape(*lead, p)
@@ -174,7 +174,7 @@ class _LinearTokens(TokenForm):
     def __init__(self, X, v, bitwise):
         v = v if v.ndim == 2 else v.expand(X.shape[0], -1)
         if bitwise:
-            self.fixed = _dot(X, v[:, None, None, :])
+            self.fixed = fixed_dot(X, v[:, None, None, :])
         else:
             self.fixed = _bmv(X.reshape(X.shape[0], -1, X.shape[-1]), v, False).reshape(X.shape[:-1])
         self.bitwise = bitwise
@@ -195,7 +195,7 @@ class _ReLUTokens(TokenForm):
             raise ValidationError(f"ReLUHead V has shape {tuple(V.shape)}; the data needs ({R}, {d}, k) or ({d}, k)")
         self.bitwise = bitwise
         if bitwise:
-            self.P = _dot(X.unsqueeze(-2), V.transpose(1, 2)[:, None, None])  # (R, n, T, k)
+            self.P = fixed_dot(X.unsqueeze(-2), V.transpose(1, 2)[:, None, None])  # (R, n, T, k)
         else:
             self.P = torch.bmm(X.reshape(R, n * T, d), V).reshape(R, n, T, -1)
         self.PT = self.P.transpose(-1, -2).contiguous()  # (R, n, k, T)
@@ -218,7 +218,7 @@ class _LambdaTokens(TokenForm):
         self.bitwise, self.lam = bitwise, lam
         self.q0 = _LinearTokens(X, v, bitwise).fixed
         if bitwise:
-            self.gram = _dot(X.unsqueeze(-2), X.unsqueeze(-3))  # (R, n, T, T)
+            self.gram = fixed_dot(X.unsqueeze(-2), X.unsqueeze(-3))  # (R, n, T, T)
         else:
             self.gram = torch.matmul(X, X.transpose(-1, -2))
 
@@ -349,7 +349,7 @@ class AttentionModel(torch.nn.Module):
         att = attend(s, X)
         if self.head is not None:
             return self.head(att)
-        return _dot(att, self.v.unsqueeze(1))
+        return fixed_dot(att, self.v.unsqueeze(1))
 
 
 # ------------------------------------------------------------- autograd reference
@@ -363,5 +363,5 @@ def linear_head_loss(X, Y, v, *, param, W=None, K=None, Q=None, p=None, queries=
     """
     W = combine(K, Q) if param == "KQ" else W
     model_s = softmax(prompt_logits(keys, p, mask) if param == "p" else attention_logits(X, queries, W, mask))
-    f = _dot(attend(model_s, X), v.unsqueeze(1))
+    f = fixed_dot(attend(model_s, X), v.unsqueeze(1))
     return sample_losses(f, Y, loss).mean(-1)

@@ -4,7 +4,7 @@ Shapes (R = runs, n = samples, T = tokens, d = dimension, m = hidden width): X (
 queries (R, n, d), keys (R, n, T, d), mask (R|1, n, T) bool, W (R, d, d), K and Q (R, d, m),
 p and v (R, d), attention s (R, n, T). The logit of token t is ``x_t^T W z`` (paper convention).
 
-Contractions come in two flavours: :func:`_dot` / :func:`fsum` (elementwise products reduced in
+Contractions come in two flavours: :func:`fixed_dot` / :func:`fsum` (elementwise products reduced in
 a fixed order, so that a run's numbers do not depend on how many runs are batched) and BLAS
 (``bmm``, faster). Nothing here depends on another training module.
 """
@@ -16,7 +16,7 @@ import torch
 DTYPE = torch.float64
 
 
-def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def fixed_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``(a * b).sum(-1)`` with broadcasting.
 
     All contractions of this module are written this way (the contracted axis last)
@@ -52,8 +52,8 @@ def attention_logits(X: torch.Tensor, queries: torch.Tensor, W: torch.Tensor, ma
     X (R, n, T, d), queries (R, n, d), W (R, d, d), mask (R|1, n, T) bool or None -> (R, n, T).
     Masked tokens get ``-inf``.
     """
-    Wz = _dot(W.unsqueeze(1), queries.unsqueeze(2))  # (R, n, d): row i = W z_i
-    a = _dot(X, Wz.unsqueeze(2))
+    Wz = fixed_dot(W.unsqueeze(1), queries.unsqueeze(2))  # (R, n, d): row i = W z_i
+    a = fixed_dot(X, Wz.unsqueeze(2))
     if mask is not None:
         a = a.masked_fill(~mask, float("-inf"))
     return a
@@ -61,7 +61,7 @@ def attention_logits(X: torch.Tensor, queries: torch.Tensor, W: torch.Tensor, ma
 
 def prompt_logits(keys: torch.Tensor, p: torch.Tensor, mask=None) -> torch.Tensor:
     """Logits ``a[r, i, t] = k_{it}^T p_r`` of the prompt model. keys (R, n, T, d), p (R, d) -> (R, n, T)."""
-    a = _dot(keys, p[:, None, None, :])
+    a = fixed_dot(keys, p[:, None, None, :])
     if mask is not None:
         a = a.masked_fill(~mask, float("-inf"))
     return a
@@ -69,7 +69,7 @@ def prompt_logits(keys: torch.Tensor, p: torch.Tensor, mask=None) -> torch.Tenso
 
 def token_scores(X: torch.Tensor, Y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Scores ``gamma[r, i, t] = Y_ri v_r^T x_rit``; X (R, n, T, d), Y (R, n), v (R, d) -> (R, n, T)."""
-    return Y.unsqueeze(-1) * _dot(X, v[:, None, None, :])
+    return Y.unsqueeze(-1) * fixed_dot(X, v[:, None, None, :])
 
 
 def attend(s: torch.Tensor, X: torch.Tensor, Xt: torch.Tensor | None = None) -> torch.Tensor:
@@ -79,12 +79,12 @@ def attend(s: torch.Tensor, X: torch.Tensor, Xt: torch.Tensor | None = None) -> 
     """
     if Xt is None:
         Xt = X.transpose(-1, -2)
-    return _dot(Xt, s.unsqueeze(2))
+    return fixed_dot(Xt, s.unsqueeze(2))
 
 
 def combine(K: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     """``W = K Q^T``: K, Q (R, d, m) -> (R, d, d)."""
-    return _dot(K.unsqueeze(2), Q.unsqueeze(1))
+    return fixed_dot(K.unsqueeze(2), Q.unsqueeze(1))
 
 
 def softmax(a: torch.Tensor) -> torch.Tensor:
@@ -95,9 +95,9 @@ def softmax(a: torch.Tensor) -> torch.Tensor:
 def softmax_fast(a: torch.Tensor) -> torch.Tensor:
     """Same as :func:`softmax` (``exp(a - max) / sum``) from elementwise ops into a new tensor.
 
-    For the short rows of these models (T of 2 to ~50) this measured several times
-    faster than ``torch.softmax`` on CPU (torch 2.13, float64). The vectorized
-    ``exp`` may round a tensor's tail differently, so this is not used in bitwise mode.
+    Used for the short rows of these models (T of 2 to ~50), where it beats ``torch.softmax`` on CPU
+    (``python benchmarks/training.py`` times the loops built on it). The vectorized ``exp`` may round a
+    tensor's tail differently, so this is not used in bitwise mode.
     """
     e = a - a.amax(-1, keepdim=True)
     e.exp_()

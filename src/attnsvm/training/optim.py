@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.training.checks import OPTIMIZERS, _check_lr
+from attnsvm.training.checks import OPTIMIZERS, check_lr
 from attnsvm.training.losses import apply_log_scale
 from attnsvm.training.ops import DTYPE, fsum
 
@@ -31,27 +31,27 @@ def robust_norm(x: torch.Tensor, lead: int = 1) -> torch.Tensor:
     return torch.ldexp(torch.linalg.vector_norm(torch.ldexp(f, -e.unsqueeze(-1)), dim=-1), e)
 
 
-def _norm_at_record(x: torch.Tensor, nrm: torch.Tensor, lead: int = 1) -> torch.Tensor:
+def norm_at_record(x: torch.Tensor, nrm: torch.Tensor, lead: int = 1) -> torch.Tensor:
     """The plain norms ``nrm`` of x, or :func:`robust_norm` when one came out 0, inf or NaN (records only)."""
     if math.isfinite(nrm.log().sum().item()):
         return nrm
     return robust_norm(x, lead)
 
 
-def _true_norms(nrm: torch.Tensor, log_scale) -> torch.Tensor:
+def true_norms(nrm: torch.Tensor, log_scale) -> torch.Tensor:
     """Norms (R,) or (P, R) of scaled gradients times ``exp(log_scale)`` (R,) (zeros stay 0; +inf beyond float64)."""
     if log_scale is None:
         return nrm
     return torch.where(nrm == 0, nrm, nrm * torch.exp(log_scale))
 
 
-class _Optimizer:
+class Optimizer:
     """GD / normalized GD / Adam acting in place on (R, ...) tensors, per run and per parameter."""
 
     def __init__(self, kind, lr, eps, betas, adam_eps, bitwise=False):
         if kind not in OPTIMIZERS:
             raise ValidationError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
-        lr = _check_lr(lr)
+        lr = check_lr(lr)
         self.kind, self.lr, self.eps, self.betas, self.adam_eps = kind, float(lr), float(eps), betas, adam_eps
         self.state = {}
         self.t = 0
@@ -76,7 +76,7 @@ class _Optimizer:
             if self.kind == "gd":
                 x.sub_(lr * apply_log_scale(g, log_scale))
             elif self.kind == "ngd":
-                eps = self.eps if log_scale is None else self._per_run(_ngd_eps(self.eps, log_scale), g)
+                eps = self.eps if log_scale is None else self._per_run(ngd_eps(self.eps, log_scale), g)
                 nrm = self._run_norm(g) if norms is None else self._per_run(norms[name], g)
                 x.sub_(g * (lr / (nrm + eps)))
             else:
@@ -96,7 +96,7 @@ class _Optimizer:
 TINY = float(np.finfo(np.float64).tiny)
 
 
-def _ngd_eps(eps, log_scale):
+def ngd_eps(eps, log_scale):
     """NGD's denominator epsilon for scaled gradients: ``eps * exp(-log_scale)`` (R,), or eps itself.
 
     Floored at :data:`TINY` so that an exactly-zero (saturated) gradient still gives a zero step.

@@ -17,6 +17,7 @@ import torch
 
 from attnsvm.problem import TokenProblem
 from attnsvm.training.kernel import closed_form_step
+from attnsvm.training.loop import TrainConfig, run, want_mask
 from attnsvm.training.train import train
 
 __all__ = ["prompt_grad", "engine_train", "notebook_replay", "notebook_float32"]
@@ -75,41 +76,62 @@ def notebook_replay(problem: TokenProblem, p0, *, steps: int, lr: float, eps: fl
     -------
     dict with float64 arrays ``p (steps+1, d)``, ``v (steps+1, d)``, ``s (steps+1, n, T)``.
     """
-    ft = dtype
-    X = torch.tensor(problem.X, dtype=ft)
-    W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
-    Y = torch.tensor(problem.Y, dtype=ft)
-    K = X @ W
-    p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
-    v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
-    v.requires_grad_(train_v)
-    ps, vs, ss = [], [], []
-    for it in range(steps + 1):
-        s = torch.softmax(K @ p, dim=-1)
-        f = (s.unsqueeze(1) @ X).squeeze(1) @ v
-        u = Y * f
-        if loss == "logistic":
-            L = torch.nn.functional.softplus(-u).mean()
-        elif loss == "exponential":
-            L = torch.exp(-u).mean()
+    cfg = TrainConfig(param="p", steps=steps, lr=lr, optimizer=optimizer, cps=np.arange(steps + 1), loss=loss, eps=eps,
+                      train_v=train_v)
+    return run(NotebookKernel(problem, p0, v0, cfg, eps_v=eps_v, dtype=dtype), steps)
+
+
+class NotebookKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` replaying the notebooks: autograd in ``dtype``, the
+    update ``x <- x - lr g / (||g|| + eps)`` (NGD) or ``x <- x - lr g`` (GD) of p (and of v with ``eps_v``).
+    Records p, v and the attention at every step."""
+
+    def __init__(self, problem, p0, v0, cfg, *, eps_v, dtype):
+        ft = dtype
+        X = torch.tensor(problem.X, dtype=ft)
+        W = torch.tensor(problem.W if problem.W is not None else np.eye(problem.d), dtype=ft)
+        self.X, self.Y, self.K = X, torch.tensor(problem.Y, dtype=ft), X @ W
+        self.p = torch.tensor(np.asarray(p0, dtype=np.float64), dtype=ft).requires_grad_(True)
+        self.v = torch.tensor(np.asarray(problem.v if v0 is None else v0, dtype=np.float64), dtype=ft)
+        self.v.requires_grad_(cfg.train_v)
+        self.lr, self.eps, self.eps_v, self.ngd = cfg.lr, cfg.eps, eps_v, cfg.ngd
+        self.loss, self.train_v = cfg.loss, cfg.train_v
+        self.want = want_mask(cfg.steps, cfg.cps)
+        self.ps, self.vs, self.ss = [], [], []
+
+    def gradient(self, k):
+        """The forward pass (the backward pass runs in :meth:`update`, after the record); no health check
+        (the notebooks had none)."""
+        self.s = s = torch.softmax(self.K @ self.p, dim=-1)
+        f = (s.unsqueeze(1) @ self.X).squeeze(1) @ self.v
+        u = self.Y * f
+        if self.loss == "logistic":
+            self.L = torch.nn.functional.softplus(-u).mean()
+        elif self.loss == "exponential":
+            self.L = torch.exp(-u).mean()
         else:
-            L = (-u).mean()
-        ps.append(p.detach().numpy().copy())
-        vs.append(v.detach().numpy().copy())
-        ss.append(s.detach().numpy().copy())
-        if it == steps:
-            break
-        L.backward()
+            self.L = (-u).mean()
+
+    def record(self):
+        self.ps.append(self.p.detach().numpy().copy())
+        self.vs.append(self.v.detach().numpy().copy())
+        self.ss.append(self.s.detach().numpy().copy())
+
+    def update(self, k):
+        self.L.backward()
+        lr, p, v = self.lr, self.p, self.v
         with torch.no_grad():
             g = p.grad
-            p -= lr * g / (g.norm() + eps) if optimizer == "ngd" else lr * g
+            p -= lr * g / (g.norm() + self.eps) if self.ngd else lr * g
             p.grad = None
-            if train_v:
+            if self.train_v:
                 g = v.grad
-                v -= lr * g / (g.norm() + eps_v) if optimizer == "ngd" else lr * g
+                v -= lr * g / (g.norm() + self.eps_v) if self.ngd else lr * g
                 v.grad = None
-    return {"p": np.array(ps, dtype=np.float64), "v": np.array(vs, dtype=np.float64),
-            "s": np.array(ss, dtype=np.float64)}
+
+    def result(self):
+        return {"p": np.array(self.ps, dtype=np.float64), "v": np.array(self.vs, dtype=np.float64),
+                "s": np.array(self.ss, dtype=np.float64)}
 
 
 def notebook_float32(problem: TokenProblem, p0, **kw):

@@ -9,10 +9,10 @@ import torch
 
 from attnsvm.errors import NonFiniteError
 from attnsvm.training.ops import DTYPE
-from attnsvm.training.optim import _true_norms
+from attnsvm.training.optim import true_norms
 
 
-class _Recorder:
+class Recorder:
     """Preallocated checkpoint buffers and the saturation bookkeeping of a training loop.
 
     Buffers are checkpoint-major (C, R, ...) so that recording is a contiguous copy;
@@ -53,7 +53,7 @@ class _Recorder:
         in (0, inf), no NaN loss) is one reduction, ``sum(log(nrm))`` finite (each log is then within
         [-745, 710], so the sum cannot overflow).
         """
-        judged = _true_norms(nrm, log_scale)
+        judged = true_norms(nrm, log_scale)
         quick = judged.log().sum()
         if loss is not None:
             quick = quick + loss.sum()  # a NaN (or an inf loss: checked precisely below) makes it non-finite
@@ -62,7 +62,7 @@ class _Recorder:
             return nrm
         if exact is not None and not bool(((nrm > 0) & (nrm < math.inf)).all()):
             nrm = exact()  # 0, inf or NaN (e.g. inf - inf in a quadratic form) may be an overflow/underflow
-            judged = _true_norms(nrm, log_scale)
+            judged = true_norms(nrm, log_scale)
         if judged.ndim == 2:
             nonzero, finite = (judged != 0).any(0), torch.isfinite(judged).all(0)
         else:

@@ -6,12 +6,13 @@ import numpy as np
 import torch
 
 from attnsvm.errors import NonFiniteError, ValidationError
-from attnsvm.training.checks import EPS, _check_int, _check_lr, _seeds
-from attnsvm.training.engine import _make_grad_fn, _prepare
-from attnsvm.training.initial import _init_params
+from attnsvm.training.checks import EPS, check_int, check_lr, run_seeds
+from attnsvm.training.engine import make_grad_fn, prepare_data
+from attnsvm.training.initial import init_params
 from attnsvm.training.losses import check_loss
-from attnsvm.training.ops import DTYPE, combine
-from attnsvm.training.optim import _Optimizer
+from attnsvm.training.loop import TrainConfig, run, want_mask
+from attnsvm.training.ops import combine
+from attnsvm.training.optim import Optimizer
 from attnsvm.training.results import PathResult
 
 
@@ -52,31 +53,58 @@ def regularization_path(
     if radii.ndim != 1 or radii.size == 0 or not np.all(np.isfinite(radii)) or np.any(radii <= 0) \
             or np.any(np.diff(radii) <= 0):
         raise ValidationError(f"radii must be a non-empty increasing list of finite positive numbers, got {radii!r}")
-    lr = _check_lr(lr)
+    lr = check_lr(lr)
     with np.errstate(over="ignore"):
         first_step = lr * radii[-1]
     if not np.isfinite(first_step):
         raise ValidationError("lr * max(radii) must be finite (the first step of the largest radius), "
                               f"got {lr} * {radii[-1]}")
-    steps_per_radius = _check_int(steps_per_radius, "steps_per_radius", 0)
+    steps_per_radius = check_int(steps_per_radius, "steps_per_radius", 0)
     check_loss(loss)
-    batch, data = _prepare(problems, runs, param, None, False, loss)
+    batch, data = prepare_data(problems, runs, param, None, False, loss)
     R, n, T, d = data.X.shape
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
     if isinstance(init, str) and init == "zero" and param == "KQ":
         raise ValidationError("(K, Q) = 0 is a stationary point; use init='default' or explicit (K, Q)")
-    params = _init_params(param, init, seeds, d, m)
-    grad_fn, _ = _make_grad_fn(data, param, None, loss, False, "closed", params)
-    opt = _Optimizer("ngd", lr, EPS, None, None)
-    P = len(radii)
-    outW = torch.empty(R, P, d, d, dtype=DTYPE)
-    outK = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
-    outQ = torch.empty(R, P, d, m, dtype=DTYPE) if param == "KQ" else None
-    outL = torch.empty(R, P, dtype=DTYPE)
+    params = init_params(param, init, seeds, d, m)
+    cfg = TrainConfig(param=param, steps=steps_per_radius, lr=lr, optimizer="ngd",
+                      cps=np.array([steps_per_radius], dtype=np.int64), loss=loss, seeds=seeds, engine="closed")
+    kernel = PathKernel(params, make_grad_fn(data, params, None, cfg), cfg)
+    with torch.no_grad():
+        for j, rad in enumerate(radii):
+            kernel.start(j, rad)
+            run(kernel, steps_per_radius)
+    out = kernel.result()
+    return PathResult(radii=radii, W=out["W"], loss=out["loss"],
+                      norm=torch.linalg.vector_norm(torch.as_tensor(out["W"]).flatten(-2), dim=-1).numpy(),
+                      K=out.get("K"), Q=out.get("Q"))
 
-    def project(rad):
-        if param == "W":
+
+class PathKernel:
+    """Kernel of :func:`attnsvm.training.loop.run` for one radius of a regularization path.
+
+    Projected normalized GD: step ``lr * rad / sqrt(k + 1)`` then projection onto the ball of radius
+    ``rad`` (:meth:`start` sets the radius and projects the warm start). The only record is the last step:
+    the loss and parameters at the radius, after one finiteness check per radius (NonFiniteError).
+    :meth:`result`: numpy ``W`` (R, P, d, d), ``loss`` (R, P) and, for KQ, ``K`` / ``Q`` (R, P, d, m) over
+    the P radii run so far.
+    """
+
+    def __init__(self, params, grad_fn, cfg):
+        self.params, self.grad_fn, self.param, self.lr = params, grad_fn, cfg.param, cfg.lr
+        self.steps, self.seeds, self.R = cfg.steps, cfg.seeds, len(cfg.seeds)
+        self.opt = Optimizer("ngd", cfg.lr, EPS, None, None)
+        self.want = want_mask(cfg.steps, cfg.cps)
+        self.out = {"W": [], "loss": []} if cfg.param == "W" else {"W": [], "loss": [], "K": [], "Q": []}
+
+    def start(self, j, rad):
+        self.j, self.rad = j, rad
+        self.project()
+
+    def project(self):
+        R, rad, params = self.R, self.rad, self.params
+        if self.param == "W":
             W = params["W"]
             nrm = torch.linalg.vector_norm(W.reshape(R, -1), dim=1).reshape(R, 1, 1)
             W.mul_(torch.clamp(rad / torch.clamp(nrm, min=1e-300), max=1.0))
@@ -87,31 +115,32 @@ def regularization_path(
             K.mul_(f)
             Q.mul_(f)
 
-    with torch.no_grad():
-        for j, rad in enumerate(radii):
-            project(rad)
-            for k in range(steps_per_radius):
-                res = grad_fn()
-                opt.step(params, res["grads"], lr=lr * rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
-                project(rad)
-            res = grad_fn()
-            flat = torch.cat([x.reshape(R, -1) for x in params.values()], 1)
-            bad = ~torch.isfinite(flat).all(1) | torch.isnan(res["loss"])
-            if bool(bad.any()):  # one check per radius
-                r = int(torch.nonzero(bad)[0])
-                raise NonFiniteError(f"regularization path run {r} (seed {seeds[r]}) became non-finite at radius "
-                                     f"{rad:g} (index {j}, within its {steps_per_radius} steps); "
-                                     f"{int(bad.sum())} run(s) "
-                                     "in all: rescale the data or lower lr", run=r, step=j)
-            outL[:, j] = res["loss"]
-            if param == "W":
-                outW[:, j] = params["W"]
-            else:
-                outK[:, j], outQ[:, j] = params["K"], params["Q"]
-                outW[:, j] = combine(params["K"], params["Q"])
+    def gradient(self, k):
+        """The gradient only: a path is checked once per radius, in :meth:`record`."""
+        self.res = self.grad_fn()
 
-    def npy(x):
-        return None if x is None else x.numpy()
+    def record(self):
+        res, params, R, j, rad = self.res, self.params, self.R, self.j, self.rad
+        flat = torch.cat([x.reshape(R, -1) for x in params.values()], 1)
+        bad = ~torch.isfinite(flat).all(1) | torch.isnan(res["loss"])
+        if bool(bad.any()):
+            r = int(torch.nonzero(bad)[0])
+            raise NonFiniteError(f"regularization path run {r} (seed {self.seeds[r]}) became non-finite at radius "
+                                 f"{rad:g} (index {j}, within its {self.steps} steps); {int(bad.sum())} run(s) "
+                                 "in all: rescale the data or lower lr", run=r, step=j)
+        out = self.out
+        out["loss"].append(res["loss"].clone())
+        if self.param == "W":
+            out["W"].append(params["W"].clone())
+        else:
+            out["K"].append(params["K"].clone())
+            out["Q"].append(params["Q"].clone())
+            out["W"].append(combine(params["K"], params["Q"]))
 
-    return PathResult(radii=radii, W=npy(outW), loss=npy(outL),
-                      norm=npy(torch.linalg.vector_norm(outW.flatten(-2), dim=-1)), K=npy(outK), Q=npy(outQ))
+    def update(self, k):
+        res = self.res
+        self.opt.step(self.params, res["grads"], lr=self.lr * self.rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
+        self.project()
+
+    def result(self):
+        return {k: torch.stack(x, 1).numpy() for k, x in self.out.items()}

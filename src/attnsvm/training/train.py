@@ -25,10 +25,12 @@ through :class:`attnsvm.training.models.AttentionModel` (or, with ``engine="clos
 the head alone). A run whose loss gradient is exactly zero is flagged ``saturated``;
 with a zero total gradient it does not move (never NaN).
 
-Loops (see :mod:`attnsvm.training.engine`): a single small run with the linear head, GD / NGD and
-param W or KQ trains in the lean numpy loop (:mod:`attnsvm.training.lean`, same iterates to ~1e-12);
-GD / NGD with closed-form gradients in the fast torch loops (:mod:`attnsvm.training.fast`); anything
-else in the generic loop. The gradient is the one softmax kernel of :mod:`attnsvm.training.kernel`.
+Every call runs the one training loop (:func:`attnsvm.training.loop.run`) with a kernel chosen by
+:func:`attnsvm.training.engine.select_kernel`: a single small run with the linear head, GD / NGD and
+param W or KQ in the lean numpy kernels (:mod:`attnsvm.training.lean`, same iterates up to rounding);
+GD / NGD with closed-form gradients in the fused torch kernels (:mod:`attnsvm.training.fast`); anything
+else in the generic kernel with any optimizer. The gradient is the one softmax kernel of
+:mod:`attnsvm.training.kernel`.
 
 Nothing silently non-finite: every numeric argument is checked at the boundary (finite, in
 range; :class:`~attnsvm.errors.ValidationError` naming it), and every step checks the
@@ -49,10 +51,11 @@ import numpy as np
 import torch
 
 from attnsvm.errors import ValidationError
-from attnsvm.training.checks import (EPS, _check_common, _check_eps, _check_int, _check_ridge, _checkpoint_count,
-                                     _checkpoints, _problem_shape, _require_training_memory, _seeds)
-from attnsvm.training.engine import _Data, _finish, _prepare, _train_loop
-from attnsvm.training.initial import _init_params
+from attnsvm.training.checks import (EPS, check_common, check_eps, check_int, check_ridge, checkpoint_count,
+                                     checkpoint_steps, problem_shape, require_training_memory, run_seeds)
+from attnsvm.training.engine import TrainData, to_result, prepare_data, train_loop
+from attnsvm.training.initial import init_params
+from attnsvm.training.loop import TrainConfig
 from attnsvm.training.losses import check_loss
 from attnsvm.training.models import MatrixHead, finite_tensor
 from attnsvm.training.ops import DTYPE, causal_mask
@@ -118,9 +121,9 @@ def train(
         the attention saturates, where the closed form stays exact)
     bitwise : closed-form engine only. True: every contraction is an elementwise product with a
         fixed-order sum, so a run's trajectory is bitwise identical whatever runs it is batched
-        with (about 2x slower). False (default): BLAS contractions (and, for W with GD / NGD,
-        the token-space loop); batched and one-by-one runs then agree to rounding (~1e-13
-        relative after 2000 steps), not bitwise.
+        with (slower: elementwise products instead of BLAS). False (default): BLAS contractions
+        (and, for W with GD / NGD, the token-space kernel); batched and one-by-one runs then agree
+        to rounding, not bitwise.
     eps : NGD denominator epsilon (finite, > 0); betas : Adam's (beta1, beta2) in [0, 1);
         adam_eps : Adam's denominator epsilon (finite, > 0)
     threads : None (torch's current setting) or the number of torch threads to use during this call
@@ -146,29 +149,29 @@ def train(
         a run's state became non-finite (names the run, its seed and the first such step).
     """
     check_loss(loss)
-    lr, steps, adam_eps, betas, optimizer = _check_common(lr, steps, optimizer, betas, adam_eps)
-    eps = _check_eps(eps, optimizer)
+    lr, steps, adam_eps, betas, optimizer = check_common(lr, steps, optimizer, betas, adam_eps)
+    eps = check_eps(eps, optimizer)
     check_threads(threads)
-    shape = _problem_shape(problems, runs)
+    shape = problem_shape(problems, runs)
     if shape is not None and param in ("W", "KQ", "p"):        # before the runs are stacked (runs=10**7)
         R, n, T, d = shape
-        m = d if m is None else _check_int(m, "m", 1)
-        _require_training_memory(R, n, T, d, param, m, _checkpoint_count(steps, record_every, checkpoints), steps,
+        m = d if m is None else check_int(m, "m", 1)
+        require_training_memory(R, n, T, d, param, m, checkpoint_count(steps, record_every, checkpoints), steps,
                                  optimizer, train_v, max_memory)
-    batch, data = _prepare(problems, runs, param, head, train_v, loss)
+    batch, data = prepare_data(problems, runs, param, head, train_v, loss)
     R, n, T, d = data.X.shape
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
-    ridge = _check_ridge(ridge, param)
-    cps = _checkpoints(steps, record_every, checkpoints)
-    params = _init_params(param, init, seeds, d, m)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
+    ridge = check_ridge(ridge, param)
+    cps = checkpoint_steps(steps, record_every, checkpoints)
+    params = init_params(param, init, seeds, d, m)
     if train_v:
         params["v"] = data.v.clone()
+    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, betas=betas,
+                      adam_eps=adam_eps, ridge=ridge, seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
-        rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                          optimizer=optimizer, eps=eps, betas=betas, adam_eps=adam_eps, ridge=ridge, cps=cps,
-                          seeds=seeds)
-    return _finish(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
+        rec = train_loop(data, params, head, cfg)
+    return to_result(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
 
 
 def train_sequence(
@@ -226,10 +229,49 @@ def train_sequence(
     check_loss(loss)
     if param not in ("W", "KQ"):
         raise ValidationError(f"sequence training supports param 'W' or 'KQ', got {param!r}")
-    lr, steps, _, _, optimizer = _check_common(lr, steps, optimizer)
-    eps = _check_eps(eps, optimizer)
-    ridge = _check_ridge(ridge, param)
+    lr, steps, _, _, optimizer = check_common(lr, steps, optimizer)
+    eps = check_eps(eps, optimizer)
+    ridge = check_ridge(ridge, param)
     check_threads(threads)
+    Xt = _sequence_tokens(X, runs)
+    R, n, T, d = Xt.shape
+    m_ = d if m is None else check_int(m, "m", 1)
+    require_training_memory(R, n * T, T, d, param, m_, checkpoint_count(steps, record_every, checkpoints), steps,
+                             optimizer, train_v, max_memory, what="sequence training")
+    Yt, head = _sequence_labels(Y, H, head, loss, (R, n, T, d))
+    vt = _sequence_head_v(v, head, R, d)
+    data = _sequence_data(Xt, Yt, vt, causal)
+    seeds = run_seeds(seed, R)
+    m = d if m is None else check_int(m, "m", 1)
+    cps = checkpoint_steps(steps, record_every, checkpoints)
+    params = init_params(param, init, seeds, d, m)
+    if train_v:
+        if data.v is None:
+            raise ValidationError("train_v=True needs a head v")
+        params["v"] = data.v.clone()
+    cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, ridge=ridge,
+                      seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
+    with torch_threads(threads):
+        rec = train_loop(data, params, head, cfg, allow_lean=False)
+    return to_result(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+
+
+def _sequence_data(Xt, Yt, vt, causal) -> TrainData:
+    """One sample per (sequence i, query position k): N = n T samples, each seeing the T tokens of X_i.
+
+    Xt (R, n, T, d), Yt (R, n, T), vt (R, d) or None -> X (R, N, T, d), Y (R, N), queries ``x_ik`` (R, N, d)
+    and, with ``causal``, the mask (1, N, T) of the keys ``t <= k``.
+    """
+    R, n, T, d = Xt.shape
+    N = n * T
+    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
+    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
+    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
+    return TrainData(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
+
+
+def _sequence_tokens(X, runs):
+    """X (n, T, d) or (R, n, T, d) as a validated (R, n, T, d) float64 tensor (``runs`` copies of one instance)."""
     try:
         Xt = torch.as_tensor(np.array(X, dtype=np.float64), dtype=DTYPE)
     except (TypeError, ValueError):
@@ -241,11 +283,14 @@ def train_sequence(
     if runs is not None:
         if Xt.shape[0] != 1:
             raise ValidationError("runs= replicates a single instance; X already has a runs axis")
-        Xt = Xt.expand(_check_int(runs, "runs", 1), -1, -1, -1)
-    R, n, T, d = Xt.shape
-    m_ = d if m is None else _check_int(m, "m", 1)
-    _require_training_memory(R, n * T, T, d, param, m_, _checkpoint_count(steps, record_every, checkpoints), steps,
-                             optimizer, train_v, max_memory, what="sequence training")
+        Xt = Xt.expand(check_int(runs, "runs", 1), -1, -1, -1)
+    return Xt
+
+
+def _sequence_labels(Y, H, head, loss, shape):
+    """Y as (R, n, T) labels (margin losses) or int64 targets (cross-entropy, with the head ``MatrixHead(H)``);
+    returns ``(Yt, head)``. ``shape`` = (R, n, T, d) of the tokens."""
+    R, n, T, d = shape
     Yarr = np.asarray(Y)
     if Yarr.dtype == object or not (np.issubdtype(Yarr.dtype, np.number) or Yarr.dtype == bool):
         raise ValidationError(f"Y must be a numeric array (n, T) or (R, n, T), got dtype {Yarr.dtype}")
@@ -269,6 +314,11 @@ def train_sequence(
     Yt = Yt.expand(R, -1, -1) if Yt.shape[0] == 1 else Yt
     if tuple(Yt.shape) != (R, n, T):
         raise ValidationError(f"Y must have shape (n, T) = ({n}, {T}) or (R, n, T), got {tuple(Yarr.shape)}")
+    return Yt, head
+
+
+def _sequence_head_v(v, head, R, d):
+    """The linear head v as (R, d) (None with a head callable or H); validates it."""
     vt = None
     if v is not None:
         vt = finite_tensor(v, "v", (1, 2), "(d,) or (R, d)").detach()
@@ -277,21 +327,4 @@ def train_sequence(
             raise ValidationError(f"v must have shape (d,) = ({d},) or (R, d)")
     elif head is None:
         raise ValidationError("give a head v, H or a head callable")
-    N = n * T
-    Xf = Xt.unsqueeze(2).expand(R, n, T, T, d).reshape(R, N, T, d)  # sample (i, k) sees all tokens of X_i
-    queries = Xt.reshape(R, N, d)  # query of sample (i, k) is x_ik
-    mask = causal_mask(T, causal).unsqueeze(0).expand(n, T, T).reshape(1, N, T)
-    data = _Data(X=Xf, Y=Yt.reshape(R, N), v=vt, queries=queries, mask=mask if causal else None)
-    seeds = _seeds(seed, R)
-    m = d if m is None else _check_int(m, "m", 1)
-    cps = _checkpoints(steps, record_every, checkpoints)
-    params = _init_params(param, init, seeds, d, m)
-    if train_v:
-        if data.v is None:
-            raise ValidationError("train_v=True needs a head v")
-        params["v"] = data.v.clone()
-    with torch_threads(threads):
-        rec = _train_loop(data, params, head, loss, train_v, engine, bitwise, param=param, steps=steps, lr=lr,
-                          optimizer=optimizer, eps=eps, betas=(0.9, 0.999), adam_eps=1e-8, ridge=ridge, cps=cps,
-                          seeds=seeds, allow_lean=False)
-    return _finish(rec, cps, seeds, param, optimizer, lr, (), seq_shape=(n, T, T), bitwise=bitwise)
+    return vt
