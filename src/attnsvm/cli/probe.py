@@ -122,6 +122,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.verdict import LEGEND, verdict_summary
 
     check_seed(seed)
+    solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
     if (scheduler or (workers is not None and workers != 1)) and not out:
@@ -140,7 +141,6 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
     if query == "all":
         transplant_draws = 0
-    solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     stored = None
     if out:
         from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun, stored_result

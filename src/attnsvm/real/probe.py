@@ -32,6 +32,13 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    singular values, Haar-random singular vectors, selecting by their own attention with the same
    threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
    p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
+6. **Transplant** (``transplant_draws``, descriptive only): other heads of the model applied to this
+   layer's states (:func:`attnsvm.real.nulls.transplant_heads`), in columns of their own outside the verdict.
+
+The steps are functions of :mod:`attnsvm.real.probe_steps` (forward pass through the one cache of
+:mod:`attnsvm.real.cache`, queries per family, each layer's SVM inputs built once, head task, null
+task, view); :func:`probe_heads` composes them and the stored probe's tasks
+(:mod:`attnsvm.experiments.real.probe_run`) call them.
 
 Every word token a query (``query="all"``): each sentence's word tokens (not [CLS]/[SEP] or other
 special tokens; for causal decoders every non-special token at position >= 1) are all queries, each
@@ -42,8 +49,8 @@ Gen-SVM of all these (query, selection) pairs on the first ``svm_sentences`` sen
 ``causal`` for decoders; :func:`head_seq_svm`), the random baselines draw, per (sentence, query), a set
 of the same size uniformly among that query's candidates, B spans all the queries used, and the
 ``frac_*``, ``mean_selected`` and ``max_attention`` statistics are over all (sentence, query) pairs.
-It has ~T times the rows of one query per sentence: 8 MiniLM corpus sentences give 190 queries and
-5490 rows per head, ~14 s per SVM on one core (layer 5; the working-set method), so keep ``svm_sentences`` small.
+It has ~T times the rows of one query per sentence (8 MiniLM corpus sentences give 190 queries and
+5490 rows per head), so keep ``svm_sentences`` small.
 
 Causal decoders (GPT-2-like): the tokens are the states after the layer norm before attention
 (``ln_1``), the query is a random non-special token at position >= 1, and its candidates are the
@@ -51,23 +58,19 @@ real tokens up to it (itself included); the selections, the random baselines, th
 (``valid`` = candidates) and the span P of the token differences all use those candidates only,
 which is the causal Gen-SVM of one query per sentence. ``query="cls"`` is refused for them.
 
-Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m
-rows of dimension 385. Up to 800 rows the dense interior-point method solves it (~30
-iterations of O(N^2 (385 + m) + N^3 / 3)); beyond, the working-set method (:func:`head_svm`,
-method "auto") solves the exact SVM of a growing subset of rows with the same interior-point
-method and checks all N margins, which grows more slowly but still faster than m (measured
-with ``python benchmarks/probe_scale.py``, layer 3, one thread, CPU seconds per certified
-SVM: ~1-2 s at m = 48, ~5 s at m = 128, ~14-25 s at m = 256; at m = 1000 (N = 16919 rows) the
-12 heads of layer 3 took 19-219 s each, 1148 s together, with working sets of 650-3850 rows;
-random selections need about twice the working set and take many times longer, the interior
-point's cost growing as the cube of the working set). With ``--out`` each head is stored as it
-finishes (``attnsvm.experiments.real.probe_run``), so a long probe can be stopped,
-resumed and shared among processes.
-The default m = 48 probes all 72 heads and their 72 baselines (256 sentences) in about 4
-to 8 minutes on one core. The heads of a layer share only the tokens, queries and the bases
-P, B; each selection is its own SDP. Selections and their statistics always use all
-sentences. :func:`attnsvm.real.agreement.agreement_curve` (``attnsvm probe --curve``) shows how
-the agreement changes with m.
+Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m rows of
+dimension 385. Up to :data:`attnsvm.svm.working_set.AUTO_DENSE_MAX_N` rows the dense interior-point
+method solves it (per iteration O(N^2 (385 + m) + N^3 / 3)); beyond, the working-set method
+(:func:`head_svm`, method "auto") solves the exact SVM of a growing subset of rows with the same
+interior-point method and checks all N margins. Its cost grows with the working set, and random
+selections need larger working sets than the heads. ``python benchmarks/probe_scale.py`` and
+``python benchmarks/probe_cost.py`` measure it (the figures are in the probe guide,
+docs/guide/probe.md). With ``--out`` each head is stored as it finishes
+(``attnsvm.experiments.real.probe_run``), so a long probe can be stopped, resumed and shared among
+processes. The heads of a layer share only the tokens, queries and the bases P, B; each selection
+is its own SDP. Selections and their statistics always use all sentences.
+:func:`attnsvm.real.agreement.agreement_curve` (``attnsvm probe --curve``) shows how the agreement
+changes with m.
 
 Infeasible selections: in layer 0 a token's state depends only on its id and position,
 so two sentences that start alike repeat tokens *and* queries exactly; when the head
