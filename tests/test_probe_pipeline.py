@@ -134,6 +134,12 @@ def test_device_reaches_the_solves_and_is_checked(models):
             probe_heads(SENTENCES, model=models["bert"], layers=[1], heads=[1], svm_sentences=5, device="cuda", **KW)
     with pytest.raises(ValidationError, match="device"):
         probe_heads(SENTENCES, model=models["bert"], layers=[1], heads=[1], svm_sentences=5, device="tpu:7", **KW)
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    r = CliRunner().invoke(cli, ["probe", "--model", models["bert"], "--device", "tpu:7"])
+    assert r.exit_code != 0 and "device" in r.output and "Traceback" not in r.output
 
 
 def test_stored_probe_runs_no_second_probe_and_its_page_leads_with_the_verdict(models, tmp_path, monkeypatch):

@@ -260,7 +260,7 @@ def _sizes(text):
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower; no null "
-                   "heads and no verdict yet: they will be reported later).")
+                   "heads (spectrum or transplanted) and no verdict yet: they will be reported later).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=None,
               help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "

@@ -293,9 +293,11 @@ def solver_options(max_memory=None, device=None) -> dict:
     here: a ValidationError when torch, or CUDA for a "cuda" device, is missing)."""
     out = {"max_memory": max_memory}
     if device is not None:
-        from attnsvm.svm.torch_backend import check_device
+        from attnsvm.svm import gen_constraints, solve
 
-        check_device(device)
+        # the solver checks ``device`` before any work: a one-row SVM asks it now, before the forward pass
+        solve(gen_constraints(np.eye(2)[None], np.array([[1.0, 0.0]]), np.array([[True, False]])), "nuclear",
+              device=device)
         out["device"] = device
     return out
 
