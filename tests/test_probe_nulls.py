@@ -48,10 +48,10 @@ def test_null_draws_depend_only_on_seed_layer_head_draw_kind():
     a = spectrum_null(s, 6, null_rng(4, 2, 1, 0))
     np.testing.assert_array_equal(a, spectrum_null(s, 6, null_rng(4, 2, 1, 0)))
     for other in (null_rng(4, 2, 1, 1), null_rng(4, 2, 0, 0), null_rng(4, 1, 1, 0), null_rng(5, 2, 1, 0),
-                  null_rng(4, 2, 1, 0, "structured")):
+                  null_rng(4, 2, 1, 0, "structured"), null_rng(4, 2, 1, 0, "transplant")):
         assert not np.allclose(a, spectrum_null(s, 6, other))
     with pytest.raises(ValidationError, match="kind"):
-        null_rng(0, 0, 0, 0, "transplant")
+        null_rng(0, 0, 0, 0, "random")
 
 
 def test_top_selection_matches_sizes_and_picks_the_highest_scores():

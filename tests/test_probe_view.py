@@ -114,8 +114,8 @@ def test_every_head_has_a_section_linked_from_the_heat_map(probe):
     assert list(page.sections) == ids
     for h, sid in zip(HEADS, ids):
         assert page.sections[sid]["data-layer"] == str(LAYER) and page.sections[sid]["data-head"] == str(h)
-        # twice per head: the corr_restricted and the advantage grids
-        assert page.links.count("#" + sid) == 2
+        # once per grid: corr_restricted, the nulls' mean and the verdict map, then (secondary) the advantage
+        assert page.links.count("#" + sid) == (4 if "verdict" in res.table.columns else 2)
     assert all(link[1:] in page.sections or link[1:] == "top" for link in page.links if link.startswith("#"))
     row = res.table.iloc[0]
     assert f"{row['corr_restricted']:.4f}" in text and f"{row['corr_random_restricted']:.4f}" in text

@@ -260,7 +260,7 @@ def _sizes(text):
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower; no null "
-                   "heads and no verdict yet: they will be reported later).")
+                   "heads (spectrum or transplanted) and no verdict yet: they will be reported later).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-length", type=int, default=None,
               help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "
@@ -277,6 +277,13 @@ def _sizes(text):
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
               help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
                    "each head's verdict (default 8; 0: no verdict). Not for --query all.")
+@click.option("--transplant-draws", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Other heads of the model applied to each head's states (transplant null: descriptive columns "
+                   "transplant_*, outside the verdict; a GPT-2 head reads this layer's ln_1 output). Not for --query "
+                   "all.")
+@click.option("--device", default=None,
+              help="Torch device for the nuclear SVM solves' dense algebra, e.g. cuda (needs torch; default: numpy "
+                   "on the CPU). Same certified optima.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--max-memory", default=None,
               help="Memory limit for the forward pass and each SVM, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% "
@@ -291,7 +298,8 @@ def _sizes(text):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, null_draws, as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
+          curve, null_draws, transplant_draws, device, as_json, max_memory, model_dir, workers, scheduler,
+          connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -308,7 +316,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
-                     connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws)
+                     connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
+                     transplant_draws=transplant_draws, device=device)
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

@@ -79,7 +79,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
-              connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None) -> str:
+              connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
+              transplant_draws: int = 0, device: str | None = None) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -97,6 +98,10 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
+    transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
+        ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
+    device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
+        :func:`attnsvm.svm.solve`); a ValidationError when torch or that device is missing
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
         (``max_length`` None: the smaller of 128 and the model's position limit, printed)
@@ -112,11 +117,12 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     str
     """
     from attnsvm.real.nulls import NULL_DRAWS
-    from attnsvm.real.probe import format_table, probe_heads, resolve_model
+    from attnsvm.real.probe import format_table, probe_heads, resolve_model, solver_options
     from attnsvm.real.sentences import check_seed
     from attnsvm.real.verdict import LEGEND, verdict_summary
 
     check_seed(seed)
+    solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
     if (scheduler or (workers is not None and workers != 1)) and not out:
@@ -130,17 +136,36 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     max_length = loaded.probe_max_length(max_length)
     if null_draws is None:
         null_draws = NULL_DRAWS if query != "all" else 0
-    if isinstance(null_draws, bool) or not isinstance(null_draws, (int, np.integer)) or null_draws < 0:
-        raise ValidationError(f"--null-draws must be an integer >= 0, got {null_draws!r}")
-    kw = dict(threshold=threshold, query=query, seed=seed, max_length=max_length, max_memory=max_memory,
-              view_sentences=view_sentences, null_draws=int(null_draws))
+    for name, v in (("--null-draws", null_draws), ("--transplant-draws", transplant_draws)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
+    if query == "all":
+        transplant_draws = 0
     stored = None
     if out:
-        res, stored = _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, out, workers,
-                                    scheduler, connect_timeout, progress_bar, progress, kw)
+        from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun, stored_result
+        from attnsvm.real.probe import check_indices
+        from attnsvm.runner import run_experiment
+
+        cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
+                          layers=check_indices(layers, loaded.n_layers, "layers"),
+                          heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
+                          seed=seed, max_length=max_length, view_sentences=view_sentences,
+                          model=None if model is None else loaded.path, null_draws=int(null_draws),
+                          transplant_draws=int(transplant_draws), device=device)
+        t0 = time.perf_counter()
+        summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
+                                 connect_timeout=connect_timeout, max_memory=max_memory)
+        res = stored_result(cfg, summary.outdir, max_memory=max_memory, t0=t0)
+        stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
+                  "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
+                  "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
     else:
         res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads,
-                          svm_sentences=svm_sentences, progress=progress, model=model, **kw)
+                          svm_sentences=svm_sentences, progress=progress, model=model, threshold=threshold,
+                          query=query, seed=seed, max_length=max_length, max_memory=max_memory,
+                          view_sentences=view_sentences, null_draws=int(null_draws),
+                          transplant_draws=int(transplant_draws), device=device)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:
@@ -201,52 +226,3 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     if written:
         lines.append("wrote " + ", ".join(written))
     return "\n".join(lines)
-
-
-def _probe_stored(sentences, n_sentences, layers, heads, svm_sentences, model, out, workers, scheduler,
-                  connect_timeout, progress_bar, progress, kw):
-    """The probe with one runner task per head, stored in ``out/probe`` (resumable), then the
-    selections and attention of the first sentences for the view from one pass without SVMs.
-
-    Returns ``(ProbeResult, stored)`` with ``stored`` the run's summary (folder, computed, resumed,
-    failed tasks, checks)."""
-    import pandas as pd
-
-    from attnsvm.experiments.real import probe_run
-    from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun
-    from attnsvm.real.probe import check_indices, probe_heads, resolve_model
-    from attnsvm.runner import run_experiment
-
-    loaded = resolve_model(model, kw["max_memory"])
-    if model is not None:  # tasks run in this process use the loaded model (and its cached forward pass)
-        probe_run._MODELS.clear()
-        probe_run._MODELS[loaded.path] = loaded
-    cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
-                      layers=check_indices(layers, loaded.n_layers, "layers"),
-                      heads=check_indices(heads, loaded.n_heads, "heads"), query=kw["query"],
-                      threshold=kw["threshold"], seed=kw["seed"], max_length=kw["max_length"],
-                      view_sentences=kw["view_sentences"], model=None if model is None else loaded.path,
-                      null_draws=kw["null_draws"])
-    t0 = time.perf_counter()
-    summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
-                             connect_timeout=connect_timeout, max_memory=kw["max_memory"])
-    path = os.path.join(summary.outdir, "results.parquet")
-    table = pd.read_parquet(path) if os.path.exists(path) else pd.DataFrame()
-    view = probe_heads(sentences, n_sentences=n_sentences, layers=cfg.layers, heads=cfg.heads, svm_sentences=0,
-                       progress=progress, model=loaded, **kw)
-    table = probe_run.combine(cfg, table)
-    if not table.empty:
-        table = table.sort_values(["layer", "head"], ignore_index=True)
-        if "view_support" in table.columns:
-            view.support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
-                            for r in table.itertuples() if r.view_support != "[]"}
-        svm = float(table["seconds_svm"].sum()) if "seconds_svm" in table.columns else 0.0
-        table = table.drop(columns=[c for c in ("view_support", "seconds_svm") if c in table.columns])
-        view.seconds.update(svm=svm)
-    view.table = table
-    view.config["svm_sentences"] = min(int(svm_sentences), len(view.sentences))
-    view.seconds["total"] = time.perf_counter() - t0
-    stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
-              "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
-              "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
-    return view, stored

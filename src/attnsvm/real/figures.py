@@ -8,8 +8,14 @@ import numpy as np
 NAN_COLOUR = "#9e9e9e"
 
 
+#: the mark of each verdict in the excess panel
+VERDICT_MARKS = {"beyond null": "+", "below null": "-", "not distinguishable": "", "no SVM": ""}
+
+
 def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
-    """Heat maps over layers x heads: corr_restricted, its random baseline and the advantage.
+    """Heat maps over layers x heads. With null heads (a ``null_mean`` column): corr_restricted, the spectrum
+    nulls' mean and the excess ``corr_restricted - null_mean``, the cells of heads "beyond null" marked "+"
+    and "below null" "-" (:data:`VERDICT_MARKS`); without: corr_restricted, its random baseline and the advantage.
 
     A head without a value (NaN: infeasible or uncertified SVM) is a grey hatched cell, distinct from
     0.0 (white on the diverging scale); a note under the panels says so when there is one.
@@ -19,7 +25,11 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
 
     layers = sorted(table["layer"].unique())
     heads = sorted(table["head"].unique())
-    keys = [k for k in ("corr_restricted", "corr_random_restricted", "advantage") if k in table.columns]
+    if "null_mean" in table.columns:
+        table = table.assign(excess_over_null=table["corr_restricted"] - table["null_mean"])
+        keys = ["corr_restricted", "null_mean", "excess_over_null"]
+    else:
+        keys = [k for k in ("corr_restricted", "corr_random_restricted", "advantage") if k in table.columns]
     if not keys:
         keys = ["mean_selected"]
     fig, axes = subplots(1, len(keys), width=0.42 * len(heads) + 1.8, height=0.42 * len(layers) + 1.4)
@@ -48,8 +58,17 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
         ax.set_yticks(range(len(layers)), [str(l) for l in layers], fontsize=10)
         ax.set_xlabel("head", fontsize=10)
         ax.set_ylabel("layer", fontsize=10)
+        if key == "excess_over_null" and "verdict" in table.columns:
+            for _, r in table.iterrows():
+                mark = VERDICT_MARKS.get(str(r["verdict"]), "")
+                if mark:
+                    ax.text(heads.index(r["head"]), layers.index(r["layer"]), mark, ha="center", va="center",
+                            fontsize=12, fontweight="bold", color="black")
         ax.set_title(key.replace("_", " "), fontsize=11)
         fig.colorbar(im, ax=ax, shrink=0.8)
+    if "excess_over_null" in keys and "verdict" in table.columns:
+        fig.text(0.5, 1.02, "excess over null: + beyond null, - below null (Benjamini-Yekutieli, FDR 0.05)",
+                 ha="center", va="bottom", fontsize=10)
     if any_nan:
         fig.text(0.5, -0.02, "grey hatched cells: no value (the head's SVM is infeasible or not certified; see probe.html "
                  "for the reason)", ha="center", va="top", fontsize=10)

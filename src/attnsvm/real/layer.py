@@ -2,9 +2,11 @@
 
 :class:`LayerInputs` holds the bias-augmented tokens ``X (m, T, D)``, queries ``Z (m, D)`` and
 candidates ``(m, T)`` of the sentences entering the SVMs of one layer, checked once, plus the bases
-P (token differences) and B (queries) that ``corr_restricted`` projects on. Every head, random
-baseline and null head of the layer then builds its Gen-SVM rows from these arrays
-(the trusting path of :func:`attnsvm.svm.gen_constraints`) without validating X again.
+P (token differences) and B (queries) that ``corr_restricted`` projects on. The layer's tokens are
+augmented, masked and checked once (:meth:`LayerInputs.build`); every head, random baseline and null
+head of the layer then builds its own Gen-SVM rows from these arrays through the public
+:func:`attnsvm.svm.gen_constraints` (the rows depend on the selection), whose own check of X is a scan
+for non-finite values, small next to building the rows (the svm layer exports no unchecked builder).
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ keeps the MiniLM-specific parts and re-exports the generic names under their old
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 
 import numpy as np
 
 from attnsvm.errors import ValidationError
+from attnsvm.real.cache import cached_model, files_stamp
 from attnsvm.real.errors import require
 from attnsvm.real.pretrained import (  # noqa: F401  (re-exported: the old import path keeps working)
     BIAS_MODES, TOKENIZER_FILES, Forward, PretrainedTransformer, augment, check_sentences, read_model_config,
@@ -61,18 +61,24 @@ def load_model(path=None, dtype: str = "float64", *, max_memory=None) -> Pretrai
     declares it and from the weight files), before loading any weight; and weights that are not the
     model's (:class:`attnsvm.real.pretrained.ModelFilesError`: broken files, missing, unexpected or
     non-finite tensors, named). See :class:`attnsvm.real.pretrained.PretrainedTransformer`.
+
+    Loaded models are cached per process (:func:`attnsvm.real.cache.cached_model`), keyed by the directory,
+    ``dtype`` and the name, size and modification time of its files: loading the same unchanged directory
+    again returns the same object.
     """
     if path is None:
         return load_minilm(dtype)
-    return PretrainedTransformer(path, dtype, max_memory=max_memory)
+    stamp = files_stamp(path) if isinstance(path, (str, os.PathLike)) else None
+    key = None if stamp is None else ("dir", os.path.realpath(os.fspath(path)), str(dtype), stamp)
+    return cached_model(key, lambda: PretrainedTransformer(path, dtype, max_memory=max_memory))
 
 
-@lru_cache(maxsize=2)
 def load_minilm(dtype: str = "float64") -> MiniLM:
-    """The shipped MiniLM-L6 (cached per dtype). Raises MissingExtraError if the extra is missing."""
+    """The shipped MiniLM-L6 (cached per dtype, :mod:`attnsvm.real.cache`). Raises MissingExtraError if the
+    extra is missing."""
     if dtype not in ("float64", "float32"):
         raise ValidationError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    return MiniLM(dtype=dtype)
+    return cached_model(("minilm", dtype), lambda: MiniLM(dtype=dtype))
 
 
 def token_states(sentences, layer: int, *, max_length: int | None = None):

@@ -24,6 +24,15 @@ attention drops, a null's top-|O_i| set anywhere, and on random-weight models th
 scored above their nulls (KS p 0.0015 over 24 heads; the own rule: 0.92, tests/test_probe_calibration.py).
 Draw j of head h in layer l comes from :func:`null_rng` ``(seed, layer, head, j)`` only, so a row
 depends neither on the order, the process nor the other heads.
+
+**Transplant null** (:func:`transplant_heads`, descriptive only: it never enters the p-values nor the
+Benjamini-Yekutieli step): other heads of the same model, their key-query matrices ``W_{l', h'}``
+(:meth:`PretrainedTransformer.head_weights`, with their own score scale) applied to *this* layer's token
+states and queries, selecting by the same rule. A transplanted head therefore reads the states as this
+layer presents them: for a GPT-2-like decoder, the output of this layer's ``ln_1`` (its gain and bias),
+not the layer norm of the head's own layer; for BERT-like encoders the hidden states entering this layer
+(no normalization before attention). It asks whether a *trained* head of the same model, not fitted to
+these states, agrees with the SVM of its selections as well as the head does.
 """
 
 from __future__ import annotations
@@ -35,20 +44,22 @@ from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.verdict import null_columns
 
 NULL_KINDS = ("spectrum", "structured")
+#: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
+RNG_KINDS = NULL_KINDS + ("transplant",)
 #: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
 NULL_DRAWS = 8
 #: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
 #: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
 #: (its own top-|O_i| tokens, |O_i| the real head's set sizes)
 NULL_SELECTIONS = ("threshold", "matched")
-_KIND_TAG = {"spectrum": 1, "structured": 2}
+_KIND_TAG = {"spectrum": 1, "structured": 2, "transplant": 3}
 
 
 def null_rng(seed: int, layer: int, head: int, draw: int, kind: str = "spectrum") -> np.random.Generator:
     """The generator of one null draw: seeded by ``(seed, layer, head, draw, kind)`` only (a stream
     distinct from :func:`attnsvm.real.probe.baseline_rng`'s, which has three words of entropy)."""
     if kind not in _KIND_TAG:
-        raise ValidationError(f"kind must be one of {NULL_KINDS}, got {kind!r}")
+        raise ValidationError(f"kind must be one of {RNG_KINDS}, got {kind!r}")
     return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head), int(draw), _KIND_TAG[kind]])
 
 
@@ -221,13 +232,45 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     for j in range(int(start), int(start) + int(draws)):
         rng = null_rng(seed, layer, head, j, kind)
         Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
-        sc = inputs.scores(Wr)
-        sel = top_selection(sc, sizes, inputs.cand) if threshold is None else own_selection(sc, inputs.cand, threshold)
-        every = bool((sel == inputs.cand).all())  # all candidates selected: no margin row, W = 0
-        sol = summary(inputs.svm(sel, **solver_options))
-        out.append({"draw": j, "kind": kind, "status": "all selected" if every else sol["status"],
-                    "corr_restricted": float("nan") if every else corr(inputs.restrict(Wr), sol["W"]),
-                    "mean_selected": float(sel.sum(axis=1).mean()), "seconds": sol["seconds"]})
+        out.append({"draw": j, "kind": kind, **_bilinear_draw(inputs, Wr, sizes, threshold, solver_options)})
+    return out
+
+
+def _bilinear_draw(inputs: LayerInputs, Wr: np.ndarray, sizes, threshold, solver_options) -> dict:
+    """One bilinear head ``Wr (D, D)`` on the layer's SVM sentences: its selections (own top-``sizes`` or own
+    attention >= ``threshold``), their SVM and ``corr_restricted`` (NaN when not certified or every candidate
+    is selected)."""
+    sc = inputs.scores(Wr)
+    sel = top_selection(sc, sizes, inputs.cand) if threshold is None else own_selection(sc, inputs.cand, threshold)
+    every = bool((sel == inputs.cand).all())  # all candidates selected: no margin row, W = 0
+    sol = summary(inputs.svm(sel, **solver_options))
+    return {"status": "all selected" if every else sol["status"],
+            "corr_restricted": float("nan") if every else corr(inputs.restrict(Wr), sol["W"]),
+            "mean_selected": float(sel.sum(axis=1).mean()), "seconds": sol["seconds"]}
+
+
+def transplant_heads(inputs: LayerInputs, sources: list, sizes: np.ndarray, *, threshold: float | None = None,
+                     **solver_options) -> list[dict]:
+    """Transplanted heads (descriptive, see the module docstring): each ``(label, W (D, D))`` of ``sources``
+    acting on this layer's SVM sentences, selecting like a null head (``threshold``, ``sizes`` as
+    :func:`null_heads`), and the agreement of W with the SVM of its selections.
+
+    Returns
+    -------
+    list of dicts ``{"draw", "kind": "transplant", "source", "status", "corr_restricted", "mean_selected",
+    "seconds"}``, one per source, in order
+    """
+    sizes = np.asarray(sizes)
+    if sizes.shape != (inputs.m,) or np.any(sizes < 1) or np.any(sizes > inputs.cand.sum(axis=1)):
+        raise ValidationError(f"sizes must be (m,) = ({inputs.m},) integers in [1, candidates of the sentence]")
+    D = inputs.X.shape[2]
+    out = []
+    for j, (label, W) in enumerate(sources):
+        W = np.asarray(W, dtype=np.float64)
+        if W.shape != (D, D):
+            raise ValidationError(f"the transplanted head {label!r} must be (D, D) = ({D}, {D}), got {W.shape}")
+        out.append({"draw": j, "kind": "transplant", "source": str(label),
+                    **_bilinear_draw(inputs, W, sizes, threshold, solver_options)})
     return out
 
 

@@ -4,9 +4,11 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
 
 * **Top.** The model, the probe's config and timings, a per-layer summary (mean
   ``corr_restricted`` against the random selections' baseline, heads above it) and layer x head
-  heat maps of ``corr_restricted`` and of the advantage over random as HTML tables with cell colours
-  (one diverging scale for both, like ``probe_heatmap.png``, which is shown below them by relative
-  path when it was written). Every cell links to its head's section.
+  heat maps as HTML tables with cell colours: with null heads ``corr_restricted``, the spectrum nulls'
+  mean ``null_mean`` (one diverging scale) and the verdict map (colour = verdict, text = the upper
+  p-value), then, secondary, the advantage over random selections; without null heads
+  ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown below them by relative path when
+  it was written. Every cell links to its head's section.
 * **One section per head** (anchor ``head-L-H``): its score against its random baseline, its SVM
   (status, duality gap, violation, rank, nuclear norm, support tokens) and the first sentences
   kept by the probe (``ProbeResult.attention``, ``view_sentences`` of them) with each token shaded
@@ -185,6 +187,38 @@ def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
     return "".join(out) + "</table>"
 
 
+#: cell colours of the verdict map (background, text)
+VERDICT_COLOURS = {"beyond null": ("rgb(178,24,43)", "#fff"), "below null": ("rgb(33,102,172)", "#fff"),
+                   "not distinguishable": ("#ffffff", "#222"), "no SVM": ("#eeeeee", "#777")}
+
+
+def _verdict_grid(table, layers, heads) -> str:
+    """The verdict map: each cell coloured by the head's verdict (:data:`VERDICT_COLOURS`) and showing its upper
+    p-value (the predictive t against its spectrum nulls; hover: q-values, null mean and sd, the reason)."""
+    cells = {(int(r["layer"]), int(r["head"])): r for _, r in table.iterrows()}
+    out = ["<table class='grid' id='grid-verdict'><caption>verdict (cell: p_upper; red beyond null, blue below, "
+           "white not distinguishable, grey no SVM)</caption><tr><th>layer \\ head</th>"
+           + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"]
+    for l in layers:
+        row = [f"<tr><th>{l}</th>"]
+        for h in heads:
+            r = cells.get((l, h))
+            if r is None:
+                row.append("<td></td>")
+                continue
+            v = str(r.get("verdict", ""))
+            bg, fg = VERDICT_COLOURS.get(v, ("#eeeeee", "#777"))
+            p = float(r.get("p_upper", float("nan")))
+            text = "-" if p != p else (_num(p, ".0e") if p < 0.01 else _num(p, ".2f"))
+            tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
+                   f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
+                   f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
+            row.append(f"<td style='background:{bg};color:{fg}' data-verdict='{_e(v)}'><a href='#{head_anchor(l, h)}' "
+                       f"title='{_e(tip)}'>{text}</a></td>")
+        out.append("".join(row) + "</tr>")
+    return "".join(out) + "</table>"
+
+
 def _layer_summary(table) -> str:
     has_svm = "advantage" in table.columns
     head = ("<tr><th>layer</th><th>heads</th><th>mean |O_i|</th>" + (
@@ -239,7 +273,15 @@ def _head_section(result, r, n_show: int) -> str:
     if "advantage" in r.index:
         adv = float(r["advantage"])
         cls = "above" if adv > 0 else "below"
-        out.append(f"<p class='score'>corr_restricted <b>{_num(r['corr_restricted'])}</b> vs random selections "
+        if "verdict" in r.index and isinstance(r["verdict"], str):
+            out.append(f"<p class='score'>verdict <b>{_e(r['verdict'])}</b>: corr_restricted "
+                       f"<b>{_num(r['corr_restricted'])}</b> vs its spectrum null heads {_num(r['null_mean'])} +- "
+                       f"{_num(r['null_sd'])} ({_e(r.get('n_null', ''))} draws), p_upper {_num(r['p_upper'], '.2g')}, "
+                       f"q_upper {_num(r['q_upper'], '.2g')} ({_e(r.get('verdict_reason', ''))})"
+                       + (f"; transplanted heads (descriptive) {_num(r['transplant_mean'])}"
+                          if "transplant_mean" in r.index else "") + ".</p>")
+        second = "secondary: " if "verdict" in r.index and isinstance(r["verdict"], str) else ""
+        out.append(f"<p class='score'>{second}corr_restricted <b>{_num(r['corr_restricted'])}</b> vs random selections "
                    f"{_num(r['corr_random_restricted'])}: advantage <span class='{cls}'>{_num(adv, '+.4f')}</span> "
                    f"({'above' if adv > 0 else 'not above'} baseline); unrestricted corr {_num(r['corr'])} vs "
                    f"{_num(r['corr_random'])}.</p>")
@@ -254,8 +296,6 @@ def _head_section(result, r, n_show: int) -> str:
         reason = head_reason(r)
         if reason:
             out.append(f"<p class='reason'>{_e(reason)}</p>")
-        if "verdict" in r.index and isinstance(r["verdict"], str):
-            out.append(f"<p class='small'>verdict against the null: <b>{_e(r['verdict'])}</b></p>")
     else:
         out.append("<p class='small'>No SVM was solved (svm_sentences = 0): selections only.</p>")
     out.append(f"<p class='small'>mean |O_i| {_num(r['mean_selected'], '.2f')}, mean largest attention "
@@ -304,18 +344,26 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("<h2 id='heatmap'>Layer x head</h2><p class='small'>Click a cell for the head's section; grey cells have no "
              "number (hover for the reason).</p><div class='maps'>")
     if has_svm:
-        vals = np.concatenate([table[c].to_numpy(float) for c in ("corr_restricted", "corr_random_restricted", "advantage")])
+        keys = ("corr_restricted", "null_mean") if "verdict" in table.columns else ("corr_restricted",)
+        secondary = ("corr_random_restricted", "advantage")
+        vals = np.concatenate([table[c].to_numpy(float) for c in keys + secondary if c in table.columns])
         vals = vals[np.isfinite(vals)]
         lim = float(np.abs(vals).max()) if vals.size else 1.0
         h.append(_grid(table, "corr_restricted", lim, layers, heads, "corr_restricted (head vs its SVM)"))
+        if "verdict" in table.columns:
+            h.append(_grid(table, "null_mean", lim, layers, heads, "null_mean (spectrum null heads vs their SVMs)"))
+            h.append(_verdict_grid(table, layers, heads))
+            h.append("</div><p class='small'>Secondary: random selections of the same sizes (any bilinear head beats "
+                     "them).</p><div class='maps'>")
         h.append(_grid(table, "advantage", lim, layers, heads, "advantage over random selections"))
     else:
         lim = float(table["mean_selected"].abs().max() or 1.0)
         h.append(_grid(table, "mean_selected", lim, layers, heads, "mean |O_i| (no SVMs solved)"))
     h.append("</div>")
     if heatmap:
-        h.append(f"<p><img src='{_e(heatmap)}' alt='heat maps of corr_restricted, its random baseline and the advantage'>"
-                 "</p>")
+        alt = ("heat maps of corr_restricted, the spectrum nulls' mean and the excess over them"
+               if "verdict" in table.columns else "heat maps of corr_restricted, its random baseline and the advantage")
+        h.append(f"<p><img src='{_e(heatmap)}' alt='{alt}'></p>")
     h.append(_explorer_html(result, n_show))
     h.append("<h2>Legend</h2>" + _legend())
     h.append("<h2>Run</h2><div class='maps'>")

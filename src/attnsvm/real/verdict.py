@@ -83,6 +83,22 @@ def null_columns(real: float, spectrum: list, structured: list | None = None) ->
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])]))}
 
 
+def transplant_columns(real: float, transplants: list) -> dict:
+    """Descriptive columns of one head's transplanted heads (:func:`attnsvm.real.nulls.transplant_heads`
+    dicts; never used by the verdict): ``transplant_mean, transplant_sd`` of their ``corr_restricted``,
+    ``transplant_above`` (the share of them the head's ``real`` value is above, NaN without any),
+    ``n_transplant`` (certified draws), ``n_transplant_dropped``, ``transplant_sources`` ("L<l>-H<h>", comma-
+    separated, in order, dropped ones included), ``transplant_seconds``."""
+    v = np.array([d["corr_restricted"] for d in transplants], float)
+    ok = np.isfinite(v)
+    mean, sd, k = null_moments(v[ok])
+    above = float(np.mean(real > v[ok])) if k and np.isfinite(real) else float("nan")
+    return {"transplant_mean": mean, "transplant_sd": sd, "transplant_above": above, "n_transplant": k,
+            "n_transplant_dropped": int((~ok).sum()),
+            "transplant_sources": ",".join(str(d.get("source", "")) for d in transplants),
+            "transplant_seconds": float(np.nansum([d["seconds"] for d in transplants]))}
+
+
 def by_adjust(p) -> np.ndarray:
     """Benjamini-Yekutieli adjusted p-values (q-values) of ``p (m,)``; NaN entries stay NaN and do
     not count in m. ``q_(i) = min_{j >= i} min(1, m c(m) p_(j) / j)``, ``c(m) = sum_{k<=m} 1/k``:

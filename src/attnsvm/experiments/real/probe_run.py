@@ -16,6 +16,11 @@ separately. ``results.parquet`` holds both kinds of rows (column ``part``: "head
 :func:`combine` turns them into one row per head with its p-values and the verdict (Benjamini-Yekutieli
 over all the probed heads, so the verdict is computed from the whole table, never per task).
 
+The tasks call the steps of :mod:`attnsvm.real.probe_steps` (one forward pass per process, cached by
+:mod:`attnsvm.real.cache`; the layer's SVM sentences built and validated once per task); :func:`stored_result`
+assembles from the runner's folder the :class:`attnsvm.real.probe.ProbeResult` that
+``attnsvm probe --out`` writes and shows.
+
 This experiment is not registered: ``reproduce`` runs the small ``real-minilm-heads`` preset, the
 full-scale probe is the command above.
 """
@@ -23,6 +28,8 @@ full-scale probe is the command above.
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import numpy as np
 from pydantic import NonNegativeInt
@@ -30,34 +37,45 @@ from pydantic import NonNegativeInt
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.real.minilm_heads import HeadsConfig, RealMinilmHeads
 
-#: models loaded by this process, by directory (a Dask worker runs many heads of one model)
-_MODELS: dict = {}
-
 
 class ProbeConfig(HeadsConfig):
     """The arguments of :func:`attnsvm.real.probe.probe_heads` (``layers`` and ``heads`` explicit):
-    those of ``real-minilm-heads`` plus the sentences, the view and the model."""
+    those of ``real-minilm-heads`` plus the sentences, the view, the model, the transplanted heads and the
+    solvers' device."""
 
     sentences: list[str] | None = None
     svm_sentences: NonNegativeInt = 48
     view_sentences: NonNegativeInt = 4
     model: str | None = None
-
-
-def _model(path):
-    from attnsvm.real.probe import resolve_model
-
-    if path is None:
-        return resolve_model(None)
-    if path not in _MODELS:
-        _MODELS.clear()
-        _MODELS[path] = resolve_model(path)
-    return _MODELS[path]
+    transplant_draws: NonNegativeInt = 0
+    device: str | None = None
 
 
 def has_nulls(config) -> bool:
     """Whether the probe of ``config`` draws null heads (one query per sentence, SVMs, null_draws > 0)."""
-    return config.query != "all" and config.svm_sentences >= 1 and (config.null_draws + config.structured_draws) > 0
+    return config.query != "all" and config.svm_sentences >= 1 and \
+        (config.null_draws + config.structured_draws + config.transplant_draws) > 0
+
+
+def _setup(config, layer: int, head: int):
+    """The probe's shared step for one task: :func:`attnsvm.real.probe_steps.prepare_probe` (the forward pass
+    cached per process), the layer's selections and its SVM sentences."""
+    from attnsvm.real.probe_steps import layer_inputs, layer_selections, prepare_probe, seq_layer_inputs
+
+    setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=[layer], heads=[head],
+                          query=config.query, threshold=config.threshold, seed=config.seed,
+                          max_length=config.max_length, model=config.model)
+    m = min(config.svm_sentences, len(setup.sentences))
+    inp = None
+    if m >= 1:
+        inp = seq_layer_inputs(setup, layer, m) if config.query == "all" else layer_inputs(setup, layer, m)
+    return setup, layer_selections(setup, layer), inp, m
+
+
+def _solver(config) -> dict:
+    from attnsvm.real.probe import solver_options
+
+    return solver_options(None, config.device)
 
 
 def combine(config, table):
@@ -66,12 +84,14 @@ def combine(config, table):
     (:func:`attnsvm.real.verdict.add_verdict`). A table without null rows comes back with only the head rows."""
     import pandas as pd
 
-    from attnsvm.real.verdict import add_verdict, null_columns
+    from attnsvm.real.probe import head_null_columns
+    from attnsvm.real.verdict import add_verdict
 
     if table.empty or "part" not in table.columns:
         return table
     nulls = table[table["part"] == "null"]
-    null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds") if c in table]
+    null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds", "source")
+                 if c in table]
     heads = table[table["part"] == "head"].drop(columns=null_only).reset_index(drop=True)  # a head's NaN columns stay
     heads = heads.drop(columns=["part"])
     if nulls.empty:
@@ -82,11 +102,11 @@ def combine(config, table):
         if g.empty:  # its null task failed: no p-values
             extra.append({})
             continue
-        as_dicts = lambda kind: [{"corr_restricted": float(v), "seconds": float(s)}  # noqa: E731
-                                 for v, s in zip(g.loc[g["kind"] == kind, "null_corr_restricted"],
-                                                 g.loc[g["kind"] == kind, "null_seconds"])]
+        draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
+                 for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
+                                         g["source"] if "source" in g.columns else [""] * len(g))]
         real = float(r.corr_restricted) if str(r.svm_status) == "optimal" else float("nan")
-        extra.append(null_columns(real, as_dicts("spectrum"), as_dicts("structured") or None))
+        extra.append(head_null_columns(real, draws))
     out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
     return add_verdict(out)
 
@@ -113,21 +133,24 @@ class ProbeRun(RealMinilmHeads):
         ``null_status``, ``null_corr_restricted``, ``null_seconds``)."""
         import pandas as pd
 
-        from attnsvm.real.probe import probe_heads
+        from attnsvm.real.probe_steps import head_task
 
         l, h = task.params["layer"], task.params["head"]
+        setup, ls, inp, m = _setup(config, l, h)
         if task.params.get("part") == "null":
-            return pd.DataFrame(self._null_rows(config, l, h))
-        res = probe_heads(config.sentences, n_sentences=config.n_sentences, layers=[l], heads=[h],
-                          query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
-                          baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
-                          model=_model(config.model), view_sentences=config.view_sentences, null_draws=0)
-        out = res.table.copy()
+            return pd.DataFrame(self._null_rows(config, setup, ls, inp, m, l, h))
+        row, sup, t_svm = {"layer": l, "head": h, **ls.stats[0]}, None, 0.0
+        if inp is not None:
+            t0 = time.perf_counter()
+            svm_row, sup = head_task(setup, inp, l, h, ls.sel[0, :m], baseline_draws=config.baseline_draws,
+                                     **_solver(config))
+            t_svm = time.perf_counter() - t0
+            row.update(svm_row)
+        out = pd.DataFrame([row])
         out.insert(0, "part", "head")
-        sup = res.support.get((l, h))
-        k = min(config.view_sentences, len(res.sentences))
+        k = min(config.view_sentences, len(setup.sentences))
         out["view_support"] = json.dumps(np.asarray(sup[:k], bool).tolist() if sup is not None else [])
-        out["seconds_svm"] = res.seconds["svm"]
+        out["seconds_svm"] = t_svm
         return out
 
     def input_digests(self, config):
@@ -139,26 +162,18 @@ class ProbeRun(RealMinilmHeads):
         return {"model": folder_digest(config.model or model_path())}
 
     @staticmethod
-    def _null_rows(config, layer, head) -> list[dict]:
-        from attnsvm.real.nulls import null_heads
-        from attnsvm.real.probe import head_selections, layer_inputs, prepare_probe
+    def _null_rows(config, setup, ls, inp, m, layer, head) -> list[dict]:
+        from attnsvm.real.probe_steps import null_task
 
-        setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=[layer], heads=[head],
-                              query=config.query, threshold=config.threshold, seed=config.seed,
-                              max_length=config.max_length, model=_model(config.model))
-        m = min(config.svm_sentences, len(setup.sentences))
-        inp = layer_inputs(setup, layer, m)
-        _, sel = head_selections(setup, layer)
-        Wh = setup.model.head_weights(layer, head)
-        rows = []
-        for kind, draws in (("spectrum", config.null_draws), ("structured", config.structured_draws)):
-            for d in null_heads(inp, Wh, sel[0, :m].sum(axis=1), seed=config.seed, layer=layer, head=head,
-                                draws=draws, kind=kind,
-                                threshold=config.threshold if config.null_selection == "threshold" else None):
-                rows.append({"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
-                             "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
-                             "null_seconds": d["seconds"]})
-        return rows
+        if inp is None:
+            return []
+        draws = null_task(setup, inp, layer, head, ls.sel[0, :m], null_draws=config.null_draws,
+                          structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
+                          null_selection=config.null_selection, **_solver(config))
+        return [{"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
+                 "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
+                 "null_seconds": d["seconds"], **({"source": d["source"]} if "source" in d else {})}
+                for d in draws]
 
     def plot(self, config, table, outdir):
         from attnsvm.real.figures import heatmap_figure
@@ -181,9 +196,49 @@ class ProbeRun(RealMinilmHeads):
         head = (f"{len(table)} heads, {n} sentences, each head's SVM on the first {config.svm_sentences}, "
                 f"{config.query} queries, threshold {config.threshold}, {config.baseline_draws} random draw(s) per head"
                 + (f", {config.null_draws} spectrum null heads per head" if has_nulls(config) else "")
+                + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
+                   if has_nulls(config) and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
         if table.empty or "corr_restricted" not in table.columns:
             return head
         from attnsvm.real.verdict import verdict_summary
 
         return head + "\n\n" + verdict_summary(table)
+
+
+def stored_result(config: ProbeConfig, outdir: str, *, max_memory=None, t0: float | None = None):
+    """The :class:`attnsvm.real.probe.ProbeResult` of a stored probe (``outdir``: the runner's folder of
+    ``config``, holding ``results.parquet``): its rows combined with their null tasks' and the verdict over all
+    heads (:func:`combine`), and the view's arrays from the forward pass
+    (:func:`attnsvm.real.probe_steps.view_arrays`, no SVM). ``t0``: ``time.perf_counter()`` at the start (for
+    the total seconds)."""
+    import pandas as pd
+
+    from attnsvm.real.probe import result_of
+    from attnsvm.real.probe_steps import prepare_probe, view_arrays
+
+    t0 = time.perf_counter() if t0 is None else t0
+    path = os.path.join(outdir, "results.parquet")
+    table = pd.read_parquet(path) if os.path.exists(path) else pd.DataFrame()
+    setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=config.layers,
+                          heads=config.heads, query=config.query, threshold=config.threshold, seed=config.seed,
+                          max_length=config.max_length, model=config.model, max_memory=max_memory)
+    view = view_arrays(setup, config.view_sentences)
+    table = combine(config, table)
+    support, svm = {}, 0.0
+    if not table.empty:
+        table = table.sort_values(["layer", "head"], ignore_index=True)
+        if "view_support" in table.columns:
+            support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
+                       for r in table.itertuples() if r.view_support != "[]"}
+        svm = float(table["seconds_svm"].sum()) if "seconds_svm" in table.columns else 0.0
+        table = table.drop(columns=[c for c in ("view_support", "seconds_svm") if c in table.columns])
+    n = len(setup.sentences)
+    cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=config.query,
+               threshold=float(config.threshold), svm_sentences=min(int(config.svm_sentences), n),
+               baseline_draws=int(config.baseline_draws), seed=int(setup.seed), max_length=int(setup.max_length))
+    if getattr(setup.model, "name", "") != "MiniLM":
+        cfg.update(model=setup.model.path, family=setup.model.family.name)
+    seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": svm, "nulls": 0.0,
+               "total": time.perf_counter() - t0}
+    return result_of(setup, table, view, support, seconds, cfg)

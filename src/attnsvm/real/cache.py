@@ -1,0 +1,82 @@
+"""The probe's one cache (per process): loaded models and the last forward pass.
+
+A probe runs many steps on one model and one set of sentences: the heads of a layer, their null
+heads, the stored probe's tasks (one per head, possibly in one worker process), the view. They
+share
+
+* **models** (:func:`cached_model`): at most :data:`MAX_MODELS` loaded models, keyed by what
+  identifies their files (:func:`files_stamp`: the name, size and modification time of every file
+  of the directory, so a directory whose files were replaced in place is loaded again), least
+  recently used dropped first;
+* **the last forward pass** (:func:`forward`): the hidden states and attention maps of the last
+  (model, sentences, max_length), reused while they stay the same.
+
+:func:`attnsvm.real.minilm.load_minilm`, :func:`attnsvm.real.minilm.load_model` and
+:func:`attnsvm.real.probe_steps.prepare_probe` read through it; :func:`clear` empties it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+
+#: loaded models kept at most (the shipped MiniLM and two model directories, say)
+MAX_MODELS = 3
+_MODELS: OrderedDict = OrderedDict()
+_FORWARD: dict = {}
+
+
+def files_stamp(path) -> tuple | None:
+    """``((name, size, mtime_ns), ...)`` of the regular files directly in the directory ``path``, sorted;
+    None when ``path`` is not a readable directory (the loader then says why)."""
+    try:
+        entries = sorted(os.scandir(os.fspath(path)), key=lambda e: e.name)
+        return tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file())
+    except OSError:
+        return None
+
+
+def cached_model(key, load):
+    """The model cached under ``key`` (hashable), or ``load()`` stored under it (the least recently
+    used of more than :data:`MAX_MODELS` dropped). ``key`` None: ``load()`` uncached."""
+    if key is None:
+        return load()
+    if key in _MODELS:
+        _MODELS.move_to_end(key)
+        return _MODELS[key]
+    model = load()
+    _MODELS[key] = model
+    while len(_MODELS) > MAX_MODELS:
+        _MODELS.popitem(last=False)
+    return model
+
+
+def forward(model, sentences: list, *, max_length: int, max_memory=None):
+    """``model.forward(sentences, attentions=True)`` (a :class:`attnsvm.real.pretrained.Forward`, hidden
+    ``(L + 1, n, T, d)``, attentions ``(L, n, H, T, T)``), reused when the last call had the same model
+    object, sentences and ``max_length``.
+
+    Returns
+    -------
+    (Forward, cached: bool, seconds: float) -- seconds of the pass (about 0 when cached)
+    """
+    t0 = time.perf_counter()
+    key = (id(model), tuple(sentences), int(max_length))
+    if _FORWARD.get("key") == key:
+        return _FORWARD["forward"], True, time.perf_counter() - t0
+    fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
+    _FORWARD.clear()
+    _FORWARD.update(key=key, forward=fw, model=model)  # holding the model keeps its id unique
+    return fw, False, time.perf_counter() - t0
+
+
+def last_forward():
+    """The cached forward pass (None when there is none)."""
+    return _FORWARD.get("forward")
+
+
+def clear() -> None:
+    """Forget every cached model and forward pass."""
+    _MODELS.clear()
+    _FORWARD.clear()

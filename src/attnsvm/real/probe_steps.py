@@ -1,0 +1,475 @@
+"""The probe's steps as functions: what :func:`attnsvm.real.probe.probe_heads` and the stored probe's tasks
+(:mod:`attnsvm.experiments.real.probe_run`) compose.
+
+1. :func:`prepare_probe` -- validate the arguments, one forward pass (the per-process cache of
+   :mod:`attnsvm.real.cache`) and the queries (:func:`choose_queries`, per family: a random word token,
+   [CLS], every word token; causal decoders a random token at position >= 1 and its prefix);
+2. :func:`layer_selections` -- a layer's attention rows, selections and per-head statistics (no SVM);
+3. :func:`layer_inputs` / :func:`seq_layer_inputs` -- the layer's SVM sentences validated once
+   (:class:`attnsvm.real.layer.LayerInputs`), shared by every head, baseline and null head of the layer;
+4. :func:`head_task` -- one head's SVM, its random baselines and their correlations (a table row);
+5. :func:`null_task` -- one head's null heads (:mod:`attnsvm.real.nulls`); the verdict over the probed
+   heads is :func:`attnsvm.real.verdict.add_verdict` on the table;
+6. :func:`view_arrays` -- what :mod:`attnsvm.real.probe_view` shows of the first sentences.
+
+Every step depends only on its arguments (and the cached forward pass of the same model and text), so
+a head's row is the same whichever heads are probed with it, in whichever order or process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnsvm.errors import ValidationError
+from attnsvm.real import cache
+from attnsvm.real.layer import LayerInputs, corr, summary
+from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
+from attnsvm.real.nulls import null_heads, select_tokens, top_selection, transplant_heads
+from attnsvm.real.sentences import check_seed, corpus_sentences
+from attnsvm.svm import gen_constraints, seq_constraints, solve
+from attnsvm.svm.analysis import row_basis
+
+QUERIES = ("word", "cls", "all")
+
+
+def check_indices(values, upper: int, name: str) -> list:
+    """``values`` (None: all of ``range(upper)``; an int or a list of ints in [0, upper)) as a sorted
+    list without repeats; ValidationError naming ``name`` otherwise."""
+    if values is None:
+        return list(range(upper))
+    if isinstance(values, (int, np.integer)):
+        values = [values]
+    out = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < upper:
+            raise ValidationError(f"{name} must be integers in [0, {upper - 1}], got {v!r}")
+        out.append(int(v))
+    if not out:
+        raise ValidationError(f"{name} must not be empty")
+    return sorted(set(out))
+
+
+def random_like(selected: np.ndarray, mask: np.ndarray, rng) -> np.ndarray:
+    """Random selections with the same size per sentence: (..., n, T) bool (the top
+    ``|O_i|`` candidates by uniform scores, :func:`attnsvm.real.nulls.top_selection`)."""
+    return top_selection(rng.random(selected.shape), selected.sum(axis=-1), mask)
+
+
+def baseline_rng(seed: int, layer: int, head: int) -> np.random.Generator:
+    """The generator of one head's random baseline selections: seeded by ``(seed, layer, head)`` only."""
+    return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head)])
+
+
+def baselines(sel: np.ndarray, mask: np.ndarray, seed: int, layer: int, heads, draws: int) -> np.ndarray:
+    """Random selections like ``sel (h, ...)``: ``(draws * h, ...)``, draw j of head k at ``j * h + k``,
+    each head's draws from :func:`baseline_rng`."""
+    out = np.empty((draws,) + sel.shape, dtype=bool)
+    for k, h in enumerate(heads):
+        rng = baseline_rng(seed, layer, h)
+        for j in range(draws):
+            out[j, k] = random_like(sel[k], mask, rng)
+    return out.reshape((draws * sel.shape[0],) + sel.shape[1:])
+
+
+def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, *, method: str = "auto",
+             **solver_options):
+    """Nuclear-norm Gen-SVM of one head's selections on padded sentences.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens (padded positions are ignored but must be finite)
+    Z : (n, d) queries
+    mask : (n, T) bool, real tokens
+    selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
+    method : "auto" (default: the dense interior-point solver up to
+        :data:`attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
+        "dense" or "working_set" (see :func:`attnsvm.svm.solve`)
+    **solver_options : passed to :func:`attnsvm.svm.solve` (norm "nuclear"), e.g. ``device``
+
+    Returns
+    -------
+    SVMSolution (``W (d, d)``, formulation "gen", norm "nuclear"; status "infeasible" with
+    a Farkas certificate if no W separates the selections).
+    """
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen", method=method,
+                 **solver_options)
+
+
+def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected: np.ndarray, *, causal: bool = False,
+                 method: str = "auto", **solver_options):
+    """Nuclear-norm sequence Gen-SVM of one head's selections from many queries per sentence.
+
+    Parameters
+    ----------
+    X : (n, T, d) tokens (padded positions are ignored but must be finite); the query k of
+        sentence i is the token ``X[i, k]``
+    mask : (n, T) bool, real tokens (the candidates; causal: those up to the query)
+    queries : (n, T) bool, the query positions (inside ``mask``)
+    selected : (n, T, T) bool ``[sentence, query, token]``, a non-empty set of candidates per query
+    causal : the candidates of query k are the real tokens ``t <= k``
+    method, **solver_options : as :func:`head_svm`
+
+    Returns
+    -------
+    SVMSolution (``W (d, d)``, formulation "seq" or "causal", norm "nuclear"), from
+    :func:`attnsvm.svm.seq_constraints` ``(X, selected, causal, valid=mask, queries=queries)``.
+    """
+    return solve(seq_constraints(X, selected, causal, valid=mask, queries=queries), "nuclear", method=method,
+                 **solver_options)
+
+
+def resolve_model(model, max_memory=None) -> PretrainedTransformer:
+    """The model a probe runs on: None -> the shipped MiniLM, a directory (str or path) -> :func:`load_model`
+    (refused before loading when it would not fit ``max_memory``), a loaded
+    :class:`~attnsvm.real.minilm.PretrainedTransformer` as it is; anything else is a ValidationError."""
+    if model is None:
+        return load_minilm()
+    if isinstance(model, PretrainedTransformer):
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise ValidationError(f"model must be None, a model directory or a loaded PretrainedTransformer, got "
+                              f"{type(model).__name__}")
+    return load_model(model, max_memory=max_memory)
+
+
+@dataclass
+class ProbeSetup:
+    """What every step of a probe shares (:func:`prepare_probe`): the model, one forward pass and the queries.
+
+    Attributes
+    ----------
+    model : PretrainedTransformer; fw : its Forward on ``sentences`` (attentions included)
+    sentences : list of str; layers, heads : sorted index lists; causal : decoder or not
+    q : (n,) int query token of each sentence (``query="all"``: each sentence's first query)
+    cand : (n, T) bool, the tokens the query of each sentence can select
+    qmask : (n, T) bool query positions (``query="all"`` only, else None)
+    cand3 : (n, T, T) bool candidates per (sentence, query) (``query="all"`` only, else None)
+    query, threshold, seed, max_length, max_memory : the arguments; t_forward : seconds of the forward
+        pass (about 0 when it came from the cache)
+    """
+
+    model: object
+    fw: object
+    sentences: list
+    layers: list
+    heads: list
+    causal: bool
+    q: np.ndarray
+    cand: np.ndarray
+    qmask: np.ndarray | None
+    cand3: np.ndarray | None
+    query: str
+    threshold: float
+    seed: int
+    max_length: int
+    max_memory: object
+    t_forward: float
+    cached: bool = False
+
+
+def choose_queries(fw, query: str, causal: bool, seed: int):
+    """Each sentence's query and candidates (the rule per family).
+
+    Parameters
+    ----------
+    fw : Forward (``mask (n, T)``, ``special (n, T)`` or None)
+    query : "word" (a random token strictly between [CLS] and [SEP], seeded), "cls" (token 0) or "all"
+        (every word token: not special, and for decoders at position >= 1)
+    causal : a decoder: the query is a random non-special token at position >= 1 (else the last real token),
+        its candidates the real tokens up to it
+
+    Returns
+    -------
+    q : (n,) int; cand : (n, T) bool; qmask : (n, T) bool or None; cand3 : (n, T, T) bool or None
+    (the last two for ``query="all"`` only, ``cand3[i, k]`` the candidates of query k)
+    """
+    n, T = fw.mask.shape
+    lengths = fw.lengths
+    rng = np.random.default_rng(seed)
+    qmask = cand3 = None
+    if query == "all":  # every word token is a query; q: each sentence's first one (what the view shows)
+        pos = np.arange(T)
+        if fw.special is not None:
+            qmask = fw.mask & ~fw.special & ((pos[None, :] >= 1) if causal else True)
+        else:  # the tokens strictly between [CLS] and [SEP]
+            qmask = fw.mask & (pos[None, :] >= 1) & ((pos[None, :] < lengths[:, None] - 1) if not causal else True)
+        q = qmask.argmax(axis=1)
+        cand3 = np.broadcast_to(fw.mask[:, None, :], (n, T, T))  # [sentence, query, token]
+        if causal:
+            cand3 = cand3 & np.tri(T, dtype=bool)[None]
+        cand3 = cand3 & qmask[:, :, None]  # no candidates (hence no selections) at non-query positions
+        cand = cand3[np.arange(n), q]
+    elif causal:  # a random non-special token with at least one token before it (else the last real token)
+        pos = np.arange(T)
+        special = fw.special if fw.special is not None else np.zeros_like(fw.mask)
+        allowed = fw.mask & ~special & (pos[None, :] >= 1)
+        none = ~allowed.any(axis=1)
+        allowed[none, np.maximum(lengths[none] - 1, 0)] = True
+        q = np.where(allowed, rng.random((n, T)), -1.0).argmax(axis=1)
+        cand = fw.mask & (pos[None, :] <= q[:, None])  # the tokens the query sees
+    elif query == "cls":
+        q = np.zeros(n, dtype=np.int64)
+        cand = fw.mask
+    else:
+        q = rng.integers(1, np.maximum(lengths - 1, 2))  # a token strictly between [CLS] and [SEP]
+        cand = fw.mask
+    return q, cand, qmask, cand3
+
+
+def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
+                  threshold: float = 0.1, seed: int = 0, max_length: int | None = None, model=None,
+                  max_memory=None) -> ProbeSetup:
+    """Validate a probe's arguments, run (or reuse, :func:`attnsvm.real.cache.forward`) the forward pass and
+    choose the queries (:func:`choose_queries`; arguments as :func:`attnsvm.real.probe.probe_heads`)."""
+    if query not in QUERIES:
+        raise ValidationError(f"query must be one of {QUERIES}, got {query!r}")
+    if not 0.0 < float(threshold) <= 1.0:
+        raise ValidationError(f"threshold must lie in (0, 1], got {threshold!r}")
+    if sentences is None:
+        sentences = corpus_sentences(n_sentences, seed)
+    sentences = check_sentences(sentences)
+    model = resolve_model(model, max_memory)
+    max_length = model.probe_max_length(max_length)
+    seed = check_seed(seed)
+    causal = model.family.causal
+    if causal and query == "cls":
+        raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "
+                              "sees only itself; use query='word' (--query word)")
+    layers = check_indices(layers, model.n_layers, "layers")
+    heads = check_indices(heads, model.n_heads, "heads")
+    fw, cached, t_forward = cache.forward(model, sentences, max_length=max_length, max_memory=max_memory)
+    q, cand, qmask, cand3 = choose_queries(fw, query, causal, seed)
+    return ProbeSetup(model, fw, list(sentences), layers, heads, causal, q, cand, qmask, cand3, query,
+                      float(threshold), int(seed), int(max_length), max_memory, t_forward, cached)
+
+
+def layer_tokens(setup: ProbeSetup, layer: int) -> np.ndarray:
+    """(n, T, d + 1) the bias-augmented states entering ``layer`` (padding zero)."""
+    fw = setup.fw
+    return augment(fw.layer_input(layer)) * fw.mask[:, :, None]
+
+
+def head_selections(setup: ProbeSetup, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query per sentence (``query`` "word" or "cls"): the attention rows ``A (h, n, T)`` of the
+    probed heads from each sentence's query and their selections ``(h, n, T)`` bool
+    (:func:`select_tokens` over the candidates)."""
+    n = len(setup.q)
+    A = setup.fw.attentions[layer][np.arange(n), :, setup.q, :]  # (n, H, T): row of each sentence's query
+    A = A[:, setup.heads].transpose(1, 0, 2)  # (h, n, T)
+    return A, select_tokens(A, setup.cand, setup.threshold)
+
+
+@dataclass
+class LayerSelections:
+    """A layer's selections for the probed heads (:func:`layer_selections`), no SVM.
+
+    Attributes
+    ----------
+    A : (h, n, T) attention row of each sentence's query (``query="all"``: its first query)
+    sel : (h, n, T) bool selections; ``query="all"``: (h, n, T, T) ``[head, sentence, query, token]``
+    stats : list of h dicts: ``mean_selected, frac_cls, frac_sep, frac_self, frac_prev, frac_next,
+        max_attention`` (over all (sentence, query) pairs)
+    """
+
+    A: np.ndarray
+    sel: np.ndarray
+    stats: list
+
+
+def _pair_stats(am, qk, lengths, sizes, largest) -> dict:
+    """The statistics of one head over its (sentence, query) pairs: argmax token, query position, sentence
+    length, |O| and largest attention, each (pairs,)."""
+    return {"mean_selected": float(sizes.mean()), "frac_cls": float(np.mean(am == 0)),
+            "frac_sep": float(np.mean(am == lengths - 1)), "frac_self": float(np.mean(am == qk)),
+            "frac_prev": float(np.mean(am == qk - 1)), "frac_next": float(np.mean(am == qk + 1)),
+            "max_attention": float(largest.mean())}
+
+
+def layer_selections(setup: ProbeSetup, layer: int) -> LayerSelections:
+    """The probed heads' attention rows, selections and statistics in ``layer`` (see :class:`LayerSelections`)."""
+    fw, heads = setup.fw, setup.heads
+    lengths = fw.lengths
+    if setup.query == "all":
+        n = len(setup.q)
+        Aall = fw.attentions[layer][:, heads].transpose(1, 0, 2, 3)  # (h, n, T, T) [head, sentence, query, token]
+        sel = select_tokens(Aall, setup.cand3, setup.threshold) & setup.qmask[None, :, :, None]  # (h, n, T, T)
+        amall = np.where(setup.cand3, Aall, -1.0).argmax(axis=-1)  # (h, n, T)
+        qi, qk = np.nonzero(setup.qmask)  # all (sentence, query) pairs
+        A = Aall[:, np.arange(n), setup.q]  # (h, n, T): each sentence's first query, for the view
+        stats = [_pair_stats(amall[k][qi, qk], qk, lengths[qi], sel[k][qi, qk].sum(axis=1),
+                             np.where(setup.cand3[qi, qk], Aall[k][qi, qk], 0).max(axis=1)) for k in range(len(heads))]
+        return LayerSelections(A, sel, stats)
+    A, sel = head_selections(setup, layer)
+    am = np.where(setup.cand, A, -1.0).argmax(axis=-1)  # (h, n)
+    stats = [_pair_stats(am[k], setup.q, lengths, sel[k].sum(axis=1), np.where(setup.cand, A[k], 0).max(axis=1))
+             for k in range(len(heads))]
+    return LayerSelections(A, sel, stats)
+
+
+def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> LayerInputs:
+    """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once."""
+    X = layer_tokens(setup, layer)[:m_svm]
+    return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
+
+
+@dataclass
+class SeqLayerInputs:
+    """The SVM sentences of one layer with every word token a query (``query="all"``): the arrays of
+    :func:`head_seq_svm` and the bases P (token differences the queries see), B (the queries).
+
+    Attributes
+    ----------
+    X : (m, T, D) tokens; valid : (m, T) real tokens; qmask : (m, T) query positions;
+    cand : (m, T, T) candidates per (sentence, query); causal : decoder; q : (m,) each sentence's first query;
+    P : (D, r1); B : (D, r2)
+    """
+
+    X: np.ndarray
+    valid: np.ndarray
+    qmask: np.ndarray
+    cand: np.ndarray
+    causal: bool
+    q: np.ndarray
+    P: np.ndarray
+    B: np.ndarray
+
+    def restrict(self, W: np.ndarray) -> np.ndarray:
+        """``P P^T W B B^T`` (D, D)."""
+        return self.P @ (self.P.T @ W @ self.B) @ self.B.T
+
+    def svm(self, selected: np.ndarray, **solver_options):
+        """The sequence Gen-SVM of ``selected (m, T, T)`` (:func:`head_seq_svm`)."""
+        return head_seq_svm(self.X, self.valid, self.qmask, selected, causal=self.causal, **solver_options)
+
+
+def seq_layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> SeqLayerInputs:
+    """The first ``m_svm`` sentences of ``layer`` for the sequence SVMs of ``query="all"``."""
+    X = layer_tokens(setup, layer)[:m_svm]
+    vs, qs, cs = setup.fw.mask[:m_svm], setup.qmask[:m_svm], setup.cand3[:m_svm]
+    ms = cs.any(axis=1)  # the tokens some query sees
+    first = np.argmax(ms, axis=1)
+    diffs = (X - X[np.arange(m_svm), first][:, None, :])[ms]
+    return SeqLayerInputs(X, vs, qs, cs, setup.causal, setup.q[:m_svm], row_basis(diffs), row_basis(X[qs]))
+
+
+def _solved(inp, selected, solver_options) -> dict:
+    """:func:`attnsvm.real.layer.summary` of ``inp.svm(selected)``; support reduced to ``(m, T)`` (a sequence
+    SVM: that of each sentence's first query, what the view shows)."""
+    s = summary(inp.svm(selected, **solver_options))
+    if s["support"].ndim == 3:
+        s["support"] = s["support"][np.arange(s["support"].shape[0]), inp.q]
+    return s
+
+
+def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarray, *, baseline_draws: int = 1,
+              **solver_options) -> tuple[dict, np.ndarray]:
+    """One head's SVM and its random baselines' SVMs, and their agreement with the head.
+
+    Parameters
+    ----------
+    setup : the probe (model, seed); inp : the layer's SVM sentences (:func:`layer_inputs`, or
+        :func:`seq_layer_inputs` for ``query="all"``), m sentences
+    selected : the head's selections on those m sentences, (m, T) bool (``query="all"``: (m, T, T))
+    baseline_draws : random selections of the same sizes (:func:`baseline_rng` of (seed, layer, head))
+    **solver_options : passed to the solver (``max_memory``, ``device``, ...)
+
+    Returns
+    -------
+    row : dict ``corr, corr_restricted, corr_random, corr_random_restricted, advantage, svm_status, svm_gap,
+        svm_violation, svm_rank, svm_nuclear, svm_support, random_status, random_gap, svm_seconds,
+        random_seconds`` (and ``selected_all`` with one query per sentence)
+    support : (m, T) bool, the SVM's support tokens
+    """
+    Wh = setup.model.head_weights(layer, head)
+    sol = _solved(inp, selected, solver_options)
+    rand = baselines(selected[None], inp.cand, setup.seed, layer, [head], baseline_draws)
+    draws = [_solved(inp, o, solver_options) for o in rand]
+    Wr = inp.restrict(Wh)
+    row = {"corr": corr(Wh, sol["W"]), "corr_restricted": corr(Wr, sol["W"]),
+           "corr_random": float(np.mean([corr(Wh, d["W"]) for d in draws])),
+           "corr_random_restricted": float(np.mean([corr(Wr, d["W"]) for d in draws]))}
+    row["advantage"] = row["corr_restricted"] - row["corr_random_restricted"]
+    row.update(svm_status=sol["status"], svm_gap=sol["gap"], svm_violation=sol["violation"])
+    sv = np.linalg.svd(sol["W"], compute_uv=False) if sol["W"] is not None else np.zeros(1)
+    row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0
+    row.update(svm_nuclear=sol["nuclear"], svm_support=int(np.asarray(sol["support"]).sum()),
+               random_status=",".join(d["status"] for d in draws),
+               random_gap=float(np.max([d["gap"] for d in draws])), svm_seconds=sol["seconds"],
+               random_seconds=float(np.sum([d["seconds"] for d in draws])))
+    if selected.ndim == 2:  # every sentence's selection is all its candidates: no margin row, W = 0
+        row["selected_all"] = bool(np.all((selected == inp.cand).all(axis=-1)))
+    return row, sol["support"]
+
+
+def transplant_sources(model, layer: int, head: int, draws: int, seed: int) -> list:
+    """The other heads ``[(source layer, source head), ...]`` (``draws`` of them, at most all ``L H - 1``)
+    whose key-query matrices are transplanted onto ``(layer, head)``'s states: a permutation of the other
+    heads from :func:`attnsvm.real.nulls.null_rng` ``(seed, layer, head, 0, "transplant")``, its first
+    ``draws`` (so more draws extend the list)."""
+    from attnsvm.real.nulls import null_rng
+
+    others = [(l, h) for l in range(model.n_layers) for h in range(model.n_heads) if (l, h) != (layer, head)]
+    order = null_rng(seed, layer, head, 0, "transplant").permutation(len(others))
+    return [others[i] for i in order[:draws]]
+
+
+def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray, *,
+              null_draws: int, structured_draws: int = 0, transplant_draws: int = 0,
+              null_selection: str = "threshold", **solver_options) -> list[dict]:
+    """One head's null heads on the layer's SVM sentences: ``null_draws`` spectrum, ``structured_draws``
+    structured (:func:`attnsvm.real.nulls.null_heads`) and ``transplant_draws`` transplanted heads
+    (:func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
+
+    Parameters
+    ----------
+    selected : (m, T) bool, the head's selections on the m SVM sentences (their sizes, for "matched")
+    null_selection : "threshold" (each null selects by its own attention >= the probe's threshold) or "matched"
+
+    Returns
+    -------
+    list of the draws' dicts (``kind`` "spectrum", "structured" or "transplant"; a transplant also has
+    ``source`` "L<l>-H<h>")
+    """
+    threshold = setup.threshold if null_selection == "threshold" else None
+    Wh = setup.model.head_weights(layer, head)
+    sizes = selected.sum(axis=1)
+    out = []
+    for kind, dr in (("spectrum", null_draws), ("structured", structured_draws)):
+        out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=dr, kind=kind,
+                          threshold=threshold, **solver_options)
+    if transplant_draws:
+        src = transplant_sources(setup.model, layer, head, int(transplant_draws), setup.seed)
+        out += transplant_heads(inp, [(f"L{l}-H{h}", setup.model.head_weights(l, h)) for l, h in src], sizes,
+                                threshold=threshold, **solver_options)
+    return out
+
+
+def view_arrays(setup: ProbeSetup, view_sentences: int) -> dict:
+    """What the probe view shows, from the forward pass only (no SVM).
+
+    Returns
+    -------
+    dict with ``selected`` ``{(layer, head): (n, T) bool}`` (``query="all"``: (n, T, T)), ``attention``
+    ``{(layer, head): (k, T)}`` (the first k = min(view_sentences, n) sentences' query rows, zero on padding),
+    ``matrices`` ``{(layer, head): (k, T, T) float32}`` (whole attention matrices, zero on padding),
+    ``candidates`` (k, T) bool, ``stats`` ``{(layer, head): dict}`` (:class:`LayerSelections`)
+    """
+    fw = setup.fw
+    n = len(setup.q)
+    k_view = min(int(view_sentences), n)
+    out = {"selected": {}, "attention": {}, "matrices": {}, "stats": {}, "candidates": setup.cand[:k_view].copy()}
+    for l in setup.layers:
+        view = fw.attentions[l][:k_view][:, setup.heads] * fw.mask[:k_view, None, :, None] \
+            * fw.mask[:k_view, None, None, :]
+        ls = layer_selections(setup, l)
+        for k, h in enumerate(setup.heads):  # (k, T, T) [sentence, query, token], for the view's chooser
+            out["matrices"][(l, h)] = np.asarray(view[:, k], dtype=np.float32)
+            out["selected"][(l, h)] = ls.sel[k]
+            out["attention"][(l, h)] = np.where(fw.mask[:k_view], ls.A[k, :k_view], 0.0)
+            out["stats"][(l, h)] = ls.stats[k]
+        del view
+    return out
+
