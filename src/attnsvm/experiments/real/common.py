@@ -333,7 +333,7 @@ def sign_share_check(name: str, wins: int, total: int, *, source: str, comparato
 
 def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
                             detail: str = "", effect: float | None = None, sigma: float | None = None,
-                            sigma_source: str = "") -> Check:
+                            sigma_source: str = "", plan_key: str | None = None) -> Check:
     """Every run's correlation with its SVM beats all ``draws`` Gaussian random directions' correlations.
 
     ``own``: the run's final correlation, indexed by seed; ``nulls``: rows with ``seed`` and
@@ -346,14 +346,15 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
     correlation is ``effect`` and the random directions' correlations are normal around 0 with the planning
     ``sigma`` (default: the stored planning entry of ``name``, the spread of the random directions'
     correlations on shifted seeds; :func:`attnsvm.experiments.power.random_direction_power`). A fail with
-    power below 0.8 is ``"inconclusive"``.
+    power below 0.8 is ``"inconclusive"``. ``plan_key``: the planning entry's name (default ``name``; the
+    experiments that share this check's name store their spreads under their own key).
     """
     from attnsvm.experiments.checks import planned, record_spread
 
     level = 1.0 / (draws + 1)
     if effect is not None:
-        record_spread(name, nulls["corr_random_dir"].to_numpy(np.float64), ">", effect)
-        sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
+        record_spread(plan_key or name, nulls["corr_random_dir"].to_numpy(np.float64), ">", effect)
+        sigma, effect, sigma_source = planned(plan_key or name, sigma, effect, sigma_source)
     wins, total, lines = 0, 0, []
     for seed, corr in own.items():
         total += 1
@@ -425,7 +426,8 @@ def per_unit(samples: pd.DataFrame, a: str, b: str) -> np.ndarray:
     return d.groupby(samples["unit"].to_numpy()).mean().to_numpy()
 
 
-def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Check]:
+def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame, experiment: str = "") -> list[Check]:
+    """The random-direction controls of W and KQ^T (one check each); ``experiment`` keys their planning entries."""
     nulls = table[table["kind"] == "null"]
     out = []
     for param in PARAMS:
@@ -433,10 +435,10 @@ def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Che
         own = fin[fin["param"] == param].set_index("seed")[f"corr_{key}"].astype(np.float64)
         norm = "Frobenius" if key == "att_fro" else "nuclear"
         label = "W" if param == "W" else "KQ^T"
+        name = f"{param}: final corr({label}, {norm} Att-SVM of its selections) above random directions in every run"
         out.append(_random_direction_check(
-            f"{param}: final corr({label}, {norm} Att-SVM of its selections) above random directions in every run",
-            own, nulls[(nulls["param"] == param) & (nulls["svm"] == key)], config.null_draws,
-            source=SRC_DIRECTION[param], effect=LEVEL_CORR))
+            name, own, nulls[(nulls["param"] == param) & (nulls["svm"] == key)], config.null_draws,
+            source=SRC_DIRECTION[param], effect=LEVEL_CORR, plan_key=f"{experiment}: {name}" if experiment else None))
     return out
 
 

@@ -179,7 +179,7 @@ class RealDigits(Experiment):
                 comparator="the initialization (near-uniform attention)", effect=SHARE_SHIFT,
                 effect_reason="an attention weight in [0, 1]: the share checks' shift 0.15",
                 detail=f"mean {tr['maxatt_final'].mean():.3f} vs {tr['maxatt_init'].mean():.3f} at initialization"))
-        out += direction_checks(config, table, fin)
+        out += direction_checks(config, table, fin, self.name)
         kq = fin[fin["param"] == "KQ"].sort_values("seed")
         out.append(paired_check(
             "KQ: final corr(KQ^T, nuclear Att-SVM) minus corr(KQ^T, Frobenius Att-SVM), per run",

@@ -171,7 +171,7 @@ class RealMinilmEmbeddings(Experiment):
                 detail=(f"rate {s['keyword_final'].mean():.3f} vs {s['keyword_init'].mean():.3f} at initialization; "
                         f"test accuracy {s['correct_final'].mean():.3f} vs uniform attention "
                         f"{s['correct_uniform'].mean():.3f}")))
-        out += direction_checks(config, table, fin)
+        out += direction_checks(config, table, fin, self.name)
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
         return out
 
