@@ -6,7 +6,7 @@ Every :class:`Check` says
 * ``source``: the paper and the place of the claim in it (``'arXiv 2308.16898 "Transformers as
   Support Vector Machines", experiment: percentage of convergence types ...'``); an internal
   spec reference given as the source (``"transformers-as-svms.md 7.2 item 5"``) is moved to
-  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.claims.paper_source`);
+  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.places.paper_source`);
 * ``value`` and ``threshold``: what was measured and the bar (``">= 0.4"``);
 * ``threshold_reason``: where the bar comes from: the spec's number, or a tolerance
   with its reason (a sampling interval at the run count, solver precision, ...).
@@ -126,7 +126,7 @@ class Check:
     power_inputs: dict | None = None
 
     def __post_init__(self):
-        from attnsvm.experiments.claims import is_internal, paper_source
+        from attnsvm.experiments.places import is_internal, paper_source
 
         if is_internal(self.source):
             # the reader gets the paper and its place; the spec line stays internal (spec_ref)
