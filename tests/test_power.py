@@ -180,3 +180,148 @@ def test_power_functions_validate():
         pw.mean_power(0, ">=", 0.1, 0.1, ALPHA)
     with pytest.raises(ValueError, match="sigma"):
         pw.ordering_power(10, 0.1, 0.0, ALPHA)
+
+
+# ------------------------------------------------------------------ approx-mean ("about x", claim is the null)
+@pytest.mark.parametrize("n,lo,hi,effect,sigma,slack,side", [(50, 0.13, 0.2, 0.03, 0.087, 0.0, -1),
+                                                             (100, 1.2, 1.2, 0.18, 0.32, 0.05, +1)])
+def test_approx_mean_check_power_matches_simulation(n, lo, hi, effect, sigma, slack, side):
+    """tf-multi-token's "about 0.16" at the quick preset's 50 runs (power well below 0.8) and tf-lambda-head's
+    "about 1.2" at 100 runs with its rounding slack; ``side``: which end of the range the alternative breaks."""
+    from attnsvm.experiments.tf.common import approx_mean_check
+
+    draws = 1500
+    rng = np.random.default_rng(7)
+    power = pw.mean_power(n, ">=", effect - slack, sigma, ALPHA / 2)
+    kw = dict(source=SRC, reason="r", slack=slack, sigma=sigma, effect=effect, sigma_source="unit test")
+    alt = lo - effect if side < 0 else hi + effect
+    fails = np.mean([approx_mean_check("a", v, lo, hi, **kw).verdict == "fail"
+                     for v in alt + sigma * rng.standard_normal((draws, n))])
+    assert _within(fails, power, draws)
+    # at the end of the spec's range the check fails at most at its two-sided level
+    end = lo if side < 0 else hi
+    not_fail = np.mean([approx_mean_check("a", v, lo, hi, **kw).verdict != "fail"
+                        for v in end + sigma * rng.standard_normal((draws, n))])
+    assert not_fail >= 1 - ALPHA / 2 - 3 * math.sqrt(ALPHA / draws)
+    c = approx_mean_check("a", (lo + hi) / 2 + sigma * np.linspace(-1, 1, n), lo, hi, **kw)
+    assert c.power == pytest.approx(power) and c.verdict == ("pass" if power >= 0.8 else "inconclusive")
+
+
+# ------------------------------------------------------------------ majority (claim is the alternative)
+@pytest.mark.parametrize("n,p", [(150, 0.65), (200, 0.65), (20, 0.65)])  # tf-multi-token's pooled runs: 3 x 50, 4 x 50
+def test_majority_check_power_matches_simulation(n, p):
+    from attnsvm.experiments.tf.common import majority_check
+
+    rng = np.random.default_rng(8)
+    power = pw.majority_power(n, p, ALPHA)
+    cs = [majority_check("m", k, n, source=SRC, reason="r", p_win=p) for k in rng.binomial(n, p, DRAWS)]
+    assert _within(np.mean([c.passed for c in cs]), power)
+    assert cs[0].power == pytest.approx(power) and cs[0].power_inputs["fn"] == "sign"
+    assert {c.verdict for c in cs} <= ({"pass", "fail"} if power >= 0.8 else {"pass", "inconclusive"})
+    # a coin (probability 1/2, what unrelated numbers give) passes at most at the level
+    null = np.mean([majority_check("m", k, n, source=SRC, reason="r", p_win=p).passed
+                    for k in rng.binomial(n, 0.5, DRAWS)])
+    assert null <= ALPHA + 3 * math.sqrt(ALPHA / DRAWS)
+    # the default alternative is chance moved by the share shift toward the claim
+    assert majority_check("m", n, n, source=SRC, reason="r").power == pytest.approx(pw.majority_power(n, 0.65, ALPHA))
+
+
+# ------------------------------------------------------------------ grouped orderings: tf-lambda-head's trend test
+@pytest.mark.parametrize("lams", [[0.05, 0.3, 2.0], [0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]])  # quick and full grids
+def test_lambda_head_trend_power_at_the_presets_n(lams, monkeypatch):
+    from attnsvm.experiments import planning
+    from attnsvm.experiments.tf.lambda_head import SPEC_SELECTED, Config
+
+    name = "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)"
+    entry = planning.lookup(name)
+    assert entry is not None and entry["experiment"] == "tf-lambda-head", "the trend test needs its planning sigmas"
+    n = Config().runs  # both presets run 100 seeds per lambda
+    labels = [f"{a:g}->{b:g}" for a, b in zip(lams[:-1], lams[1:])]
+    effects = {k: SPEC_SELECTED[b] - SPEC_SELECTED[a] for k, (a, b) in zip(labels, zip(lams[:-1], lams[1:]))}
+    sigmas = {k: entry["sigmas"][k] for k in labels}
+    power = float(np.prod([pw.ordering_power(n, effects[k], sigmas[k], ALPHA) for k in labels]))
+    assert power >= 0.8, "the trend test is decided at both presets"
+    # the check itself, named as in the experiment, takes the stored sigmas of each group
+    monkeypatch.setattr(planning, "lookup", lambda key: entry if key == name else None)
+    rng = np.random.default_rng(9)
+    from attnsvm.experiments.lm.common import grouped_ordering_check
+
+    draws = 300
+    cs = []
+    for _ in range(draws):
+        groups = {k: effects[k] + sigmas[k] * rng.standard_normal(n) for k in labels}
+        cs.append(grouped_ordering_check(name, groups, 0.0, source=SRC, reason="r", effect=effects))
+    assert cs[0].power == pytest.approx(power)
+    assert _within(np.mean([c.passed for c in cs]), power, draws)
+    # a flat curve (no rise in one group) fails at rate >= 1 - level
+    flat = dict(effects, **{labels[-1]: 0.0})
+    fl = []
+    for _ in range(draws):
+        groups = {k: flat[k] + sigmas[k] * rng.standard_normal(n) for k in labels}
+        fl.append(grouped_ordering_check(name, groups, 0.0, source=SRC, reason="r", effect=effects).passed)
+    assert np.mean(fl) <= ALPHA + 3 * math.sqrt(ALPHA / draws)
+
+
+# ------------------------------------------------------------------ paired checks: the Bonferroni bound is tight enough
+@pytest.mark.parametrize("n,effect,sigma", [(21, 0.15, 0.35), (30, 0.1, 0.2)])
+def test_paired_check_power_is_between_its_bound_and_each_tests_power(n, effect, sigma):
+    from scipy.stats import norm
+
+    draws = 1000
+    rng = np.random.default_rng(10)
+    kw = dict(source=SRC, comparator="c", units="runs", effect=effect, sigma=sigma)
+    cs = [paired_check("p", v, **kw) for v in effect + sigma * rng.standard_normal((draws, n))]
+    bound = cs[0].power
+    rate = np.mean([c.passed for c in cs])
+    se = math.sqrt(max(rate * (1 - rate), 1e-4) / draws)
+    top = min(pw.ordering_power(n, effect, sigma, ALPHA), pw.sign_power(n, float(norm.cdf(effect / sigma)), ALPHA))
+    assert bound - 3 * se <= rate <= top + 3 * se  # the pass needs both tests: at most either one's power
+    assert pw.power_from(cs[0].power_inputs) == pytest.approx(bound)
+
+
+# ------------------------------------------------------------------ the random-direction control (real-*)
+@pytest.mark.parametrize("runs,draws,effect,sigma", [(21, 99, 0.3, 0.0508), (21, 99, 0.17, 0.05)])
+def test_random_direction_check_power_matches_simulation(runs, draws, effect, sigma):
+    import pandas as pd
+
+    from attnsvm.experiments.real.common import _random_direction_check
+
+    sims = 200
+    rng = np.random.default_rng(11)
+    power = pw.random_direction_power(runs, draws, effect, sigma, ALPHA)
+    seeds = np.repeat(np.arange(runs), draws)
+    own = pd.Series(np.full(runs, effect), index=np.arange(runs))
+
+    def run(null_mean):
+        nulls = pd.DataFrame({"seed": seeds, "corr_random_dir": null_mean + sigma * rng.standard_normal(runs * draws)})
+        return _random_direction_check("r", own, nulls, draws, source=SRC, effect=effect, sigma=sigma)
+
+    cs = [run(0.0) for _ in range(sims)]
+    assert cs[0].power == pytest.approx(power)
+    assert _within(np.mean([c.passed for c in cs]), power, sims)
+    assert {c.verdict for c in cs} <= ({"pass", "fail"} if power >= 0.8 else {"pass", "inconclusive"})
+    # no information (own exchangeable with the random directions): passes at most at the level
+    null_pass = np.mean([run(effect).passed for _ in range(sims)])
+    assert null_pass <= ALPHA + 3 * math.sqrt(ALPHA / sims)
+
+
+def test_random_direction_power_limits():
+    assert pw.random_direction_power(5, 50, 0.3, 0.05, ALPHA) == 0.0  # level 1/51 > 0.01: cannot pass
+    assert pw.random_direction_power(5, 99, 0.3, 0.0, ALPHA) == 1.0
+    with pytest.raises(ValueError, match="effect"):
+        pw.random_direction_power(5, 99, 0.0, 0.05, ALPHA)
+
+
+# ------------------------------------------------------------------ power at another preset's size
+def test_power_from_recomputes_each_kind_at_a_scaled_count():
+    assert pw.power_from(dict(fn="share", n=70, op="~", target=0.7, alpha=ALPHA), 132 / 70) == pytest.approx(
+        pw.share_power(132, "~", 0.7, ALPHA)[0])
+    assert pw.power_from(dict(fn="mean", n=50, op=">=", effect=0.05, sigma=0.165, alpha=ALPHA), 10) == pytest.approx(
+        pw.mean_power(500, ">=", 0.05, 0.165, ALPHA))
+    assert pw.power_from(dict(fn="share_difference", n1=70, n2=70, op=">=", target=0.4, alpha=ALPHA, p1=0.65, p2=0.4,
+                              tolerance=True), 2) == pytest.approx(
+        pw.share_difference_power(140, 140, ">=", 0.4, ALPHA, 0.65, 0.4))
+    assert pw.power_from(dict(fn="sign", n=150, p_win=0.65, alpha=ALPHA)) == pytest.approx(pw.sign_power(150, 0.65, ALPHA))
+    assert pw.power_from(dict(fn="unknown")) is None
+    c = share_check("s", 60, 70, ">=", 0.9, source=SRC)
+    assert pw.power_from(c.power_inputs) == pytest.approx(c.power)

@@ -6,7 +6,7 @@ Every :class:`Check` says
 * ``source``: the paper and the place of the claim in it (``'arXiv 2308.16898 "Transformers as
   Support Vector Machines", experiment: percentage of convergence types ...'``); an internal
   spec reference given as the source (``"transformers-as-svms.md 7.2 item 5"``) is moved to
-  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.claims.paper_source`);
+  ``spec_ref`` and replaced by its paper place (:func:`attnsvm.experiments.places.paper_source`);
 * ``value`` and ``threshold``: what was measured and the bar (``">= 0.4"``);
 * ``threshold_reason``: where the bar comes from: the spec's number, or a tolerance
   with its reason (a sampling interval at the run count, solver precision, ...).
@@ -24,6 +24,9 @@ Every :class:`Check` says
 * ``power`` (statistical checks: see :mod:`attnsvm.experiments.power`; ``None`` otherwise)
   and ``alternative`` (what the power is computed against; ``""`` when none);
 * ``spec_ref``: the internal spec line the claim was transcribed from (not shown to users);
+* ``power_inputs``: what the power was computed from (the power function and its arguments, run counts
+  included), so that the power at another preset's size can be computed without running it
+  (:func:`attnsvm.experiments.power.power_from`); ``None`` without a power;
 * ``detail`` (extra measurements that explain the value).
 
 Statistical claims over R runs use one-sided tests at level ``alpha = 0.01``
@@ -63,13 +66,26 @@ FINDINGS_FILE = os.path.join(os.path.dirname(__file__), "findings.txt")
 _RECORD: list | None = None
 
 
-def record_spread(name: str, vals, op: str, lo: float, hi: float | None = None) -> None:
-    """Record the standard deviation of the per-run ``vals`` a mean check received (planning runs only)."""
+def _sd(vals) -> tuple[float, int]:
+    vals = np.asarray(vals, dtype=float).ravel()
+    vals = vals[np.isfinite(vals)]
+    return (float(vals.std(ddof=1)) if vals.size > 1 else 0.0), int(vals.size)
+
+
+def record_spread(name: str, vals, op: str, lo: float, hi: float | None = None, groups: dict | None = None) -> None:
+    """Record the standard deviation of the per-run ``vals`` a mean check received (planning runs only).
+
+    ``groups``: label -> per-run values of each group of a grouped check (each group's spread is recorded
+    too, under ``"sigmas"``; ``vals`` is then ignored and the recorded sigma is the largest group's)."""
     if _RECORD is not None:
-        vals = np.asarray(vals, dtype=float).ravel()
-        vals = vals[np.isfinite(vals)]
-        _RECORD.append({"name": name, "sd": float(vals.std(ddof=1)) if vals.size > 1 else 0.0, "runs": int(vals.size),
-                        "op": op, "lo": float(lo), "hi": None if hi is None else float(hi)})
+        entry = {"name": name, "op": op, "lo": float(lo), "hi": None if hi is None else float(hi)}
+        if groups:
+            sds = {str(k): _sd(v) for k, v in groups.items()}
+            entry["sigmas"] = {k: sd for k, (sd, _) in sds.items()}
+            entry["sd"], entry["runs"] = max(sd for sd, _ in sds.values()), min(n for _, n in sds.values())
+        else:
+            entry["sd"], entry["runs"] = _sd(vals)
+        _RECORD.append(entry)
 
 
 def planned(name: str, sigma, effect, sigma_source: str) -> tuple:
@@ -107,9 +123,10 @@ class Check:
     power: float | None = None
     alternative: str = ""
     spec_ref: str = ""
+    power_inputs: dict | None = None
 
     def __post_init__(self):
-        from attnsvm.experiments.claims import is_internal, paper_source
+        from attnsvm.experiments.places import is_internal, paper_source
 
         if is_internal(self.source):
             # the reader gets the paper and its place; the spec line stays internal (spec_ref)
@@ -155,7 +172,7 @@ def _validate(source: str, reason: str, kind: str) -> None:
 
 def check(name: str, value: float, op: str, bound: float, detail: str = "", *, source: str = "", reason: str = "",
           kind: str = "spec", power: float | None = None, alternative: str = "", claim_is: str | None = None,
-          spec_ref: str = "") -> Check:
+          spec_ref: str = "", power_inputs: dict | None = None) -> Check:
     """Compare ``value`` with ``bound`` (``op`` in <, <=, >, >=, ==); NaN never passes.
 
     ``source`` and ``reason`` are required (the empty defaults exist only so that a
@@ -177,7 +194,7 @@ def check(name: str, value: float, op: str, bound: float, detail: str = "", *, s
         reason = f"{reason}; {_power_note(power, alternative)}"
     return Check(name=name, value=value, threshold=f"{op} {bound:g}", passed=passed, source=source,
                  threshold_reason=reason, kind=kind, detail=detail, verdict=verdict, power=power,
-                 alternative=alternative, spec_ref=spec_ref)
+                 alternative=alternative, spec_ref=spec_ref, power_inputs=power_inputs if power is not None else None)
 
 
 def integrity_check(name: str, value: float, op: str, bound: float, detail: str = "", *, reason: str) -> Check:
@@ -221,7 +238,9 @@ def share_check(name: str, successes, total, op: str, target: float, detail: str
                    if alts else "")
     return Check(name, share, thr, bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", (detail + "; " if detail else "") + f"{successes}/{total}",
-                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref)
+                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
+                 power_inputs=dict(fn="share", n=total, op=op, target=target, alpha=alpha, alternatives=alts)
+                 if alts else None)
 
 
 def _one_sided(op: str, value: float, target: float, tol: float) -> tuple[float, bool]:
@@ -269,8 +288,10 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     bound, passed = _one_sided(op, mean, target, tol)
     power, alternative = None, ""
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
+    inputs = None
     if sigma is not None and effect is not None:
         power = mean_power(R, op, effect, sigma, alpha)
+        inputs = dict(fn="mean", n=R, op=op, effect=effect, sigma=sigma, alpha=alpha)
         alt = target - effect if op == ">=" else target + effect
         alternative = f"true mean {alt:g} (target {'-' if op == '>=' else '+'} {effect:g}), planning sigma {sigma:g}"
         alternative += f" ({sigma_source})" if sigma_source else ""
@@ -278,7 +299,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
         alternative = f"true mean {target - effect if op == '>=' else target + effect:g}; no planning sigma stated"
     return Check(name, mean, f"{op} {bound:.4g}", bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", detail, verdict=_null_verdict(passed, power), power=power, alternative=alternative,
-                 spec_ref=spec_ref)
+                 spec_ref=spec_ref, power_inputs=inputs)
 
 
 def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, detail: str = "", *, source: str,
@@ -318,7 +339,9 @@ def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, de
         alternative = f"true shares {p1:g} and {p2:g} (difference {p1 - p2:g})"
     return Check(name, diff, f"{op} {bound:.4g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", (detail + "; " if detail else "") + f"{s1}/{n1} - {s2}/{n2}",
-                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref)
+                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
+                 power_inputs=None if power is None else dict(fn="share_difference", n1=n1, n2=n2, op=op, target=target,
+                                                              alpha=alpha, p1=p1, p2=p2, tolerance=tolerance))
 
 
 @dataclass(frozen=True)

@@ -22,103 +22,10 @@ import os
 import re
 import sys
 
-__all__ = ["PAPERS", "PLACES", "is_internal", "paper_source", "claims_page", "main"]
+__all__ = ["PAPERS", "PLACES", "SIZE_RULES", "is_internal", "paper_source", "preset_sizes", "full_power", "claims_page",
+           "main"]
 
-TF = 'arXiv 2308.16898 "Transformers as Support Vector Machines"'
-MM = 'arXiv 2306.13596 "Max-Margin Token Selection in Attention Mechanism"'
-LM = ('"On the similarity between attention and SVM on the token separation and selection behavior" '
-      "(anonymous, under review; no arXiv id)")
-PAPERS = {"transformers-as-svms.md": TF, "max-margin-token-selection.md": MM, "causal-language-modeling.md": LM}
-
-#: (spec file, pattern on the rest of the reference, the paper's place); the first match wins
-PLACES: list[tuple[str, str, str]] = [
-    # Transformers as Support Vector Machines
-    ("transformers-as-svms.md", r"5 E8", "sequence-to-sequence and causal extension (Seq-SVM, causal SVM); the paper "
-                                          "has no such experiment: protocol of this project"),
-    ("transformers-as-svms.md", r"3\.7 and 7\.1 item 5", "over-parameterization result (Att-SVM feasible when "
-                                                          "d >= max(T-1, n)), applied to the sequence SVM"),
-    ("transformers-as-svms.md", r"5 E4|7\.2 item 5", "experiment: percentage of convergence types (global / local / "
-                                                      "neither) vs d"),
-    ("transformers-as-svms.md", r"7\.2 item 1|5 E2", "experiment: local convergence with random data (official "
-                                                      "notebook local_converge.ipynb); theorems W -> Att-SVM, "
-                                                      "(K,Q) -> Att-SVM*"),
-    ("transformers-as-svms.md", r"7\.2 item 2|5 E1", "2-D directional-convergence figures (official notebooks "
-                                                      "visualization1/2.ipynb)"),
-    ("transformers-as-svms.md", r"7\.2 item 3|9\.1", "experiment: rank of the SVM solutions vs d (official notebook "
-                                                      "svm_rank.ipynb); result: rank(W^mm) <= n"),
-    ("transformers-as-svms.md", r"7\.1 item 5", "over-parameterization result: Att-SVM is feasible for every token "
-                                                 "choice when d >= max(T-1, n)"),
-    ("transformers-as-svms.md", r"7\.2 item 4", "over-parameterization result: feasibility of Att-SVM vs d"),
-    ("transformers-as-svms.md", r"7\.2 item 6|5 E5", "experiment: multi-token selection with an MLP (ReLU) head "
-                                                      "(official notebook multi_token_converge.ipynb); Gen-SVM and "
-                                                      "W_fin + R W_svm"),
-    ("transformers-as-svms.md", r"7\.2 item 7", "nonlinear head h(a) = v^T a - lambda ||a||^2: number of selected "
-                                                 "tokens vs lambda"),
-    ("transformers-as-svms.md", r"7\.2 item 8", "over-parameterization: more tokens become support vectors as d "
-                                                 "grows"),
-    ("transformers-as-svms.md", r"2\.2 and 7\.3", "implicit bias of (K,Q): the nuclear-norm Att-SVM*, not the "
-                                                   "Frobenius Att-SVM"),
-    ("transformers-as-svms.md", r"3\.1 and 4 thm 4", "optimal tokens (token scores of the head) and global "
-                                                      "convergence of GD"),
-    ("transformers-as-svms.md", r"2\.4 and 4 thm 2, 8", "(K,Q) -> nuclear-norm Att-SVM* and the Gen-SVM of "
-                                                         "multi-token selections"),
-    ("transformers-as-svms.md", r"4 thm 2 and 7\.3", "theorem: GD on (K,Q) converges in direction to the "
-                                                      "nuclear-norm Att-SVM*"),
-    ("transformers-as-svms.md", r"4 thm 1, 4 and 7\.3", "theorems: GD on W converges in direction to the Frobenius "
-                                                         "Att-SVM of its selections"),
-    ("transformers-as-svms.md", r"4 thm 4 and 7\.3", "theorem: GD on W / (K,Q) selects tokens (global "
-                                                      "convergence)"),
-    # Max-Margin Token Selection in Attention Mechanism
-    ("max-margin-token-selection.md", r"8 E3|6 Joint|3\.9|fact (9|10)\b", "Fig. 3: joint training of v and p "
-                                                                           "(regularization path and GD)"),
-    ("max-margin-token-selection.md", r"8 E4|Role of the loss|fact 11", "experiment: role of the loss function "
-                                                                         "(likely Fig. 4)"),
-    ("max-margin-token-selection.md", r"8 E1|fact [1-4]\b", "experiment: single input, GD on p converges to "
-                                                             "p^mm (likely Fig. 1)"),
-    ("max-margin-token-selection.md", r"8 E2|fact ([5-8]|1[2-5])\b|Appendix A|1\.3 item 2|2 \[RUN\]|6 Rates|6 GD on W",
-     "experiment: multiple inputs (data of Appendix A), GD on p and W, rates (likely Fig. 2)"),
-    ("max-margin-token-selection.md", r"6 Lemma L2", "lemma: the loss decreases along the max-margin direction"),
-    ("max-margin-token-selection.md", r"3\.7 cone|6 Local GD|6 Regularization path \(local", "local theory: "
-                                                                                             "regularization path "
-                                                                                             "and GD inside a cone "
-                                                                                             "around a locally "
-                                                                                             "optimal p^mm"),
-    ("max-margin-token-selection.md", r"6 Regularization path", "theorem: the regularization path converges in "
-                                                                 "direction to p^mm"),
-    # the causal-LM paper
-    ("causal-language-modeling.md", r"C1", "Sec. 4, Fig. 1 (Theorem 3.15): the cosine similarity between X(k) and "
-                                           "the soft-margin Att-SVM"),
-    ("causal-language-modeling.md", r"C2", "Sec. 4, Fig. 2: the margin between optimal and non-optimal tokens"),
-    ("causal-language-modeling.md", r"only support tokens carry gradient", "Sec. 1 (contributions: only a few "
-                                                                            "tokens, the support vectors, contribute "
-                                                                            "to the gradient)"),
-    ("causal-language-modeling.md", r"C3", "Sec. 1 (contributions) and Sec. 3.3-3.4 (Lemma 3.13): softmax attention "
-                                           "trains more stably than linear attention"),
-]
-
-_SPEC = re.compile(r"(transformers-as-svms\.md|max-margin-token-selection\.md|causal-language-modeling\.md)")
-
-
-def is_internal(source: str) -> bool:
-    """Whether ``source`` names an internal reference (a spec file, a seed file, an issue's item)."""
-    s = str(source)
-    return bool(_SPEC.search(s) or re.search(r"\bseed \d{3}|\bspec item\b|\bissue \d", s))
-
-
-def paper_source(spec_ref: str) -> str:
-    """The paper and place of the claim an internal spec reference names; ValueError when none matches.
-
-    ``spec_ref``: e.g. ``"transformers-as-svms.md 7.2 item 5"``. The first spec file named decides
-    the paper; the first :data:`PLACES` pattern matching the text after it decides the place.
-    """
-    m = _SPEC.search(str(spec_ref))
-    if m is None:
-        raise ValueError(f"spec_ref must name a spec file ({', '.join(PAPERS)}), got {spec_ref!r}")
-    rest = str(spec_ref)[m.end():]
-    for file, pattern, place in PLACES:
-        if file == m.group(1) and re.search(pattern, rest):
-            return f"{PAPERS[file]}, {place}"
-    raise ValueError(f"no paper place known for {spec_ref!r}: add a pattern to attnsvm.experiments.claims.PLACES")
+from attnsvm.experiments.places import PAPERS, PLACES, is_internal, paper_source  # noqa: F401  (re-exported)
 
 
 # ------------------------------------------------------------------ the docs page
@@ -129,6 +36,71 @@ def _cell(text) -> str:
 def _sizes(meta: dict) -> str:
     runs = meta.get("runs")
     return f"{meta.get('preset', '?')} preset: {runs} runs/instances" if runs is not None else "?"
+
+
+#: experiment -> [(pattern on the check name, config fields whose product of sizes is the check's run count)]:
+#: how a statistical check's run count follows the preset (a list field counts its length). The first match
+#: wins; a check without a rule has no power at the other preset here (its count does not scale with one set
+#: of fields: pooled over a grid that the presets choose differently, or over units the presets share).
+SIZE_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "tf-convergence-types": [(r"at d=\d+", ("runs",))],
+    "tf-feasibility": [(r"at d=\d+", ("instances",))],
+    "tf-local-convergence": [(r".", ("runs",))],
+    "tf-seq-causal": [(r".", ("runs",))],
+    "tf-lambda-head": [(r"at lambda=", ("runs",))],
+    "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
+    "lm-margins": [(r"^C2", ("runs",))],
+    "real-digits": [(r"random directions|per run$", ("seeds",))],
+    "real-minilm-embeddings": [(r"random directions", ("seeds",))],
+    "real-minilm-heads": [(r".", ("layers", "heads"))],
+}
+
+
+def _size(config, fields) -> int:
+    out = 1
+    for f in fields:
+        v = getattr(config, f)
+        out *= len(v) if isinstance(v, (list, tuple, dict)) else int(v)
+    return out
+
+
+def preset_sizes(name: str) -> str:
+    """The quick and full presets' values of experiment ``name``'s preset fields (those its quick preset changes,
+    and those its checks' run counts follow), e.g. ``"quick: runs = 70, ...; full: runs = 132, ..."``; "" if unknown."""
+    from attnsvm.experiments import build_config, registry
+
+    exp = registry().get(name)
+    if exp is None:
+        return ""
+    quick, full = build_config(exp, quick=True), build_config(exp, quick=False)
+    keys = [k for k in exp.quick if k not in ("chunk", "examples", "record_every")]
+    keys += [f for _, fs in SIZE_RULES.get(name, []) for f in fs if f not in keys]
+    keys = list(dict.fromkeys(keys))
+
+    def fmt(cfg):
+        return ", ".join(f"{k} = {getattr(cfg, k)}" for k in keys)
+    return f"quick: {fmt(quick)}; full: {fmt(full)}" if keys else "quick and full presets are the same"
+
+
+def full_power(name: str, check: dict) -> tuple[float | None, str]:
+    """The power of a quick-preset check (dict of checks.json) at the full preset's run count, computed from its
+    ``power_inputs`` without running the full preset: ``(power, what)`` with ``what`` the full count, or
+    ``(None, why not)``."""
+    from attnsvm.experiments import build_config, registry
+    from attnsvm.experiments.power import power_from
+
+    inputs = check.get("power_inputs")
+    if not inputs:
+        return None, "no power inputs"
+    exp = registry().get(name)
+    rule = next((fs for pat, fs in SIZE_RULES.get(name, []) if re.search(pat, check["name"])), None)
+    if exp is None or rule is None:
+        return None, "its run count does not follow one preset field"
+    q, f = _size(build_config(exp, quick=True), rule), _size(build_config(exp, quick=False), rule)
+    scale = f / q
+    n = next((inputs[k] for k in ("n", "n1", "runs") if k in inputs), None)
+    power = power_from(inputs, scale)
+    return power, (f"n = {max(1, int(round(n * scale)))}" if n is not None else f"x{scale:g}")
 
 
 def claims_page(results_dir: str, full_dir: str | None = None) -> str:
@@ -142,10 +114,14 @@ def claims_page(results_dir: str, full_dir: str | None = None) -> str:
     names = sorted(n for n in os.listdir(results_dir) if os.path.isfile(os.path.join(results_dir, n, "checks.json")))
     lines = ["# Claims and how they are checked", "",
              "Every check of `attnsvm reproduce`, one row each: the claim in words, where it stands in the paper, the "
-             "threshold and where it comes from, the sizes of the preset the row was generated from, and the power of "
-             "statistical checks against their stated alternative (a pass with power below 0.8 is *inconclusive*; "
-             "see {doc}`experiments`). Generated by `python -m attnsvm.experiments.claims RESULTS_DIR` from a "
-             "`reproduce --quick` run; `tests/test_reproduce.py` checks that every check's source has its row.", ""]
+             "threshold and where it comes from, the verdict, the sizes of both presets, and the power of statistical "
+             "checks against their stated alternative at the preset the row was generated from and at the full "
+             "preset (computed from the same power function at the full preset's run count, without running it; "
+             "power is sawtooth in the run count, so each figure holds at its own count). A pass of a claim tested "
+             "as the null with power below 0.8 is *inconclusive*, and so is a fail of a claim tested as the "
+             "alternative (see {doc}`experiments`). Generated by `python -m attnsvm.experiments.claims RESULTS_DIR` "
+             "from a `reproduce --quick` run; `tests/test_reproduce.py` checks that every check's source has its row.",
+             ""]
     for name in names:
         with open(os.path.join(results_dir, name, "checks.json"), encoding="utf-8") as fh:
             checks = json.load(fh)
@@ -158,18 +134,26 @@ def claims_page(results_dir: str, full_dir: str | None = None) -> str:
         if full_dir and os.path.isfile(os.path.join(full_dir, name, "checks.json")):
             with open(os.path.join(full_dir, name, "checks.json"), encoding="utf-8") as fh:
                 full = {c["name"]: c for c in json.load(fh)}
-        lines += [f"## {name}", "", f"{_cell(meta.get('title', ''))} ({_sizes(meta)})", "",
-                  "| claim | paper and place | threshold and why | kind | power (alternative) |",
-                  "|---|---|---|---|---|"]
+        sizes = preset_sizes(name)
+        lines += [f"## {name}", "", f"{_cell(meta.get('title', ''))} ({_sizes(meta)})", ""]
+        lines += [f"Preset sizes: {_cell(sizes)}.", ""] if sizes else []
+        lines += ["| claim | paper and place | threshold and why | kind | verdict | power at this preset (alternative) "
+                  "| power at the full preset |", "|---|---|---|---|---|---|---|"]
         for c in checks:
             power = c.get("power")
             pw = "—" if power is None else f"{power:.3f}"
             if c.get("alternative"):
                 pw += f" ({c['alternative']})"
             if c["name"] in full and full[c["name"]].get("power") is not None:
-                pw += f"; full preset: {full[c['name']]['power']:.3f}"
+                fp = f"{full[c['name']]['power']:.3f} (measured run)"
+            elif power is not None and meta.get("preset") == "quick":
+                p_full, what = full_power(name, c)
+                fp = f"{p_full:.3f} ({what}, computed)" if p_full is not None else f"— ({what})"
+            else:
+                fp = "—"
             lines.append(f"| {_cell(c['name'])} | {_cell(c.get('source', ''))} | {_cell(c.get('threshold', ''))}: "
-                         f"{_cell(c.get('threshold_reason', ''))} | {_cell(c.get('kind', ''))} | {_cell(pw)} |")
+                         f"{_cell(c.get('threshold_reason', ''))} | {_cell(c.get('kind', ''))} | "
+                         f"{_cell(c.get('verdict', ''))} | {_cell(pw)} | {_cell(fp)} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -1,12 +1,15 @@
-"""Planning sigmas of the mean checks: stored, measured on seeds no preset uses, never on the run judged.
+"""Planning sigmas of the statistical checks: stored, measured on seeds no preset uses, never on the run judged.
 
-The power of a mean check (:func:`attnsvm.experiments.checks.mean_check`) needs the spread of the
-per-run values *before* the run: a planning sigma. ``planning.json`` beside this module stores, per
-check name, the standard deviation of the values that check received when the experiment's quick
-preset was run on seeds shifted by :data:`SEED_OFFSET` (disjoint from every preset's seeds), the run
-count, the stated alternative effect (:func:`effect_rule`) and how it was measured. Re-measure with::
+The power of a mean check (:func:`attnsvm.experiments.checks.mean_check`), an ordering or paired check
+and a random-direction control needs the spread of the per-run values *before* the run: a planning
+sigma. ``planning.json`` beside this module stores, per check name, the standard deviation of the
+values that check received when the experiment's quick preset was run on seeds shifted by
+:data:`SEED_OFFSET` (disjoint from every preset's seeds), the run count, the stated alternative effect
+(:func:`effect_rule`) and how it was measured; a grouped check also stores each group's sigma
+(``"sigmas"``, groups of the full preset measured with ``--full``). Re-measure with::
 
     python -m attnsvm.experiments.planning_run tf-local-convergence tf-convergence-types ...
+    python -m attnsvm.experiments.planning_run --full tf-lambda-head
 
 The alternative effect of a mean check is a rule stated before any measurement (:func:`effect_rule`),
 the counterpart of the shares' 0.15 shift: a factor 2 on the distance to the natural end of the scale.
@@ -26,7 +29,8 @@ _CACHE: dict = {}
 
 
 def load_planning(path: str | None = None) -> dict:
-    """``{check name: {"experiment", "sigma", "runs", "effect", "rule", "measured"}}`` from ``planning.json``."""
+    """``{check name: {"experiment", "sigma", "runs", "effect", "rule", "measured"[, "sigmas"]}}`` from
+    ``planning.json``."""
     path = path or PLANNING_FILE
     if path not in _CACHE:
         if not os.path.isfile(path):

@@ -1,8 +1,8 @@
 """Measure the planning sigmas of :mod:`attnsvm.experiments.planning` (a separate run on shifted seeds).
 
-``python -m attnsvm.experiments.planning_run NAME ...`` runs each experiment's quick preset on seeds
-shifted by :data:`~attnsvm.experiments.planning.SEED_OFFSET` and merges the spread every mean check saw
-into ``planning.json``.
+``python -m attnsvm.experiments.planning_run [--full] NAME ...`` runs each experiment's quick preset (``--full``:
+the full one) on seeds shifted by :data:`~attnsvm.experiments.planning.SEED_OFFSET` and merges the spread
+every mean, ordering, paired and random-direction check saw into ``planning.json``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from attnsvm.experiments.planning import PLANNING_FILE, SEED_OFFSET, _CACHE, eff
 __all__ = ["measure", "main"]
 
 
-def measure(name: str, offset: int = SEED_OFFSET) -> dict:
-    """Run the quick preset of experiment ``name`` on seeds shifted by ``offset`` and record, for every
-    mean check, the standard deviation and count of the values it received. Experiments whose tasks
-    carry no ``seeds`` cannot be shifted: ValueError."""
+def measure(name: str, offset: int = SEED_OFFSET, full: bool = False) -> dict:
+    """Run the quick preset (``full``: the full one) of experiment ``name`` on seeds shifted by ``offset`` and
+    record, for every mean, ordering, paired or random-direction check, the standard deviation and count of
+    the values it received (a grouped check: each group's too, under ``"sigmas"``).
+
+    Seeds are shifted in the config when it has a ``seed`` (int) or ``seeds`` (list) field; otherwise in the
+    tasks (their run_task reads an optional ``"seeds"`` parameter, default seeds 0..runs-1)."""
     import pandas as pd
 
     from attnsvm.experiments import build_config, registry
@@ -28,13 +31,23 @@ def measure(name: str, offset: int = SEED_OFFSET) -> dict:
     from attnsvm.experiments.base import Task
 
     exp = registry()[name]
-    cfg = build_config(exp, quick=True)
-    tasks = exp.tasks(cfg)
-    if not tasks:
+    cfg = build_config(exp, quick=not full)
+    fields = type(cfg).model_fields
+    if "seed" in fields or "seeds" in fields:
+        upd = {}
+        if "seed" in fields:
+            upd["seed"] = int(cfg.seed) + offset
+        if "seeds" in fields:
+            upd["seeds"] = [int(s) + offset for s in cfg.seeds]
+        cfg = cfg.model_copy(update=upd)
+        shifted = exp.tasks(cfg)
+    else:
+        tasks = exp.tasks(cfg)
+        shifted = [Task(t.key, t.runs, {**t.params, "seeds": [int(s) + offset for s in t.params.get("seeds",
+                                                                                                    range(t.runs))]})
+                   for t in tasks]
+    if not shifted:
         raise ValueError(f"{name}: no tasks")
-    # tasks without a seed list run seeds 0..runs-1 (their run_task reads an optional "seeds" parameter)
-    shifted = [Task(t.key, t.runs, {**t.params, "seeds": [int(s) + offset for s in t.params.get("seeds", range(t.runs))]})
-               for t in tasks]
     table = pd.concat([exp.run_task(cfg, t) for t in shifted], ignore_index=True)
     checks_mod._RECORD = []
     try:
@@ -50,7 +63,10 @@ def measure(name: str, offset: int = SEED_OFFSET) -> dict:
         effect, rule = effect_rule(r["op"], r["lo"], r.get("hi"))
         out[r["name"]] = {"experiment": name, "sigma": float(f"{r['sd']:.4g}"), "runs": int(r["runs"]),
                           "effect": float(f"{effect:.4g}"), "rule": rule,
-                          "measured": f"{name} quick preset on seeds + {offset}, attnsvm {_version()}, {stamp}"}
+                          "measured": f"{name} {'full' if full else 'quick'} preset on seeds + {offset}, attnsvm "
+                                      f"{_version()}, {stamp}"}
+        if r.get("sigmas"):
+            out[r["name"]]["sigmas"] = {k: float(f"{v:.4g}") for k, v in r["sigmas"].items()}
     return out
 
 
@@ -61,14 +77,25 @@ def _version() -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m attnsvm.experiments.planning_run NAME ...``: measure and merge into ``planning.json``."""
+    """``python -m attnsvm.experiments.planning_run [--full] NAME ...``: measure and merge into ``planning.json``."""
     names = list(sys.argv[1:] if argv is None else argv)
+    full = "--full" in names
+    names = [n for n in names if n != "--full"]
     data = {"note": "planning sigmas of the mean checks; see attnsvm.experiments.planning", "checks": {}}
     if os.path.isfile(PLANNING_FILE):
         with open(PLANNING_FILE, encoding="utf-8") as fh:
             data = json.load(fh)
     for name in names:
-        data["checks"].update(measure(name))
+        for key, entry in measure(name, full=full).items():
+            old = data["checks"].get(key)
+            if full and old and not (old.get("sigmas") and entry.get("sigmas")):
+                continue  # the quick preset's planning entry stays; the full preset only adds groups and names
+            if old and old.get("sigmas") and entry.get("sigmas"):
+                # a grouped check measured on both presets (different groups): keep every group's sigma
+                entry["sigmas"] = {**old["sigmas"], **entry["sigmas"]}
+                entry["sigma"] = max(entry["sigmas"].values())
+                entry["measured"] = f"{old['measured']}; {entry['measured']}"
+            data["checks"][key] = entry
     data["checks"] = dict(sorted(data["checks"].items()))
     with open(PLANNING_FILE, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)

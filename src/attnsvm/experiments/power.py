@@ -23,13 +23,26 @@ import numpy as np
 
 __all__ = [
     "POWER_GOAL", "SHARE_SHIFT", "share_alternatives", "share_bounds", "share_power", "share_difference_passes",
-    "share_difference_power", "mean_power", "ordering_power", "sign_min_wins", "sign_power", "decide",
+    "share_difference_power", "mean_power", "ordering_power", "sign_min_wins", "sign_power", "majority_power",
+    "random_direction_power", "power_from", "CORR_EFFECT", "LEVEL_CORR", "STANDARDIZED_EFFECT", "MAJORITY_WIN", "decide",
 ]
 
 #: the power a check needs for its verdict to count (below it: inconclusive)
 POWER_GOAL = 0.8
 #: a share claim's alternative: the spec's value moved by this much toward the side that breaks the claim
 SHARE_SHIFT = 0.15
+#: the stated effect of an ordering of correlations or cosines (a paired difference on the correlation scale):
+#: Cohen's "small" correlation 0.1
+CORR_EFFECT = 0.1
+#: the stated alternative of a random-direction control: the trained matrix correlates 0.3 with its SVM in every
+#: run (Cohen's "medium" correlation), a matrix only moderately aligned with the direction the theory predicts
+LEVEL_CORR = 0.3
+#: the stated effect of an ordering of a quantity without a natural scale (a normalized margin, a norm, a trend
+#: whose size shrinks with the quantity): the mean difference 0.8 standard deviations (Cohen's "large" d)
+STANDARDIZED_EFFECT = 0.8
+#: the stated alternative of a run-level majority or sign test: each unit wins with chance 1/2 moved by
+#: :data:`SHARE_SHIFT` toward the claim
+MAJORITY_WIN = 0.5 + SHARE_SHIFT
 #: noncentrality above which a t test's power is 1 to double precision (and scipy's nct leaves its range)
 _NC_MAX = 200.0
 
@@ -191,6 +204,68 @@ def sign_power(n: int, p_win: float, alpha: float) -> float:
 
     k = sign_min_wins(n, alpha)
     return float(binom.sf(k - 1, n, p_win)) if k <= n else 0.0
+
+
+def majority_power(n: int, p_win: float, alpha: float) -> float:
+    """Probability that a majority check (successes above the one-sided level-``alpha`` binomial quantile under
+    1/2, :func:`attnsvm.experiments.tf.trajectories.majority_check`) passes at ``n`` runs when each run succeeds
+    with ``p_win``. The same rule as the exact sign test: passing needs at least :func:`sign_min_wins` successes."""
+    return sign_power(n, p_win, alpha)
+
+
+def random_direction_power(runs: int, draws: int, effect: float, sigma: float, alpha: float) -> float:
+    """Probability that the random-direction control passes: every one of ``runs`` runs beats all of its ``draws``
+    random directions, when each run's correlation is ``effect`` and the random directions' correlations are
+    independent normal with mean 0 and standard deviation ``sigma`` (the planning sigma).
+
+    Per run ``Phi(effect / sigma) ** draws``; over the runs its ``runs``-th power. A control with too few
+    draws (level ``1 / (draws + 1)`` above ``alpha``) cannot pass: 0.
+    """
+    from scipy.stats import norm
+
+    runs, draws = _check_n(runs, "runs"), _check_n(draws, "draws")
+    if not (sigma >= 0 and effect > 0):
+        raise ValueError(f"sigma must be >= 0 and effect positive, got sigma={sigma!r}, effect={effect!r}")
+    if 1.0 / (draws + 1) > alpha:
+        return 0.0
+    if sigma == 0:
+        return 1.0
+    return float(math.exp(runs * draws * float(norm.logcdf(effect / sigma))))
+
+
+def power_from(inputs: dict, scale: float = 1.0) -> float | None:
+    """The power of a check from its recorded ``power_inputs`` (``Check.power_inputs``), with every run count
+    multiplied by ``scale`` (rounded, at least 1): the power at another preset's size, computed without running
+    it. ``inputs["fn"]`` names the power function (``share``, ``share_difference``, ``mean``, ``ordering``,
+    ``paired``, ``sign``, ``random_direction``); None for an unknown one. Power is sawtooth in ``n``: the
+    result holds at the scaled count only.
+    """
+    def sc(n):
+        return max(1, int(round(float(n) * scale)))
+
+    fn = inputs.get("fn")
+    a = inputs.get("alpha")
+    if fn == "share":
+        p, _ = share_power(sc(inputs["n"]), inputs["op"], inputs["target"], a, inputs.get("alternatives"))
+        return p
+    if fn == "share_difference":
+        return share_difference_power(sc(inputs["n1"]), sc(inputs["n2"]), inputs["op"], inputs["target"], a,
+                                      inputs["p1"], inputs["p2"], inputs.get("tolerance", True))
+    if fn == "mean":
+        return mean_power(sc(inputs["n"]), inputs["op"], inputs["effect"], inputs["sigma"], a)
+    if fn == "ordering":
+        return ordering_power(sc(inputs["n"]), inputs["effect"], inputs["sigma"], a)
+    if fn == "paired":
+        from scipy.stats import norm
+
+        n = sc(inputs["n"])
+        e, s = inputs["effect"], inputs["sigma"]
+        return max(0.0, ordering_power(n, e, s, a) + sign_power(n, float(norm.cdf(e / s)), a) - 1.0)
+    if fn == "sign":
+        return sign_power(sc(inputs["n"]), inputs["p_win"], a)
+    if fn == "random_direction":
+        return random_direction_power(sc(inputs["runs"]), int(inputs["draws"]), inputs["effect"], inputs["sigma"], a)
+    return None
 
 
 def decide(passed: bool, power, claim_is: str) -> str:

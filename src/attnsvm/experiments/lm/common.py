@@ -56,9 +56,34 @@ def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0, langu
 # ------------------------------------------------------------------ qualitative checks of the lm-* experiments
 
 
+def _ordering_plan(name: str, margin: float, effect, sigma, sigma_source: str, standardized, effect_reason: str,
+                   label: str | None = None):
+    """``(effect, sigma, alternative)`` of an ordering: a standardized effect (sigma 1), else the stated ``effect``
+    with the given ``sigma`` or the stored planning sigma of the check ``name`` (group ``label``: its own sigma
+    when the planning entry has one); ``(None, None, "")`` without an effect."""
+    why = f"; {effect_reason}" if effect_reason else ""
+    if standardized is not None:
+        return float(standardized), 1.0, (f"a mean difference {standardized:g} standard deviations above the margin "
+                                          f"{margin:g}{why}")
+    if effect is None:
+        return None, None, ""
+    if sigma is None:
+        from attnsvm.experiments.planning import lookup
+
+        entry = lookup(name)
+        if entry is not None:
+            sigma = entry.get("sigmas", {}).get(label, entry["sigma"]) if label is not None else entry["sigma"]
+            sigma_source = f"planning sigma measured on the {entry['measured']} ({entry['runs']} runs)"
+    if sigma is None:
+        return float(effect), None, f"true mean difference {margin + effect:g} (margin + {effect:g}{why}); no planning sigma"
+    return float(effect), float(sigma), (f"true mean difference {margin + effect:g} (margin + {effect:g}{why}), "
+                                         f"planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+
+
 def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, source: str, reason: str,
                    alpha: float | None = None, effect: float | None = None, sigma: float | None = None,
-                   sigma_source: str = "", spec_ref: str = ""):
+                   sigma_source: str = "", spec_ref: str = "", standardized: float | None = None,
+                   effect_reason: str = "", record: bool = True):
     """A qualitative claim "A exceeds B by more than ``margin``" tested on per-run paired differences.
 
     ``diffs (R,)`` holds ``a_r - b_r`` for the R runs (comparator B fixed in advance: a random
@@ -68,10 +93,14 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
     are significant evidence of the ordering. NaN values fail the check (never dropped).
 
     The claim is the alternative: a pass is significant evidence. ``power`` is the probability
-    of passing at R runs when the true mean difference exceeds the margin by ``effect`` and the
-    runs' standard deviation is the planning ``sigma`` (from ``sigma_source``, never the run
-    judged; :func:`attnsvm.experiments.power.ordering_power`). A fail with power below 0.8 (or
-    unknown) is ``"inconclusive"``.
+    of passing at R runs when the true mean difference exceeds the margin by ``effect`` (stated
+    with ``effect_reason``) and the runs' standard deviation is ``sigma``, by default the stored
+    planning sigma of the check ``name`` (measured on shifted seeds, never the run judged;
+    :mod:`attnsvm.experiments.planning`); ``standardized=d``: the effect is ``d`` standard deviations
+    (for quantities without a natural scale; no planning sigma needed). See
+    :func:`attnsvm.experiments.power.ordering_power`. A fail with power below 0.8 is
+    ``"inconclusive"``; with unknown power it stays a fail. ``record``: report the spread to a planning
+    run (:func:`attnsvm.experiments.checks.record_spread`).
 
     Returns
     -------
@@ -81,16 +110,16 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
 
     from scipy.stats import t as student_t
 
+    from attnsvm.experiments.checks import record_spread
     from attnsvm.experiments.power import ordering_power
 
     alpha = ALPHA if alpha is None else alpha
-    power, alternative = None, ""
-    if effect is not None and sigma is not None:
-        power = ordering_power(max(np.asarray(diffs).size, 1), effect, sigma, alpha)
-        alternative = (f"true mean difference {margin + effect:g} (margin + {effect:g}), planning sigma {sigma:g}"
-                       + (f" ({sigma_source})" if sigma_source else ""))
     vals = np.asarray(diffs, dtype=float).ravel()
     R = vals.size
+    if record and effect is not None and standardized is None:
+        record_spread(name, vals, ">", effect)
+    effect, sigma, alternative = _ordering_plan(name, margin, effect, sigma, sigma_source, standardized, effect_reason)
+    power = ordering_power(max(R, 1), effect, sigma, alpha) if sigma is not None else None
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return check(name, float("nan"), ">", margin, (detail + "; " if detail else "") + f"{bad} of {R} runs without a value",
@@ -102,7 +131,8 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
            f"(level {alpha:g}, {R} runs, s.e. {se:.3g})")
     return check(name, mean, ">", margin + tol, (detail + "; " if detail else "") + f"{R} runs, min {vals.min():.4g}, "
                  f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative", power=power,
-                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref)
+                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref,
+                 power_inputs=dict(fn="ordering", n=max(R, 1), effect=effect, sigma=sigma, alpha=alpha))
 
 
 def preset_deviations(exp, config) -> list[dict]:
@@ -124,27 +154,41 @@ def preset_deviations(exp, config) -> list[dict]:
 
 
 def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail: str = "", *, source: str,
-                           reason: str, alpha: float | None = None, effect: float | None = None,
-                           sigma: float | None = None, sigma_source: str = "", spec_ref: str = ""):
+                           reason: str, alpha: float | None = None, effect=None, sigma: float | None = None,
+                           sigma_source: str = "", spec_ref: str = "", standardized: float | None = None,
+                           effect_reason: str = ""):
     """:func:`ordering_check` in every group (e.g. every configuration) at once.
 
     ``groups`` maps a label to the per-run differences of that group. Value: the smallest over
     the groups of (mean difference - its Student-t tolerance); passes when it exceeds ``margin``,
     i.e. when every group on its own is significant evidence of the ordering. A group without
     values (or with NaN) fails the check. Power (claim is the alternative): the product over the
-    independent groups of :func:`ordering_power` at each group's run count (every group must pass).
+    independent groups of :func:`ordering_power` at each group's run count (every group must pass),
+    with ``effect`` (a number, or label -> number: each group's stated effect) and each group's
+    planning sigma (the stored entry's ``sigmas`` for the label, else its largest group's), or a
+    ``standardized`` effect.
     """
+    from attnsvm.experiments.checks import record_spread
     from attnsvm.experiments.power import ordering_power
 
+    alpha_ = ALPHA if alpha is None else alpha
     power, alternative = None, ""
-    if effect is not None and sigma is not None and groups:
-        power = float(np.prod([ordering_power(max(np.asarray(v).size, 1), effect, sigma, ALPHA if alpha is None
-                                              else alpha) for v in groups.values()]))
-        alternative = (f"true mean difference {margin + effect:g} in every group, planning sigma {sigma:g}"
-                       + (f" ({sigma_source})" if sigma_source else ""))
+    if groups and (effect is not None or standardized is not None):
+        if effect is not None and standardized is None:
+            record_spread(name, None, ">", min(effect.values()) if isinstance(effect, dict) else effect,
+                          groups=groups)
+        powers, alts = [], []
+        for label, v in groups.items():
+            e = effect.get(label) if isinstance(effect, dict) else effect
+            e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized, effect_reason, str(label))
+            powers.append(ordering_power(max(np.asarray(v).size, 1), e, sg, alpha_) if sg is not None else None)
+            alts.append(f"{label}: {alt}")
+        if all(p is not None for p in powers):
+            power = float(np.prod(powers))
+        alternative = "in every group, " + "; ".join(alts) if len(alts) > 1 else alts[0]
     parts, worst, ok = [], float("inf"), True
     for label, diffs in groups.items():
-        c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha)
+        c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha, record=False)
         bound = float(c.threshold.split()[-1])
         excess = c.value - bound if c.value == c.value else float("nan")
         ok &= excess == excess
@@ -152,11 +196,10 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
         parts.append(f"{label}: {c.value:.3g} (tol {bound:.2g})")
     value = worst if ok and groups else float("nan")
     why = (f"{reason}; in every group the mean paired difference minus its one-sided Student-t tolerance (level "
-           f"{ALPHA if alpha is None else alpha:g}) must exceed the margin {margin:g}")
+           f"{alpha_:g}) must exceed the margin {margin:g}")
     return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
                  reason=why, kind="qualitative", power=power, alternative=alternative, claim_is="alternative",
                  spec_ref=spec_ref)
-
 
 
 def decided_by_control(fit, control):

@@ -217,6 +217,8 @@ class LMCosine(Experiment):
                    "SVM is certified")]
         if len(decades) < 2:
             return out
+        from attnsvm.experiments.power import STANDARDIZED_EFFECT
+
         at = self._cycle_at(table, decades)
         pairs = list(zip(decades[:-1], decades[1:]))
         for col, what in (("cos_hard", "the cosine with the hard-margin SVM X^mm"), ("norm", "||X(k)||_F")):
@@ -228,10 +230,17 @@ class LMCosine(Experiment):
                 f"mean {vals}", source=THEOREM,
                 reason=("the theorem's limit X(k)/||X(k)|| -> X^mm/||X^mm|| at finite steps: the similarity keeps rising"
                         if col == "cos_hard" else "the theorem's limit ||X(k)|| -> infinity at finite steps") +
-                       "; comparator: the same runs one decade earlier; an ordering claim, so margin 0"))
+                       "; comparator: the same runs one decade earlier; an ordering claim, so margin 0",
+                standardized=STANDARDIZED_EFFECT,
+                effect_reason="Cohen's large d: " + ("the cosine is near 1 at every decade, so no fixed shift on the "
+                                                     "correlation scale applies" if col == "cos_hard" else
+                                                     "a norm has no natural scale")))
         return out
 
     def checks(self, config, table):
+        from attnsvm.experiments.power import CORR_EFFECT
+
+        CORR = dict(effect=CORR_EFFECT, effect_reason="a difference of cosines: Cohen's small correlation 0.1")
         out = []
         last = self._at(table, lambda K: K)
         first = self._at(table, lambda K: 0)
@@ -244,14 +253,14 @@ class LMCosine(Experiment):
             "final mean cos per configuration: " + ", ".join(f"{k}: {v:.2f}" for k, v in
                                                               last["cos"].groupby(level=["m", "n", "d"]).mean().items()),
             source=SOURCE, reason="comparator X(0): a random direction (its cosine with the SVM is about "
-            "N(0, 1/d^2)); an ordering claim, so margin 0"))
+            "N(0, 1/d^2)); an ordering claim, so margin 0", **CORR))
         # the final similarity is high: a fixed floor 0.5, tested as an ordering (a pass is significant evidence)
         out.append(ordering_check(
             "C1: the final similarity to the soft-margin SVM is above 0.5 (mean cos at step K minus 0.5, all runs of "
             "all configurations)", last["cos"].to_numpy(np.float64), 0.5,
             f"K = {K}; mean cos {last['cos'].mean():.3f}, smallest {last['cos'].min():.3f}", source=SOURCE,
             reason="fixed floor 0.5 for the paper's high similarity (Fig. 1); the one-sided Student-t tolerance of "
-                   "the mean over the runs comes on top"))
+                   "the mean over the runs comes on top", **CORR))
         # the late trend (cos at K/10 -> K) is reported in the notes, not checked: Theorem 3.15's conclusion needs
         # its assumption (non-optimal scores within delta), which this language is not built to meet
         svm = table[table["record"] == "svm"]
@@ -267,7 +276,8 @@ class LMCosine(Experiment):
             "consistent selection, all configurations)", (last["cos_eq"] - last["cos"])[ok].to_numpy(), 0.0,
             cnt + f"; mean cos {last['cos_eq'][ok].mean():.3f} vs {last['cos'][ok].mean():.3f}",
             source=SOURCE + "; comparator W_fin + R W_svm of transformers-as-svms.md (as in tf-multi-token)",
-            reason="comparator: the other comparator (the soft-margin SVM); an ordering claim, so margin 0; " + one_dim)
+            reason="comparator: the other comparator (the soft-margin SVM); an ordering claim, so margin 0; " + one_dim,
+            **CORR)
         control = ordering_check(
             "C1: the Gen-SVM direction fits better than a random direction of its subspace (W_fin + R W_svm vs "
             "W_fin + R' W_rand, same runs)", (last["cos_eq"] - last["cos_rand_eq"])[ok].to_numpy(), 0.0,
@@ -275,7 +285,8 @@ class LMCosine(Experiment):
             source=SOURCE + "; control of the W_fin + R W_svm comparator",
             reason="comparator: random directions (Gaussian combinations of the Gen-SVM's margin rows, projected off "
             "the tie rows, i.e. the subspace W_svm lives in) fitted the same way, mean over 16 per run; W_fin alone "
-            "is W's own projection, so only the direction of the remainder tests the SVM; margin 0; " + one_dim)
+            "is W's own projection, so only the direction of the remainder tests the SVM; margin 0; " + one_dim,
+            **CORR)
         out += [decided_by_control(fit, control), control]
         out += self._cycle_checks(config, table)
         out.append(certified_check(

@@ -37,6 +37,7 @@ from attnsvm.problem import TokenProblem
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.checks import ALPHA, Check, integrity_check
+from attnsvm.experiments.power import LEVEL_CORR
 
 PARAMS = ("W", "KQ")
 #: the SVM in each parameterization's own norm (the implicit bias the theory predicts)
@@ -222,7 +223,7 @@ def _no_measurement(name, source, units, why, detail="") -> Check:
 
 def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
                   detail: str = "", effect: float | None = None, sigma: float | None = None,
-                  sigma_source: str = "", spec_ref: str = "") -> Check:
+                  sigma_source: str = "", spec_ref: str = "", effect_reason: str = "") -> Check:
     """The claim "measurement > comparator" from per-unit paired differences ``diffs (n,)``.
 
     Passes when the mean difference exceeds its one-sided Student-t margin at level ALPHA
@@ -235,12 +236,19 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     The claim is the alternative. ``power``: a lower bound on the probability of passing when
     the differences are normal with mean ``effect`` and the planning ``sigma`` (Bonferroni:
     power of the t test plus power of the sign test at ``P(win) = Phi(effect / sigma)``, minus 1;
-    :mod:`attnsvm.experiments.power`). A fail with power below 0.8 is ``"inconclusive"``.
+    :mod:`attnsvm.experiments.power`); ``sigma`` defaults to the stored planning sigma of the check
+    ``name`` (:mod:`attnsvm.experiments.planning`), ``effect_reason`` says why the effect. A fail with
+    power below 0.8 is ``"inconclusive"``.
     """
     from scipy.stats import binom
     from scipy.stats import t as student_t
 
+    from attnsvm.experiments.checks import planned, record_spread
+
     d = np.asarray(diffs, dtype=np.float64).ravel()
+    if effect is not None:
+        record_spread(name, d, ">", effect)
+        sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
     missing = int((~np.isfinite(d)).sum())
     if missing and not allow_missing:
         return _no_measurement(name, source, units, f"{missing} of {d.size} {units} have no measurement", detail)
@@ -256,16 +264,14 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     p_sign = float(binom.sf(pos - 1, pos + neg, 0.5)) if pos + neg else 1.0
     passed = bool(mean > margin and p_sign <= ALPHA)
-    power, alternative = None, ""
+    power, alternative, inputs = None, "", None
     if effect is not None and sigma is not None:
-        from scipy.stats import norm
+        from attnsvm.experiments.power import power_from
 
-        from attnsvm.experiments.power import ordering_power, sign_power
-
-        power = max(0.0, ordering_power(n, effect, sigma, ALPHA) + sign_power(n, float(norm.cdf(effect / sigma)),
-                                                                              ALPHA) - 1.0)
-        alternative = (f"normal differences with mean {effect:g} and planning sigma {sigma:g}"
-                       + (f" ({sigma_source})" if sigma_source else ""))
+        inputs = dict(fn="paired", n=n, effect=effect, sigma=sigma, alpha=ALPHA)
+        power = power_from(inputs)
+        alternative = (f"normal differences with mean {effect:g}" + (f" ({effect_reason})" if effect_reason else "")
+                       + f" and planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
     reason = (f"comparator fixed in advance: {comparator}, on the same {units}; margin = one-sided Student-t bound "
               f"at level {ALPHA:g} of the mean paired difference over {n} {units} (s.e. {se:.3g}); the exact "
               f"one-sided sign test over the {pos + neg} non-zero differences must also reject chance at level "
@@ -276,7 +282,7 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
         reason += f"; power at least {power:.3f} against {alternative}"
         return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail,
                      verdict=decide(passed, power, "alternative"), power=power, alternative=alternative,
-                     spec_ref=spec_ref)
+                     spec_ref=spec_ref, power_inputs=inputs)
     return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref)
 
 
@@ -313,11 +319,13 @@ def sign_share_check(name: str, wins: int, total: int, *, source: str, comparato
         reason += f"; power {power:.3f} against {alternative}"
     return Check(name, wins / total, f">= {k_min / total:.4g}", wins >= k_min, source, reason, "qualitative",
                  f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
-                 spec_ref=spec_ref)
+                 spec_ref=spec_ref, power_inputs=None if power is None else dict(fn="sign", n=total, p_win=p_win,
+                                                                                  alpha=ALPHA))
 
 
 def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
-                            detail: str = "") -> Check:
+                            detail: str = "", effect: float | None = None, sigma: float | None = None,
+                            sigma_source: str = "", plan_key: str | None = None) -> Check:
     """Every run's correlation with its SVM beats all ``draws`` Gaussian random directions' correlations.
 
     ``own``: the run's final correlation, indexed by seed; ``nulls``: rows with ``seed`` and
@@ -325,8 +333,20 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
     it would be exchangeable with the random directions and beat all of them with probability
     ``1 / (draws + 1)`` per run; a run passes at that level, the check when every run passes.
     A run with fewer than ``draws`` finite random-direction values, or without an SVM, fails.
+
+    The claim is the alternative. ``power`` (``effect`` given): the probability of passing when every run's
+    correlation is ``effect`` and the random directions' correlations are normal around 0 with the planning
+    ``sigma`` (default: the stored planning entry of ``name``, the spread of the random directions'
+    correlations on shifted seeds; :func:`attnsvm.experiments.power.random_direction_power`). A fail with
+    power below 0.8 is ``"inconclusive"``. ``plan_key``: the planning entry's name (default ``name``; the
+    experiments that share this check's name store their spreads under their own key).
     """
+    from attnsvm.experiments.checks import planned, record_spread
+
     level = 1.0 / (draws + 1)
+    if effect is not None:
+        record_spread(plan_key or name, nulls["corr_random_dir"].to_numpy(np.float64), ">", effect)
+        sigma, effect, sigma_source = planned(plan_key or name, sigma, effect, sigma_source)
     wins, total, lines = 0, 0, []
     for seed, corr in own.items():
         total += 1
@@ -343,8 +363,20 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
         reason += f" (too few draws: the level {level:.3g} exceeds {ALPHA:g}, so the check fails)"
     passed = total > 0 and wins == total and level <= ALPHA
     d = f"{wins}/{total} runs; " + "; ".join(lines)
+    power, alternative, verdict = None, "", ""
+    if effect is not None and sigma is not None and total > 0:
+        from attnsvm.experiments.power import decide, random_direction_power
+
+        power = random_direction_power(total, draws, effect, sigma, ALPHA)
+        alternative = (f"every run's correlation {effect:g} (Cohen's medium correlation), random directions' "
+                       f"correlations normal around 0 with planning sigma {sigma:g}"
+                       + (f" ({sigma_source})" if sigma_source else ""))
+        verdict = decide(bool(passed), power, "alternative")
+        reason += f"; power {power:.3f} against {alternative}"
     return Check(name, wins / total if total else float("nan"), ">= 1", bool(passed), source, reason, "qualitative",
-                 f"{detail}; {d}" if detail else d)
+                 f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
+                 power_inputs=None if power is None else dict(fn="random_direction", runs=total, draws=draws,
+                                                              effect=effect, sigma=sigma, alpha=ALPHA))
 
 
 def certified_check(name: str, statuses, detail: str = "") -> Check:
@@ -386,7 +418,8 @@ def per_unit(samples: pd.DataFrame, a: str, b: str) -> np.ndarray:
     return d.groupby(samples["unit"].to_numpy()).mean().to_numpy()
 
 
-def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Check]:
+def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame, experiment: str = "") -> list[Check]:
+    """The random-direction controls of W and KQ^T (one check each); ``experiment`` keys their planning entries."""
     nulls = table[table["kind"] == "null"]
     out = []
     for param in PARAMS:
@@ -394,10 +427,10 @@ def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame) -> list[Che
         own = fin[fin["param"] == param].set_index("seed")[f"corr_{key}"].astype(np.float64)
         norm = "Frobenius" if key == "att_fro" else "nuclear"
         label = "W" if param == "W" else "KQ^T"
+        name = f"{param}: final corr({label}, {norm} Att-SVM of its selections) above random directions in every run"
         out.append(_random_direction_check(
-            f"{param}: final corr({label}, {norm} Att-SVM of its selections) above random directions in every run",
-            own, nulls[(nulls["param"] == param) & (nulls["svm"] == key)], config.null_draws,
-            source=SRC_DIRECTION[param]))
+            name, own, nulls[(nulls["param"] == param) & (nulls["svm"] == key)], config.null_draws,
+            source=SRC_DIRECTION[param], effect=LEVEL_CORR, plan_key=f"{experiment}: {name}" if experiment else None))
     return out
 
 

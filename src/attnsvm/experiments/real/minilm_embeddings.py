@@ -8,6 +8,7 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
+from attnsvm.experiments.power import SHARE_SHIFT
 from attnsvm.experiments.real.common import (
     NO_PROTOCOL,
     PARAMS,
@@ -165,11 +166,12 @@ class RealMinilmEmbeddings(Experiment):
             out.append(paired_check(
                 f"{param}: argmax attention on the sentiment word, last step minus initialization, per test sentence",
                 per_unit(s, "keyword_final", "keyword_init"), source=SRC_SELECT, units="test sentences",
-                comparator="the initialization",
+                comparator="the initialization", effect=SHARE_SHIFT,
+                effect_reason="a rate of sentences: the share checks' shift 0.15",
                 detail=(f"rate {s['keyword_final'].mean():.3f} vs {s['keyword_init'].mean():.3f} at initialization; "
                         f"test accuracy {s['correct_final'].mean():.3f} vs uniform attention "
                         f"{s['correct_uniform'].mean():.3f}")))
-        out += direction_checks(config, table, fin)
+        out += direction_checks(config, table, fin, self.name)
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
         return out
 

@@ -13,6 +13,7 @@ from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.real.nulls import NULL_DRAWS
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import Check
+from attnsvm.experiments.power import CORR_EFFECT, MAJORITY_WIN
 from attnsvm.experiments.real.common import (
     SRC_HEADS, paired_check, sign_share_check, certified_check, nanmean, deviation_quick, NO_PROTOCOL,
 )
@@ -123,13 +124,16 @@ class RealMinilmHeads(Experiment):
         return out + [
             sign_share_check(secondary + "share of heads whose corr_restricted with their own selections' SVM beats "
                              "the random selections' (a head without both SVMs counts as not)",
-                             wins, len(table), source=SRC_HEADS, comparator=comparator, units="heads"),
+                             wins, len(table), source=SRC_HEADS, comparator=comparator, units="heads",
+                             p_win=MAJORITY_WIN),
             paired_check(secondary + "corr_restricted(W_h, nuclear Gen-SVM of its selections) minus random-selection "
                          "baseline, per head", own_r - rnd_r, source=SRC_HEADS, comparator=comparator, units="heads",
-                         allow_missing=True, detail=f"mean {nanmean(own_r):.3f} vs baseline {nanmean(rnd_r):.3f}"),
+                         allow_missing=True, detail=f"mean {nanmean(own_r):.3f} vs baseline {nanmean(rnd_r):.3f}",
+                         effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1"),
             paired_check(secondary + "corr(W_h, nuclear Gen-SVM of its selections) minus random-selection baseline, "
                          "per head", own - rnd, source=SRC_HEADS, comparator=comparator, units="heads",
-                         allow_missing=True, detail=f"mean {nanmean(own):.3f} vs baseline {nanmean(rnd):.3f}"),
+                         allow_missing=True, detail=f"mean {nanmean(own):.3f} vs baseline {nanmean(rnd):.3f}",
+                         effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1"),
             certified_check("every SVM compared with is certified (heads and baselines)", status, detail=gap),
         ]
 

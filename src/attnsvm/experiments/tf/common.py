@@ -76,10 +76,11 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
            + f"; {reason}")
     a, b = lo - tol, (hi if hi_is_bound else hi + tol)
     passed = bool(a <= mean <= b) if not hi_is_bound else bool(a <= mean < b)
-    power, alternative = None, ""
+    power, alternative, inputs = None, "", None
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
     if sigma is not None and effect is not None and effect > slack:
         # the fixed slack moves the bar by a constant: the power is that of the effect beyond the slack
+        inputs = dict(fn="mean", n=R, op=">=", effect=effect - slack, sigma=sigma, alpha=alpha / 2)
         power = mean_power(R, ">=", effect - slack, sigma, alpha / 2)
         alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
                        f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
@@ -87,22 +88,37 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     else:
         why += "; power unknown (no planning sigma, or an effect within the slack)"
     return Check(name, mean, f"in [{a:.4g}, {b:.4g}" + (")" if hi_is_bound else "]"), passed, source, why,
-                 "statistical", detail, verdict=decide(passed, power, "null"), power=power, alternative=alternative)
+                 "statistical", detail, verdict=decide(passed, power, "null"), power=power, alternative=alternative,
+                 power_inputs=inputs)
 
 
 def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,
-                   alpha: float = ALPHA) -> Check:
+                   alpha: float = ALPHA, p_win: float | None = None) -> Check:
     """An ordering holds in more runs than chance would give: ``successes`` above the one-sided
-    level-``alpha`` binomial quantile under probability 1/2 (what unrelated numbers give)."""
+    level-``alpha`` binomial quantile under probability 1/2 (what unrelated numbers give).
+
+    The claim is the alternative. ``power``: the exact probability of passing at ``total`` runs when each
+    run succeeds with ``p_win`` (default :data:`~attnsvm.experiments.power.MAJORITY_WIN`, chance moved by
+    0.15 toward the claim; :func:`~attnsvm.experiments.power.majority_power`). A fail with power below 0.8
+    is ``"inconclusive"``.
+    """
     from scipy.stats import binom
+
+    from attnsvm.experiments.power import MAJORITY_WIN, decide, majority_power
 
     successes, total = int(successes), int(total)
     if total <= 0:
         return Check(name, float("nan"), "> 0.5", False, source, "no runs", "statistical", detail)
     k = int(binom.ppf(1 - alpha, total, 0.5))
-    why = f"more often than a fair coin: binomial 1 - {alpha:g} quantile under 1/2 at {total} runs; {reason}"
-    return Check(name, successes / total, f"> {k / total:.4g}", bool(successes > k), source, why, "statistical",
-                 (detail + "; " if detail else "") + f"{successes}/{total}")
+    p_win = MAJORITY_WIN if p_win is None else float(p_win)
+    power = majority_power(total, p_win, alpha)
+    alternative = f"each run succeeds with probability {p_win:g} (chance 1/2 moved toward the claim)"
+    passed = bool(successes > k)
+    why = (f"more often than a fair coin: binomial 1 - {alpha:g} quantile under 1/2 at {total} runs; {reason}; "
+           f"power {power:.3f} against {alternative}")
+    return Check(name, successes / total, f"> {k / total:.4g}", passed, source, why, "statistical",
+                 (detail + "; " if detail else "") + f"{successes}/{total}", verdict=decide(passed, power, "alternative"),
+                 power=power, alternative=alternative, power_inputs=dict(fn="sign", n=total, p_win=p_win, alpha=alpha))
 
 
 def nan_corr(W, sol) -> np.ndarray:
