@@ -9,7 +9,7 @@ and training needs torch.
 """
 
 #: The package version.
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
