@@ -916,7 +916,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
     multipliers scaled into the spectral-norm ball.
     """
-    from attnsvm.svm.nuclear import solve_nuclear
+    from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
     batch, per_group, max_rounds = _options(cs, tol, support_tol, batch,
                                             WorkingSetSettings.nuclear_per_group if per_group is None else per_group,
@@ -941,13 +941,22 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
             "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0}
     stopped = None
     W = lam_sub = rows = margins = sub = None
+    # round 1: one interior-point run whose subset grows and shrinks (None: it did not end optimal)
+    grown = None if solver not in ("auto", "ipm") else solve_nuclear_grown(
+        cs, in_ws, np.where(in_ws, fro.duals, 0.0), formulation=formulation, support_tol=support_tol, gap_tol=gap_tol,
+        time_limit=time_limit, max_memory=max_memory, device=device)
+    info["grown_first_round"] = grown is not None
     for rnd in range(1, max_rounds + 1):
+        if rnd == 1 and grown is not None:
+            sol, in_ws = grown
+            info["max_working_set"] = int(sol.info.get("max_rows", 0))
         rows = np.flatnonzero(in_ws)
         info["max_working_set"] = max(info["max_working_set"], int(rows.size))
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
-        sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
-                            max_memory=max_memory, gap_tol=gap_tol, device=device)
+        if rnd > 1 or grown is None:
+            sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
+                                max_memory=max_memory, gap_tol=gap_tol, device=device)
         W, lam_sub = sol.W, sol.duals
         info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
         info["rounds"] = rnd
