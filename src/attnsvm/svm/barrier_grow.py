@@ -74,10 +74,12 @@ class _AllRows:
 
 
 def _violated(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
-    """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``."""
+    """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
+    violation among them (0 when none)."""
     v = allr.rhs - allr.margins(X12)
     v = np.where(allr.eq, np.abs(v), v)
-    return np.flatnonzero((v > thr) & allr.live & ~in_set)
+    new = np.flatnonzero((v > thr) & allr.live & ~in_set)
+    return new, float(v[new].max()) if new.size else 0.0
 
 
 def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: float):
@@ -117,13 +119,13 @@ def _into_ball(pb: _Problem, lam: np.ndarray) -> np.ndarray:
     raise np.linalg.LinAlgError("no strictly dual feasible multipliers for the changed subset")
 
 
-def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, ratio: float, least: float):
-    """The subset without its clearly inactive inequality rows (slack above ``ratio`` times the multiplier),
-    or None when fewer than ``least`` times the subset's rows are."""
+def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: float, least: float):
+    """The subset without its clearly inactive inequality rows (slack above ``slack`` and multiplier below
+    ``small`` times the largest), or None when fewer than ``least`` times the subset's rows are."""
     eq = allr.eq[rows]
     s_full = np.zeros(rows.size)
     s_full[~eq] = x.s
-    idle = ~eq & (s_full > ratio * x.lam)
+    idle = ~eq & (s_full > slack) & (x.lam < small * float(np.max(np.abs(x.lam))))
     if idle.sum() < max(1.0, least * rows.size) or idle.all():
         return None
     keep = ~idle
@@ -188,7 +190,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     joined: list = []
     dropped: list = []
     max_size = rows.size
-    drop_low, drop_gap, drop_ratio, drop_least = 100.0 * tol, 1e-1, 10.0, 0.05
+    # rows leave between these gaps when their slack exceeds 5% of the largest |rhs| and their multiplier is
+    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join only when nearly satisfied
+    drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.05, 1e-3, 0.05
+    late_gap, late_viol = 1e-4, 1e-3
     checks = 0
     it = 0
     for it in range(1, max_iter + 1):
@@ -203,17 +208,23 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                   f"mu {mu:.2e}", flush=True)
         since_best = 0 if best[0] == merit else since_best + 1
         optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
-        if (gap <= next_check or optimal) and reason != "time limit":
+        if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
             checks += 1
             X12 = best[3] if optimal else x.X12
             thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
-            new = _violated(allr, X12, np.isin(np.arange(N), rows), thr)
-            if max_rows is not None and rows.size + new.size > max_rows:
+            new, vmax = _violated(allr, X12, np.isin(np.arange(N), rows), thr)
+            late = gap < late_gap and vmax > late_viol * vscale
+            if (max_rows is not None and rows.size + new.size > max_rows) or late:
+                if optimal and new.size:        # leave these rows to the caller's next round
+                    status = "optimal"
+                    info["stopped"] = "rows left to join"
+                    joined.append(-int(new.size))
+                    break
                 new = new[:0]
             joined.append(int(new.size))
-            next_check = min(next_check, gap) * 0.1
+            next_check = 1e-1
             if drop_low < gap <= drop_gap and not optimal:
-                out = _drop(allr, rows, x, drop_ratio, drop_least)
+                out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
                 if out is not None:
                     dropped.append(int(rows.size - out[0].size))
                     rows, pb, x = out
