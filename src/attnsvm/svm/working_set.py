@@ -888,10 +888,14 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
-    support rows are the first working set. Each round solves the nuclear SVM of the
-    working set with :func:`~attnsvm.svm.nuclear.solve_nuclear` (interior point, relative
-    gap ~1e-9), checks all N margins, drops rows that are clearly inactive (multiplier below
-    ``1e-9`` of the largest and margin above ``rhs + 1e-6``) and adds the most violated rows.
+    support rows are the first working set. The first round (solver "auto" or "ipm") is one
+    interior-point run in which rows outside the set join as soon as the iterate violates them and
+    clearly slack rows leave (:func:`~attnsvm.svm.nuclear.solve_nuclear_grown`); when that run does
+    not end optimal, the first round is an ordinary one. Each further round solves the nuclear SVM
+    of the working set with :func:`~attnsvm.svm.nuclear.solve_nuclear` (interior point, relative
+    gap ~1e-9). After every round all N margins are checked, rows that are clearly inactive
+    (multiplier below ``1e-9`` of the largest and margin above ``rhs + 1e-6``) leave and the most
+    violated rows join.
 
     Parameters
     ----------
@@ -914,7 +918,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, tol: 
     -------
     SVMSolution with ``norm = "nuclear"``: W, margins and duals over all N rows; the
     certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
-    multipliers scaled into the spectral-norm ball.
+    multipliers scaled into the spectral-norm ball. ``info["grown_first_round"]``: whether the
+    first round was the single growing interior-point run.
     """
     from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
