@@ -244,6 +244,8 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     from attnsvm.svm.barrier_grow import nuclear_ipm_grow
 
     start = np.asarray(start, bool)
+    if not start.any():
+        return None
     backend = _device_backend(device, "auto")
     n0 = int(start.sum())
     require_memory(nuclear_bytes(2 * n0, cs.d1, cs.d2), f"nuclear-norm solve of up to {2 * n0} constraints "
