@@ -6,7 +6,6 @@ import pytest
 
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
-from attnsvm.svm import nuclear as nuclear_mod
 from attnsvm.svm.barrier_grow import nuclear_ipm_grow
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear, solve_nuclear_grown
 from attnsvm.svm.working_set import solve_nuclear_ws
@@ -101,4 +100,8 @@ def test_device_cpu_grown_run_equals_numpy():
     assert a.info["grown_first_round"] and b.info["grown_first_round"]
     assert a.certified and b.certified
     assert _rel(a.norm_value, b.norm_value) <= 1e-8
-    assert nuclear_mod is not None
+
+
+def test_an_empty_start_is_left_to_the_rounds():
+    cs = _case(2)
+    assert solve_nuclear_grown(cs, np.zeros(cs.N, bool), np.zeros(cs.N)) is None
