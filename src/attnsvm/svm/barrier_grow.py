@@ -3,13 +3,14 @@
 The working-set method (:func:`attnsvm.svm.working_set.solve_nuclear_ws`) solves the nuclear SVM of a row
 subset, checks all N rows and solves again on the enlarged subset: every round a full run of the
 interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Frobenius start). Here the
-rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` whenever
-the relative duality gap has fallen tenfold since the last check (and when the subset is solved): the
-violated rows join the running problem with a slack and a multiplier on the central path
-(``s_k lam_k = mu``), the multipliers are shrunk if needed to keep the dual strictly inside the
-spectral-norm ball, and the path-following goes on. Rows join while the path is still far from the
-optimum, where it absorbs them in a few iterations; most solves then end in one run of about the length
-of one round.
+rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
+every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
+violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
+multiplier ``mu / s_k`` (on the central path), the multipliers are then scaled into the spectral-norm
+ball (:func:`_into_ball`), and the path-following goes on. Between gaps 1e-3 and ``100 tol`` clearly
+slack rows leave (:func:`_drop`). Rows that are still violated by more than 1e-3 when the gap is below
+1e-4 do not join (the path would have to retreat far); the run then ends on its subset and leaves them
+to the caller's next round.
 
 Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
