@@ -105,3 +105,29 @@ def test_device_cpu_grown_run_equals_numpy():
 def test_an_empty_start_is_left_to_the_rounds():
     cs = _case(2)
     assert solve_nuclear_grown(cs, np.zeros(cs.N, bool), np.zeros(cs.N)) is None
+
+
+def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monkeypatch):
+    # a run that stalls at a relative gap of 2e-8 (above gap_tol, as on some MiniLM heads) is as good as an
+    # ordinary round's: it is kept and certified; one stopped far from the optimum is refused
+    import attnsvm.svm.barrier_grow as bg
+
+    cs = _case(2)
+    real = bg.nuclear_ipm_grow
+
+    def stalled(*a, **k):
+        res, subset = real(*a, **k)
+        res.status, res.info["rel_gap"] = "inaccurate", 2e-8
+        return res, subset
+
+    monkeypatch.setattr(bg, "nuclear_ipm_grow", stalled)
+    out = solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N))
+    assert out is not None and out[0].certified
+
+    def poor(*a, **k):
+        res, subset = real(*a, **k)
+        res.status, res.info["rel_gap"] = "inaccurate", 1e-3
+        return res, subset
+
+    monkeypatch.setattr(bg, "nuclear_ipm_grow", poor)
+    assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N)) is None

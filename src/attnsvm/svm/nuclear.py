@@ -238,7 +238,8 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     -------
     ``(sol, subset)``: the certified :class:`SVMSolution` of the final subset ``cs.select_rows(subset)``
     (as :func:`solve_nuclear` returns it for that subset) and ``subset (N,) bool``; or None when the run
-    did not end with an optimal subset (the caller then solves round by round). Rows outside the subset
+    ended neither optimal nor at the rounding floor (relative gap <= 1e-7, violation <= 1e-8), as an
+    ordinary round would have been rejected (the caller then solves round by round). Rows outside the subset
     may be violated: the caller checks all rows.
     """
     from attnsvm.svm.barrier_grow import nuclear_ipm_grow
@@ -260,7 +261,9 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
                                        backend=backend)
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         return None
-    if res.status != "optimal":
+    # accepted as the ordinary round accepts its run (:func:`_ipm_outcome`): optimal, or stopped at the rounding
+    # floor with a relative gap <= 1e-7 and violation <= 1e-8 (the certificate then decides the status)
+    if not (res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)):
         return None
     sub = cs.select_rows(subset)
     normalized = sub.normalized()
