@@ -42,7 +42,8 @@ from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
-__all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "nuclear_certificate", "nuclear_bytes"]
+__all__ = ["row_basis", "solve_nuclear", "solve_nuclear_batch", "solve_nuclear_grown", "nuclear_certificate",
+           "nuclear_bytes"]
 
 
 def row_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -209,6 +210,62 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
         return _ipm_outcome(cs, normalized, res, err, solver, time_limit, formulation, support_tol, t0)
     W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
     return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+
+
+def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndarray, *, formulation: str | None = None,
+                        support_tol: float = 1e-5, gap_tol: float = 1e-8, time_limit: float | None = None,
+                        max_memory=None, device=None) -> tuple[SVMSolution, np.ndarray] | None:
+    """The first round of the nuclear working set in one interior-point run whose subset grows and shrinks
+    (:func:`attnsvm.svm.barrier_grow.nuclear_ipm_grow`): rows of ``cs`` outside the subset join when the
+    iterate violates them, clearly inactive rows leave.
+
+    Parameters
+    ----------
+    cs : ConstraintSet (N rows), feasible (decided by the caller)
+    start : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
+    lam_start : (N,) multipliers of ``cs`` to start from (e.g. the Frobenius dual, zero outside ``start``)
+    formulation, support_tol, gap_tol, time_limit, max_memory, device : as :func:`solve_nuclear`
+
+    Returns
+    -------
+    ``(sol, subset)``: the certified :class:`SVMSolution` of the final subset ``cs.select_rows(subset)``
+    (as :func:`solve_nuclear` returns it for that subset) and ``subset (N,) bool``; or None when the run
+    ended neither optimal nor at the rounding floor (relative gap <= 1e-7, violation <= 1e-8), as an
+    ordinary round would have been rejected (the caller then solves round by round). Rows outside the subset
+    may be violated: the caller checks all rows.
+    """
+    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+
+    start = np.asarray(start, bool)
+    if not start.any():
+        return None
+    backend = _device_backend(device, "auto")
+    n0 = int(start.sum())
+    require_memory(nuclear_bytes(2 * n0, cs.d1, cs.d2), f"nuclear-norm solve of up to {2 * n0} constraints "
+                   "(N x N Schur complement)", max_memory,
+                   hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
+    t0 = time.perf_counter()
+    cs_n, sc = cs.normalized()
+    lam0 = sc.lam_to_n(np.asarray(lam_start, dtype=np.float64), "squared")
+    try:
+        res, subset = nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, lam_init=lam0,
+                                       W_init=cs_n.combine(lam0), tol=gap_tol, max_rows=2 * n0, time_limit=time_limit,
+                                       backend=backend)
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        return None
+    # accepted as the ordinary round accepts its run (:func:`_ipm_outcome`): optimal, or stopped at the rounding
+    # floor with a relative gap <= 1e-7 and violation <= 1e-8 (the certificate then decides the status)
+    if not (res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)):
+        return None
+    sub = cs.select_rows(subset)
+    normalized = sub.normalized()
+    sub_sc = normalized[1]
+    W = sc.W(res.W)
+    lam = sc.lam(res.lam, "norm")[subset]
+    info = dict(res.info, solver="ipm", solver_status=res.status)
+    sol = _nuclear_solution(sub, normalized, sub_sc.W_to_n(W), sub_sc.lam_to_n(lam, "norm"), formulation or cs.kind,
+                            support_tol, info, t0)
+    return sol, subset
 
 
 def _device_backend(device, solver: str):

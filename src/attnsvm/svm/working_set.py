@@ -527,10 +527,14 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
 
     Feasibility is decided (with a Farkas certificate) by :func:`solve_frobenius_ws`, whose
-    support rows are the first working set. Each round solves the nuclear SVM of the
-    working set with :func:`~attnsvm.svm.nuclear.solve_nuclear` (interior point, relative
-    gap ~1e-9), checks all N margins, drops rows that are clearly inactive (multiplier below
-    ``1e-9`` of the largest and margin above ``rhs + 1e-6``) and adds the most violated rows.
+    support rows are the first working set. The first round (solver "auto" or "ipm") is one
+    interior-point run in which rows outside the set join as soon as the iterate violates them and
+    clearly slack rows leave (:func:`~attnsvm.svm.nuclear.solve_nuclear_grown`); when that run does
+    not end optimal, the first round is an ordinary one. Each further round solves the nuclear SVM
+    of the working set with :func:`~attnsvm.svm.nuclear.solve_nuclear` (interior point, relative
+    gap ~1e-9). After every round all N margins are checked, rows that are clearly inactive
+    (multiplier below ``1e-9`` of the largest and margin above ``rhs + 1e-6``) leave and the most
+    violated rows join.
 
     Parameters
     ----------
@@ -554,9 +558,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     -------
     SVMSolution with ``norm = "nuclear"``: W, margins and duals over all N rows; the
     certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
-    multipliers scaled into the spectral-norm ball.
+    multipliers scaled into the spectral-norm ball. ``info["grown_first_round"]``: whether the
+    first round was the single growing interior-point run.
     """
-    from attnsvm.svm.nuclear import solve_nuclear
+    from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
     o = NuclearWSOptions.resolve(options, kw, "solve_nuclear_ws")
     tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
@@ -582,13 +587,22 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
             "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0}
     stopped = None
     W = lam_sub = rows = margins = sub = None
+    # round 1: one interior-point run whose subset grows and shrinks (None: it did not end optimal)
+    grown = None if solver not in ("auto", "ipm") else solve_nuclear_grown(
+        cs, in_ws, np.where(in_ws, fro.duals, 0.0), formulation=formulation, support_tol=support_tol, gap_tol=gap_tol,
+        time_limit=time_limit, max_memory=max_memory, device=device)
+    info["grown_first_round"] = grown is not None
     for rnd in range(1, max_rounds + 1):
+        if rnd == 1 and grown is not None:
+            sol, in_ws = grown
+            info["max_working_set"] = int(sol.info.get("max_rows", 0))
         rows = np.flatnonzero(in_ws)
         info["max_working_set"] = max(info["max_working_set"], int(rows.size))
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
-        sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
-                            max_memory=max_memory, gap_tol=gap_tol, device=device)
+        if rnd > 1 or grown is None:
+            sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
+                                max_memory=max_memory, gap_tol=gap_tol, device=device)
         W, lam_sub = sol.W, sol.duals
         info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
         info["rounds"] = rnd

@@ -1,0 +1,274 @@
+"""The nuclear interior-point method with constraint generation inside one run (one path for the working set).
+
+The working-set method (:func:`attnsvm.svm.working_set.solve_nuclear_ws`) solves the nuclear SVM of a row
+subset, checks all N rows and solves again on the enlarged subset: every round a full run of the
+interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Frobenius start). Here the
+rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
+every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
+violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
+multiplier ``mu / s_k`` (on the central path), the multipliers are then scaled into the spectral-norm
+ball (:func:`_into_ball`), and the path-following goes on. Between gaps 1e-3 and ``100 tol`` clearly
+slack rows leave (:func:`_drop`). Rows that are still violated by more than 1e-3 when the gap is below
+1e-4 do not join (the path would have to retreat far); the run then ends on its subset and leaves them
+to the caller's next round.
+
+Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
+step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
+themselves when ``d1 <= N``; the w side: the span of all distinct w's), so a joining row never changes
+the coordinates of the iterate. The result is the subset's :class:`~attnsvm.svm.barrier.IPMResult`
+mapped to all N rows (multipliers zero outside the final subset); the caller checks every row and
+certifies, as after any working-set round.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.linalg as sla
+
+from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _mehrotra_direction, _measure, _NewtonSystem,
+                                 _Problem, _Reduction, _result, _start, _step_lengths, _stopping_test, _take_step,
+                                 _violation, row_space_basis)
+
+__all__ = ["nuclear_ipm_grow"]
+
+
+class _AllRows:
+    """All N rows in the bases of all rows, scaled as :func:`attnsvm.svm.barrier._reduce` scales a subset:
+    ``A (N, r1)``, the distinct scaled w's ``Bq (q, r2)`` with the query index ``qinv (N,)``, ``rhs``, ``eq``."""
+
+    def __init__(self, U, V, rhs, eq):
+        N, d1 = U.shape
+        Vq, qinv = np.unique(V, axis=0, return_inverse=True)
+        self.qinv = np.asarray(qinv).ravel()
+        self.B = row_space_basis(Vq)
+        Bq = Vq @ self.B
+        self.P = None if d1 <= N else row_space_basis(U)
+        A = U if self.P is None else U @ self.P
+        self.live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bq[self.qinv], axis=1) > 0)
+        trivial = np.where(eq, rhs == 0, rhs <= 0)
+        self.empty = A.shape[1] == 0 or self.B.shape[1] == 0 or bool(trivial[self.live].all())
+        if self.empty:
+            return
+        live = self.live
+        self.su = float(np.max(np.linalg.norm(A[live], axis=1)))
+        self.sv = float(np.max(np.linalg.norm(Bq[self.qinv[live]], axis=1)))
+        self.sr = float(np.max(np.abs(rhs[live])))
+        self.A, self.Bq = A / self.su, Bq / self.sv
+        self.rhs, self.eq = rhs / self.sr, eq
+
+    def problem(self, rows: np.ndarray) -> _Problem:
+        """The reduced problem of the rows ``rows`` (indices, ascending)."""
+        used, qidx = np.unique(self.qinv[rows], return_inverse=True)
+        qidx = np.asarray(qidx).ravel()
+        Bq = self.Bq[used]
+        return _Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
+
+    def reduction(self, pb: _Problem, rows: np.ndarray) -> _Reduction:
+        return _Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
+
+    def margins(self, X12: np.ndarray) -> np.ndarray:
+        """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
+        Y = self.Bq @ X12.T                                     # (q, r1)
+        return np.einsum("kj,kj->k", self.A, Y[self.qinv])
+
+
+def _violated(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
+    """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
+    violation among them (0 when none)."""
+    v = allr.rhs - allr.margins(X12)
+    v = np.where(allr.eq, np.abs(v), v)
+    new = np.flatnonzero((v > thr) & allr.live & ~in_set)
+    return new, float(v[new].max()) if new.size else 0.0
+
+
+def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: float):
+    """The subset ``rows`` with the rows ``new`` added (ascending) and the iterate extended to it: each new
+    inequality row gets the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the multiplier ``mu / s_k``
+    (equality rows: multiplier 0); the multipliers are then shrunk until ``||G|| < 1`` holds with room."""
+    rows2 = np.union1d(rows, new)
+    pos_old = np.searchsorted(rows2, rows)
+    pos_new = np.searchsorted(rows2, new)
+    lam = np.zeros(rows2.size)
+    lam[pos_old] = x.lam
+    eq2 = allr.eq[rows2]
+    s_full = np.zeros(rows2.size)
+    s_full[pos_old[~allr.eq[rows]]] = x.s
+    marg = np.einsum("kj,kj->k", allr.A[new], (allr.Bq[allr.qinv[new]] @ x.X12.T))
+    s_new = np.maximum(marg - allr.rhs[new], 0.0) + np.sqrt(mu)
+    ineq_new = ~allr.eq[new]
+    s_full[pos_new[ineq_new]] = s_new[ineq_new]
+    lam[pos_new[ineq_new]] = mu / s_new[ineq_new]
+    pb = allr.problem(rows2)
+    lam = _into_ball(pb, lam)
+    x2 = _Iterate(lam, x.X11, x.X12, x.X22, s_full[~eq2])
+    return rows2, pb, x2
+
+
+#: factors tried in turn by :func:`_into_ball`
+_SHRINK = (1.0, 1 - 1e-6, 1 - 1e-5, 1 - 1e-4, 1 - 1e-3, 0.997, 0.99, 0.97, 0.9, 0.8, 0.6, 0.4, 0.2, 0.1, 0.01, 1e-3, 1e-4,
+           1e-6)
+
+
+def _into_ball(pb: _Problem, lam: np.ndarray) -> np.ndarray:
+    """``theta^2 lam`` for the first ``theta`` of :data:`_SHRINK` that keeps the dual strictly inside the
+    spectral-norm ball ``||G(lam)|| < 1`` (the square leaves room for the first step)."""
+    for th in _SHRINK:
+        if _chol_S(pb.Gmap(th * lam)) is not None:
+            return th * th * lam
+    raise np.linalg.LinAlgError("no strictly dual feasible multipliers for the changed subset")
+
+
+def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: float, least: float):
+    """The subset without its clearly inactive inequality rows (slack above ``slack`` and multiplier below
+    ``small`` times the largest), or None when fewer than ``least`` times the subset's rows are."""
+    eq = allr.eq[rows]
+    s_full = np.zeros(rows.size)
+    s_full[~eq] = x.s
+    idle = ~eq & (s_full > slack) & (x.lam < small * float(np.max(np.abs(x.lam))))
+    if idle.sum() < max(1.0, least * rows.size) or idle.all():
+        return None
+    keep = ~idle
+    rows2 = rows[keep]
+    pb = allr.problem(rows2)
+    lam = _into_ball(pb, x.lam[keep])
+    return rows2, pb, _Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
+
+
+def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
+                     *, lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-8,
+                     feas_tol: float = 1e-10, max_iter: int = 200, max_rows: int | None = None,
+                     time_limit: float | None = None, verbose: bool = False, backend=None):
+    """``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` on a growing subset of the N rows (see the module docstring).
+
+    Parameters
+    ----------
+    U : (N, d1), V : (N, d2), rhs : (N,), is_equality : (N,) bool
+        All rows (a feasible set; feasibility is decided by the caller).
+    start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
+    lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
+    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.barrier.nuclear_ipm` (``tol`` is
+        the relative duality gap on the final subset)
+    max_iter : iterations of the whole run; max_rows : largest subset (None: no limit); rows stop
+        joining when it would be exceeded
+
+    Returns
+    -------
+    ``(res, rows)``: :class:`~attnsvm.svm.barrier.IPMResult` over all N rows (multipliers zero outside
+    the final subset; ``info["joined"]`` the rows added per check, ``info["checks"]``) and the final
+    subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
+    """
+    t0 = time.perf_counter()
+    U = np.asarray(U, float)
+    V = np.asarray(V, float)
+    rhs = np.asarray(rhs, float)
+    eq = np.asarray(is_equality, bool)
+    N, d1 = U.shape
+    d2 = V.shape[1]
+    info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
+    allr = _AllRows(U, V, rhs, eq)
+    in_set = np.asarray(start_rows, bool).copy()
+    if allr.empty:
+        info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0, joined=[])
+        return IPMResult("optimal", np.zeros((d1, d2)), np.zeros(N), info), in_set
+    info["reduced_shape"] = [int(allr.A.shape[1]), int(allr.B.shape[1])]
+    rows = np.flatnonzero(in_set & allr.live)
+    pb = allr.problem(rows)
+    if backend is not None:
+        backend.attach(pb)
+        info["device"] = backend.name
+    red = allr.reduction(pb, rows)
+    x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
+    # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
+    vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
+    best = None
+    status = "inaccurate"
+    gamma = 0.95
+    since_best = 0
+    L_next = None
+    next_check = 1e-1
+    joined: list = []
+    dropped: list = []
+    max_size = rows.size
+    # rows leave between these gaps when their slack exceeds 5% of the largest |rhs| and their multiplier is
+    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join only when nearly satisfied
+    drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.05, 1e-3, 0.05
+    late_gap, late_viol = 1e-4, 1e-3
+    checks = 0
+    it = 0
+    for it in range(1, max_iter + 1):
+        try:
+            du = _Dual(pb.A, pb.Bm, x.lam, L_next)
+        except np.linalg.LinAlgError:
+            info["stopped"] = "numerical limit"
+            break
+        best, merit, mu, (nuc, dobj, gap, viol) = _measure(pb, x, du, best, tol, feas_tol)
+        if verbose:
+            print(f"it {it:3d} |S| {rows.size:6d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} "
+                  f"mu {mu:.2e}", flush=True)
+        since_best = 0 if best[0] == merit else since_best + 1
+        optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
+        if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
+            checks += 1
+            X12 = best[3] if optimal else x.X12
+            thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
+            new, vmax = _violated(allr, X12, np.isin(np.arange(N), rows), thr)
+            late = gap < late_gap and vmax > late_viol * vscale
+            if (max_rows is not None and rows.size + new.size > max_rows) or late:
+                if optimal and new.size:        # leave these rows to the caller's next round
+                    status = "optimal"
+                    info["stopped"] = "rows left to join"
+                    joined.append(-int(new.size))
+                    break
+                new = new[:0]
+            joined.append(int(new.size))
+            next_check = 1e-1
+            if drop_low < gap <= drop_gap and not optimal:
+                out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
+                if out is not None:
+                    dropped.append(int(rows.size - out[0].size))
+                    rows, pb, x = out
+                    if backend is not None:
+                        backend.attach(pb)
+                    best, since_best, L_next = None, 0, None
+                    if not new.size:
+                        continue
+            if new.size:
+                rows, pb, x = _join(allr, rows, x, new, mu)
+                max_size = max(max_size, rows.size)
+                if backend is not None:
+                    backend.attach(pb)
+                best, since_best, L_next, status = None, 0, None, "inaccurate"
+                continue
+        if optimal:
+            status = "optimal"
+        if stop:
+            if reason:
+                info["stopped"] = reason
+            break
+        try:
+            nw = _NewtonSystem(pb, x, du)
+            d, sigma = _mehrotra_direction(nw, mu)
+            ap, ad = _step_lengths(nw, d, gamma)
+            if max(ap, ad) < 1e-10:
+                info["stopped"] = "no progress"
+                break
+            x = _take_step(x, d, ap, ad)
+            L_next = nw.L_next
+            gamma = 0.9 + 0.09 * min(ap, ad)
+            if verbose:
+                print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
+        except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
+            info["stopped"] = f"numerical limit ({type(exc).__name__})"
+            break
+    else:
+        info["stopped"] = "iteration limit"
+    if best is None:
+        best = (np.inf, np.inf, _violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
+    info.update(joined=joined, dropped=dropped, checks=checks, max_rows=int(max_size))
+    red = allr.reduction(pb, rows)
+    res = _result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+    mask = np.zeros(N, bool)
+    mask[rows] = True
+    return res, mask
