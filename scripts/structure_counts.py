@@ -3,8 +3,8 @@
 Usage: python scripts/structure_counts.py [SRC]   (SRC defaults to src/attnsvm)
 
 Prints, for the package tree:
-- training loops: loops over steps in training/ (``for <name> in range(...steps...)`` and
-  ``while`` loops whose condition names ``step``);
+- training loops: loops over steps in training/ (``for`` over a ``range`` that names ``step``, and
+  ``while`` loops whose condition names ``step``), in code, not in docstrings;
 - places that build ``Certificate(...)`` and ``SVMSolution(...)`` (call sites, not the classes);
 - the size of ``attnsvm.svm.__all__`` (imported from SRC's parent);
 - functions over 80 lines, and functions with more than 10 parameters (report only).
@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import re
 import subprocess
 import sys
 
-STEP_LOOP = re.compile(r"^\s*for \w+ in (?:range|trange)\([^)]*steps", re.M)
-WHILE_STEP = re.compile(r"^\s*while [^:\n]*step", re.M)
 
 
 def _calls(tree: ast.AST, name: str) -> int:
@@ -43,8 +40,11 @@ def main(src: pathlib.Path) -> None:
         tree = ast.parse(text)
         rel = path.relative_to(src)
         if rel.parts[0] == "training":
-            for m in list(STEP_LOOP.finditer(text)) + list(WHILE_STEP.finditer(text)):
-                loops.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}")
+            for node in ast.walk(tree):  # code only (a loop shown in a docstring does not count)
+                head = (ast.get_source_segment(text, node.iter) if isinstance(node, ast.For)
+                        else ast.get_source_segment(text, node.test) if isinstance(node, ast.While) else None)
+                if head is not None and "step" in head and (isinstance(node, ast.While) or "range" in head):
+                    loops.append(f"{rel}:{node.lineno}")
         cert += _calls(tree, "Certificate")
         sol += _calls(tree, "SVMSolution")
         for node in ast.walk(tree):
