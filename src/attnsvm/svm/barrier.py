@@ -673,6 +673,21 @@ def _take_step(x: _Iterate, d, ap: float, ad: float) -> _Iterate:
     return _Iterate(x.lam + ad * dlam, x.X11 + ap * dX11, x.X12 + ap * dX12, x.X22 + ap * dX22, x.s + ap * ds)
 
 
+def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
+    """One Mehrotra predictor-corrector step from ``x``: ``(next iterate, L_next, next gamma)``, or None
+    when neither step length reaches 1e-10 (no progress). Raises ``LinAlgError`` / ``ValueError`` at
+    the numerical limit (the caller keeps its best iterate)."""
+    nw = _NewtonSystem(pb, x, du)
+    d, sigma = _mehrotra_direction(nw, mu)
+    ap, ad = _step_lengths(nw, d, gamma)
+    if max(ap, ad) < 1e-10:
+        return None
+    if verbose:
+        print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
+    return _take_step(x, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
+
+
+
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
              info: dict, t0: float):
     """The path-following loop. Returns ``(best, status, iterations, last iterate)``; sets
@@ -700,20 +715,14 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
                 info["stopped"] = reason
             break
         try:
-            nw = _NewtonSystem(pb, x, du)
-            d, sigma = _mehrotra_direction(nw, mu)
-            ap, ad = _step_lengths(nw, d, gamma)
-            if max(ap, ad) < 1e-10:
-                info["stopped"] = "no progress"
-                break
-            x = _take_step(x, d, ap, ad)
-            L_next = nw.L_next
-            gamma = 0.9 + 0.09 * min(ap, ad)
-            if verbose:
-                print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}")
+            step = ipm_step(pb, x, du, mu, gamma, verbose)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:  # keep the best iterate
             info["stopped"] = f"numerical limit ({type(exc).__name__})"
             break
+        if step is None:
+            info["stopped"] = "no progress"
+            break
+        x, L_next, gamma = step
     else:
         info["stopped"] = "iteration limit"
     return best, status, it, x

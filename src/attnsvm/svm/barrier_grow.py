@@ -27,9 +27,8 @@ import time
 import numpy as np
 import scipy.linalg as sla
 
-from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _mehrotra_direction, _measure, _NewtonSystem,
-                                 _Problem, _Reduction, _result, _start, _step_lengths, _stopping_test, _take_step,
-                                 _violation, row_space_basis)
+from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
+                                 _start, _stopping_test, _violation, ipm_step, row_space_basis)
 
 __all__ = ["nuclear_ipm_grow"]
 
@@ -248,20 +247,14 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                 info["stopped"] = reason
             break
         try:
-            nw = _NewtonSystem(pb, x, du)
-            d, sigma = _mehrotra_direction(nw, mu)
-            ap, ad = _step_lengths(nw, d, gamma)
-            if max(ap, ad) < 1e-10:
-                info["stopped"] = "no progress"
-                break
-            x = _take_step(x, d, ap, ad)
-            L_next = nw.L_next
-            gamma = 0.9 + 0.09 * min(ap, ad)
-            if verbose:
-                print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
+            step = ipm_step(pb, x, du, mu, gamma, verbose)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
             info["stopped"] = f"numerical limit ({type(exc).__name__})"
             break
+        if step is None:
+            info["stopped"] = "no progress"
+            break
+        x, L_next, gamma = step
     else:
         info["stopped"] = "iteration limit"
     if best is None:
