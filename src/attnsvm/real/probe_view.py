@@ -167,9 +167,11 @@ def _legend() -> str:
     return "<table class='legend' id='legend'>" + "".join(rows) + "</table>"
 
 
-def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
+def _layer_head_table(table, layers, heads, grid_id: str, caption: str, cell) -> str:
+    """A layer x head grid of linked cells: ``cell(l, h, row)`` gives ``(background, text colour, hover text,
+    cell text, extra td attributes)`` of a head's row; heads without a row stay empty."""
     cells = {(int(r["layer"]), int(r["head"])): r for _, r in table.iterrows()}
-    out = [f"<table class='grid' id='grid-{_e(key)}'><caption>{_e(title)}</caption><tr><th>layer \\ head</th>"
+    out = [f"<table class='grid' id='{_e(grid_id)}'><caption>{_e(caption)}</caption><tr><th>layer \\ head</th>"
            + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"]
     for l in layers:
         row = [f"<tr><th>{l}</th>"]
@@ -178,13 +180,21 @@ def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
             if r is None:
                 row.append("<td></td>")
                 continue
-            v = float(r[key])
-            bg, fg = _diverging(v, lim) if lim > 0 else ("#eeeeee", "#222")
-            tip = f"layer {l}, head {h}: {key} {_num(v)}" + (f". {head_reason(r)}" if v != v else "")
-            row.append(f"<td style='background:{bg};color:{fg}'><a href='#{head_anchor(l, h)}' title='{_e(tip)}'>"
-                       f"{_num(v, '.2f')}</a></td>")
+            bg, fg, tip, text, attrs = cell(l, h, r)
+            row.append(f"<td style='background:{bg};color:{fg}'{attrs}><a href='#{head_anchor(l, h)}' "
+                       f"title='{_e(tip)}'>{text}</a></td>")
         out.append("".join(row) + "</tr>")
     return "".join(out) + "</table>"
+
+
+def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
+    def cell(l, h, r):
+        v = float(r[key])
+        bg, fg = _diverging(v, lim) if lim > 0 else ("#eeeeee", "#222")
+        tip = f"layer {l}, head {h}: {key} {_num(v)}" + (f". {head_reason(r)}" if v != v else "")
+        return bg, fg, tip, _num(v, '.2f'), ""
+
+    return _layer_head_table(table, layers, heads, f"grid-{key}", title, cell)
 
 
 #: cell colours of the verdict map (background, text)
@@ -195,28 +205,18 @@ VERDICT_COLOURS = {"beyond null": ("rgb(178,24,43)", "#fff"), "below null": ("rg
 def _verdict_grid(table, layers, heads) -> str:
     """The verdict map: each cell coloured by the head's verdict (:data:`VERDICT_COLOURS`) and showing its upper
     p-value (the predictive t against its spectrum nulls; hover: q-values, null mean and sd, the reason)."""
-    cells = {(int(r["layer"]), int(r["head"])): r for _, r in table.iterrows()}
-    out = ["<table class='grid' id='grid-verdict'><caption>verdict (cell: p_upper; red beyond null, blue below, "
-           "white not distinguishable, grey no SVM)</caption><tr><th>layer \\ head</th>"
-           + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"]
-    for l in layers:
-        row = [f"<tr><th>{l}</th>"]
-        for h in heads:
-            r = cells.get((l, h))
-            if r is None:
-                row.append("<td></td>")
-                continue
-            v = str(r.get("verdict", ""))
-            bg, fg = VERDICT_COLOURS.get(v, ("#eeeeee", "#777"))
-            p = float(r.get("p_upper", float("nan")))
-            text = "-" if p != p else (_num(p, ".0e") if p < 0.01 else _num(p, ".2f"))
-            tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
-                   f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
-                   f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
-            row.append(f"<td style='background:{bg};color:{fg}' data-verdict='{_e(v)}'><a href='#{head_anchor(l, h)}' "
-                       f"title='{_e(tip)}'>{text}</a></td>")
-        out.append("".join(row) + "</tr>")
-    return "".join(out) + "</table>"
+    def cell(l, h, r):
+        v = str(r.get("verdict", ""))
+        bg, fg = VERDICT_COLOURS.get(v, ("#eeeeee", "#777"))
+        p = float(r.get("p_upper", float("nan")))
+        text = "-" if p != p else (_num(p, ".0e") if p < 0.01 else _num(p, ".2f"))
+        tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
+               f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
+               f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
+        return bg, fg, tip, text, f" data-verdict='{_e(v)}'"
+
+    caption = ("verdict (cell: p_upper; red beyond null, blue below, white not distinguishable, grey no SVM)")
+    return _layer_head_table(table, layers, heads, "grid-verdict", caption, cell)
 
 
 def _layer_summary(table) -> str:
