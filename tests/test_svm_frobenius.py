@@ -6,9 +6,10 @@ from hypothesis import given, settings, strategies as st
 
 from attnsvm.generators import random_problem
 from attnsvm.svm import (
-    solve_gen_svm, solve_seq_svm, solve_svm, solve_svm_batch, solve_v_svm, solve_p_svm, matrix_rank,
+    solve_gen_svm, solve_seq_svm, solve_svm, solve_svm_batch, solve_v_svm, solve_p_svm,
 )
 from attnsvm.svm import att_constraints
+from attnsvm.svm.analysis import matrix_rank
 from attnsvm.svm.frobenius import solve_frobenius
 from svm_reference import reference_att_svm, reference_gen_svm, reference_seq_svm, reference_vector_svm
 

@@ -18,9 +18,9 @@ more than a bilinear head of the same spectrum does with the SVM of *its* select
 A null head acts on the same token states and queries and selects by the real head's rule
 applied to its own attention (``softmax`` of its scores over the candidates, weights >= the
 threshold plus the argmax: :func:`own_selection`), so an untouched random head is exactly one more
-draw of its null. Matching the real head's set sizes instead (each null's own top-|O_i| tokens,
+draw of its null. Matching the real head's set sizes instead (each null's own top-``|O_i|`` tokens,
 :func:`top_selection`, ``threshold=None``) is *not* exchangeable: the real head's sets end where its
-attention drops, a null's top-|O_i| set anywhere, and on random-weight models the untouched heads then
+attention drops, a null's top-``|O_i|`` set anywhere, and on random-weight models the untouched heads then
 scored above their nulls (KS p 0.0015 over 24 heads; the own rule: 0.92, tests/test_probe_calibration.py).
 Draw j of head h in layer l comes from :func:`null_rng` ``(seed, layer, head, j)`` only, so a row
 depends neither on the order, the process nor the other heads.
@@ -50,7 +50,7 @@ RNG_KINDS = NULL_KINDS + ("transplant",)
 NULL_DRAWS = 8
 #: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
 #: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
-#: (its own top-|O_i| tokens, |O_i| the real head's set sizes)
+#: (its own top-``|O_i|`` tokens, ``|O_i|`` the real head's set sizes)
 NULL_SELECTIONS = ("threshold", "matched")
 _KIND_TAG = {"spectrum": 1, "structured": 2, "transplant": 3}
 
@@ -194,7 +194,7 @@ def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.
 def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
                draws: int, kind: str = "spectrum", start: int = 0, threshold: float | None = None,
                **solver_options) -> list[dict]:
-    """Null heads ``start .. start + draws - 1`` of one head and the agreement of each with the SVM of its
+    """Null heads number ``start`` to ``start + draws - 1`` of one head and the agreement of each with the SVM of its
     own selections.
 
     Parameters
@@ -251,9 +251,11 @@ def _bilinear_draw(inputs: LayerInputs, Wr: np.ndarray, sizes, threshold, solver
 
 def transplant_heads(inputs: LayerInputs, sources: list, sizes: np.ndarray, *, threshold: float | None = None,
                      **solver_options) -> list[dict]:
-    """Transplanted heads (descriptive, see the module docstring): each ``(label, W (D, D))`` of ``sources``
-    acting on this layer's SVM sentences, selecting like a null head (``threshold``, ``sizes`` as
-    :func:`null_heads`), and the agreement of W with the SVM of its selections.
+    """Other heads applied to this layer's states, each against the SVM of its own selections.
+
+    Descriptive only (see the module docstring): each ``(label, W)`` of ``sources``, ``W: (D, D)``,
+    acts on this layer's SVM sentences and selects like a null head (``threshold`` and ``sizes`` as in
+    :func:`null_heads`); the row gives the agreement of W with the SVM of its selections.
 
     Returns
     -------
@@ -277,10 +279,12 @@ def transplant_heads(inputs: LayerInputs, sources: list, sizes: np.ndarray, *, t
 def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
                        draws: int, selected: np.ndarray | None = None, threshold: float | None = None,
                        **solver_options) -> dict:
-    """One bilinear head ``W (D, D)`` against its spectrum nulls, without a model: its selections (``selected
-    (m, T)`` bool, default its own top-``sizes`` tokens, as a null selects), the agreement of W with their
-    SVM and :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). What the calibration
-    tests and ``benchmarks/planted_heads.py`` apply to structured and partially planted heads.
+    """One bilinear head against its spectrum nulls, without a model.
+
+    ``W: (D, D)``; its selections are ``selected: (m, T)`` bool (default: its own top-``sizes`` tokens, as
+    a null selects). Returns the agreement of W with the SVM of its selections and
+    :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). The calibration tests
+    and ``benchmarks/planted_heads.py`` apply it to structured and partially planted heads.
 
     Returns
     -------

@@ -270,8 +270,8 @@ class LayerSelections:
     ----------
     A : (h, n, T) attention row of each sentence's query (``query="all"``: its first query)
     sel : (h, n, T) bool selections; ``query="all"``: (h, n, T, T) ``[head, sentence, query, token]``
-    stats : list of h dicts: ``mean_selected, frac_cls, frac_sep, frac_self, frac_prev, frac_next,
-        max_attention`` (over all (sentence, query) pairs)
+    stats : list of h dicts with keys ``mean_selected``, ``frac_cls``, ``frac_sep``, ``frac_self``,
+        ``frac_prev``, ``frac_next`` and ``max_attention`` (over all (sentence, query) pairs)
     """
 
     A: np.ndarray
