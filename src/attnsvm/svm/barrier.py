@@ -728,6 +728,14 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
     return best, status, it, x
 
 
+def ipm_arrays(U, V, rhs, is_equality):
+    """The IPM's inputs as arrays: ``(U (N, d1), V (N, d2), rhs (N,), eq (N,) bool, N, d1, d2)``."""
+    U = np.asarray(U, float)
+    V = np.asarray(V, float)
+    N, d1 = U.shape
+    return U, V, np.asarray(rhs, float), np.asarray(is_equality, bool), N, d1, V.shape[1]
+
+
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
                 lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-9,
                 feas_tol: float = 1e-10, max_iter: int = 80, time_limit: float | None = None,
@@ -764,12 +772,7 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     check_number(max_iter, "max_iter", low=1, integer=True)
     check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
     t0 = time.perf_counter()
-    U = np.asarray(U, float)
-    V = np.asarray(V, float)
-    rhs = np.asarray(rhs, float)
-    eq = np.asarray(is_equality, bool)
-    N, d1 = U.shape
-    d2 = V.shape[1]
+    U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra)"}
     red = _reduce(U, V, rhs, eq, info)
     lam = np.zeros(N)

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _violation, ipm_step, row_space_basis)
+                                 _start, _stopping_test, _violation, ipm_arrays, ipm_step, row_space_basis)
 
 __all__ = ["nuclear_ipm_grow"]
 
@@ -159,12 +159,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
     t0 = time.perf_counter()
-    U = np.asarray(U, float)
-    V = np.asarray(V, float)
-    rhs = np.asarray(rhs, float)
-    eq = np.asarray(is_equality, bool)
-    N, d1 = U.shape
-    d2 = V.shape[1]
+    U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
     allr = _AllRows(U, V, rhs, eq)
     in_set = np.asarray(start_rows, bool).copy()
