@@ -18,7 +18,9 @@ A check's verdict is its ``verdict`` field (``pass``, ``fail``, ``inconclusive``
 when checks.json carries one, else ``pass`` / ``finding`` / ``fail`` from ``passed`` and the
 findings list. Every value that reaches the page is escaped. A folder whose ``meta.json`` or
 ``checks.json`` cannot be read, or holds fields of the wrong type, is shown with the error
-instead of breaking the report of the others.
+instead of breaking the report of the others; so is a folder whose ``results.parquet`` fails its
+checksum or whose ``checks.json`` is not the one the run wrote with it
+(:func:`attnsvm.runner.results_problem`), and its checks are then not counted.
 """
 
 from __future__ import annotations
@@ -87,6 +89,12 @@ def _load(expdir: str) -> dict | None:
         problems.append(err)
     if not isinstance(checks, list) or not all(isinstance(c, dict) and "name" in c and "passed" in c for c in checks):
         problems.append("checks.json does not hold a list of checks; re-run the experiment")
+        checks = []
+    from attnsvm.runner import results_problem
+
+    sealed = results_problem(expdir)
+    if sealed is not None:      # its checks are not the run's: shown as the problem, never counted as verdicts
+        problems.append(sealed)
         checks = []
     meta["checks"] = checks
     meta["problems"] = problems

@@ -60,6 +60,10 @@ from attnsvm.experiments.config import config_to_yaml
 
 PROVENANCE_KEY = b"attnsvm.provenance"
 CHECKSUM_KEY = b"attnsvm.checksum"
+RESULTS_FILE = "results.parquet"
+CHECKS_FILE = "checks.json"
+#: provenance key of results.parquet: the digest of the checks.json written with it
+CHECKS_DIGEST_KEY = "checks_sha256"
 LOCK_FILE = ".lock"
 #: the checksum's value in the parquet footer: this tag, then 64 lowercase hex digits
 _CHECKSUM_TAG = b"attnsvm-sha256:"
@@ -398,6 +402,59 @@ def provenance_mismatch(stored: dict, expected: dict) -> str | None:
 
 def _atomic_parquet(table: pd.DataFrame, path: str, provenance: dict | None = None) -> None:
     _durable_write(path, shard_bytes(table, provenance))
+
+
+def _sha256_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def results_problem(expdir: str) -> str | None:
+    """Why the stored checks of the experiment folder ``expdir`` cannot be trusted (None: they can).
+
+    ``expdir/results.parquet`` must pass its checksum (:func:`verify_shard_bytes`) and ``expdir/checks.json``
+    must have the digest that results.parquet's provenance holds (key ``checks_sha256``, written by the run
+    after its checks). So a flipped bit in either file, a checks.json edited by hand, or checks left over from
+    an earlier run whose new run stopped before its checks is reported, never shown as the run's verdict.
+    A folder without results.parquet (no task finished), or whose results.parquet carries no provenance
+    (written by attnsvm before 0.3), has nothing to verify against: None.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = os.path.join(expdir, RESULTS_FILE)
+    if not os.path.lexists(path):
+        return None
+    kind = not_regular(path)
+    if kind is not None:
+        return f"{RESULTS_FILE} is {kind}, not a regular file; re-run the experiment"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        return f"cannot read {RESULTS_FILE}: {oserror_text(exc, path)}"
+    problem = verify_shard_bytes(raw)
+    if problem is not None:
+        return f"{RESULTS_FILE}: {problem}; re-run the experiment"
+    try:
+        text = (pq.read_schema(pa.BufferReader(raw)).metadata or {}).get(PROVENANCE_KEY)
+        prov = json.loads(text.decode("utf-8")) if text else None
+    except Exception as exc:  # noqa: BLE001 - checksummed yet unreadable: say so
+        return f"{RESULTS_FILE} is unreadable ({type(exc).__name__}); re-run the experiment"
+    if not isinstance(prov, dict) or CHECKS_DIGEST_KEY not in prov:
+        return None
+    digest = prov[CHECKS_DIGEST_KEY]
+    if digest is None:
+        return (f"{CHECKS_FILE} was not written for these results (the run stopped after storing them, before its "
+                "checks); re-run the experiment")
+    try:
+        with open(os.path.join(expdir, CHECKS_FILE), "rb") as fh:
+            actual = "sha256:" + hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        return f"cannot read {CHECKS_FILE}: {oserror_text(exc, os.path.join(expdir, CHECKS_FILE))}; re-run the experiment"
+    if actual != digest:
+        return (f"{CHECKS_FILE} changed after the run (its digest {actual[7:19]}... is not the {digest[7:19]}... "
+                f"that {RESULTS_FILE} holds); re-run the experiment")
+    return None
 
 
 def _shard_is_stored(path: str) -> bool:
@@ -752,7 +809,10 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
         provenance.append({k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written", "source",
                                                     "inputs")})
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    _atomic_parquet(table, os.path.join(expdir, "results.parquet"))
+    results_path = os.path.join(expdir, RESULTS_FILE)
+    sealed = {"experiment": name, "config_hash": chash}
+    # the data first (kept if a check or a figure fails), then sealed again with the digest of its checks
+    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None})
     # the config that produced the stored numbers is what the shards say (one config per shard folder)
     shown = configs[0] if len(configs) == 1 else config_json
     _atomic_text(config_to_yaml(experiment.Config(**shown)), os.path.join(expdir, "config.yaml"))
@@ -772,7 +832,9 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
                                       reason="a failed task leaves runs unmeasured").to_dict())
     preset = preset_of(experiment, config)
     checks = mark_findings(name, checks, preset)
-    _atomic_text(json.dumps(checks, indent=2), os.path.join(expdir, "checks.json"))
+    checks_text = json.dumps(checks, indent=2)
+    _atomic_text(checks_text, os.path.join(expdir, CHECKS_FILE))
+    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text)})
     wall = time.time() - start
     meta = {
         "name": name, "title": experiment.title, "paper": experiment.paper, "config_hash": chash,

@@ -145,7 +145,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     if out:
         from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun, stored_result
         from attnsvm.real.probe import check_indices
-        from attnsvm.runner import run_experiment
+        from attnsvm.runner import StorageError, results_problem, run_experiment
 
         cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
                           layers=check_indices(layers, loaded.n_layers, "layers"),
@@ -156,6 +156,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         t0 = time.perf_counter()
         summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                                  connect_timeout=connect_timeout, max_memory=max_memory)
+        problem = results_problem(summary.outdir)   # the table shown is the one the run stored, verified
+        if problem is not None:
+            raise StorageError(f"{summary.outdir}: {problem}")
         res = stored_result(cfg, summary.outdir, max_memory=max_memory, t0=t0)
         stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
                   "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
