@@ -238,9 +238,10 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     return lo
 
 
-def _trsm(L, B):
-    """``L^{-1} B`` for lower triangular ``L`` (LAPACK trtrs directly: scipy's wrapper costs ~60 us a call)."""
-    X, info = sla.lapack.dtrtrs(L, B, lower=1)
+def _trsm(L, B, trans: int = 0):
+    """``L^{-1} B`` (``L^{-T} B`` with ``trans=1``) for lower triangular ``L`` (LAPACK trtrs directly:
+    scipy's wrapper costs ~60 us a call)."""
+    X, info = sla.lapack.dtrtrs(L, B, lower=1, trans=trans)
     if info != 0:
         raise np.linalg.LinAlgError(f"triangular solve failed (trtrs info {info})")
     return X
@@ -272,8 +273,7 @@ def _psd_step(L, dX, cap):
         from scipy.sparse.linalg import LinearOperator, eigsh
 
         def mv(v):
-            y = sla.solve_triangular(L, v, lower=True, trans="T", check_finite=False)
-            return sla.solve_triangular(L, dX @ y, lower=True, check_finite=False)
+            return _trsm(L, dX @ _trsm(L, v, 1))
 
         op = LinearOperator((n, n), matvec=mv, dtype=float)
         try:
@@ -404,24 +404,33 @@ class _Problem:
 
 
 def _solve_factor(M):
-    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix."""
-    dg = np.diag(M).copy()
+    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix ``M (N, N)``,
+    which it overwrites (scaled, then factorized in place: no N x N copy); a solver of ``M r = b``.
+
+    When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
+    restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
+    dg = M.diagonal().copy()
     dg[~(dg > 0)] = 1.0
     sc = 1.0 / np.sqrt(dg)
-    Ms = M * sc[:, None]
-    Ms *= sc[None, :]
-    reg = 0.0
-    for _ in range(8):
-        try:
-            if reg:
-                Ms.flat[:: Ms.shape[0] + 1] += reg
-            F, info = sla.lapack.dpotrf(Ms, lower=0, clean=0)
-            if info == 0 and _finite_positive(F.diagonal()):
-                return lambda r: sc * _potrs(F, sc * r, lower=False)
-        except (np.linalg.LinAlgError, sla.LinAlgError):
-            pass
+    M *= sc[:, None]
+    M *= sc[None, :]
+    Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
+    d0 = Mf.diagonal().copy()
+    reg = shift = 0.0
+    for k in range(8):
+        if k:                           # restore the lower triangle from the untouched upper one
+            shift += reg
+            Mf[...] = np.triu(Mf, 1)
+            Mf += Mf.T
+            Mf.flat[:: Mf.shape[0] + 1] = d0 + shift
+        F, info = sla.lapack.dpotrf(Mf, lower=1, clean=0, overwrite_a=1)
+        if info == 0 and _finite_positive(F.diagonal()):
+            return lambda r: sc * _potrs(F, sc * r, lower=True)
         reg = 1e-14 if reg == 0 else reg * 99
-    w, Q = np.linalg.eigh(Ms, UPLO="U")
+    Mf[...] = np.triu(Mf, 1)
+    Mf += Mf.T
+    Mf.flat[:: Mf.shape[0] + 1] = d0
+    w, Q = np.linalg.eigh(Mf, UPLO="U")
     cut = 1e-13 * max(float(w.max()), 1e-300)
     winv = np.where(w > cut, 1.0 / np.maximum(w, cut), 0.0)
     return lambda r: sc * (Q @ (winv * (Q.T @ (sc * r))))
