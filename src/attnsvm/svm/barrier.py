@@ -225,8 +225,9 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
         K[:r1, :r1] = 0.0
         K[:r1, r1:] = E
         K[r1:, :r1] = E.T
-        K[r1:, r1:] = -_trsm(L, np.ascontiguousarray(_trsm(L, S1).T))
-        lmin = _eig_min(K)
+        K[r1:, r1:] = sla.lapack.dsygst(S1, L, itype=1, lower=1)[0]   # lower triangle: L^{-1} S1 L^{-T}
+        K[r1:, r1:] *= -1.0
+        lmin = _eig_min(K)                                     # reads the lower triangle
         return cap if lmin >= -1.0 / cap else -1.0 / lmin
     lo, hi = 0.0, cap
     while hi - lo > rtol * hi:
@@ -256,12 +257,14 @@ def _potrs(F, B, lower: bool):
 
 
 def _min_eig_congruent(L, dX) -> float:
-    """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`."""
-    K = _trsm(L, dX)
-    K = _sym(_trsm(L, np.ascontiguousarray(K.T)))
-    if K.shape[0] <= 64:  # numpy's full solver: less call overhead than scipy's subset solver
+    """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`
+    (LAPACK sygst forms the lower triangle of the congruent matrix in one call)."""
+    K, info = sla.lapack.dsygst(dX, L, itype=1, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"congruence failed (sygst info {info})")
+    if K.shape[0] <= 64:  # the full solver: less call overhead than the subset solver
         return _eig_min(K)
-    return float(sla.eigh(K, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
+    return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
 def _psd_step(L, dX, cap):
