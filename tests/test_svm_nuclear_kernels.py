@@ -181,3 +181,18 @@ def test_a_step_carries_the_cholesky_factor_of_the_next_x():
         R = x.LX[: pb.r1, : pb.r1]
         M = pb.schur(x.X11, x.X12, x.X22, du, R)
         np.testing.assert_allclose(M, pb.schur(x.X11, x.X12, x.X22, du), rtol=1e-12, atol=1e-12 * np.abs(M).max())
+
+
+def test_distinct_rows_is_numpys_unique_over_rows():
+    """Same distinct rows, order and inverse as ``np.unique(V, axis=0, return_inverse=True)``, with repeats,
+    signed zeros, one row and none."""
+    rng = np.random.default_rng(8)
+    base = rng.integers(-2, 3, (9, 4)).astype(float)
+    base[0] = 0.0
+    V = base[rng.integers(0, 9, 60)]
+    V[5], V[6] = -0.0, 0.0                                  # equal by value: one distinct row
+    for W in (V, V[:1], V[:0], rng.standard_normal((7, 3)), np.repeat(V[:3], 4, axis=0)):
+        Vq, inv = br.distinct_rows(W)
+        ref, ref_inv = np.unique(W, axis=0, return_inverse=True)
+        assert np.array_equal(Vq, ref) and np.array_equal(inv, np.asarray(ref_inv).ravel())
+        assert np.array_equal(Vq[inv], W)
