@@ -196,3 +196,26 @@ def test_distinct_rows_is_numpys_unique_over_rows():
         ref, ref_inv = np.unique(W, axis=0, return_inverse=True)
         assert np.array_equal(Vq, ref) and np.array_equal(inv, np.asarray(ref_inv).ravel())
         assert np.array_equal(Vq[inv], W)
+
+
+def test_maps_on_distinct_queries_equal_the_row_by_row_maps():
+    """From ``_GROUPED_MAPS_MIN_ROWS`` rows sharing queries on, ``Gmap`` and ``amap`` work on the distinct
+    queries (a sparse sum per query): the same G and margins as the row-by-row products, to 1e-12."""
+    rng = np.random.default_rng(9)
+    N = 2 * br._GROUPED_MAPS_MIN_ROWS
+    U = rng.standard_normal((N, 9))
+    V = rng.standard_normal((40, 6))[rng.integers(0, 40, N)]
+    pb = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {}).pb
+    assert pb.E is not None and pb.E.shape == (pb.Bq.shape[0], N)
+    plain = br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq)
+    assert plain.E is None
+    for _ in range(3):
+        lam = rng.standard_normal(N)
+        G = pb.Gmap(lam)
+        ref = plain.Gmap(lam)
+        np.testing.assert_allclose(G, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+        T = rng.standard_normal((pb.r1, pb.r2))
+        m, mref = pb.amap(T), plain.amap(T)
+        np.testing.assert_allclose(m, mref, rtol=1e-12, atol=1e-12 * np.abs(mref).max())
+    small = br._reduce(U[:60], V[:60], np.ones(60), np.zeros(60, bool), {}).pb
+    assert small.qidx is not None and small.E is None      # few rows: grouped Schur complement, plain maps

@@ -36,6 +36,13 @@ Cholesky factorization ``O(N^3 / 3)``; nothing of size ``r1 r2 x N`` is built, t
 largest other matrix is X, ``(r1 + r2)^2``. At a central point ``X = mu Z^{-1}`` and M
 is ``mu`` times the Hessian of the dual barrier ``-log det S``.
 
+The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
+``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
+products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
+iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
+The step bounds are one eigenvalue each of a congruent matrix formed by LAPACK ``sygst``, after a
+Cholesky test of the full (capped) dual step.
+
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
 multiple of I) and the Frobenius multipliers scaled to ``||G|| = 1/2`` (dual); the
@@ -123,6 +130,8 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 
 #: :class:`_Problem` works on the distinct queries when there are at most this fraction of the rows
 _GROUPED_MAX = 0.75
+#: ... and its maps ``Gmap`` / ``amap`` too from this many rows on (below, the sparse sum costs more than it saves)
+_GROUPED_MAPS_MIN_ROWS = 256
 
 
 def _t(a):
@@ -346,9 +355,14 @@ class _Problem:
         self.n_tot = self.r1 + self.r2 + (int(n_in) if np.ndim(n_in) == 0 else n_in)  # the barrier parameter's divisor
         self.KA = A @ _t(A)
         # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
-        self.Bq = self.qidx = None
+        self.Bq = self.qidx = self.E = None
         if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
+            if self.N >= _GROUPED_MAPS_MIN_ROWS:
+                from scipy.sparse import csr_matrix
+
+                q = self.Bq.shape[0]      # E (q, N): E[i, k] = 1 when row k has query i (sums rows per query)
+                self.E = csr_matrix((np.ones(self.N), (self.qidx, np.arange(self.N))), shape=(q, self.N))
 
     def newton_solver(self, x, du, diag):
         """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
@@ -359,11 +373,18 @@ class _Problem:
         return _solve_factor(M)
 
     def Gmap(self, lam):
-        return _t(self.A) @ (lam[..., None] * self.Bm)
+        """``G = A^T diag(lam) Bm`` (r1, r2): ``(E diag(lam) A)^T Bq`` on the distinct queries (``q r1 r2``
+        instead of ``N r1 r2``) when :attr:`E` groups the rows."""
+        if self.E is None:
+            return _t(self.A) @ (lam[..., None] * self.Bm)
+        return (self.E @ (lam[:, None] * self.A)).T @ self.Bq
 
     def amap(self, T12):
-        """``a_k^T T12 b_k`` for all rows: shape (N,)."""
-        return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
+        """``a_k^T T12 b_k`` for all rows: shape (N,) (``(Bq T12^T)`` on the distinct queries, expanded by the
+        query index, when :attr:`E` groups the rows)."""
+        if self.E is None:
+            return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
+        return np.einsum("kj,kj->k", self.A, (self.Bq @ T12.T)[self.qidx])
 
     def XY(self, X, dG, du):
         """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and

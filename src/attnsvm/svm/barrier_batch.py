@@ -39,7 +39,7 @@ def _rows(pb: _Problem, idx: np.ndarray) -> _Problem:
     q = _Problem.__new__(_Problem)
     q.A, q.Bm, q.rhs, q.eq, q.ineq, q.KA = pb.A[idx], pb.Bm[idx], pb.rhs[idx], pb.eq[idx], pb.ineq[idx], pb.KA[idx]
     q.N, q.r1, q.r2, q.n_tot = pb.N, pb.r1, pb.r2, pb.n_tot[idx]
-    q.Bq = q.qidx = None
+    q.Bq = q.qidx = q.E = None
     return q
 
 
