@@ -36,6 +36,13 @@ Cholesky factorization ``O(N^3 / 3)``; nothing of size ``r1 r2 x N`` is built, t
 largest other matrix is X, ``(r1 + r2)^2``. At a central point ``X = mu Z^{-1}`` and M
 is ``mu`` times the Hessian of the dual barrier ``-log det S``.
 
+The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
+``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
+products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
+iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
+The step bounds are one eigenvalue each of a congruent matrix formed by LAPACK ``sygst``, after a
+Cholesky test of the full (capped) dual step.
+
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
 multiple of I) and the Frobenius multipliers scaled to ``||G|| = 1/2`` (dual); the
@@ -91,7 +98,24 @@ def query_basis(V: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     """
     if V.size == 0:
         return np.zeros((V.shape[1], 0))
-    return row_space_basis(np.unique(V, axis=0), rtol)
+    return row_space_basis(distinct_rows(V)[0], rtol)
+
+
+def distinct_rows(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Vq (q, d), inv (N,))``: the distinct rows of ``V (N, d)`` in lexicographic order (as
+    ``np.unique(V, axis=0)``) and the index of each row's in ``Vq`` (``V == Vq[inv]``); a lexsort, without
+    np.unique's structured-array overhead (~0.2 ms a call, which small solves feel)."""
+    N = V.shape[0]
+    if N == 0:
+        return V[:0].copy(), np.zeros(0, np.intp)
+    order = np.lexsort(V.T[::-1])
+    Vs = V[order]
+    new = np.empty(N, bool)
+    new[0] = True
+    np.any(Vs[1:] != Vs[:-1], axis=1, out=new[1:])
+    inv = np.empty(N, np.intp)
+    inv[order] = np.cumsum(new) - 1
+    return Vs[new], inv
 
 
 def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -106,6 +130,8 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 
 #: :class:`_Problem` works on the distinct queries when there are at most this fraction of the rows
 _GROUPED_MAX = 0.75
+#: ... and its maps ``Gmap`` / ``amap`` too from this many rows on (below, the sparse sum costs more than it saves)
+_GROUPED_MAPS_MIN_ROWS = 256
 
 
 def _t(a):
@@ -118,7 +144,8 @@ def _sym(T):
 
 
 class _Dual:
-    """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C and the products with A."""
+    """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C, ``Zh = Z^{-1} / 2`` and the
+    products with A."""
 
     def __init__(self, A, Bm, lam, L=None):
         self.G = A.T @ (lam[:, None] * Bm)
@@ -129,8 +156,19 @@ class _Dual:
         self.Si = _potrs(self.L, np.eye(r2), lower=True)
         self.Si = _sym(self.Si)
         self.C = self.G @ self.Si
+        self.Zh = _z_half(self.G, self.C, self.Si)
         self.AG = A @ self.G
         self.AC = self.AG @ self.Si
+
+
+def _z_half(G, C, Si):
+    """``Z^{-1} / 2 = [[I + C G^T, C], [C^T, S^{-1}]]`` (r1 + r2 square, or a stack of them) from
+    ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric."""
+    Z11 = C @ _t(G)
+    Z11 = _sym(Z11)
+    i = np.arange(G.shape[-2])
+    Z11[..., i, i] += 1.0
+    return _blocks(Z11, C, Si)
 
 
 def _chol(S):
@@ -139,9 +177,15 @@ def _chol(S):
     if S.shape[0] == 0:
         return np.zeros((0, 0))
     L, info = sla.lapack.dpotrf(S, lower=1, clean=1)
-    if info != 0 or not np.isfinite(L).all() or np.min(np.diag(L)) <= 0:
+    if info != 0 or not _finite_positive(L.diagonal()):
         return None
     return L
+
+
+def _finite_positive(d) -> bool:
+    """Whether the diagonal ``d`` of a Cholesky factor is finite and positive (a NaN or inf anywhere in
+    the factor reaches the diagonal entry of its row, so the diagonal decides)."""
+    return bool(d.min() > 0) and bool(d.max() < np.inf)
 
 
 def _eig_min(K) -> float:
@@ -183,11 +227,21 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     ``K = [[0, E], [E^T, -L^{-1} (dG^T G + G^T dG) L^{-T}]]``, ``E = dG L^{-T}`` (exact; used up to
     ``r1 + r2 =`` :data:`_LMI_EIG_MAX`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``: the admissible
     alphas form an interval containing 0 (a line through a norm ball), found by bisection (relative
-    precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix.
+    precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix. Both first test ``alpha = cap``
+    with one such Cholesky factorization.
     """
     r1, r2 = G.shape
     GtD = G.T @ dG
     S1 = GtD + GtD.T
+    S0 = -(G.T @ G)
+    S0.flat[:: r2 + 1] += 1.0
+    S2 = dG.T @ dG
+
+    def ok(a):
+        return _chol(S0 - a * S1 - a * a * S2) is not None
+
+    if ok(cap):                 # the whole step is feasible (often, late in the run): no eigenvalue needed
+        return cap
     if r1 + r2 <= _LMI_EIG_MAX:
         L = _chol_S(G) if L is None else L
         if L is None:
@@ -197,18 +251,10 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
         K[:r1, :r1] = 0.0
         K[:r1, r1:] = E
         K[r1:, :r1] = E.T
-        K[r1:, r1:] = -_trsm(L, np.ascontiguousarray(_trsm(L, S1).T))
-        lmin = _eig_min(K)
+        K[r1:, r1:] = sla.lapack.dsygst(S1, L, itype=1, lower=1)[0]   # lower triangle: L^{-1} S1 L^{-T}
+        K[r1:, r1:] *= -1.0
+        lmin = _eig_min(K)                                     # reads the lower triangle
         return cap if lmin >= -1.0 / cap else -1.0 / lmin
-    S0 = -(G.T @ G)
-    S0.flat[:: r2 + 1] += 1.0
-    S2 = dG.T @ dG
-
-    def ok(a):
-        return _chol(S0 - a * S1 - a * a * S2) is not None
-
-    if ok(cap):
-        return cap
     lo, hi = 0.0, cap
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
@@ -219,9 +265,10 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     return lo
 
 
-def _trsm(L, B):
-    """``L^{-1} B`` for lower triangular ``L`` (LAPACK trtrs directly: scipy's wrapper costs ~60 us a call)."""
-    X, info = sla.lapack.dtrtrs(L, B, lower=1)
+def _trsm(L, B, trans: int = 0):
+    """``L^{-1} B`` (``L^{-T} B`` with ``trans=1``) for lower triangular ``L`` (LAPACK trtrs directly:
+    scipy's wrapper costs ~60 us a call)."""
+    X, info = sla.lapack.dtrtrs(L, B, lower=1, trans=trans)
     if info != 0:
         raise np.linalg.LinAlgError(f"triangular solve failed (trtrs info {info})")
     return X
@@ -236,12 +283,14 @@ def _potrs(F, B, lower: bool):
 
 
 def _min_eig_congruent(L, dX) -> float:
-    """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`."""
-    K = _trsm(L, dX)
-    K = _sym(_trsm(L, np.ascontiguousarray(K.T)))
-    if K.shape[0] <= 64:  # numpy's full solver: less call overhead than scipy's subset solver
+    """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`
+    (LAPACK sygst forms the lower triangle of the congruent matrix in one call)."""
+    K, info = sla.lapack.dsygst(dX, L, itype=1, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"congruence failed (sygst info {info})")
+    if K.shape[0] <= 64:  # the full solver: less call overhead than the subset solver
         return _eig_min(K)
-    return float(sla.eigh(K, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
+    return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
 def _psd_step(L, dX, cap):
@@ -253,8 +302,7 @@ def _psd_step(L, dX, cap):
         from scipy.sparse.linalg import LinearOperator, eigsh
 
         def mv(v):
-            y = sla.solve_triangular(L, v, lower=True, trans="T", check_finite=False)
-            return sla.solve_triangular(L, dX @ y, lower=True, check_finite=False)
+            return _trsm(L, dX @ _trsm(L, v, 1))
 
         op = LinearOperator((n, n), matvec=mv, dtype=float)
         try:
@@ -268,22 +316,25 @@ def _psd_step(L, dX, cap):
 
 
 def _lp_step(x, dx, cap):
-    """Largest ``alpha <= cap`` with ``x + alpha dx >= 0`` (x > 0)."""
-    neg = dx < 0
-    if not neg.any():
+    """Largest ``alpha <= cap`` with ``x + alpha dx >= 0`` (x > 0): ``-1 / min_k (dx_k / x_k)``."""
+    if x.size == 0:
         return cap
-    return min(cap, float((-x[neg] / dx[neg]).min()))
+    m = float((dx / x).min())
+    if m != m:
+        raise np.linalg.LinAlgError("the direction is not finite")
+    return cap if m * cap >= -1.0 else -1.0 / m
 
 
 def _blocks(X11, X12, X22):
-    """``[[X11, X12], [X12^T, X22]]`` (one allocation; np.block costs ~80 us a call)."""
-    r1 = X11.shape[0]
-    n = r1 + X22.shape[0]
-    X = np.empty((n, n))
-    X[:r1, :r1] = X11
-    X[:r1, r1:] = X12
-    X[r1:, :r1] = X12.T
-    X[r1:, r1:] = X22
+    """``[[X11, X12], [X12^T, X22]]`` of matrices or stacks of them (one allocation; np.block costs
+    ~80 us a call)."""
+    r1 = X11.shape[-1]
+    n = r1 + X22.shape[-1]
+    X = np.empty(X12.shape[:-2] + (n, n))
+    X[..., :r1, :r1] = X11
+    X[..., :r1, r1:] = X12
+    X[..., r1:, :r1] = _t(X12)
+    X[..., r1:, r1:] = X22
     return X
 
 
@@ -295,42 +346,55 @@ class _Problem:
         # (:mod:`attnsvm.svm.barrier_batch`): the linear maps below work on both
         self.A, self.Bm, self.rhs, self.eq = A, Bm, rhs, eq
         self.ineq = ~eq
+        # the inequality rows as an index: a slice (views, no copies) when every row is one (a single problem)
+        self.I = slice(None) if eq.ndim == 1 and not eq.any() else self.ineq
+        self.viol_scale = 1.0 + (float(np.max(np.abs(rhs))) if rhs.ndim == 1 and rhs.size else 0.0)
         self.N, self.r1 = A.shape[-2:]
         self.r2 = Bm.shape[-1]
         n_in = self.ineq.sum(axis=-1)
         self.n_tot = self.r1 + self.r2 + (int(n_in) if np.ndim(n_in) == 0 else n_in)  # the barrier parameter's divisor
         self.KA = A @ _t(A)
         # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
-        self.Bq = self.qidx = None
+        self.Bq = self.qidx = self.E = None
         if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
+            if self.N >= _GROUPED_MAPS_MIN_ROWS:
+                from scipy.sparse import csr_matrix
+
+                q = self.Bq.shape[0]      # E (q, N): E[i, k] = 1 when row k has query i (sums rows per query)
+                self.E = csr_matrix((np.ones(self.N), (self.qidx, np.arange(self.N))), shape=(q, self.N))
 
     def newton_solver(self, x, du, diag):
         """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
-        M = self.schur(x.X11, x.X12, x.X22, du)
+        M = self.schur(x.X11, x.X12, x.X22, du, None if x.LX is None else x.LX[: self.r1, : self.r1])
         M.flat[:: self.N + 1] += diag
         return _solve_factor(M)
 
     def Gmap(self, lam):
-        return _t(self.A) @ (lam[..., None] * self.Bm)
+        """``G = A^T diag(lam) Bm`` (r1, r2): ``(E diag(lam) A)^T Bq`` on the distinct queries (``q r1 r2``
+        instead of ``N r1 r2``) when :attr:`E` groups the rows."""
+        if self.E is None:
+            return _t(self.A) @ (lam[..., None] * self.Bm)
+        return (self.E @ (lam[:, None] * self.A)).T @ self.Bq
 
     def amap(self, T12):
-        """``a_k^T T12 b_k`` for all rows: shape (N,)."""
-        return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
+        """``a_k^T T12 b_k`` for all rows: shape (N,) (``(Bq T12^T)`` on the distinct queries, expanded by the
+        query index, when :attr:`E` groups the rows)."""
+        if self.E is None:
+            return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
+        return np.einsum("kj,kj->k", self.A, (self.Bq @ T12.T)[self.qidx])
 
-    def XY(self, X11, X12, X22, dG, du):
-        """Blocks of ``sym(X Y)`` with ``Y = -dZ Z^{-1}`` for ``dZ = -1/2 [[0, dG], [dG^T, 0]]``."""
-        C, Si, G = du.C, du.Si, du.G
-        dGtC = _t(dG) @ C                              # r2 x r2
-        Y21 = _t(dG) + dGtC @ _t(G)                    # r2 x r1  (dG^T (I + C G^T))
-        X11dG = X11 @ dG
-        T11 = X11dG @ _t(C) + X12 @ Y21
-        T12 = X11dG @ Si + X12 @ dGtC
-        T21 = _t(X12) @ dG @ _t(C) + X22 @ Y21
-        T22 = _t(X12) @ dG @ Si + X22 @ dGtC
-        return _sym(T11), 0.5 * (T12 + _t(T21)), _sym(T22)
+    def XY(self, X, dG, du):
+        """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
+        ``Y = -dZ Z^{-1}`` with ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: with ``Zh = Z^{-1} / 2`` (``du.Zh``),
+        ``Y = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]``."""
+        r1, Zh = self.r1, du.Zh
+        T = X @ np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
+        T = T + _t(T)
+        T *= 0.5
+        return T
 
     def _bb(self, H):
         """``Bm H Bm^T`` (N x N) for ``H (r2, r2)``: from the distinct queries when rows share them."""
@@ -354,8 +418,9 @@ class _Problem:
             return self.Bm @ _t(R)
         return (self.Bq @ R.T)[self.qidx]
 
-    def schur(self, X11, X12, X22, du):
-        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N), see the module docstring.
+    def schur(self, X11, X12, X22, du, R=None):
+        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N), see the module docstring; ``R`` the lower Cholesky
+        factor of ``X11`` when known (the leading block of the factor of X).
 
         ``K1 o K2`` and its transpose are one product; the factors with ``Bm`` on the left are
         computed on the distinct queries (``Bq``) and expanded when rows share queries, which
@@ -369,7 +434,8 @@ class _Problem:
         T += self.KA
         T *= self._bb(X22)
         M += T
-        R = self._lower_factor(X11)
+        if R is None:
+            R = self._lower_factor(X11)
         if R is not None:
             AR = A @ R
             K5 = AR @ _t(AR)                           # A X11 A^T (gemm beats syrk here)
@@ -382,24 +448,33 @@ class _Problem:
 
 
 def _solve_factor(M):
-    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix."""
-    dg = np.diag(M).copy()
+    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix ``M (N, N)``,
+    which it overwrites (scaled, then factorized in place: no N x N copy); a solver of ``M r = b``.
+
+    When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
+    restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
+    dg = M.diagonal().copy()
     dg[~(dg > 0)] = 1.0
     sc = 1.0 / np.sqrt(dg)
-    Ms = M * sc[:, None]
-    Ms *= sc[None, :]
-    reg = 0.0
-    for _ in range(8):
-        try:
-            if reg:
-                Ms.flat[:: Ms.shape[0] + 1] += reg
-            F, info = sla.lapack.dpotrf(Ms, lower=0, clean=0)
-            if info == 0 and np.isfinite(F).all():
-                return lambda r: sc * _potrs(F, sc * r, lower=False)
-        except (np.linalg.LinAlgError, sla.LinAlgError):
-            pass
+    M *= sc[:, None]
+    M *= sc[None, :]
+    Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
+    d0 = Mf.diagonal().copy()
+    reg = shift = 0.0
+    for k in range(8):
+        if k:                           # restore the lower triangle from the untouched upper one
+            shift += reg
+            Mf[...] = np.triu(Mf, 1)
+            Mf += Mf.T
+            Mf.flat[:: Mf.shape[0] + 1] = d0 + shift
+        F, info = sla.lapack.dpotrf(Mf, lower=1, clean=0, overwrite_a=1)
+        if info == 0 and _finite_positive(F.diagonal()):
+            return lambda r: sc * _potrs(F, sc * r, lower=True)
         reg = 1e-14 if reg == 0 else reg * 99
-    w, Q = np.linalg.eigh(Ms, UPLO="U")
+    Mf[...] = np.triu(Mf, 1)
+    Mf += Mf.T
+    Mf.flat[:: Mf.shape[0] + 1] = d0
+    w, Q = np.linalg.eigh(Mf, UPLO="U")
     cut = 1e-13 * max(float(w.max()), 1e-300)
     winv = np.where(w > cut, 1.0 / np.maximum(w, cut), 0.0)
     return lambda r: sc * (Q @ (winv * (Q.T @ (sc * r))))
@@ -407,8 +482,10 @@ def _solve_factor(M):
 
 def _violation(pb, marg):
     """Largest constraint violation (|.| on equality rows), relative to ``1 + max |rhs|``."""
-    v = np.where(pb.eq, np.abs(marg - pb.rhs), np.maximum(pb.rhs - marg, 0.0))
-    return float(np.max(v)) / (1.0 + float(np.max(np.abs(pb.rhs))))
+    d = pb.rhs - marg
+    if isinstance(pb.I, slice):                 # inequality rows only
+        return max(float(d.max()), 0.0) / pb.viol_scale
+    return float(np.max(np.where(pb.eq, np.abs(d), np.maximum(d, 0.0)))) / pb.viol_scale
 
 
 def _clean_primal(pb, M, lam, feas_tol):
@@ -498,8 +575,7 @@ def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
     once per distinct w, which lets :meth:`_Problem.schur` work on the distinct queries."""
     N, d1 = U.shape
     if V.size:
-        Vq, qinv = np.unique(V, axis=0, return_inverse=True)
-        qinv = np.asarray(qinv).ravel()
+        Vq, qinv = distinct_rows(V)
     else:
         Vq, qinv = V, np.zeros(0, np.int64)
     B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
@@ -524,16 +600,26 @@ def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
                                groups=(Bq, np.asarray(qidx).ravel())), B, P, live, su, sv, sr)
 
 
-@dataclass
 class _Iterate:
-    """The primal-dual iterate: ``X = [[X11, X12], [X12^T, X22]]`` (r1 + r2 square), slacks ``s``
-    of the inequality rows and multipliers ``lam`` (N',)."""
+    """The primal-dual iterate: ``X = [[X11, X12], [X12^T, X22]]`` (r1 + r2 square; the blocks are views
+    of X), slacks ``s`` of the inequality rows and multipliers ``lam`` (N',); ``LX`` the lower Cholesky
+    factor of X when the step that made the iterate computed it (else None)."""
 
-    lam: np.ndarray
-    X11: np.ndarray
-    X12: np.ndarray
-    X22: np.ndarray
-    s: np.ndarray
+    def __init__(self, lam, X11, X12, X22, s):
+        self.lam, self.s = lam, s
+        self._set_X(_blocks(X11, X12, X22), X11.shape[0], None)
+
+    @classmethod
+    def full(cls, lam, X, r1: int, s, LX=None) -> _Iterate:
+        """The iterate of the full, exactly symmetric ``X`` (r1 + r2 square)."""
+        x = cls.__new__(cls)
+        x.lam, x.s = lam, s
+        x._set_X(X, r1, LX)
+        return x
+
+    def _set_X(self, X, r1, LX):
+        self.X, self.LX = X, LX
+        self.X11, self.X12, self.X22 = X[:r1, :r1], X[:r1, r1:], X[r1:, r1:]
 
 
 def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: float):
@@ -559,8 +645,8 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     merit = max(gap, viol)
     if best is None or merit < best[0]:
         best = (merit, gap, viol, Xc.copy(), x.lam.copy())
-    pobj = 0.5 * (np.trace(x.X11) + np.trace(x.X22))
-    mu = (pobj - float(np.sum(x.X12 * G)) + float(x.s @ x.lam[pb.ineq])) / pb.n_tot
+    pobj = 0.5 * x.X.trace()
+    mu = (pobj - float(np.vdot(x.X12, G)) + float(x.s @ x.lam[pb.I])) / pb.n_tot
     return best, merit, mu, (nuc, dobj, gap, viol)
 
 
@@ -582,74 +668,73 @@ class _NewtonSystem:
     """The factorized Schur complement at an iterate and the HKM directions it gives."""
 
     def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
-        I = pb.ineq
+        I = pb.I
         self.pb, self.x, self.du = pb, x, du
+        if x.LX is None:
+            x.LX = _chol(x.X)
+            if x.LX is None:
+                raise np.linalg.LinAlgError("primal iterate X is not positive definite")
+        self.LX = x.LX
         diag = np.zeros(pb.N)
         diag[I] = x.s / x.lam[I]
         self.solve = pb.newton_solver(x, du, diag)
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
-        self.X = _blocks(x.X11, x.X12, x.X22)
-        self.LX = _chol(self.X)
-        if self.LX is None:
-            raise np.linalg.LinAlgError("primal iterate X is not positive definite")
-        self.Zi11 = 2.0 * (np.eye(pb.r1) + du.C @ du.G.T)
         self.lamI = x.lam[I]
 
     def direction(self, rvec, sig_mu, corr):
-        """``(dlam, dG, dX11, dX12, dX22, ds)`` for the right-hand side ``rvec`` (N',), centering
-        ``sig_mu`` and the second-order correction ``corr`` (or None)."""
-        pb, x, du, I, lamI = self.pb, self.x, self.du, self.pb.ineq, self.lamI
+        """``(dlam, dG, dX, ds)`` (``dX`` r1 + r2 square, exactly symmetric) for the right-hand side
+        ``rvec`` (N',), centering ``sig_mu`` and the second-order correction ``corr = (cX, cs)`` (or None)."""
+        pb, x, du, I, lamI = self.pb, self.x, self.du, self.pb.I, self.lamI
         dlam = self.solve(rvec)
         dG = pb.Gmap(dlam)
-        T11, T12, T22 = pb.XY(x.X11, x.X12, x.X22, dG, du)
-        dX11 = sig_mu * self.Zi11 - x.X11 + T11
-        dX12 = sig_mu * 2.0 * du.C - x.X12 + T12
-        dX22 = sig_mu * 2.0 * du.Si - x.X22 + T22
+        dX = pb.XY(x.X, dG, du)                                   # dX = 2 sig_mu Zh - X + sym(X Y)
+        dX -= x.X
+        if sig_mu:
+            dX += (2.0 * sig_mu) * du.Zh
         ds = -x.s - (x.s / lamI) * dlam[I] + sig_mu / lamI
         if corr is not None:
-            dX11 += corr[0]
-            dX12 += corr[1]
-            dX22 += corr[2]
-            ds += corr[3]
-        return dlam, dG, _sym(dX11), dX12, _sym(dX22), ds
+            dX += corr[0]
+            ds += corr[1]
+        return dlam, dG, dX, ds
 
     def max_steps(self, d):
         """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible."""
-        dlam, dG, dX11, dX12, dX22, ds = d
-        dX = _blocks(dX11, dX12, dX22)
-        ap = min(_psd_step(self.LX, dX, 1.0), _lp_step(self.x.s, ds, 1.0))
-        ad = min(_lmi_step(self.du.G, dG, 1.0, L=self.du.L), _lp_step(self.lamI, dlam[self.pb.ineq], 1.0))
+        dlam, dG, dX, ds = d
+        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0))
+        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], 1.0), L=self.du.L)
         return ap, ad
 
 
 def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     """Newton direction: the predictor (affine scaling), Mehrotra's centering parameter sigma and
     the corrector. Returns ``(d, sigma)`` with d as :meth:`_NewtonSystem.direction`."""
-    pb, x, du, I, lamI = nw.pb, nw.x, nw.du, nw.pb.ineq, nw.lamI
-    G, n_tot = du.G, pb.n_tot
+    pb, x, du, I, lamI = nw.pb, nw.x, nw.du, nw.pb.I, nw.lamI
+    G, n_tot, r1 = du.G, pb.n_tot, pb.r1
     # predictor (affine scaling direction) and Mehrotra's centering parameter
     da = nw.direction(pb.rhs.copy(), 0.0, None)
     ap, ad = nw.max_steps(da)
-    dlam_a, dG_a, dX11_a, dX12_a, dX22_a, ds_a = da
-    xz = (0.5 * (np.trace(x.X11 + ap * dX11_a) + np.trace(x.X22 + ap * dX22_a))
-          - float(np.sum((x.X12 + ap * dX12_a) * (G + ad * dG_a))))
+    dlam_a, dG_a, dX_a, ds_a = da
+    xz = (0.5 * (x.X.trace() + ap * dX_a.trace())
+          - float(np.vdot(x.X12 + ap * dX_a[:r1, r1:], G + ad * dG_a)))
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
     sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
-    c11, c12, c22 = pb.XY(dX11_a, dX12_a, dX22_a, dG_a, du)
+    cX = pb.XY(dX_a, dG_a, du)
     cs = -(ds_a * dlam_a[I]) / lamI
-    rvec = pb.rhs - sigma * mu * nw.g - pb.amap(c12)
+    rvec = pb.rhs - sigma * mu * nw.g - pb.amap(cX[:r1, r1:])
     rvec[I] += sigma * mu / lamI + cs
-    return nw.direction(rvec, sigma * mu, (c11, c12, c22, cs)), sigma
+    return nw.direction(rvec, sigma * mu, (cX, cs)), sigma
 
 
 def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     """Primal and dual step lengths: ``gamma`` times the largest feasible ones, then shortened
-    until the dual stays inside the ball and X positive definite despite rounding."""
+    until the dual stays inside the ball and X positive definite despite rounding. Leaves the
+    Cholesky factors at the step in ``nw.L_next`` (of S) and ``nw.LX_next`` (of X), and X in
+    ``nw.X_next``."""
     pb, x = nw.pb, nw.x
     ap, ad = nw.max_steps(d)
     ap, ad = gamma * ap, gamma * ad
-    dlam, dG, dX11, dX12, dX22, ds = d
+    dlam, dG, dX, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
     for _ in range(60):
         nw.L_next = _chol_S(pb.Gmap(x.lam + ad * dlam))
@@ -658,19 +743,22 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
         ad *= 0.7
     else:
         ad, nw.L_next = 0.0, nw.du.L
-    dX = _blocks(dX11, dX12, dX22)
     for _ in range(60):
-        if _chol(nw.X + ap * dX) is not None:
+        nw.X_next = x.X + ap * dX
+        nw.LX_next = _chol(nw.X_next)
+        if nw.LX_next is not None:
             break
         ap *= 0.7
     else:
-        ap = 0.0
+        ap, nw.X_next, nw.LX_next = 0.0, x.X, nw.LX
     return ap, ad
 
 
-def _take_step(x: _Iterate, d, ap: float, ad: float) -> _Iterate:
-    dlam, dG, dX11, dX12, dX22, ds = d
-    return _Iterate(x.lam + ad * dlam, x.X11 + ap * dX11, x.X12 + ap * dX12, x.X22 + ap * dX22, x.s + ap * ds)
+def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
+    """The iterate after the steps ``ap`` (primal) and ``ad`` (dual) of :func:`_step_lengths`."""
+    x = nw.x
+    dlam, dG, dX, ds = d
+    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next)
 
 
 def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
@@ -684,8 +772,7 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
         return None
     if verbose:
         print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
-    return _take_step(x, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
-
+    return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,

@@ -23,8 +23,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.svm.barrier import (_clean_primal, _Problem, _reduce, _result, _start, _sym, _t, _violation,
-                                 nuclear_ipm)
+from attnsvm.svm.barrier import (_blocks, _clean_primal, _Problem, _reduce, _result, _start, _sym, _t, _violation,
+                                 _z_half, nuclear_ipm)
 
 __all__ = ["nuclear_ipm_batch"]
 
@@ -39,7 +39,7 @@ def _rows(pb: _Problem, idx: np.ndarray) -> _Problem:
     q = _Problem.__new__(_Problem)
     q.A, q.Bm, q.rhs, q.eq, q.ineq, q.KA = pb.A[idx], pb.Bm[idx], pb.rhs[idx], pb.eq[idx], pb.ineq[idx], pb.KA[idx]
     q.N, q.r1, q.r2, q.n_tot = pb.N, pb.r1, pb.r2, pb.n_tot[idx]
-    q.Bq = q.qidx = None
+    q.Bq = q.qidx = q.E = None
     return q
 
 
@@ -52,7 +52,8 @@ def _dual(pb: _Problem, lam: np.ndarray):
     S[~ok] = np.eye(pb.r2)               # keeps the stack factorizable; those problems stop
     Si = _sym(np.linalg.inv(S))
     AG = pb.A @ G
-    return SimpleNamespace(G=G, Si=Si, C=G @ Si, AG=AG, AC=AG @ Si), ok
+    C = G @ Si
+    return SimpleNamespace(G=G, Si=Si, C=C, Zh=_z_half(G, C, Si), AG=AG, AC=AG @ Si), ok
 
 
 def _pd(S: np.ndarray) -> np.ndarray:
@@ -86,11 +87,7 @@ def _lmi_steps(LZi, dG) -> np.ndarray:
     r1 = dG.shape[-2]
     zero1 = np.zeros(dG.shape[:-2] + (r1, r1))
     zero2 = np.zeros(dG.shape[:-2] + (dG.shape[-1], dG.shape[-1]))
-    return _psd_steps(LZi, _block(zero1, dG, zero2))
-
-
-def _block(X11, X12, X22):
-    return np.concatenate([np.concatenate([X11, X12], -1), np.concatenate([_t(X12), X22], -1)], -2)
+    return _psd_steps(LZi, _blocks(zero1, dG, zero2))
 
 
 class _Stack:
@@ -120,16 +117,18 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
         return sc * np.linalg.solve(M, (sc * r)[..., None])[..., 0]
 
     g = 2.0 * np.einsum("rkj,rkj->rk", du.AC, pb.Bm)
-    Zi11 = 2.0 * (np.eye(pb.r1) + du.C @ _t(du.G))
-    X = _block(x.X11, x.X12, x.X22)
+    r1 = pb.r1
+    Zi11 = 2.0 * du.Zh[:, :r1, :r1]
+    X = _blocks(x.X11, x.X12, x.X22)
     LXi = np.linalg.inv(np.linalg.cholesky(X))
-    LZi = np.linalg.inv(np.linalg.cholesky(_block(np.broadcast_to(np.eye(pb.r1), x.X11.shape), du.G,
+    LZi = np.linalg.inv(np.linalg.cholesky(_blocks(np.broadcast_to(np.eye(pb.r1), x.X11.shape), du.G,
                                                   np.broadcast_to(np.eye(pb.r2), x.X22.shape))))
 
     def direction(rvec, sig_mu, corr):
         dlam = solve(rvec)
         dG = pb.Gmap(dlam)
-        T11, T12, T22 = pb.XY(x.X11, x.X12, x.X22, dG, du)
+        T = pb.XY(X, dG, du)
+        T11, T12, T22 = T[:, :r1, :r1], T[:, :r1, r1:], T[:, r1:, r1:]
         sm = sig_mu[:, None, None]
         dX11 = sm * Zi11 - x.X11 + T11
         dX12 = sm * 2.0 * du.C - x.X12 + T12
@@ -141,7 +140,7 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
 
     def max_steps(d):
         dlam, dG, dX11, dX12, dX22, ds = d
-        ap = np.minimum(_psd_steps(LXi, _block(dX11, dX12, dX22)), _lp_steps(x.s, ds))
+        ap = np.minimum(_psd_steps(LXi, _blocks(dX11, dX12, dX22)), _lp_steps(x.s, ds))
         ad = np.minimum(_lmi_steps(LZi, dG), _lp_steps(x.lam, dlam))
         return ap, ad
 
@@ -154,7 +153,8 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
           - np.sum((x.X12 + ap[:, None, None] * dX12_a) * (du.G + ad[:, None, None] * dG_a), axis=(-2, -1)))
     mu_a = (xz + np.sum((x.s + ap[:, None] * ds_a) * (x.lam + ad[:, None] * dlam_a), axis=-1)) / pb.n_tot
     sigma = np.clip(mu_a / mu, 0.0, 1.0) ** 3
-    c11, c12, c22 = pb.XY(dX11_a, dX12_a, dX22_a, dG_a, du)
+    c = pb.XY(_blocks(dX11_a, dX12_a, dX22_a), dG_a, du)
+    c11, c12, c22 = c[:, :r1, :r1], c[:, :r1, r1:], c[:, r1:, r1:]
     cs = -(ds_a * dlam_a) / x.lam
     sm = sigma * mu
     rvec = pb.rhs - sm[:, None] * g - pb.amap(c12) + sm[:, None] / x.lam + cs
@@ -171,7 +171,7 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
         ad = np.where(bad, 0.7 * ad, ad)
     else:
         ad = np.where(bad, 0.0, ad)
-    dX = _block(dX11, dX12, dX22)
+    dX = _blocks(dX11, dX12, dX22)
     for _ in range(60):
         bad = ~_pd(X + ap[:, None, None] * dX)
         if not bad.any():

@@ -28,7 +28,8 @@ import numpy as np
 import scipy.linalg as sla
 
 from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _violation, ipm_arrays, ipm_step, row_space_basis)
+                                 _start, _stopping_test, _violation, distinct_rows, ipm_arrays, ipm_step,
+                                 row_space_basis)
 
 __all__ = ["nuclear_ipm_grow"]
 
@@ -39,8 +40,7 @@ class _AllRows:
 
     def __init__(self, U, V, rhs, eq):
         N, d1 = U.shape
-        Vq, qinv = np.unique(V, axis=0, return_inverse=True)
-        self.qinv = np.asarray(qinv).ravel()
+        Vq, self.qinv = distinct_rows(V)
         self.B = row_space_basis(Vq)
         Bq = Vq @ self.B
         self.P = None if d1 <= N else row_space_basis(U)

@@ -1,0 +1,221 @@
+"""The nuclear interior-point method's per-iteration kernels (svm.barrier), each against its definition:
+the HKM product sym(X Y) from Z^{-1} / 2, the Jacobi-scaled in-place factorization of the Schur matrix
+(including its restore-and-shift path), the LP and PSD step bounds, and the Cholesky factor of X that
+a step carries to the next iterate."""
+
+import numpy as np
+import pytest
+
+from attnsvm.generators import random_problem
+from attnsvm.svm import barrier as br
+from attnsvm.svm.constraints import att_constraints
+
+
+def _dual(rng, N=14, r1=5, r2=3, norm=0.8):
+    A, Bm = rng.standard_normal((N, r1)), rng.standard_normal((N, r2))
+    pb = br._Problem(A, Bm, np.ones(N), np.zeros(N, bool))
+    lam = rng.random(N)
+    lam *= norm / np.linalg.norm(pb.Gmap(lam), 2)
+    return pb, br._Dual(A, Bm, lam)
+
+
+def _spd(rng, n, shift=0.1):
+    R = rng.standard_normal((n, n))
+    return R @ R.T / n + shift * np.eye(n)
+
+
+def test_z_half_is_half_the_inverse_of_the_dual_matrix():
+    """``Zh = Z^{-1} / 2`` with ``Z = 1/2 [[I, -G], [-G^T, I]]``, exactly symmetric; a stack gives each matrix's."""
+    rng = np.random.default_rng(0)
+    pb, du = _dual(rng)
+    r1, r2 = pb.r1, pb.r2
+    Z = 0.5 * np.block([[np.eye(r1), -du.G], [-du.G.T, np.eye(r2)]])
+    np.testing.assert_allclose(du.Zh, 0.5 * np.linalg.inv(Z), rtol=1e-12, atol=1e-12)
+    assert np.array_equal(du.Zh, du.Zh.T)
+    duals = [_dual(rng)[1] for _ in range(3)]
+    stack = br._z_half(*(np.stack([getattr(d, k) for d in duals]) for k in ("G", "C", "Si")))
+    for k, d in enumerate(duals):
+        assert np.array_equal(stack[k], d.Zh)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 6), (1, 1)])
+def test_xy_is_the_hkm_product_by_definition(shape):
+    """``pb.XY(X, dG, du) = sym(X Y)`` with ``Y = -dZ Z^{-1}``, ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: equal to the
+    explicit block product to 1e-12, exactly symmetric, and the stacked call gives each problem's."""
+    rng = np.random.default_rng(1)
+    r1, r2 = shape
+    pb, du = _dual(rng, r1=r1, r2=r2)
+    Z = 0.5 * np.block([[np.eye(r1), -du.G], [-du.G.T, np.eye(r2)]])
+    for _ in range(3):
+        X = _spd(rng, r1 + r2)
+        dG = rng.standard_normal((r1, r2))
+        dZ = -0.5 * np.block([[np.zeros((r1, r1)), dG], [dG.T, np.zeros((r2, r2))]])
+        XY = X @ (-dZ @ np.linalg.inv(Z))
+        ref = 0.5 * (XY + XY.T)
+        T = pb.XY(X, dG, du)
+        np.testing.assert_allclose(T, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+        assert np.array_equal(T, T.T)
+    Xs, dGs = np.stack([_spd(rng, r1 + r2) for _ in range(2)]), rng.standard_normal((2, r1, r2))
+    dus = type("D", (), {"Zh": np.stack([du.Zh, du.Zh])})
+    Ts = pb.XY(Xs, dGs, dus)
+    for k in range(2):
+        np.testing.assert_allclose(Ts[k], pb.XY(Xs[k], dGs[k], du), rtol=1e-14, atol=1e-14)
+
+
+def test_blocks_of_matrices_and_stacks():
+    rng = np.random.default_rng(2)
+    X11, X12, X22 = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 2)), rng.standard_normal((2, 2, 2))
+    S = br._blocks(X11, X12, X22)
+    for k in range(2):
+        assert np.array_equal(S[k], np.block([[X11[k], X12[k]], [X12[k].T, X22[k]]]))
+        assert np.array_equal(br._blocks(X11[k], X12[k], X22[k]), S[k])
+
+
+@pytest.mark.parametrize("rank", [40, 25, 1])
+def test_schur_factorization_solves_in_place_including_the_shifted_path(rank):
+    """``_solve_factor`` overwrites M and solves ``M x = b``: a positive definite M directly; a singular one
+    (the first Cholesky fails, M is restored from the untouched triangle and shifted) on its range."""
+    rng = np.random.default_rng(rank)
+    N = 40
+    F = rng.standard_normal((N, rank)) * rng.uniform(0.1, 10.0, rank)
+    M0 = F @ F.T
+    if rank == N:
+        M0 += 1e-3 * np.eye(N)
+    M0 *= np.outer(d := rng.uniform(0.5, 50.0, N), d)        # badly scaled rows: the Jacobi scaling matters
+    b = M0 @ rng.standard_normal(N)                          # in the range of M0
+    M = M0.copy()
+    x = br._solve_factor(M)(b)
+    assert not np.array_equal(M, M0)                          # factorized in place (no N x N copy)
+    assert np.linalg.norm(M0 @ x - b) <= 1e-7 * np.linalg.norm(b)
+
+
+def test_schur_factorization_restores_the_matrix_before_shifting(monkeypatch):
+    """A failed factorization destroys one triangle; the retry must see the original matrix plus the
+    shift: with a first attempt forced to fail, the answer equals the direct one."""
+    rng = np.random.default_rng(5)
+    M0 = _spd(rng, 30)
+    b = rng.standard_normal(30)
+    ref = np.linalg.solve(M0, b)
+    real = br.sla.lapack.dpotrf
+    calls = []
+
+    def flaky(a, **kw):
+        calls.append(1)
+        out, info = real(a, **kw)
+        return (out, 3) if len(calls) == 1 else (out, info)   # the first one "fails" after overwriting
+
+    monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
+    x = br._solve_factor(M0.copy())(b)
+    assert len(calls) == 2
+    np.testing.assert_allclose(x, ref, rtol=1e-9)
+
+
+def _lp_by_definition(x, dx, cap):
+    neg = dx < 0
+    return min(cap, float(np.min(-x[neg] / dx[neg]))) if neg.any() else cap
+
+
+def test_lp_step_by_definition():
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        n = int(rng.integers(1, 8))
+        x = rng.uniform(0.01, 2.0, n)
+        dx = rng.standard_normal(n) * rng.uniform(0.01, 5.0)
+        cap = float(rng.choice([1.0, 0.3]))
+        assert br._lp_step(x, dx, cap) == pytest.approx(_lp_by_definition(x, dx, cap), rel=1e-14)
+    assert br._lp_step(np.ones(3), np.ones(3), 1.0) == 1.0
+    assert br._lp_step(np.zeros(0), np.zeros(0), 0.5) == 0.5
+    with pytest.raises(np.linalg.LinAlgError):
+        br._lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
+
+
+@pytest.mark.parametrize("n", [7, 90])
+def test_psd_step_is_the_distance_to_the_cone(n):
+    """``_psd_step(L, dX, cap)``: X + a dX stays positive semidefinite up to a and leaves the cone just
+    beyond (through the one-call congruence, both the full and the subset eigenvalue solver)."""
+    rng = np.random.default_rng(n)
+    hit = 0
+    for _ in range(10):
+        X = _spd(rng, n)
+        L = br._chol(X)
+        D = rng.standard_normal((n, n))
+        D = (D + D.T) * rng.uniform(0.05, 2.0)
+        a = br._psd_step(L, D, 1.0)
+        assert np.linalg.eigvalsh(X + 0.999 * a * D)[0] > 0
+        if a < 1.0:
+            hit += 1
+            assert np.linalg.eigvalsh(X + 1.001 * a * D)[0] < 0
+    assert hit >= 5
+
+
+@pytest.mark.parametrize("cap", [1.0, 0.4, 0.05])
+def test_dual_step_with_a_cap_below_one(cap):
+    """The dual step under the LP cap: the full-step Cholesky test and the eigenvalue bound agree with
+    the distance to the spectral-norm ball."""
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        G = rng.standard_normal((4, 3))
+        G *= rng.uniform(0.1, 0.95) / np.linalg.norm(G, 2)
+        dG = rng.standard_normal((4, 3)) * rng.uniform(0.05, 4.0)
+        a = br._lmi_step(G, dG, cap)
+        assert a <= cap and np.linalg.norm(G + 0.999 * a * dG, 2) < 1
+        if a < cap:
+            assert np.linalg.norm(G + 1.001 * a * dG, 2) > 1
+
+
+def test_a_step_carries_the_cholesky_factor_of_the_next_x():
+    """The iterate after a step holds X's Cholesky factor from the step guard; its leading block is the
+    factor of X11 that the Schur complement uses (same matrix as factorizing X11 itself)."""
+    pr = random_problem(6, 8, 10, seed=3)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    red = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {})
+    pb = red.pb
+    x = br._Iterate(*br._start(pb, None, None))
+    assert x.LX is None
+    for _ in range(3):
+        du = br._Dual(pb.A, pb.Bm, x.lam)
+        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+        x = br.ipm_step(pb, x, du, mu, 0.95, False)[0]
+        np.testing.assert_allclose(x.LX @ x.LX.T, x.X, rtol=1e-12, atol=1e-13 * np.abs(x.X).max())
+        assert np.array_equal(x.X12, x.X[: pb.r1, pb.r1:]) and np.array_equal(x.X, x.X.T)
+        R = x.LX[: pb.r1, : pb.r1]
+        M = pb.schur(x.X11, x.X12, x.X22, du, R)
+        np.testing.assert_allclose(M, pb.schur(x.X11, x.X12, x.X22, du), rtol=1e-12, atol=1e-12 * np.abs(M).max())
+
+
+def test_distinct_rows_is_numpys_unique_over_rows():
+    """Same distinct rows, order and inverse as ``np.unique(V, axis=0, return_inverse=True)``, with repeats,
+    signed zeros, one row and none."""
+    rng = np.random.default_rng(8)
+    base = rng.integers(-2, 3, (9, 4)).astype(float)
+    base[0] = 0.0
+    V = base[rng.integers(0, 9, 60)]
+    V[5], V[6] = -0.0, 0.0                                  # equal by value: one distinct row
+    for W in (V, V[:1], V[:0], rng.standard_normal((7, 3)), np.repeat(V[:3], 4, axis=0)):
+        Vq, inv = br.distinct_rows(W)
+        ref, ref_inv = np.unique(W, axis=0, return_inverse=True)
+        assert np.array_equal(Vq, ref) and np.array_equal(inv, np.asarray(ref_inv).ravel())
+        assert np.array_equal(Vq[inv], W)
+
+
+def test_maps_on_distinct_queries_equal_the_row_by_row_maps():
+    """From ``_GROUPED_MAPS_MIN_ROWS`` rows sharing queries on, ``Gmap`` and ``amap`` work on the distinct
+    queries (a sparse sum per query): the same G and margins as the row-by-row products, to 1e-12."""
+    rng = np.random.default_rng(9)
+    N = 2 * br._GROUPED_MAPS_MIN_ROWS
+    U = rng.standard_normal((N, 9))
+    V = rng.standard_normal((40, 6))[rng.integers(0, 40, N)]
+    pb = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {}).pb
+    assert pb.E is not None and pb.E.shape == (pb.Bq.shape[0], N)
+    plain = br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq)
+    assert plain.E is None
+    for _ in range(3):
+        lam = rng.standard_normal(N)
+        G = pb.Gmap(lam)
+        ref = plain.Gmap(lam)
+        np.testing.assert_allclose(G, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+        T = rng.standard_normal((pb.r1, pb.r2))
+        m, mref = pb.amap(T), plain.amap(T)
+        np.testing.assert_allclose(m, mref, rtol=1e-12, atol=1e-12 * np.abs(mref).max())
+    small = br._reduce(U[:60], V[:60], np.ones(60), np.zeros(60, bool), {}).pb
+    assert small.qidx is not None and small.E is None      # few rows: grouped Schur complement, plain maps
