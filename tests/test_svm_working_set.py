@@ -126,7 +126,18 @@ def test_streaming_margins_match_direct_evaluation():
     W = np.random.default_rng(1).standard_normal((7, 7))
     g = query_groups(cs)
     assert g is not None and g.q == 25
+    assert g.block == 8                 # 25 samples of T - 1 = 8 rows each: margins read U as (25, 8, 7)
     assert np.allclose(constraint_values(cs, W, g), cs.evaluate(W), atol=1e-13)
+    # the same rows in another order (no blocks) and the same rows in a Fortran-ordered U (the gather path)
+    perm = np.random.default_rng(2).permutation(cs.N)
+    shuf = ConstraintSet(cs.U[perm], cs.V[perm], cs.rhs[perm], cs.is_equality[perm], cs.sample[perm],
+                         cs.query[perm], cs.token[perm], cs.other[perm], cs.kind, cs.shape)
+    gs = query_groups(shuf)
+    assert gs is not None and gs.block == 0
+    assert np.allclose(constraint_values(shuf, W, gs), cs.evaluate(W)[perm], atol=1e-13)
+    fort = ConstraintSet(np.asfortranarray(cs.U), cs.V, cs.rhs, cs.is_equality, cs.sample, cs.query, cs.token,
+                         cs.other, cs.kind, cs.shape)
+    assert np.allclose(constraint_values(fort, W, query_groups(fort)), cs.evaluate(W), atol=1e-13)
     assert np.allclose(constraint_values(cs, W, None), cs.evaluate(W), atol=1e-13)
     rows = np.array([5, 0, 17])
     assert np.allclose(constraint_values(cs, W, g, rows=rows), cs.evaluate(W)[rows], atol=1e-13)
@@ -232,3 +243,35 @@ def test_any_data_scale_mixed_or_extreme():
         solve_svm(tiny, sel, method="working_set")
     with pytest.raises(ValidationError):
         solve_svm(tiny, sel)                                   # auto: the dense solver's own message
+
+
+def test_factor_compaction_removes_pinned_rows_exactly(monkeypatch):
+    """``_BasePDAS.compact`` (Givens deletion of pinned rows) leaves the factor of the remaining rows'
+    ``M = G + beta^2 b b^T`` and ``beta = L^-1 rhs``; a working set that compacts whenever it can ends at
+    the optimum of the one that rebuilds."""
+    from attnsvm.svm import pdas
+    from attnsvm.svm.working_set import _Setup
+
+    pr, sel, _ = planted_problem(60, 11, 6, seed=3)
+    cs = att_constraints(pr.X, pr.queries, sel)
+    setup = _Setup(cs, 1e-10)
+    base = pdas._BasePDAS(setup)
+    rows = np.arange(0, 400, 13, dtype=np.int64)      # 31 rows (the rank is 36)
+    base.rebuild(rows, base._mgram(rows, rows))
+    base.pin(rows[[3, 17, 18, 30]])              # first, middle (two adjacent) and last position
+    base.compact()
+    left = np.setdiff1d(rows, rows[[3, 17, 18, 30]])
+    assert base.compacted == 1 and base.pinned.size == 0 and np.array_equal(base.rows, left)
+    L = base.L[:base.s, :base.s]
+    M = base._mgram(left, left)
+    assert np.allclose(L @ L.T, M, atol=1e-12 * np.abs(M).max())
+    assert np.allclose(L @ base.beta, setup.rhs[left], atol=1e-12)
+    assert np.array_equal(base.pos[left], np.arange(left.size)) and np.all(base.pos[rows[[3, 17, 18, 30]]] == -1)
+
+    big, sel2, _ = planted_problem(800, 21, 8, seed=0)        # N = 16000 rows, rank 64: the subset fills up
+    cs2 = att_constraints(big.X, big.queries, sel2)
+    ref = solve_frobenius_ws(cs2)
+    monkeypatch.setattr(pdas, "COMPACT_MAX", 1e9)
+    fast = solve_frobenius_ws(cs2)
+    assert fast.info["compactions"] > ref.info["compactions"]
+    assert fast.certified and _rel(fast.norm_value, ref.norm_value) <= FRO_AGREE
