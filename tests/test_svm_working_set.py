@@ -244,34 +244,3 @@ def test_any_data_scale_mixed_or_extreme():
     with pytest.raises(ValidationError):
         solve_svm(tiny, sel)                                   # auto: the dense solver's own message
 
-
-def test_factor_compaction_removes_pinned_rows_exactly(monkeypatch):
-    """``_BasePDAS.compact`` (Givens deletion of pinned rows) leaves the factor of the remaining rows'
-    ``M = G + beta^2 b b^T`` and ``beta = L^-1 rhs``; a working set that compacts whenever it can ends at
-    the optimum of the one that rebuilds."""
-    from attnsvm.svm import pdas
-    from attnsvm.svm.working_set import _Setup
-
-    pr, sel, _ = planted_problem(60, 11, 6, seed=3)
-    cs = att_constraints(pr.X, pr.queries, sel)
-    setup = _Setup(cs, 1e-10)
-    base = pdas._BasePDAS(setup)
-    rows = np.arange(0, 400, 13, dtype=np.int64)      # 31 rows (the rank is 36)
-    base.rebuild(rows, base._mgram(rows, rows))
-    base.pin(rows[[3, 17, 18, 30]])              # first, middle (two adjacent) and last position
-    base.compact()
-    left = np.setdiff1d(rows, rows[[3, 17, 18, 30]])
-    assert base.compacted == 1 and base.pinned.size == 0 and np.array_equal(base.rows, left)
-    L = base.L[:base.s, :base.s]
-    M = base._mgram(left, left)
-    assert np.allclose(L @ L.T, M, atol=1e-12 * np.abs(M).max())
-    assert np.allclose(L @ base.beta, setup.rhs[left], atol=1e-12)
-    assert np.array_equal(base.pos[left], np.arange(left.size)) and np.all(base.pos[rows[[3, 17, 18, 30]]] == -1)
-
-    big, sel2, _ = planted_problem(800, 21, 8, seed=0)        # N = 16000 rows, rank 64: the subset fills up
-    cs2 = att_constraints(big.X, big.queries, sel2)
-    ref = solve_frobenius_ws(cs2)
-    monkeypatch.setattr(pdas, "COMPACT_MAX", 1e9)
-    fast = solve_frobenius_ws(cs2)
-    assert fast.info["compactions"] > ref.info["compactions"]
-    assert fast.certified and _rel(fast.norm_value, ref.norm_value) <= FRO_AGREE

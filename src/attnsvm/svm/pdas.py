@@ -8,11 +8,6 @@ import numpy as np
 __all__ = ["_BasePDAS"]
 
 
-#: :meth:`_BasePDAS.compact` replaces a rebuild when its flops are at most this fraction of the rebuild's
-#: (its rotations run at a small fraction of the speed of the blocked Cholesky factorization)
-COMPACT_MAX = 0.04
-
-
 class _Singular(Exception):
     """The free rows of the subset QP are (numerically) linearly dependent."""
 
@@ -56,7 +51,6 @@ class _BasePDAS:
         self.pinned = np.zeros(0, np.int64)          # rows of B held at zero (global ids)
         self.Y = np.zeros((0, 0))                    # L^{-1} E_pinned
         self.refactors = 0
-        self.compacted = 0
         self.appended = 0
         self.why = ""                                # why the last run returned None
         self.max_rows = cs.N                         # rank + 1: more rows in B make M_BB singular
@@ -123,45 +117,6 @@ class _BasePDAS:
         self.beta = self._lsolve(self.setup.rhs[self.rows])
         self.refactors += 1
 
-    def _compact_cost(self) -> float:
-        """Flops of :meth:`compact` relative to a rebuild's ``s^3 / 3`` (Givens sweeps: ~6 flops per
-        entry of the rotated trailing rows of the factor and of the scratch orthogonal matrix)."""
-        s = self.s
-        p = self.pos[self.pinned].astype(float)
-        return float(np.sum(6.0 * (s - p) * (2 * s - p))) / max(s ** 3 / 3.0, 1.0)
-
-    def compact(self) -> None:
-        """Remove the pinned rows from B (B := its unpinned rows) without refactoring the rest.
-
-        Deleting row p of ``L`` is deleting column p of ``R = L^T`` (``M = R^T R``); Givens rotations
-        restore the triangle (:func:`scipy.linalg.qr_delete`, ``O((s - p) s)`` per row, the rotations
-        also applied to a scratch matrix that is not used) instead of a rebuild's ``s^3 / 3`` flops.
-        """
-        import scipy.linalg as sla
-
-        if not self.pinned.size:
-            return
-        s = self.s
-        R = np.array(self.L[:s, :s].T, order="F")
-        Q = np.empty((s, s), order="F")
-        for p in np.sort(self.pos[self.pinned])[::-1]:
-            Q, R = sla.qr_delete(Q, R, int(p), 1, which="col", overwrite_qr=True, check_finite=False)
-        n = s - int(self.pinned.size)
-        R = R[:n, :n]
-        dg = np.abs(np.diag(R))
-        if n and dg.min() <= 1e-7 * dg.max():
-            raise _Singular()
-        keep = np.ones(s, bool)
-        keep[self.pos[self.pinned]] = False
-        self.pos[self.pinned] = -1
-        self.rows = self.rows[keep]
-        self.pos[self.rows] = np.arange(n)
-        self._set_factor(R.T, n)
-        self.pinned = np.zeros(0, np.int64)
-        self.Y = np.zeros((n, 0))
-        self.beta = self._lsolve(self.setup.rhs[self.rows])
-        self.compacted += 1
-
     def append(self, new: np.ndarray, M_nn: np.ndarray) -> None:
         """Append rows ``new`` (not in B) to B: ``L -> [[L, 0], [X, L22]]``."""
         import scipy.linalg as sla
@@ -210,8 +165,10 @@ class _BasePDAS:
         bi = b[idx]
         if bi.size and np.all(bi == bi[0]):
             M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
-        else:
-            M += self.beta2 * np.outer(bi, bi)
+        else:                                  # M += beta2 b b^T in place (BLAS ger: no s x s temporary)
+            from scipy.linalg.blas import dger
+
+            M = dger(self.beta2, bi, bi, a=M.T, overwrite_a=True).T
         return M
 
     def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
@@ -224,22 +181,11 @@ class _BasePDAS:
         inF[self.pos[F[inB]]] = True
         n_pin = int(self.s - inF.sum())
         A_idx = idx[~inB]
-        # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular);
-        # when that is cheaper, the rows leaving F are removed from the factor instead (:meth:`compact`)
+        # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
         if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
                 or self.s + A_idx.size > self.max_rows:
-            if A_idx.size > F.size // 2 or not n_pin or self.s - n_pin + A_idx.size > self.max_rows:
-                self.rebuild(F, self._mblock(G, b, idx))
-                return
-            self.pinned, self.Y = self.rows[~inF], np.zeros((self.s, 0))
-            try:
-                if self._compact_cost() > COMPACT_MAX:
-                    raise _Singular()
-                self.compact()
-            except _Singular:
-                self.rebuild(F, self._mblock(G, b, idx))
-                return
-            inF = np.ones(self.s, bool)
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
         if A_idx.size:
             try:
                 self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))
