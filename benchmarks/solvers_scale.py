@@ -37,6 +37,7 @@ import _baseline  # noqa: E402
 #: name -> (generator, (n, T, d), norm, formulation, methods, target seconds or None)
 CASES = {
     "fro-planted-1e6": ("planted", (20000, 51, 64), "fro", "att", ("dense", "working_set"), 60.0),
+    "fro-planted-1e5": ("planted", (2000, 51, 64), "fro", "att", ("working_set",), None),
     "fro-opt-300": ("opt", (300, 50, 64), "fro", "att", ("dense", "working_set", "auto"), 5.0),
     "fro-infeasible-1e6": ("opt", (20000, 51, 64), "fro", "att", ("dense", "working_set"), 60.0),
     "fro-planted-d384-1e5": ("planted", (2000, 51, 384), "fro", "att", ("dense", "working_set"), 120.0),

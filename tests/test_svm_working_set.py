@@ -126,7 +126,18 @@ def test_streaming_margins_match_direct_evaluation():
     W = np.random.default_rng(1).standard_normal((7, 7))
     g = query_groups(cs)
     assert g is not None and g.q == 25
+    assert g.block == 8                 # 25 samples of T - 1 = 8 rows each: margins read U as (25, 8, 7)
     assert np.allclose(constraint_values(cs, W, g), cs.evaluate(W), atol=1e-13)
+    # the same rows in another order (no blocks) and the same rows in a Fortran-ordered U (the gather path)
+    perm = np.random.default_rng(2).permutation(cs.N)
+    shuf = ConstraintSet(cs.U[perm], cs.V[perm], cs.rhs[perm], cs.is_equality[perm], cs.sample[perm],
+                         cs.query[perm], cs.token[perm], cs.other[perm], cs.kind, cs.shape)
+    gs = query_groups(shuf)
+    assert gs is not None and gs.block == 0
+    assert np.allclose(constraint_values(shuf, W, gs), cs.evaluate(W)[perm], atol=1e-13)
+    fort = ConstraintSet(np.asfortranarray(cs.U), cs.V, cs.rhs, cs.is_equality, cs.sample, cs.query, cs.token,
+                         cs.other, cs.kind, cs.shape)
+    assert np.allclose(constraint_values(fort, W, query_groups(fort)), cs.evaluate(W), atol=1e-13)
     assert np.allclose(constraint_values(cs, W, None), cs.evaluate(W), atol=1e-13)
     rows = np.array([5, 0, 17])
     assert np.allclose(constraint_values(cs, W, g, rows=rows), cs.evaluate(W)[rows], atol=1e-13)
@@ -232,3 +243,4 @@ def test_any_data_scale_mixed_or_extreme():
         solve_svm(tiny, sel, method="working_set")
     with pytest.raises(ValidationError):
         solve_svm(tiny, sel)                                   # auto: the dense solver's own message
+

@@ -165,8 +165,10 @@ class _BasePDAS:
         bi = b[idx]
         if bi.size and np.all(bi == bi[0]):
             M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
-        else:
-            M += self.beta2 * np.outer(bi, bi)
+        else:                                  # M += beta2 b b^T in place (BLAS ger: no s x s temporary)
+            from scipy.linalg.blas import dger
+
+            M = dger(self.beta2, bi, bi, a=M.T, overwrite_a=True).T
         return M
 
     def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:

@@ -38,10 +38,14 @@ class QueryGroups:
     ----------
     Q : (q, d2) distinct right factors (queries)
     group : (N,) int64, the query of each row
+    block : c when the rows are q consecutive blocks of c rows each (``group == arange(N) // c``), as
+        the builders emit them for equal-size samples; 0 otherwise. Margins then need no gather
+        (:func:`constraint_values` reads ``U`` as ``(q, c, d1)``).
     """
 
     Q: np.ndarray
     group: np.ndarray
+    block: int = 0
 
     @property
     def q(self) -> int:
@@ -76,7 +80,9 @@ def query_groups(cs: ConstraintSet) -> QueryGroups | None:
         hi = min(N, lo + step)
         if not np.array_equal(cs.V[lo:hi], Q[group[lo:hi]]):
             return None
-    return QueryGroups(Q, group)
+    c = N // starts.size
+    block = c if c * starts.size == N and np.array_equal(starts, np.arange(0, N, c)) else 0
+    return QueryGroups(Q, group, block)
 
 
 def constraint_values(cs: ConstraintSet, W: np.ndarray, groups: QueryGroups | None = None,
@@ -97,6 +103,14 @@ def constraint_values(cs: ConstraintSet, W: np.ndarray, groups: QueryGroups | No
         return out
     if groups is not None:
         WQ = groups.Q @ W.T                       # (q, d1): W w for each distinct query
+        if rows is None and groups.block and cs.U.flags.c_contiguous:   # q blocks of c rows: no gather
+            c = groups.block
+            U3 = cs.U.reshape(groups.q, c, cs.d1)
+            step = max(1, chunk_rows(N, cs.d1) // c)
+            for lo in range(0, groups.q, step):
+                hi = min(groups.q, lo + step)
+                out[lo * c:hi * c] = np.einsum("qcd,qd->qc", U3[lo:hi], WQ[lo:hi]).ravel()
+            return out
         width = 2 * cs.d1
     else:
         width = cs.d1 + cs.d2

@@ -420,7 +420,8 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     SVMSolution with ``W (d1, d2)``, margins and duals over all N rows (duals zero outside
     the final working set), or status "infeasible" with Farkas multipliers (N,).
     ``info``: method "working-set", rounds, working_set (final size), max_working_set,
-    qp_iterations, seconds, cpu_seconds.
+    qp_iterations, factorizations (Cholesky factorizations of a whole free set by the active-set
+    method), seconds, cpu_seconds.
     """
     o = FrobeniusWSOptions.resolve(options, kw, "solve_frobenius_ws")
     tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
@@ -479,7 +480,7 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     else:
         stopped = "round limit"
     info.update(rounds=rnd, working_set=ws.size, seconds=time.perf_counter() - t0,
-                cpu_seconds=time.process_time() - c0)
+                cpu_seconds=time.process_time() - c0, factorizations=base.refactors)
     if stopped:
         info["stopped"] = stopped
     return _frobenius_result(cs, setup, ws, lam, W, margins, formulation, support_tol, info)
