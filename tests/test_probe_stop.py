@@ -97,7 +97,8 @@ def test_stopped_verdicts_equal_the_full_ones_and_p_below_the_level_is_unchanged
 
 def test_stop_reason_needs_three_kept_draws_and_stops_heads_without_svm():
     assert stop_reason(float("nan"), [], 8).startswith("no certified head SVM")
-    assert stop_reason(0.08, [0.08, 0.081], 6) is None  # 2 kept: a p-value needs 3
+    assert min(reachable_pvalues(0.0805, [0.08, 0.081], 6)) > LEVEL  # the bound alone would stop, but
+    assert stop_reason(0.0805, [0.08, 0.081], 6) is None  # 2 kept: no p-value yet, it would leave the BY step
     assert stop_reason(0.08, [0.08, 0.081, np.nan, 0.079], 4) is not None  # real in the middle of its nulls
     assert stop_reason(0.5, [0.08, 0.081, 0.079], 5) is None  # far above: it must draw on
     assert stop_reason(0.08, [0.08, 0.081, 0.079], 0) is None  # nothing left to save
@@ -134,3 +135,28 @@ def test_null_task_stops_on_a_prefix_of_the_full_draws():
     cols = null_columns(real, part, planned=8)
     assert cols["null_planned"] == 8 and cols["null_stop"].startswith(f"stopped after {len(part)} of 8")
     assert null_columns(0.99, far, planned=8)["null_stop"] == "all drawn"
+
+
+def test_stored_probe_combines_stopped_null_tasks():
+    """``combine`` of a stored probe: a stopped head's reason recomputed from its draws in order, a head without
+    an SVM (no null rows by design) is "no SVM" and not a failed null task, a full head "all drawn"."""
+    import pandas as pd
+
+    from attnsvm.experiments.real.probe_run import ProbeConfig, combine
+
+    cfg = ProbeConfig(layers=[0], heads=[0, 1, 2], null_draws=8)
+    mid = [0.08, 0.081, 0.079]
+    rng = np.random.default_rng(1)
+    full = list(rng.normal(0.08, 0.01, 8))
+    heads = [{"part": "head", "layer": 0, "head": h, "corr_restricted": c, "svm_status": s, "selected_all": False}
+             for h, c, s in ((0, 0.0802, "optimal"), (1, float("nan"), "infeasible"), (2, 0.2, "optimal"))]
+    nulls = [{"part": "null", "layer": 0, "head": h, "kind": "spectrum", "draw": j, "null_status": "optimal",
+              "null_corr_restricted": v, "null_seconds": 1.0}
+             for h, vals in ((0, mid), (2, full)) for j, v in reversed(list(enumerate(vals)))]  # any row order
+    t = combine(cfg, pd.DataFrame(heads + nulls)).set_index("head")
+    assert stop_reason(0.0802, mid[:2], 6) is None  # the null task stopped at its first chance, after 3
+    assert t.loc[0, "null_stop"] == stop_reason(0.0802, mid, 5) and t.loc[0, "null_stop"].startswith("stopped after 3")
+    assert t.loc[0, "verdict"] == "not distinguishable" and t.loc[0, "n_null"] == 3
+    assert t.loc[1, "verdict"] == "no SVM" and t.loc[1, "null_stop"].startswith("no certified head SVM")
+    assert t.loc[2, "null_stop"] == "all drawn" and t.loc[2, "verdict"] == "beyond null"
+    assert (t["null_planned"] == 8).all()
