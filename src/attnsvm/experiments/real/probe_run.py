@@ -225,6 +225,8 @@ class ProbeRun(RealMinilmHeads):
         head = (f"{len(table)} heads, {n} sentences, each head's SVM on the first {config.svm_sentences}, "
                 f"{config.query} queries, threshold {config.threshold}, {config.baseline_draws} random draw(s) per head"
                 + (f", {config.null_draws} spectrum null heads per head" if has_nulls(config) else "")
+                + (" (fewer where no further draw can change any verdict)"
+                   if has_nulls(config) and config.null_stop and config.null_draws else "")
                 + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
                    if has_nulls(config) and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
