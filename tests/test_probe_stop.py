@@ -160,3 +160,27 @@ def test_stored_probe_combines_stopped_null_tasks():
     assert t.loc[1, "verdict"] == "no SVM" and t.loc[1, "null_stop"].startswith("no certified head SVM")
     assert t.loc[2, "null_stop"] == "all drawn" and t.loc[2, "verdict"] == "beyond null"
     assert (t["null_planned"] == 8).all()
+
+
+def test_a_null_task_apart_from_its_head_gets_the_heads_statistic():
+    """``head_statistic`` (a null task in another process solves the head's SVM again) equals the statistic of
+    the head task's row, bit for bit, and is NaN for a head whose every candidate is selected."""
+    from types import SimpleNamespace
+
+    from attnsvm.real.probe_steps import head_statistic, head_task, row_statistic
+
+    rng = np.random.default_rng(5)
+    inp = _inputs(rng)
+    W = np.zeros((5, 5))
+    W[:4] = rng.standard_normal((4, 5))
+    setup = SimpleNamespace(threshold=0.3, seed=0, model=SimpleNamespace(head_weights=lambda l, h: W))
+    sel = np.zeros((inp.m, inp.cand.shape[1]), bool)
+    sel[:, 0] = True
+    sel[::2, 1] = True
+    row, _ = head_task(setup, inp, 0, 0, sel)
+    assert row["svm_status"] == "optimal" and np.isfinite(row["corr_restricted"])
+    assert head_statistic(setup, inp, 0, 0, sel) == row_statistic(row) == row["corr_restricted"]
+    assert np.isnan(head_statistic(setup, inp, 0, 0, inp.cand.copy()))
+    assert np.isnan(row_statistic({**row, "svm_status": "infeasible"}))
+    assert np.isnan(row_statistic({**row, "selected_all": True}))
+    assert row_statistic({**row, "selected_all": float("nan")}) == row["corr_restricted"]  # unknown: not all
