@@ -49,7 +49,7 @@ def main():
     print(f"{'head':>4} {'kind':>10} {'draw':>4} {'status':>10} {'N':>6} {'ws':>5} {'CPU-s':>8} {'wall-s':>8} "
           f"{'corr_r':>8}", flush=True)
     cost = {"head": [], "spectrum": [], "transplant": []}
-    for k, h in enumerate(args.heads):
+    for k, h in enumerate(setup.heads):  # setup.heads is sorted: ls.sel[k] is head setup.heads[k]
         sel = ls.sel[k, :m]
         c1, t1 = time.process_time(), time.perf_counter()
         sol = inp.svm(sel)

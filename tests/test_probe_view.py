@@ -212,6 +212,13 @@ def test_verdict_comes_first_and_says_what_it_shows(probe):
     block = page[page.index("id='verdict'"):page.index("</div>", page.index("id='verdict'"))]
     assert "<b>1 of 2 heads</b> point along their own selections' SVM beyond" in block and "20 null draws" in block
     assert "<td>5</td><td class='num'>1</td><td class='num'>1</td><td class='num'>0</td><td class='num'>0</td>" in block
+    # nulls stopped early (attnsvm probe's default): the lead and the head's section say so
+    table["null_planned"] = 8
+    table["null_stop"] = ["all drawn", "stopped after 3 of 8 draws: any further draws leave ..."][:len(table)]
+    page = render_probe_view(type(res)(**{**res.__dict__, "table": table}))
+    block = page[page.index("id='verdict'"):page.index("</div>", page.index("id='verdict'"))]
+    assert "up to 8 null draws per head; 1 heads stopped earlier" in block
+    assert page.count("null draws stopped after 3 of 8 draws") == (len(table) == 2)
 
 
 def test_heads_without_a_number_say_why(probe):

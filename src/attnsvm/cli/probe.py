@@ -80,7 +80,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
-              transplant_draws: int = 0, device: str | None = None) -> str:
+              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -98,6 +98,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
+    null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
+        ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
     device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
@@ -152,7 +154,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
                           seed=seed, max_length=max_length, view_sentences=view_sentences,
                           model=None if model is None else loaded.path, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device)
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
         t0 = time.perf_counter()
         summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                                  connect_timeout=connect_timeout, max_memory=max_memory)
@@ -168,7 +170,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           svm_sentences=svm_sentences, progress=progress, model=model, threshold=threshold,
                           query=query, seed=seed, max_length=max_length, max_memory=max_memory,
                           view_sentences=view_sentences, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device)
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:
@@ -211,6 +213,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
            if res.forward_cached or sec.get("forward_cached") else f"{sec['forward']:.1f} s")
     nnull = int(table["n_null"].sum() + table["n_null_dropped"].sum()) if "n_null" in table.columns else 0
     null_s = float(table["null_seconds"].sum()) if "null_seconds" in table.columns else sec.get("nulls", 0.0)
+    if "null_planned" in table.columns:  # the draws stopped early where no further one could change a verdict
+        early = int((table["null_stop"].astype(str) != "all drawn").sum())
+        nnull = f"{nnull} (of {int(table['null_planned'].sum())} planned; {early} heads stopped early)"
     lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; cost: forward {fwd}, "
                  f"head and baseline SVMs {sec['svm']:.1f} s, {nnull} null-head SVMs {null_s:.1f} s, "
                  f"total {sec['total']:.1f} s (wall)")

@@ -93,7 +93,7 @@ from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_t
 from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported under their old import path)
     QUERIES, ProbeSetup, baseline_rng, baselines as _baselines, check_indices, head_selections, head_seq_svm,
     head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
-    resolve_model, seq_layer_inputs, view_arrays,
+    resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
 from attnsvm.real.verdict import add_verdict, null_columns, transplant_columns
 
@@ -163,7 +163,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
                 max_length: int | None = None, model=None, progress=None, max_memory=None,
                 view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0,
-                null_selection: str = "threshold", transplant_draws: int = 0, device=None) -> ProbeResult:
+                null_selection: str = "threshold", transplant_draws: int = 0, device=None,
+                null_stop: bool = False) -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
@@ -192,6 +193,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         :mod:`attnsvm.real.probe_view`); changes no other output
     null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`NULL_DRAWS`; 0: none,
         and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
+    null_stop : draw a head's spectrum nulls one at a time and stop once no further draw can change any
+        head's verdict (:func:`attnsvm.real.verdict.stop_reason`; none for a head without a certified SVM);
+        the row says why (``null_stop``) and how many were planned (``null_planned``). Default False (all
+        ``null_draws``); ``attnsvm probe`` stops by default
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see
@@ -267,9 +272,11 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 if any_null:
                     t1 = time.perf_counter()
                     draws = null_task(setup, inp, l, h, sel, null_draws=null_draws, structured_draws=structured_draws,
-                                      transplant_draws=transplant_draws, null_selection=null_selection, **solver)
+                                      transplant_draws=transplant_draws, null_selection=null_selection,
+                                      real=row_statistic(row) if null_stop else None, **solver)
                     t_null += time.perf_counter() - t1
-                    row.update(head_null_columns(row["corr_restricted"], draws))
+                    row.update(head_null_columns(row["corr_restricted"], draws,
+                                                 planned=int(null_draws) if null_stop else None))
             rows.append(row)
     table = pd.DataFrame(rows)
     if (null_draws or structured_draws) and m_svm >= 1:
@@ -281,6 +288,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
         if transplant_draws:
             cfg.update(transplant_draws=int(transplant_draws))
+        if null_stop and null_draws:
+            cfg.update(null_stop=True)
     if getattr(setup.model, "name", "") != "MiniLM":  # the default model's config stays as it was
         cfg.update(model=setup.model.path, family=setup.model.family.name)
     seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": t_svm, "nulls": t_null,
@@ -302,15 +311,16 @@ def solver_options(max_memory=None, device=None) -> dict:
     return out
 
 
-def head_null_columns(real: float, draws: list) -> dict:
+def head_null_columns(real: float, draws: list, planned: int | None = None) -> dict:
     """The null columns of a head's row from its ``corr_restricted`` (``real``, NaN without a certified SVM)
-    and its :func:`~attnsvm.real.probe_steps.null_task` draws: with spectrum or structured draws
+    and its :func:`~attnsvm.real.probe_steps.null_task` draws: with spectrum or structured draws (or
+    ``planned`` spectrum draws, the probe's ``null_draws`` when they may stop early)
     :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs); with transplanted heads
     :func:`attnsvm.real.verdict.transplant_columns` (descriptive)."""
     kinds = {k: [d for d in draws if d["kind"] == k] for k in ("spectrum", "structured", "transplant")}
     out = {}
-    if kinds["spectrum"] or kinds["structured"]:
-        out.update(null_columns(real, kinds["spectrum"], kinds["structured"] or None))
+    if kinds["spectrum"] or kinds["structured"] or planned:
+        out.update(null_columns(real, kinds["spectrum"], kinds["structured"] or None, planned=planned))
     if kinds["transplant"]:
         out.update(transplant_columns(real, kinds["transplant"]))
     return out

@@ -29,6 +29,7 @@ from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import null_heads, select_tokens, top_selection, transplant_heads
 from attnsvm.real.sentences import check_seed, corpus_sentences
+from attnsvm.real.verdict import stop_reason
 from attnsvm.svm import gen_constraints, seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
@@ -416,9 +417,29 @@ def transplant_sources(model, layer: int, head: int, draws: int, seed: int) -> l
     return [others[i] for i in order[:draws]]
 
 
+def row_statistic(row: dict) -> float:
+    """The statistic a head's verdict compares with its nulls: ``corr_restricted`` of a :func:`head_task` row
+    when its SVM is certified and not every candidate is selected, else NaN (no verdict: "no SVM")."""
+    every = row.get("selected_all", False)
+    every = bool(every) if every is not None and every == every else False  # NaN / None: not known, not all
+    ok = row.get("svm_status") == "optimal" and not every
+    return float(row["corr_restricted"]) if ok else float("nan")
+
+
+def head_statistic(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray,
+                   **solver_options) -> float:
+    """:func:`row_statistic` of the head without its baselines: the head's SVM on ``selected (m, T)`` and
+    ``corr_restricted`` computed exactly as :func:`head_task` does (same value), for a null task that
+    runs apart from its head's task."""
+    sol = _solved(inp, selected, solver_options)
+    Wr = inp.restrict(setup.model.head_weights(layer, head))
+    every = bool(np.all((selected == inp.cand).all(axis=-1)))
+    return row_statistic({"svm_status": sol["status"], "corr_restricted": corr(Wr, sol["W"]), "selected_all": every})
+
+
 def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray, *,
               null_draws: int, structured_draws: int = 0, transplant_draws: int = 0,
-              null_selection: str = "threshold", **solver_options) -> list[dict]:
+              null_selection: str = "threshold", real: float | None = None, **solver_options) -> list[dict]:
     """One head's null heads on the layer's SVM sentences: ``null_draws`` spectrum, ``structured_draws``
     structured (:func:`attnsvm.real.nulls.null_heads`) and ``transplant_draws`` transplanted heads
     (:func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
@@ -427,6 +448,10 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
     ----------
     selected : (m, T) bool, the head's selections on the m SVM sentences (their sizes, for "matched")
     null_selection : "threshold" (each null selects by its own attention >= the probe's threshold) or "matched"
+    real : None (draw all ``null_draws`` spectrum nulls) or the head's statistic (:func:`row_statistic`, NaN
+        without a certified SVM): the spectrum draws are made in order and stop as soon as
+        :func:`attnsvm.real.verdict.stop_reason` says no further draw can change any verdict (none drawn
+        for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
 
     Returns
     -------
@@ -437,9 +462,17 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
     Wh = setup.model.head_weights(layer, head)
     sizes = selected.sum(axis=1)
     out = []
-    for kind, dr in (("spectrum", null_draws), ("structured", structured_draws)):
-        out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=dr, kind=kind,
-                          threshold=threshold, **solver_options)
+    if real is None:
+        out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=null_draws,
+                          kind="spectrum", threshold=threshold, **solver_options)
+    else:  # sequentially, one draw at a time, until the stopping rule holds
+        for j in range(int(null_draws)):
+            if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j) is not None:
+                break
+            out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=1, start=j,
+                              kind="spectrum", threshold=threshold, **solver_options)
+    out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=structured_draws,
+                      kind="structured", threshold=threshold, **solver_options)
     if transplant_draws:
         src = transplant_sources(setup.model, layer, head, int(transplant_draws), setup.seed)
         out += transplant_heads(inp, [(f"L{l}-H{h}", setup.model.head_weights(l, h)) for l, h in src], sizes,

@@ -278,6 +278,8 @@ def _head_section(result, r, n_show: int) -> str:
                        f"<b>{_num(r['corr_restricted'])}</b> vs its spectrum null heads {_num(r['null_mean'])} +- "
                        f"{_num(r['null_sd'])} ({_e(r.get('n_null', ''))} draws), p_upper {_num(r['p_upper'], '.2g')}, "
                        f"q_upper {_num(r['q_upper'], '.2g')} ({_e(r.get('verdict_reason', ''))})"
+                       + (f"; null draws {_e(r['null_stop'])}" if isinstance(r.get("null_stop"), str)
+                          and r["null_stop"] != "all drawn" else "")
                        + (f"; transplanted heads (descriptive) {_num(r['transplant_mean'])}"
                           if "transplant_mean" in r.index else "") + ".</p>")
         second = "secondary: " if "verdict" in r.index and isinstance(r["verdict"], str) else ""
@@ -452,6 +454,10 @@ def _verdict_html(table, cfg) -> str:
                         + f"<td class='num'>{len(g)}</td></tr>")
         n_null = table["n_null"].dropna() if "n_null" in table.columns else []
         draws = f" ({int(np.max(n_null))} null draws per head)" if len(n_null) else ""
+        if "null_planned" in table.columns and table["null_planned"].notna().any():
+            early = int((table["null_stop"].astype(str) != "all drawn").sum())
+            draws = (f" (up to {int(table['null_planned'].max())} null draws per head; {early} heads stopped earlier, "
+                     "where no further draw could change any verdict)")
         lead = (f"<b>{tot['beyond null']} of {len(table)} heads</b> point along their own selections' SVM beyond "
                 f"what the null distribution of the score allows{draws}; {tot['not distinguishable']} are not "
                 f"distinguishable from it, {tot['below null']} fall below it and {tot['no SVM']} have no SVM.")

@@ -65,13 +65,102 @@ def t_pvalues(real: float, nulls) -> tuple[float, float, float]:
     return float(stats.t.sf(t, k - 1)), float(stats.t.cdf(t, k - 1)), float((real - mean) / sd)
 
 
-def null_columns(real: float, spectrum: list, structured: list | None = None) -> dict:
+def reachable_pvalues(real: float, nulls, remaining: int) -> tuple[float, float]:
+    """The smallest predictive-t p-values ``(p_upper, p_lower)`` (:func:`t_pvalues`) that ``real`` can still
+    get once up to ``remaining`` more null values are drawn, whatever they are (any real numbers, any of them
+    dropped), given the finite values of ``nulls (k,)`` drawn so far. A proven bound, not an estimate.
+
+    With k values kept and r more kept (``0 <= r <= remaining``, n = k + r >= 3), the final
+    ``t = (real - mean_n) / (sd_n sqrt(1 + 1/n))``: for a fixed sum of the r new values, ``sd_n`` is smallest
+    when they are equal, so the largest t (the smallest ``p_upper``) over all new values is that of r equal
+    values v, ``N(v) / sqrt(Q(v))`` with N linear and Q quadratic in v, whose only critical point is closed
+    form; its supremum is the larger of that point and the limits ``v -> +-inf`` (and 0, which spread-out
+    values approach when real is below the mean). ``p_lower`` is the same for ``-real, -nulls``. The minimum
+    over r is returned; 0 when no bound holds (the values so far all equal, or none).
+    """
+    from scipy import stats
+
+    if isinstance(remaining, (bool, np.bool_)) or not isinstance(remaining, (int, np.integer)) or remaining < 0:
+        raise ValidationError(f"remaining must be an integer >= 0, got {remaining!r}")
+    v = np.asarray(nulls, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if not np.isfinite(real):
+        return float("nan"), float("nan")
+    k = v.size
+    out = []
+    for sign in (1.0, -1.0):  # upper tail, then lower tail (mirrored)
+        x, a = sign * v, sign * float(real)
+        best = 1.0
+        mu = float(x.mean()) if k else 0.0
+        y = x - mu
+        q0 = float(np.sum(y * y)) if k and np.ptp(x) > 0 else 0.0  # (k - 1) sd_k^2
+        for r in range(int(remaining) + 1):
+            n = k + r
+            if n < 3:  # no p-value with fewer than 3 values: that outcome rejects nothing
+                continue
+            if k == 0 or q0 <= 0.0:
+                best = 0.0  # nothing bounds the final t
+                break
+            n0, n1, q2 = a - mu, -r / n, r * k / n
+            if r == 0:
+                tq = n0 / np.sqrt(q0)
+            else:  # sup over v of (n0 + n1 v) / sqrt(q0 + q2 v^2)
+                cand = [abs(n1) / np.sqrt(q2), 0.0]
+                if n0 != 0.0:
+                    w = n1 * q0 / (n0 * q2)
+                    cand.append((n0 + n1 * w) / np.sqrt(q0 + q2 * w * w))
+                tq = max(cand)
+            t = tq * np.sqrt(n - 1) / np.sqrt(1.0 + 1.0 / n)
+            best = min(best, float(stats.t.sf(t, n - 1)))
+        out.append(best)
+    return out[0], out[1]
+
+
+#: a head's null draws stop once no outcome of the rest can bring either tail's p-value to ``<=`` this:
+#: Benjamini-Yekutieli's q is at least ``c(m) p >= p`` for every number of heads m, so such a head is
+#: never rejected and, its p above every BY threshold, changes no other head's verdict
+STOP_LEVEL = LEVEL
+
+
+def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -> str | None:
+    """Why a head's spectrum null draws may stop now, or None to draw on.
+
+    ``real`` is the head's corr_restricted (NaN: no certified SVM, so no verdict can use a null), ``nulls (k,)``
+    the draws so far (NaN: dropped), ``remaining`` the draws still planned. Stops when both smallest reachable
+    p-values (:func:`reachable_pvalues`) exceed ``level``: the head's verdict is then "not distinguishable"
+    whatever the rest would give, and every other head's verdict is that of the full run (see
+    :data:`STOP_LEVEL`). Its p-values are those of the k draws made; below ``level`` their law is that of
+    the full run's (a stopped head's are above it either way). Never stops before 3 draws are kept (a head
+    with fewer has no p-value and would leave the Benjamini-Yekutieli step, changing the others' q).
+    """
+    if not np.isfinite(real):
+        return "no certified head SVM: no null head can give a p-value"
+    v = np.asarray(nulls, dtype=np.float64).ravel()
+    if remaining <= 0 or np.isfinite(v).sum() < 3:  # fewer than 3 kept: its p-value would be NaN, out of BY
+        return None
+    pu, pl = reachable_pvalues(real, v, int(remaining))
+    if min(pu, pl) > level:
+        return (f"stopped after {v.size} of {v.size + int(remaining)} draws: any further draws leave "
+                f"p_upper >= {pu:.2g} and p_lower >= {pl:.2g} (> {level})")
+    return None
+
+
+def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None) -> dict:
     """The null columns of one head's row from its real ``corr_restricted`` and its null draws
     (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
     the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
-    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none)."""
+    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none).
+
+    ``planned``: the spectrum draws the probe asked for (None: as many as given). With it the row also has
+    ``null_planned`` and ``null_stop``: "all drawn", or why the draws stopped early (:func:`stop_reason`,
+    recomputed from the draws in order, so it is the reason the draws stopped for)."""
     v = np.array([d["corr_restricted"] for d in spectrum], float)
     ok = np.isfinite(v)
+    stop = {}
+    if planned is not None:
+        done = len(spectrum)
+        why = "all drawn" if done >= planned else stop_reason(real, v, int(planned) - done)
+        stop = {"null_planned": int(planned), "null_stop": why or f"{done} of {int(planned)} drawn"}
     pu, pl, z = t_pvalues(real, v[ok])
     mu, ml = mc_pvalues(real, v[ok])
     mean, sd, k = null_moments(v[ok])
@@ -80,7 +169,7 @@ def null_columns(real: float, spectrum: list, structured: list | None = None) ->
     return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
             "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
             "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
-            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])]))}
+            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
 
 
 def transplant_columns(real: float, transplants: list) -> dict:

@@ -49,6 +49,8 @@ class ProbeConfig(HeadsConfig):
     model: str | None = None
     transplant_draws: NonNegativeInt = 0
     device: str | None = None
+    #: a head's spectrum nulls stop once no further draw can change any verdict (``probe_heads(null_stop=)``)
+    null_stop: bool = True
 
 
 def has_nulls(config) -> bool:
@@ -70,6 +72,18 @@ def _setup(config, layer: int, head: int):
     if m >= 1:
         inp = seq_layer_inputs(setup, layer, m) if config.query == "all" else layer_inputs(setup, layer, m)
     return setup, layer_selections(setup, layer), inp, m
+
+
+#: the statistic of heads solved in this process, ``{(config key, layer, head): value}``
+#: (:func:`attnsvm.real.probe_steps.row_statistic`): a null task right after its head's task in the same
+#: process reuses it instead of solving the head's SVM again (a fresh process solves it: the same value)
+_STATISTIC: dict = {}
+
+
+def _statistic_key(config, layer: int, head: int) -> tuple:
+    import hashlib
+
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest(), int(layer), int(head)
 
 
 def _solver(config) -> dict:
@@ -96,17 +110,20 @@ def combine(config, table):
     heads = heads.drop(columns=["part"])
     if nulls.empty:
         return heads
+    from attnsvm.real.probe_steps import row_statistic
+
+    planned = int(config.null_draws) if getattr(config, "null_stop", False) and config.null_draws else None
     extra = []
     for r in heads.itertuples():
-        g = nulls[(nulls["layer"] == r.layer) & (nulls["head"] == r.head)]
-        if g.empty:  # its null task failed: no p-values
+        g = nulls[(nulls["layer"] == r.layer) & (nulls["head"] == r.head)].sort_values("draw", kind="stable")
+        real = row_statistic(r._asdict()) if str(r.svm_status) == "optimal" else float("nan")
+        if g.empty and not (planned and not np.isfinite(real)):  # its null task failed: no p-values
             extra.append({})
             continue
         draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
                  for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
                                          g["source"] if "source" in g.columns else [""] * len(g))]
-        real = float(r.corr_restricted) if str(r.svm_status) == "optimal" else float("nan")
-        extra.append(head_null_columns(real, draws))
+        extra.append(head_null_columns(real, draws, planned=planned))
     out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
     return add_verdict(out)
 
@@ -146,6 +163,12 @@ class ProbeRun(RealMinilmHeads):
                                      **_solver(config))
             t_svm = time.perf_counter() - t0
             row.update(svm_row)
+            if has_nulls(config) and config.null_stop:  # for its null task, if it runs next in this process
+                from attnsvm.real.probe_steps import row_statistic
+
+                if len(_STATISTIC) > 4096:
+                    _STATISTIC.clear()
+                _STATISTIC[_statistic_key(config, l, h)] = row_statistic(svm_row)
         out = pd.DataFrame([row])
         out.insert(0, "part", "head")
         k = min(config.view_sentences, len(setup.sentences))
@@ -163,13 +186,19 @@ class ProbeRun(RealMinilmHeads):
 
     @staticmethod
     def _null_rows(config, setup, ls, inp, m, layer, head) -> list[dict]:
-        from attnsvm.real.probe_steps import null_task
+        from attnsvm.real.probe_steps import head_statistic, null_task
 
         if inp is None:
             return []
+        real = None
+        if config.null_stop and config.null_draws:
+            key = _statistic_key(config, layer, head)
+            real = _STATISTIC.pop(key, None)
+            if real is None:  # its head ran in another process (or earlier): solve the head's SVM here
+                real = head_statistic(setup, inp, layer, head, ls.sel[0, :m], **_solver(config))
         draws = null_task(setup, inp, layer, head, ls.sel[0, :m], null_draws=config.null_draws,
                           structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
-                          null_selection=config.null_selection, **_solver(config))
+                          null_selection=config.null_selection, real=real, **_solver(config))
         return [{"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
                  "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
                  "null_seconds": d["seconds"], **({"source": d["source"]} if "source" in d else {})}
@@ -196,6 +225,8 @@ class ProbeRun(RealMinilmHeads):
         head = (f"{len(table)} heads, {n} sentences, each head's SVM on the first {config.svm_sentences}, "
                 f"{config.query} queries, threshold {config.threshold}, {config.baseline_draws} random draw(s) per head"
                 + (f", {config.null_draws} spectrum null heads per head" if has_nulls(config) else "")
+                + (" (fewer where no further draw can change any verdict)"
+                   if has_nulls(config) and config.null_stop and config.null_draws else "")
                 + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
                    if has_nulls(config) and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
