@@ -603,6 +603,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         if rnd == 1 and grown is not None:
             sol, in_ws = grown
             info["max_working_set"] = int(sol.info.get("max_rows", 0))
+            info["late_joins"] = int(sol.info.get("late_joins", 0))
         rows = np.flatnonzero(in_ws)
         info["max_working_set"] = max(info["max_working_set"], int(rows.size))
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
