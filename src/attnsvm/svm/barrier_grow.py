@@ -154,7 +154,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         joining when it would be exceeded
     late_joins : how many times rows still join "late" (gap below 1e-4, violation above 1e-3): each such
         join makes the path retreat (about 10 iterations on the probe's instances) where leaving the rows
-        to the caller costs a whole further round (about 25 from the Frobenius start); later ones are left
+        to the caller costs a whole further round (about 25 from the Frobenius start); later ones are left to
+        the caller (``info["late_joins"]``: how many joined late)
 
     Returns
     -------
@@ -190,7 +191,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     dropped: list = []
     max_size = rows.size
     # rows leave between these gaps when their slack exceeds 5% of the largest |rhs| and their multiplier is
-    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join only when nearly satisfied
+    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join once (late_joins),
+    # then only when nearly satisfied
     drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.05, 1e-3, 0.05
     late_gap, late_viol = 1e-4, 1e-3
     late_left = int(late_joins)

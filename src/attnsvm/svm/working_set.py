@@ -564,7 +564,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     ``info["round_iterations"]``: per round the subset solved (for the grown round its final subset;
     its largest is in ``max_working_set``) and its interior-point iterations; ``info["support"]``: rows
     of the final subset with a multiplier above ``1e-9`` of the largest, ``info["support_in_first_set"]``
-    how many of them the first working set already held.
+    how many of them the first working set already held; ``info["late_joins"]`` (grown round): how often
+    rows joined it late (:func:`~attnsvm.svm.barrier_grow.nuclear_ipm_grow`).
     """
     from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
