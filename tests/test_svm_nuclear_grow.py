@@ -131,3 +131,20 @@ def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monke
 
     monkeypatch.setattr(bg, "nuclear_ipm_grow", poor)
     assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N)) is None
+
+
+def test_rows_violated_late_join_once_instead_of_a_further_round():
+    # on this start the iterate violates a row only once the gap is below 1e-4 (a "late" row)
+    cs = _case(0)
+    start = np.zeros(cs.N, bool)
+    start[: cs.N // 5] = True
+    dense = solve_nuclear(cs)
+    left, subset0, _, _ = _grow(cs, start, late_joins=0)
+    assert left.info["stopped"] == "rows left to join" and left.info["late_joins"] == 0
+    res, subset, W, lam = _grow(cs, start)                 # default: one late join
+    assert res.status == "optimal" and "stopped" not in res.info
+    assert res.info["late_joins"] == 1 and subset.sum() > subset0.sum()
+    cert, _ = nuclear_certificate(cs, W, lam)
+    # the run now holds for all N rows: no further round is needed
+    assert cert.max_violation <= 1e-9 and cert.duality_gap <= 1e-8
+    assert _rel(float(np.linalg.svd(W, compute_uv=False).sum()), dense.norm_value) <= 1e-8

@@ -9,8 +9,9 @@ violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sq
 multiplier ``mu / s_k`` (on the central path), the multipliers are then scaled into the spectral-norm
 ball (:func:`_into_ball`), and the path-following goes on. Between gaps 1e-3 and ``100 tol`` clearly
 slack rows leave (:func:`_drop`). Rows that are still violated by more than 1e-3 when the gap is below
-1e-4 do not join (the path would have to retreat far); the run then ends on its subset and leaves them
-to the caller's next round.
+1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where a further round of the caller
+costs ~25); after that they do not join, the run ends on its subset and leaves them to the caller's
+next round.
 
 Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
@@ -138,7 +139,7 @@ def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: fl
 def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
                      *, lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-8,
                      feas_tol: float = 1e-10, max_iter: int = 200, max_rows: int | None = None,
-                     time_limit: float | None = None, verbose: bool = False, backend=None):
+                     late_joins: int = 1, time_limit: float | None = None, verbose: bool = False, backend=None):
     """``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` on a growing subset of the N rows (see the module docstring).
 
     Parameters
@@ -151,6 +152,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         the relative duality gap on the final subset)
     max_iter : iterations of the whole run; max_rows : largest subset (None: no limit); rows stop
         joining when it would be exceeded
+    late_joins : how many times rows still join "late" (gap below 1e-4, violation above 1e-3): each such
+        join makes the path retreat (about 10 iterations on the probe's instances) where leaving the rows
+        to the caller costs a whole further round (about 25 from the Frobenius start); later ones are left to
+        the caller (``info["late_joins"]``: how many joined late)
 
     Returns
     -------
@@ -186,9 +191,12 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     dropped: list = []
     max_size = rows.size
     # rows leave between these gaps when their slack exceeds 5% of the largest |rhs| and their multiplier is
-    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join only when nearly satisfied
+    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join once (late_joins),
+    # then only when nearly satisfied
     drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.05, 1e-3, 0.05
     late_gap, late_viol = 1e-4, 1e-3
+    late_left = int(late_joins)
+    info["late_joins"] = 0
     checks = 0
     it = 0
     for it in range(1, max_iter + 1):
@@ -209,7 +217,11 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
             thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
             new, vmax = _violated(allr, X12, np.isin(np.arange(N), rows), thr)
             late = gap < late_gap and vmax > late_viol * vscale
-            if (max_rows is not None and rows.size + new.size > max_rows) or late:
+            too_many = max_rows is not None and rows.size + new.size > max_rows
+            if late and late_left > 0 and not too_many:     # join now: cheaper than a further round
+                late, late_left = False, late_left - 1
+                info["late_joins"] += 1
+            if too_many or late:
                 if optimal and new.size:        # leave these rows to the caller's next round
                     status = "optimal"
                     info["stopped"] = "rows left to join"

@@ -560,7 +560,13 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     SVMSolution with ``norm = "nuclear"``: W, margins and duals over all N rows; the
     certificate's duality gap compares ``||W||_*`` with the dual value of the subset's
     multipliers scaled into the spectral-norm ball. ``info["grown_first_round"]``: whether the
-    first round was the single growing interior-point run.
+    first round was the single growing interior-point run; ``info["first_set"]``: rows of the first
+    working set (the Frobenius support and the equality rows); ``info["round_sizes"]`` and
+    ``info["round_iterations"]``: per round the subset solved (for the grown round its final subset;
+    its largest is in ``max_working_set``) and its interior-point iterations; ``info["support"]``: rows
+    of the final subset with a multiplier above ``1e-9`` of the largest, ``info["support_in_first_set"]``
+    how many of them the first working set already held; ``info["late_joins"]`` (grown round): how often
+    rows joined it late (:func:`~attnsvm.svm.barrier_grow.nuclear_ipm_grow`).
     """
     from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
@@ -584,8 +590,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         return fro
     setup = _Setup(cs, tol)
     in_ws = (fro.duals != 0) | cs.is_equality
+    first = in_ws.copy()
     info = {"method": "working-set (nuclear IPM on subsets)", "rounds": 0, "max_working_set": 0,
-            "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0}
+            "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0, "first_set": int(first.sum()),
+            "round_sizes": [], "round_iterations": []}
     stopped = None
     W = lam_sub = rows = margins = sub = None
     # round 1: one interior-point run whose subset grows and shrinks (None: it did not end optimal)
@@ -597,6 +605,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         if rnd == 1 and grown is not None:
             sol, in_ws = grown
             info["max_working_set"] = int(sol.info.get("max_rows", 0))
+            info["late_joins"] = int(sol.info.get("late_joins", 0))
         rows = np.flatnonzero(in_ws)
         info["max_working_set"] = max(info["max_working_set"], int(rows.size))
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
@@ -605,7 +614,10 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
             sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
                                 max_memory=max_memory, gap_tol=gap_tol, device=device)
         W, lam_sub = sol.W, sol.duals
-        info["ipm_iterations"] += int(sol.info.get("iterations") or 0)
+        its = int(sol.info.get("iterations") or 0)
+        info["ipm_iterations"] += its
+        info["round_iterations"].append(its)
+        info["round_sizes"].append(int(rows.size))
         info["rounds"] = rnd
         margins = constraint_values(cs, W, setup.groups)
         viol, score = setup.violations(margins)
@@ -631,10 +643,19 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     else:
         stopped = "round limit"
     info.update(working_set=int(rows.size), seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
-                subset_solver=sol.info.get("solver"))
+                subset_solver=sol.info.get("solver"), **_support_counts(rows, lam_sub, first))
     if stopped:
         info["stopped"] = stopped
     return _nuclear_result(cs, setup, sub, rows, W, lam_sub, margins, formulation, support_tol, info)
+
+
+def _support_counts(rows: np.ndarray, lam_sub: np.ndarray, first: np.ndarray) -> dict:
+    """``support``: rows of the final subset ``rows (s,)`` whose multiplier ``lam_sub (s,)`` exceeds ``1e-9`` of the
+    largest; ``support_in_first_set``: how many of them the first working set ``first (N,) bool`` held."""
+    lam_sub = np.abs(np.asarray(lam_sub, dtype=np.float64))
+    top = float(lam_sub.max()) if lam_sub.size else 0.0
+    sup = rows[lam_sub > 1e-9 * top] if top > 0 else rows[:0]
+    return {"support": int(sup.size), "support_in_first_set": int(np.count_nonzero(first[sup]))}
 
 
 def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
