@@ -81,12 +81,15 @@ def main(argv=None) -> int:
     names = list(sys.argv[1:] if argv is None else argv)
     full = "--full" in names
     names = [n for n in names if n != "--full"]
+    measured = [measure(name, full=full) for name in names]
+    # read the file only now (after the long measurements), so that a planning run that finished meanwhile
+    # keeps its entries
     data = {"note": "planning sigmas of the mean checks; see attnsvm.experiments.planning", "checks": {}}
     if os.path.isfile(PLANNING_FILE):
         with open(PLANNING_FILE, encoding="utf-8") as fh:
             data = json.load(fh)
-    for name in names:
-        for key, entry in measure(name, full=full).items():
+    for entries in measured:
+        for key, entry in entries.items():
             old = data["checks"].get(key)
             if full and old and not (old.get("sigmas") and entry.get("sigmas")):
                 continue  # the quick preset's planning entry stays; the full preset only adds groups and names
