@@ -136,3 +136,12 @@ def test_every_check_with_a_sampling_tolerance_reports_power():
         if verdict == "inconclusive" and re.match(r"\d\.\d{3}", power):
             assert float(power[:5]) < 0.8, (exp, name, power)
     assert not missing, missing
+
+
+def test_planning_run_set_overrides_are_parsed_and_validated():
+    from attnsvm.experiments.planning_run import _parse_set
+
+    assert _parse_set(["ds=[8]", 'attempts={"8": 1600}', "instances=30", "rng=numpy"]) == {
+        "ds": [8], "attempts": {"8": 1600}, "instances": 30, "rng": "numpy"}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        _parse_set(["instances"])
