@@ -203,7 +203,7 @@ class LMMargins(Experiment):
                 "here": f"{config.steps} GD steps with step size {config.lr:g} (the full preset: 1000 steps, 10)",
                 "reason": "more steps do not reach the floor (measured with this experiment's code, 30 runs each, "
                           "2026-11-26): the full preset's runs give a mean share 0.088 at 1000 steps, 0.092 at 3162, "
-                          "0.105 at 10^4; with step size 100, 0.118 at 10^4 steps; 30 other runs (seed 7) 0.075, "
+                          "0.105 at 10^4, 0.118 at 10^5 (and 0.118 at 10^4 steps of size 100); 30 other runs (seed 7) 0.075, "
                           "0.069, 0.066 at 10^3, 10^3.5, 10^4 (16/30 and 18/30 runs below 0.05 at 10^4). ||X(k)||_F "
                           "grows by about 5 per decade (12.8 -> 17.9 from 10^3 to 10^4) while the loss changes in the "
                           "fourth decimal: the non-support rows keep a share of the gradient that does not vanish, so "
