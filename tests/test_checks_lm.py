@@ -290,6 +290,9 @@ def test_gradient_floor_is_decided_at_the_full_step_count(runs):
     high = setv("grad_frac_nonsupport", lambda r: r["grad_frac_nonsupport"] * 0 + 0.5, record="summary")(t)
     verdict = lambda c, tb: {x.name: x for x in exp.checks(c, tb)}[name].verdict  # noqa: E731
     assert verdict(full_steps, low) == "pass" and verdict(full_steps, high) == "fail"
+    # the detail says whether GD still moves over the last decade (loss and ||X(k)||, measured in this run)
+    detail = {x.name: x for x in exp.checks(full_steps, high)}[name].detail
+    assert "over the last decade" in detail and "mean loss" in detail and "||X(k)||_F" in detail
     if cfg.steps < full_steps.steps:
         assert verdict(cfg, high) == "inconclusive" and verdict(cfg, low) == "pass"
 

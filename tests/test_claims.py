@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from attnsvm.experiments import planning
 from attnsvm.experiments.checks import check
-from attnsvm.experiments.claims import claims_page, is_internal, paper_source
+from attnsvm.experiments.claims import FULL_ONLY, claims_page, is_internal, paper_source
 
 
 def test_internal_spec_reference_becomes_the_papers_place():
@@ -78,6 +79,25 @@ def test_claims_page_shows_both_presets_and_the_full_presets_power(tmp_path):
     assert f"| {c['verdict']} | {c['power']:.3f}" in page
 
 
+def test_claims_page_lists_the_checks_only_the_full_preset_has(tmp_path):
+    from attnsvm.experiments.checks import mean_check
+
+    quick, full = tmp_path / "quick" / "exp-a", tmp_path / "full" / "exp-a"
+    for d in (quick, full):
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps({"title": "T", "preset": d.parent.name, "runs": 7}))
+    src = dict(source="transformers-as-svms.md 7.2 item 4", sigma=0.1, effect=0.05)
+    both = mean_check("both presets", np.full(20, 1.0), ">=", 0.9, **src).to_dict()
+    only = mean_check("n=10 cell", np.full(100, 1.0), ">=", 0.9, **src).to_dict()
+    (quick / "checks.json").write_text(json.dumps([both]))
+    (full / "checks.json").write_text(json.dumps([both, only]))
+    page = claims_page(str(tmp_path / "quick"), str(tmp_path / "full"))
+    row = next(r for r in page.splitlines() if r.startswith("| n=10 cell |"))
+    assert f"| full preset: pass | {FULL_ONLY} | {only['power']:.3f} (measured run)" in row
+    assert sum(r.startswith("| both presets |") for r in page.splitlines()) == 1
+    assert "n=10 cell" not in claims_page(str(tmp_path / "quick"))
+
+
 def _page_rows():
     import os
 
@@ -109,8 +129,19 @@ def test_every_check_with_a_sampling_tolerance_reports_power():
     for exp, cells in rows:
         name, why, verdict, power = cells[0], cells[2], cells[4], cells[5]
         if any(s in why for s in SAMPLING) and not any(name.startswith(p) for e, p in NO_POWER if e == exp):
+            if power == FULL_ONLY:  # a check only the full preset has: its power is the full run's
+                power = cells[6]
             if not re.match(r"\d\.\d{3}", power):
                 missing.append((exp, name))
         if verdict == "inconclusive" and re.match(r"\d\.\d{3}", power):
             assert float(power[:5]) < 0.8, (exp, name, power)
     assert not missing, missing
+
+
+def test_planning_run_set_overrides_are_parsed_and_validated():
+    from attnsvm.experiments.planning_run import _parse_set
+
+    assert _parse_set(["ds=[8]", 'attempts={"8": 1600}', "instances=30", "rng=numpy"]) == {
+        "ds": [8], "attempts": {"8": 1600}, "instances": 30, "rng": "numpy"}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        _parse_set(["instances"])

@@ -305,6 +305,61 @@ def test_random_direction_power_limits():
         pw.random_direction_power(5, 99, 0.0, 0.05, ALPHA)
 
 
+# ------------------------------------------------------------------ band (the spec's own tolerance, claim is the null)
+@pytest.mark.parametrize("ns,sigmas", [([60, 60, 60], [0.48, 0.35, 0.0]),            # tf-svm-rank quick: d = 2, 4, 10
+                                       ([100] * 4, [0.3, 0.48, 0.75, 0.2]),           # a full-preset-like grid
+                                       ([60] * 3, [1.0] * 3)])   # wide spread: the other groups' own fails count
+def test_band_check_power_and_false_fail_match_simulation(ns, sigmas):
+    """tf-svm-rank's research band (+-0.15 around each d's spec value): tables with one group 0.15 beyond the
+    band (the least favourable group: the largest sigma) fail at the computed power; tables at the spec's
+    values pass at 1 minus the computed false-fail rate."""
+    from attnsvm.experiments.checks import band_check
+
+    band, effect, draws = 0.15, 0.15, 2000
+    rng = np.random.default_rng(11)
+    labels = [f"d={k}" for k in range(len(ns))]
+    targets = dict(zip(labels, [1.34, 4.0, 5.0, 2.82][:len(ns)]))
+    sig = dict(zip(labels, sigmas))
+    kw = dict(source=SRC, reason="r", sigmas=sig, effect=effect, sigma_source="unit test")
+    power = pw.band_power(band, effect, ns, sigmas)
+    worst = labels[int(np.argmax(sigmas))]
+
+    def table(shift):
+        return {k: targets[k] + (shift if k == worst else 0.0) + s * rng.standard_normal(n)
+                for k, n, s in zip(labels, ns, sigmas)}
+
+    fails = np.mean([band_check("b", table(band + effect), targets, band, **kw).verdict == "fail" for _ in range(draws)])
+    assert _within(fails, power, draws)
+    ff = pw.band_false_fail(band, ns, sigmas)
+    passes = np.mean([band_check("b", table(0.0), targets, band, **kw).verdict != "fail" for _ in range(draws)])
+    assert _within(passes, 1 - ff, draws)
+    c = band_check("b", {k: np.full(n, targets[k]) for k, n in zip(labels, ns)}, targets, band, **kw)
+    assert c.value == pytest.approx(0.0, abs=1e-12) and c.power == pytest.approx(power)
+    assert c.verdict == ("pass" if power >= 0.8 else "inconclusive")
+    assert pw.power_from(c.power_inputs) == pytest.approx(power)
+
+
+def test_band_power_limits_and_validation():
+    # a group without spread never errs: the power is that of the other groups only
+    assert pw.band_power(0.15, 0.15, [60, 60], [0.0, 0.0]) == 1.0
+    assert pw.band_false_fail(0.15, [60], [0.0]) == 0.0
+    # more runs, more power; the power grows with the effect
+    assert pw.band_power(0.15, 0.15, [100], [0.8]) > pw.band_power(0.15, 0.15, [60], [0.8])
+    assert pw.band_power(0.15, 0.3, [60], [0.8]) > pw.band_power(0.15, 0.15, [60], [0.8])
+    with pytest.raises(ValueError, match="sigmas"):
+        pw.band_power(0.15, 0.15, [60, 60], [0.5])
+    with pytest.raises(ValueError, match="effect"):
+        pw.band_power(0.15, 0.0, [60], [0.5])
+    from attnsvm.experiments.checks import band_check
+
+    with pytest.raises(ValueError, match="labels"):
+        band_check("b", {"a": [1.0]}, {"b": 1.0}, 0.15, source=SRC)
+    # a run without a value fails (never dropped); no sigma for a group: power unknown, a pass is inconclusive
+    assert band_check("b", {"a": [1.0, np.nan]}, {"a": 1.0}, 0.15, source=SRC).verdict == "fail"
+    c = band_check("b", {"a": [1.0, 1.0]}, {"a": 1.0}, 0.15, source=SRC, sigmas={}, effect=0.15)
+    assert c.power is None and c.verdict == "inconclusive"
+
+
 # ------------------------------------------------------------------ power at another preset's size
 def test_power_from_recomputes_each_kind_at_a_scaled_count():
     assert pw.power_from(dict(fn="share", n=70, op="~", target=0.7, alpha=ALPHA), 132 / 70) == pytest.approx(

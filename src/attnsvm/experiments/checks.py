@@ -51,7 +51,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = [
-    "Check", "check", "share_check", "mean_check", "share_difference_check", "integrity_check",
+    "Check", "check", "share_check", "mean_check", "share_difference_check", "band_check", "integrity_check",
     "ALPHA", "KINDS", "VERDICTS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
     "count_verdicts", "counts_against",
 ]
@@ -342,6 +342,71 @@ def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, de
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
                  power_inputs=None if power is None else dict(fn="share_difference", n1=n1, n2=n2, op=op, target=target,
                                                               alpha=alpha, p1=p1, p2=p2, tolerance=tolerance))
+
+
+def band_check(name: str, groups: dict, targets: dict, band: float, detail: str = "", *, source: str, reason: str = "",
+               sigmas: dict | None = None, effect: float | None = None, sigma_source: str = "",
+               spec_ref: str = "") -> Check:
+    """Every group's mean within the spec's own tolerance ``band`` of its target: ``max_g |mean_g - target_g| <=
+    band``, with no sampling tolerance on top (the spec states the band at its own run count).
+
+    ``groups``: label -> per-run values ``(R_g,)``; ``targets``: label -> the spec's value (same labels). NaN
+    values fail the check. The claim is the null: ``power`` (:func:`~attnsvm.experiments.power.band_power`)
+    is the probability of failing when one group's true mean lies ``effect`` beyond the band and the others
+    are at their targets (default: the stored planning rule for a bar, ``effect = band``: the deviation bar
+    doubled), each group's runs having its planning sigma (``sigmas``: label -> sigma, default the stored
+    planning entry's per-group sigmas, measured on shifted seeds, never the run judged), at the least
+    favourable group. Without a sigma for every group the power is unknown and a pass is
+    ``"inconclusive"``. The reason also gives the false-fail rate at the spec's values
+    (:func:`~attnsvm.experiments.power.band_false_fail`): with a fixed band it is not ``alpha``.
+    """
+    from attnsvm.experiments.power import band_false_fail, band_power
+
+    labels = list(groups)
+    if not labels or set(labels) != set(targets):
+        raise ValueError(f"groups and targets must have the same non-empty labels, got {labels} and {list(targets)}")
+    if not band > 0:
+        raise ValueError(f"band must be positive, got {band!r}")
+    vals = {k: np.asarray(groups[k], dtype=float).ravel() for k in labels}
+    record_spread(name, None, "<=", band, groups=vals)
+    ns = [v.size for v in vals.values()]
+    base = (f"spec tolerance +-{band:g} around each of {len(labels)} spec values, as stated: no sampling tolerance on "
+            "top of it")
+    reason = f"{base}; {reason}" if reason else base
+    _validate(source, reason, "statistical")
+    bad = sum(int((~np.isfinite(v)).sum()) for v in vals.values())
+    if min(ns) == 0 or bad:
+        return Check(name, float("nan"), f"<= {band:g}", False, source, f"{reason}; {bad} runs without a value or an "
+                     "empty group", "statistical", detail, spec_ref=spec_ref)
+    devs = {k: abs(float(vals[k].mean()) - float(targets[k])) for k in labels}
+    worst = max(devs, key=devs.get)
+    value = devs[worst]
+    passed = bool(value <= band)
+    rule = "stated"
+    if sigmas is None or effect is None:
+        from attnsvm.experiments.planning import lookup
+
+        entry = lookup(name)
+        if entry is not None:
+            sigmas = entry.get("sigmas") if sigmas is None else sigmas
+            if effect is None:
+                effect, rule = entry["effect"], entry["rule"]
+            sigma_source = sigma_source or f"planning sigmas measured on the {entry['measured']}"
+    power, alternative, inputs = None, "", None
+    if effect is not None and sigmas is not None and all(str(k) in sigmas for k in labels):
+        sig = [float(sigmas[str(k)]) for k in labels]
+        power = band_power(band, effect, ns, sig)
+        inputs = dict(fn="band", band=band, effect=effect, ns=ns, sigmas=sig, labels=[str(k) for k in labels])
+        alternative = (f"one group's true mean {effect:g} beyond the band (off its spec value by {band + effect:g}; "
+                       f"{rule}), planning sigmas " + ", ".join(f"{k}: {s:g}" for k, s in zip(labels, sig))
+                       + (f" ({sigma_source})" if sigma_source else ""))
+        reason += f"; false-fail rate at the spec's values {band_false_fail(band, ns, sig):.3f} (normal runs)"
+    elif effect is not None:
+        alternative = f"one group's true mean {effect:g} beyond the band; no planning sigma for every group"
+    return Check(name, value, f"<= {band:g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
+                 "statistical", (detail + "; " if detail else "") + f"largest at {worst}",
+                 verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
+                 power_inputs=inputs)
 
 
 @dataclass(frozen=True)

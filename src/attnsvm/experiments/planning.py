@@ -10,6 +10,10 @@ values that check received when the experiment's quick preset was run on seeds s
 
     python -m attnsvm.experiments.planning_run tf-local-convergence tf-convergence-types ...
     python -m attnsvm.experiments.planning_run --full tf-lambda-head
+    python -m attnsvm.experiments.planning_run --full --set 'ds=[8]' --set 'attempts={"8": 1600}' --set accepted=50 tf-multi-token
+
+(``--set``: only the cells a check needs, with fewer runs; the overrides are written into the entry's
+``"measured"``.)
 
 The alternative effect of a mean check is a rule stated before any measurement (:func:`effect_rule`),
 the counterpart of the shares' 0.15 shift: a factor 2 on the distance to the natural end of the scale.

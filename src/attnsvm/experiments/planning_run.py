@@ -1,8 +1,9 @@
 """Measure the planning sigmas of :mod:`attnsvm.experiments.planning` (a separate run on shifted seeds).
 
-``python -m attnsvm.experiments.planning_run [--full] NAME ...`` runs each experiment's quick preset (``--full``:
-the full one) on seeds shifted by :data:`~attnsvm.experiments.planning.SEED_OFFSET` and merges the spread
-every mean, ordering, paired and random-direction check saw into ``planning.json``.
+``python -m attnsvm.experiments.planning_run [--full] [--set KEY=VALUE ...] NAME ...`` runs each experiment's quick
+preset (``--full``: the full one; ``--set``: config fields changed on top of it, recorded) on seeds shifted by
+:data:`~attnsvm.experiments.planning.SEED_OFFSET` and merges the spread every mean, ordering, paired and
+random-direction check saw into ``planning.json``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from attnsvm.experiments.planning import PLANNING_FILE, SEED_OFFSET, _CACHE, eff
 __all__ = ["measure", "main"]
 
 
-def measure(name: str, offset: int = SEED_OFFSET, full: bool = False) -> dict:
+def measure(name: str, offset: int = SEED_OFFSET, full: bool = False, overrides: dict | None = None) -> dict:
     """Run the quick preset (``full``: the full one) of experiment ``name`` on seeds shifted by ``offset`` and
     record, for every mean, ordering, paired or random-direction check, the standard deviation and count of
-    the values it received (a grouped check: each group's too, under ``"sigmas"``).
+    the values it received (a grouped check: each group's too, under ``"sigmas"``). ``overrides``: config fields
+    changed on top of the preset (fewer instances, only the cells a check needs); they are written into each
+    entry's ``"measured"``.
 
     Seeds are shifted in the config when it has a ``seed`` (int) or ``seeds`` (list) field; otherwise in the
     tasks (their run_task reads an optional ``"seeds"`` parameter, default seeds 0..runs-1)."""
@@ -32,6 +35,8 @@ def measure(name: str, offset: int = SEED_OFFSET, full: bool = False) -> dict:
 
     exp = registry()[name]
     cfg = build_config(exp, quick=not full)
+    if overrides:
+        cfg = type(cfg).model_validate({**cfg.model_dump(), **overrides})
     fields = type(cfg).model_fields
     if "seed" in fields or "seeds" in fields:
         upd = {}
@@ -63,10 +68,29 @@ def measure(name: str, offset: int = SEED_OFFSET, full: bool = False) -> dict:
         effect, rule = effect_rule(r["op"], r["lo"], r.get("hi"))
         out[r["name"]] = {"experiment": name, "sigma": float(f"{r['sd']:.4g}"), "runs": int(r["runs"]),
                           "effect": float(f"{effect:.4g}"), "rule": rule,
-                          "measured": f"{name} {'full' if full else 'quick'} preset on seeds + {offset}, attnsvm "
-                                      f"{_version()}, {stamp}"}
+                          "measured": f"{name} {'full' if full else 'quick'} preset"
+                                      + (f" with {_fmt(overrides)}" if overrides else "")
+                                      + f" on seeds + {offset}, attnsvm {_version()}, {stamp}"}
         if r.get("sigmas"):
             out[r["name"]]["sigmas"] = {k: float(f"{v:.4g}") for k, v in r["sigmas"].items()}
+    return out
+
+
+def _fmt(overrides: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in overrides.items())
+
+
+def _parse_set(items: list[str]) -> dict:
+    """``KEY=VALUE`` pairs (VALUE as JSON where it parses, else a string) -> dict."""
+    out = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key] = val
     return out
 
 
@@ -77,16 +101,23 @@ def _version() -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m attnsvm.experiments.planning_run [--full] NAME ...``: measure and merge into ``planning.json``."""
-    names = list(sys.argv[1:] if argv is None else argv)
-    full = "--full" in names
-    names = [n for n in names if n != "--full"]
+    """``python -m attnsvm.experiments.planning_run [--full] [--set KEY=VALUE ...] NAME ...``: measure and merge
+    into ``planning.json``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    full = "--full" in args
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set" and i + 1 < len(args)]
+    skip = {i + 1 for i, a in enumerate(args) if a == "--set"}
+    names = [a for i, a in enumerate(args) if a not in ("--full", "--set") and i not in skip]
+    overrides = _parse_set(sets)
+    measured = [measure(name, full=full, overrides=overrides) for name in names]
+    # read the file only now (after the long measurements), so that a planning run that finished meanwhile
+    # keeps its entries
     data = {"note": "planning sigmas of the mean checks; see attnsvm.experiments.planning", "checks": {}}
     if os.path.isfile(PLANNING_FILE):
         with open(PLANNING_FILE, encoding="utf-8") as fh:
             data = json.load(fh)
-    for name in names:
-        for key, entry in measure(name, full=full).items():
+    for entries in measured:
+        for key, entry in entries.items():
             old = data["checks"].get(key)
             if full and old and not (old.get("sigmas") and entry.get("sigmas")):
                 continue  # the quick preset's planning entry stays; the full preset only adds groups and names

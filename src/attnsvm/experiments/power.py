@@ -24,7 +24,8 @@ import numpy as np
 __all__ = [
     "POWER_GOAL", "SHARE_SHIFT", "share_alternatives", "share_bounds", "share_power", "share_difference_passes",
     "share_difference_power", "mean_power", "ordering_power", "sign_min_wins", "sign_power", "majority_power",
-    "random_direction_power", "power_from", "CORR_EFFECT", "LEVEL_CORR", "STANDARDIZED_EFFECT", "MAJORITY_WIN", "decide",
+    "random_direction_power", "band_power", "band_false_fail", "power_from", "CORR_EFFECT", "LEVEL_CORR",
+    "STANDARDIZED_EFFECT", "MAJORITY_WIN", "decide",
 ]
 
 #: the power a check needs for its verdict to count (below it: inconclusive)
@@ -233,11 +234,55 @@ def random_direction_power(runs: int, draws: int, effect: float, sigma: float, a
     return float(math.exp(runs * draws * float(norm.logcdf(effect / sigma))))
 
 
+def _band_ok(band: float, ns, sigmas) -> tuple[np.ndarray, np.ndarray]:
+    ns = np.asarray([_check_n(n) for n in np.atleast_1d(ns)], dtype=float)
+    sigmas = np.asarray(np.atleast_1d(sigmas), dtype=float)
+    if ns.shape != sigmas.shape or ns.size == 0:
+        raise ValueError(f"ns and sigmas must be non-empty and of one length, got {ns.size} and {sigmas.size}")
+    if not (band > 0 and np.all(sigmas >= 0)):
+        raise ValueError(f"band must be positive and sigmas >= 0, got band={band!r}, sigmas={sigmas.tolist()!r}")
+    return ns, sigmas
+
+
+def band_power(band: float, effect: float, ns, sigmas) -> float:
+    """Probability that a band check (every group's mean within ``band`` of its target, no sampling tolerance on
+    top: :func:`attnsvm.experiments.checks.band_check`) fails when one group's true mean lies ``effect`` beyond
+    the band and the others are at their targets, at the least favourable group.
+
+    ``ns (G,)``: runs per group; ``sigmas (G,)``: each group's planning sigma. With normal runs, group ``g``'s
+    mean is ``N(target + band + effect, sigma_g^2 / n_g)`` and leaves the band with probability
+    ``q_g = Phi(effect sqrt(n_g) / sigma_g) + Phi(-(2 band + effect) sqrt(n_g) / sigma_g)``; a group at its target
+    leaves it with ``f_h = 2 Phi(-band sqrt(n_h) / sigma_h)``. Groups are independent:
+    power ``= min_g 1 - (1 - q_g) prod_{h != g} (1 - f_h)``. ``sigma = 0``: that group never errs (``q = 1``,
+    ``f = 0``).
+    """
+    from scipy.stats import norm
+
+    ns, sigmas = _band_ok(band, ns, sigmas)
+    if not effect > 0:
+        raise ValueError(f"effect must be positive, got {effect!r}")
+    z = np.divide(np.sqrt(ns), sigmas, out=np.full(ns.shape, np.inf), where=sigmas > 0)
+    q = norm.cdf(effect * z) + norm.cdf(-(2 * band + effect) * z)
+    stay = 1.0 - 2.0 * norm.cdf(-band * z)                       # (G,) a group at its target stays in the band
+    others = np.array([np.prod(np.delete(stay, g)) for g in range(ns.size)])
+    return float(min(1.0, max(0.0, float(np.min(1.0 - (1.0 - q) * others)))))
+
+
+def band_false_fail(band: float, ns, sigmas) -> float:
+    """Probability that a band check fails when every group's true mean is its target (the spec's values):
+    ``1 - prod_g (1 - 2 Phi(-band sqrt(n_g) / sigma_g))``, normal runs, groups independent. ``ns, sigmas (G,)``."""
+    from scipy.stats import norm
+
+    ns, sigmas = _band_ok(band, ns, sigmas)
+    z = np.divide(np.sqrt(ns), sigmas, out=np.full(ns.shape, np.inf), where=sigmas > 0)
+    return float(min(1.0, max(0.0, 1.0 - float(np.prod(1.0 - 2.0 * norm.cdf(-band * z))))))
+
+
 def power_from(inputs: dict, scale: float = 1.0) -> float | None:
     """The power of a check from its recorded ``power_inputs`` (``Check.power_inputs``), with every run count
     multiplied by ``scale`` (rounded, at least 1): the power at another preset's size, computed without running
     it. ``inputs["fn"]`` names the power function (``share``, ``share_difference``, ``mean``, ``ordering``,
-    ``paired``, ``sign``, ``random_direction``); None for an unknown one. Power is sawtooth in ``n``: the
+    ``paired``, ``sign``, ``random_direction``, ``band``); None for an unknown one. Power is sawtooth in ``n``: the
     result holds at the scaled count only.
     """
     def sc(n):
@@ -263,6 +308,8 @@ def power_from(inputs: dict, scale: float = 1.0) -> float | None:
         return max(0.0, ordering_power(n, e, s, a) + sign_power(n, float(norm.cdf(e / s)), a) - 1.0)
     if fn == "sign":
         return sign_power(sc(inputs["n"]), inputs["p_win"], a)
+    if fn == "band":
+        return band_power(inputs["band"], inputs["effect"], [sc(n) for n in inputs["ns"]], inputs["sigmas"])
     if fn == "random_direction":
         return random_direction_power(sc(inputs["runs"]), int(inputs["draws"]), inputs["effect"], inputs["sigma"], a)
     return None

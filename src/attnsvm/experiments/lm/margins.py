@@ -142,7 +142,7 @@ class LMMargins(Experiment):
             source=SOURCE_GRAD, reason="a trend test over the last decade (comparator: the checkpoint at K/10); margin 0",
             standardized=STANDARDIZED_EFFECT, effect_reason="Cohen's large d: the size of a late trend shrinks with "
             "the share itself, so no fixed shift on the share scale applies"))
-        out.append(self._floor_check(config, b))
+        out.append(self._floor_check(config, b, early=c))
         a0, bK = a["median_margin"].to_numpy(np.float64), b["median_margin"].to_numpy(np.float64)
         out.append(check(
             "C2: the mean margin at the start is near 0 (|mean median margin at X(0)| below 10% of its value at step K)",
@@ -160,19 +160,24 @@ class LMMargins(Experiment):
             "certified = status optimal, relative violation <= 1e-8, relative duality gap <= 1e-8"))
         return out
 
-    def _floor_check(self, config, b) -> Check:
+    def _floor_check(self, config, b, early) -> Check:
         """The non-support gradient share at step K is below 0.05 (the issue's fixed floor for "effectively zero").
 
         Decided only at the full preset's step count: fewer steps do not reach the regime the claim is about,
-        so a run with fewer steps reports the check as inconclusive (it never passes there).
+        so a run with fewer steps reports the check as inconclusive (it never passes there). ``b``, ``early``: the
+        per-run summary rows at steps K and K/10; the detail gives the loss and ||X(k)|| over that last decade
+        (whether GD still moves: at a finite point the non-support rows keep their share of the gradient).
         """
         full = type(config)().steps
         share = b["grad_frac_nonsupport"].to_numpy(np.float64)
         # a share outside [0, 1] is no measurement: NaN, which fails
         valid = len(share) and np.all(np.isfinite(share)) and np.all((share >= 0) & (share <= 1))
         v = float(share.mean()) if valid else float("nan")
+        moved = (f"; over the last decade (steps {int(early['step'].max())} -> {int(b['step'].max())}) the mean loss "
+                 f"{early['loss'].mean():.6g} -> {b['loss'].mean():.6g}, mean ||X(k)||_F {early['norm'].mean():.4g} -> "
+                 f"{b['norm'].mean():.4g}") if len(early) and len(b) else ""
         c = check("C2: the non-support pairs' share of the gradient mass at step K is below 0.05 (effectively zero)",
-                  v, "<", 0.05, f"mean over {len(b)} runs at K = {config.steps}", source=SOURCE_GRAD,
+                  v, "<", 0.05, f"mean over {len(b)} runs at K = {config.steps}{moved}", source=SOURCE_GRAD,
                   reason="fixed floor for the paper's 'gradients that effectively amount to zero' (Sec. 1), "
                          f"decided at the full preset's {full} steps")
         if config.steps < full and c.verdict == "fail":
@@ -191,7 +196,18 @@ class LMMargins(Experiment):
                {"spec": "support tokens (of the SVM)",
                 "here": "support = rows at or inside the margin of the soft-margin SVM (C = 10), the gradient mass of a "
                         "row |dL/dlogit| ||a_opt - a_t|| ||a_query||",
-                "reason": "the hard-margin SVM is infeasible in most runs"}]
+                "reason": "the hard-margin SVM is infeasible in most runs"},
+               {"spec": "the fixed floor of issue 24: the non-support share of the gradient ends below 0.05 and keeps "
+                        "falling over the last decade (the paper's 'gradients that effectively amount to zero', Sec. 1; "
+                        "Sec. 4 states neither a step count nor a step size, Theorem 3.14 only eta <= 1/L_X)",
+                "here": f"{config.steps} GD steps with step size {config.lr:g} (the full preset: 1000 steps, 10)",
+                "reason": "more steps do not reach the floor (measured with this experiment's code, 30 runs each, "
+                          "2026-11-26): the full preset's runs give a mean share 0.088 at 1000 steps, 0.092 at 3162, "
+                          "0.105 at 10^4, 0.118 at 10^5 (and 0.118 at 10^4 steps of size 100); 30 other runs (seed 7) 0.075, "
+                          "0.069, 0.066 at 10^3, 10^3.5, 10^4 (16/30 and 18/30 runs below 0.05 at 10^4). ||X(k)||_F "
+                          "grows by about 5 per decade (12.8 -> 17.9 from 10^3 to 10^4) while the loss changes in the "
+                          "fourth decimal: the non-support rows keep a share of the gradient that does not vanish, so "
+                          "the floor check fails at every step count tried"}]
         return out + preset_deviations(self, config)
 
     def plot(self, config, table, outdir):
