@@ -109,19 +109,25 @@ def _inputs(rng, n=8, T=6, d=4):
     return LayerInputs.build(X, X[:, 0], np.ones((n, T), bool))
 
 
-def test_null_task_stops_on_a_prefix_of_the_full_draws():
-    """Stopped draws are the first draws of the full run (same values); none for a head without an SVM."""
+def _one_head(seed):
+    """``(inputs, setup, selections)`` of one random bilinear head on 8 sentences; the first token selected."""
     from types import SimpleNamespace
 
-    from attnsvm.real.probe_steps import null_task
-
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     inp = _inputs(rng)
     W = np.zeros((5, 5))
     W[:4] = rng.standard_normal((4, 5))
     setup = SimpleNamespace(threshold=0.3, seed=0, model=SimpleNamespace(head_weights=lambda l, h: W))
     sel = np.zeros((inp.m, inp.cand.shape[1]), bool)
     sel[:, 0] = True
+    return inp, setup, sel
+
+
+def test_null_task_stops_on_a_prefix_of_the_full_draws():
+    """Stopped draws are the first draws of the full run (same values); none for a head without an SVM."""
+    from attnsvm.real.probe_steps import null_task
+
+    inp, setup, sel = _one_head(3)
     full = null_task(setup, inp, 0, 0, sel, null_draws=8)
     vals = [d["corr_restricted"] for d in full]
     real = float(np.nanmean(vals))  # a head in the middle of its nulls: it stops
@@ -165,17 +171,9 @@ def test_stored_probe_combines_stopped_null_tasks():
 def test_a_null_task_apart_from_its_head_gets_the_heads_statistic():
     """``head_statistic`` (a null task in another process solves the head's SVM again) equals the statistic of
     the head task's row, bit for bit, and is NaN for a head whose every candidate is selected."""
-    from types import SimpleNamespace
-
     from attnsvm.real.probe_steps import head_statistic, head_task, row_statistic
 
-    rng = np.random.default_rng(5)
-    inp = _inputs(rng)
-    W = np.zeros((5, 5))
-    W[:4] = rng.standard_normal((4, 5))
-    setup = SimpleNamespace(threshold=0.3, seed=0, model=SimpleNamespace(head_weights=lambda l, h: W))
-    sel = np.zeros((inp.m, inp.cand.shape[1]), bool)
-    sel[:, 0] = True
+    inp, setup, sel = _one_head(5)
     sel[::2, 1] = True
     row, _ = head_task(setup, inp, 0, 0, sel)
     assert row["svm_status"] == "optimal" and np.isfinite(row["corr_restricted"])
