@@ -775,6 +775,19 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
     return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 
+def next_step(pb, x, du, mu, gamma, verbose, info):
+    """:func:`ipm_step`, or None when the path ends here, with ``info["stopped"]`` saying why (a numerical
+    limit, or no progress); the caller keeps its best iterate."""
+    try:
+        step = ipm_step(pb, x, du, mu, gamma, verbose)
+    except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
+        info["stopped"] = f"numerical limit ({type(exc).__name__})"
+        return None
+    if step is None:
+        info["stopped"] = "no progress"
+    return step
+
+
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
              info: dict, t0: float):
     """The path-following loop. Returns ``(best, status, iterations, last iterate)``; sets
@@ -801,13 +814,8 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
             if reason:
                 info["stopped"] = reason
             break
-        try:
-            step = ipm_step(pb, x, du, mu, gamma, verbose)
-        except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:  # keep the best iterate
-            info["stopped"] = f"numerical limit ({type(exc).__name__})"
-            break
+        step = next_step(pb, x, du, mu, gamma, verbose, info)
         if step is None:
-            info["stopped"] = "no progress"
             break
         x, L_next, gamma = step
     else:

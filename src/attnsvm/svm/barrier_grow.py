@@ -26,10 +26,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import scipy.linalg as sla
 
 from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _violation, distinct_rows, ipm_arrays, ipm_step,
+                                 _start, _stopping_test, _violation, distinct_rows, ipm_arrays, next_step,
                                  row_space_basis)
 
 __all__ = ["nuclear_ipm_grow"]
@@ -253,13 +252,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
             if reason:
                 info["stopped"] = reason
             break
-        try:
-            step = ipm_step(pb, x, du, mu, gamma, verbose)
-        except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
-            info["stopped"] = f"numerical limit ({type(exc).__name__})"
-            break
+        step = next_step(pb, x, du, mu, gamma, verbose, info)
         if step is None:
-            info["stopped"] = "no progress"
             break
         x, L_next, gamma = step
     else:
