@@ -6,7 +6,8 @@ import pytest
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.layer import LayerInputs
-from attnsvm.real.verdict import LEVEL, add_verdict, null_columns, reachable_pvalues, stop_reason, t_pvalues
+from attnsvm.real.verdict import (LEVEL, add_verdict, by_adjust, harmonic, null_columns, reachable_pvalues, stop_level,
+                                  stop_reason, stop_undetermined, t_pvalues)
 
 
 def _final(real, seen, future):
@@ -55,21 +56,107 @@ def test_reachable_pvalues_bound_every_future_and_are_attained():
     assert reachable_pvalues(0.1, [0.2, 0.2, 0.2], 2) == (0.0, 0.0)  # equal values so far: nothing bounds t
 
 
-def _verdicts(reals, draws, stop: bool):
-    """Verdicts of heads (one real value and K draws each), drawing all K or stopping by :func:`stop_reason`."""
+def _verdicts(reals, draws, stop: bool, tested=None, level=None):
+    """Verdicts of heads (one real value and K draws each), drawing all K or stopping by :func:`stop_reason` at
+    ``level`` (default :func:`stop_level` ``(tested)``; ``tested`` None: the old level 0.05). A NaN real value is
+    a head without a certified SVM ("no SVM", no p-value)."""
     import pandas as pd
 
+    level = stop_level(tested) if level is None else level
     rows = []
     for k, (real, d) in enumerate(zip(reals, draws)):
         used = []
         for j in range(len(d)):
-            if stop and stop_reason(real, used, len(d) - j) is not None:
+            if stop and stop_reason(real, used, len(d) - j, level) is not None:
                 break
             used.append(d[j])
         cols = null_columns(real, [{"corr_restricted": v, "seconds": 0.0} for v in used],
-                            planned=len(d) if stop else None)
-        rows.append({"layer": 0, "head": k, "corr_restricted": real, "svm_status": "optimal", **cols})
+                            planned=len(d) if stop else None, tested=tested)
+        rows.append({"layer": 0, "head": k, "corr_restricted": real,
+                     "svm_status": "optimal" if np.isfinite(real) else "infeasible", **cols})
     return add_verdict(pd.DataFrame(rows))
+
+
+def _most_beyond(seed, m=72, K=8):
+    """72 heads like the default probe's: most far or just above their nulls (p spread over BY's thresholds up to
+    0.05 / c(m)), some below, the rest null; 5 % of the null draws dropped."""
+    rng = np.random.default_rng(seed)
+    shift = rng.standard_normal(m)
+    shift[:50] = rng.uniform(2.5, 9, 50)
+    shift[50:53] = -rng.uniform(3, 8, 3)
+    draws = rng.normal(0.08, 0.01, (m, K))
+    draws[rng.random((m, K)) < 0.05] = np.nan
+    return 0.08 + 0.01 * shift, draws
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_sharper_level_stops_more_and_leaves_every_verdict_as_the_full_draws(seed):
+    """Stopping at 0.05 / c(m) (m = 72 heads, all with p-values): the verdicts equal the full-K verdicts, in heads
+    where BY rejects down to near 0.05 / c(m); every stop is proven on the table (``null_stop_proven``); the
+    heads' p-values at or below the level are those of the full draws; it stops at least as many heads as 0.05.
+    Stopping below 0.05 / c(m) (half of it) changes verdicts in some seeds: see the next test."""
+    m = 72
+    reals, draws = _most_beyond(seed, m)
+    full = _verdicts(reals, draws, False)
+    sharp, old = _verdicts(reals, draws, True, tested=m), _verdicts(reals, draws, True)
+    assert list(full["verdict"]) == list(sharp["verdict"])
+    assert sharp["null_stop_proven"].all()
+    stopped = sharp["null_stop"] != "all drawn"
+    assert stopped.sum() >= (old["null_stop"] != "all drawn").sum()
+    assert (sharp["n_null"] + sharp["n_null_dropped"]).sum() <= (old["n_null"] + old["n_null_dropped"]).sum()
+    lvl = stop_level(m)
+    for tail in ("p_upper", "p_lower"):
+        assert (sharp.loc[stopped, tail] > lvl).all()
+        np.testing.assert_array_equal(full.loc[~stopped, tail], sharp.loc[~stopped, tail])
+
+
+def test_stopping_below_the_sharper_level_changes_verdicts_and_the_check_sees_it():
+    """The deliberate break: stopping at half of 0.05 / c(m) stops heads BY would reject after all K draws, so over
+    the seeds some verdict differs from the full draws, and :func:`stop_undetermined` flags those heads
+    (``null_stop_proven`` False) instead of letting the changed verdict pass as proven."""
+    m, changed, flagged = 72, 0, 0
+    for seed in range(20):
+        reals, draws = _most_beyond(seed, m)
+        full = _verdicts(reals, draws, False)
+        broken = _verdicts(reals, draws, True, tested=m, level=stop_level(m) / 2)
+        diff = np.array(full["verdict"]) != np.array(broken["verdict"])
+        changed += diff.sum()
+        flagged += (~broken["null_stop_proven"]).sum()
+        assert not diff[broken["null_stop_proven"].to_numpy(bool)].any()  # a changed verdict is never "proven"
+    assert changed >= 1 and flagged >= changed
+
+
+def test_stop_level_is_the_largest_by_threshold():
+    """0.05 / c(m) is BY's threshold for the m-th smallest p (m c(m) p / m <= 0.05): a head at that p is rejected
+    exactly when every head is at or below it, and just above it never."""
+    assert stop_level(None) == LEVEL and stop_level(1) == LEVEL
+    assert harmonic(72) == pytest.approx(sum(1 / k for k in range(1, 73)))
+    lvl = stop_level(72)
+    assert lvl == pytest.approx(0.05 / harmonic(72)) and 0.0102 < lvl < 0.0104
+    assert by_adjust(np.full(72, lvl))[0] == pytest.approx(LEVEL)
+    p = np.full(72, 1e-6)
+    p[0] = lvl * (1 + 1e-9)
+    assert by_adjust(p)[0] > LEVEL and (by_adjust(p)[1:] <= LEVEL).all()
+    with pytest.raises(ValidationError, match="m must"):
+        harmonic(-1)
+
+
+def test_fewer_heads_with_p_values_than_tested_is_checked_on_the_table():
+    """m heads tested but some without a certified SVM (no p-value): BY then rejects up to 0.05 / c(m') with m' < m,
+    above the stopping level. :func:`stop_undetermined` decides exactly: a stopped head whose reachable p lies in
+    that window while BY rejects every other head is undetermined; far above it, nothing is."""
+    m = 10
+    p = np.full(m, 1e-4)
+    p[[0, 1]] = np.nan  # two heads without p-values: BY over 8
+    p[9] = 0.5
+    reach = p.copy()
+    reach[9] = 0.5 * (stop_level(m) + stop_level(8))  # stopped: its full p could have been this low
+    assert stop_level(m) < reach[9] <= stop_level(8)
+    assert list(np.flatnonzero(stop_undetermined(p, reach))) == [9]
+    reach[9] = 1.01 * stop_level(8)
+    assert not stop_undetermined(p, reach).any()
+    with pytest.raises(ValidationError, match="reach"):
+        stop_undetermined(p, reach[:3])
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -136,6 +223,9 @@ def test_null_task_stops_on_a_prefix_of_the_full_draws():
     assert stop_reason(real, vals[:len(part)], 8 - len(part)) is not None
     assert stop_reason(real, vals[:len(part) - 1], 9 - len(part)) is None  # it stopped at the first chance
     assert null_task(setup, inp, 0, 0, sel, null_draws=8, real=float("nan")) == []
+    sharp = null_task(setup, inp, 0, 0, sel, null_draws=8, real=real, tested=72)  # level 0.05 / c(72): no later
+    assert 3 <= len(sharp) <= len(part) and [d["corr_restricted"] for d in sharp] == vals[:len(sharp)]
+    assert stop_reason(real, vals[:len(sharp)], 8 - len(sharp), stop_level(72)) is not None
     far = null_task(setup, inp, 0, 0, sel, null_draws=8, real=0.99)
     assert [d["corr_restricted"] for d in far] == vals  # far above its nulls: all K drawn
     cols = null_columns(real, part, planned=8)
@@ -160,8 +250,9 @@ def test_stored_probe_combines_stopped_null_tasks():
               "null_corr_restricted": v, "null_seconds": 1.0}
              for h, vals in ((0, mid), (2, full)) for j, v in reversed(list(enumerate(vals)))]  # any row order
     t = combine(cfg, pd.DataFrame(heads + nulls)).set_index("head")
-    assert stop_reason(0.0802, mid[:2], 6) is None  # the null task stopped at its first chance, after 3
-    assert t.loc[0, "null_stop"] == stop_reason(0.0802, mid, 5) and t.loc[0, "null_stop"].startswith("stopped after 3")
+    assert stop_reason(0.0802, mid[:2], 6, stop_level(3)) is None  # the null task stopped at its first chance
+    lvl = stop_level(3)  # 3 heads probed with nulls
+    assert t.loc[0, "null_stop"] == stop_reason(0.0802, mid, 5, lvl) and t.loc[0, "null_stop"].startswith("stopped after 3")
     assert t.loc[0, "verdict"] == "not distinguishable" and t.loc[0, "n_null"] == 3
     assert t.loc[1, "verdict"] == "no SVM" and t.loc[1, "null_stop"].startswith("no certified head SVM")
     assert t.loc[2, "null_stop"] == "all drawn" and t.loc[2, "verdict"] == "beyond null"

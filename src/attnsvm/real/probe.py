@@ -194,7 +194,9 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`NULL_DRAWS`; 0: none,
         and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
     null_stop : draw a head's spectrum nulls one at a time and stop once no further draw can change any
-        head's verdict (:func:`attnsvm.real.verdict.stop_reason`; none for a head without a certified SVM);
+        head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
+        the number of probed heads, checked on the finished table: ``null_stop_proven``; none for a head
+        without a certified SVM);
         the row says why (``null_stop``) and how many were planned (``null_planned``). Default False (all
         ``null_draws``); ``attnsvm probe`` stops by default
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
@@ -249,6 +251,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     n = len(setup.q)
     m_svm = min(int(svm_sentences), n)
     any_null = bool(null_draws or structured_draws or transplant_draws)
+    tested = len(setup.layers) * len(setup.heads)  # heads probed with nulls: the stopping level's m
     view = view_arrays(setup, view_sentences)
     rows, support = [], {}
     t_svm = t_null = 0.0
@@ -273,10 +276,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                     t1 = time.perf_counter()
                     draws = null_task(setup, inp, l, h, sel, null_draws=null_draws, structured_draws=structured_draws,
                                       transplant_draws=transplant_draws, null_selection=null_selection,
-                                      real=row_statistic(row) if null_stop else None, **solver)
+                                      real=row_statistic(row) if null_stop else None, tested=tested, **solver)
                     t_null += time.perf_counter() - t1
                     row.update(head_null_columns(row["corr_restricted"], draws,
-                                                 planned=int(null_draws) if null_stop else None))
+                                                 planned=int(null_draws) if null_stop else None, tested=tested))
             rows.append(row)
     table = pd.DataFrame(rows)
     if (null_draws or structured_draws) and m_svm >= 1:
@@ -311,16 +314,17 @@ def solver_options(max_memory=None, device=None) -> dict:
     return out
 
 
-def head_null_columns(real: float, draws: list, planned: int | None = None) -> dict:
+def head_null_columns(real: float, draws: list, planned: int | None = None, tested: int | None = None) -> dict:
     """The null columns of a head's row from its ``corr_restricted`` (``real``, NaN without a certified SVM)
     and its :func:`~attnsvm.real.probe_steps.null_task` draws: with spectrum or structured draws (or
     ``planned`` spectrum draws, the probe's ``null_draws`` when they may stop early)
-    :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs); with transplanted heads
+    :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs; ``tested``: the heads probed with nulls,
+    the stopping level's m); with transplanted heads
     :func:`attnsvm.real.verdict.transplant_columns` (descriptive)."""
     kinds = {k: [d for d in draws if d["kind"] == k] for k in ("spectrum", "structured", "transplant")}
     out = {}
     if kinds["spectrum"] or kinds["structured"] or planned:
-        out.update(null_columns(real, kinds["spectrum"], kinds["structured"] or None, planned=planned))
+        out.update(null_columns(real, kinds["spectrum"], kinds["structured"] or None, planned=planned, tested=tested))
     if kinds["transplant"]:
         out.update(transplant_columns(real, kinds["transplant"]))
     return out

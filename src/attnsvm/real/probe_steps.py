@@ -29,7 +29,7 @@ from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import null_heads, select_tokens, top_selection, transplant_heads
 from attnsvm.real.sentences import check_seed, corpus_sentences
-from attnsvm.real.verdict import stop_reason
+from attnsvm.real.verdict import stop_level, stop_reason
 from attnsvm.svm import gen_constraints, seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
@@ -439,7 +439,8 @@ def head_statistic(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, s
 
 def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray, *,
               null_draws: int, structured_draws: int = 0, transplant_draws: int = 0,
-              null_selection: str = "threshold", real: float | None = None, **solver_options) -> list[dict]:
+              null_selection: str = "threshold", real: float | None = None, tested: int | None = None,
+              **solver_options) -> list[dict]:
     """One head's null heads on the layer's SVM sentences: ``null_draws`` spectrum, ``structured_draws``
     structured (:func:`attnsvm.real.nulls.null_heads`) and ``transplant_draws`` transplanted heads
     (:func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
@@ -452,6 +453,8 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         without a certified SVM): the spectrum draws are made in order and stop as soon as
         :func:`attnsvm.real.verdict.stop_reason` says no further draw can change any verdict (none drawn
         for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
+    tested : the number of heads probed with nulls (Benjamini-Yekutieli's m): the draws stop at
+        :func:`attnsvm.real.verdict.stop_level` ``(tested)`` = 0.05 / c(m); None: at 0.05 (valid for any m)
 
     Returns
     -------
@@ -466,8 +469,9 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=null_draws,
                           kind="spectrum", threshold=threshold, **solver_options)
     else:  # sequentially, one draw at a time, until the stopping rule holds
+        level = stop_level(tested)
         for j in range(int(null_draws)):
-            if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j) is not None:
+            if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j, level) is not None:
                 break
             out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=1, start=j,
                               kind="spectrum", threshold=threshold, **solver_options)

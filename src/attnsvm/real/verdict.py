@@ -116,22 +116,54 @@ def reachable_pvalues(real: float, nulls, remaining: int) -> tuple[float, float]
     return out[0], out[1]
 
 
-#: a head's null draws stop once no outcome of the rest can bring either tail's p-value to ``<=`` this:
-#: Benjamini-Yekutieli's q is at least ``c(m) p >= p`` for every number of heads m, so such a head is
-#: never rejected and, its p above every BY threshold, changes no other head's verdict
+#: the old, weakest stopping level (no number of tested heads known): Benjamini-Yekutieli's q is at least
+#: ``c(m) p >= p`` for every number of heads m, so a head whose p stays above it is never rejected
 STOP_LEVEL = LEVEL
+
+
+def harmonic(m: int) -> float:
+    """``c(m) = sum_{k <= m} 1/k``, Benjamini-Yekutieli's correction for ``m`` tests (``c(0) = c(1) = 1``)."""
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValidationError(f"m must be an integer >= 0, got {m!r}")
+    return float(np.sum(1.0 / np.arange(1, max(int(m), 1) + 1)))
+
+
+def stop_level(tested: int | None, level: float = LEVEL) -> float:
+    """The p-value level above which a head's null draws may stop when ``tested`` heads enter the
+    Benjamini-Yekutieli step at FDR ``level``: ``level / c(tested)`` (:func:`harmonic`; None: ``level``).
+
+    Proof. With m p-values, BY rejects the k* smallest, ``k* = max{k : N(t_k) >= k}``, where
+    ``t_k = k level / (m c(m))`` and ``N(t)`` counts the p-values ``<= t``; a head is rejected iff
+    ``p <= t_{k*}``. Every ``t_k <= t_m = level / c(m)``. (i) A head with ``p > level / c(m)`` has ``p > t_{k*}``:
+    it is never rejected. (ii) It counts in no ``N(t_k)``, so its exact value leaves k* and hence every
+    other head's rejection unchanged. So if every value a head's p can still reach exceeds ``level / c(m)``,
+    stopping its draws changes no verdict, in either tail (each tail has its own BY step). This needs m, the
+    heads *with* a p-value, to be ``>= tested``: a head without a certified SVM (or with fewer than 3 kept null
+    draws) has no p-value, m is then smaller, ``level / c(m)`` larger, and the proof does not cover a head
+    stopped between the two. :func:`stop_undetermined` checks the finished table exactly, whatever m is.
+    """
+    if tested is None:
+        return float(level)
+    return float(level) / harmonic(tested)
 
 
 def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -> str | None:
     """Why a head's spectrum null draws may stop now, or None to draw on.
 
     ``real`` is the head's corr_restricted (NaN: no certified SVM, so no verdict can use a null), ``nulls (k,)``
-    the draws so far (NaN: dropped), ``remaining`` the draws still planned. Stops when both smallest reachable
-    p-values (:func:`reachable_pvalues`) exceed ``level``: the head's verdict is then "not distinguishable"
-    whatever the rest would give, and every other head's verdict is that of the full run (see
-    :data:`STOP_LEVEL`). Its p-values are those of the k draws made; below ``level`` their law is that of
-    the full run's (a stopped head's are above it either way). Never stops before 3 draws are kept (a head
-    with fewer has no p-value and would leave the Benjamini-Yekutieli step, changing the others' q).
+    the draws so far (NaN: dropped), ``remaining`` the draws still planned, ``level`` the stopping level
+    (:func:`stop_level` of the number of tested heads; the default :data:`STOP_LEVEL` holds for any number).
+    Stops when both smallest reachable p-values (:func:`reachable_pvalues`) exceed ``level``: the head's verdict
+    is then "not distinguishable" whatever the rest would give, and every other head's verdict is that of the
+    full run (the proof in :func:`stop_level`). Its p-values are those of the k draws made; below ``level``
+    their law is that of the full run's (a stopped head's are above it either way). Never stops before 3 draws
+    are kept (a head with fewer has no p-value and would leave the Benjamini-Yekutieli step, changing the
+    others' q).
+
+    A head far *above* its nulls is never stopped: its verdict would be stable, but its exact p moves the
+    BY step-up of the others unless it stays below the smallest threshold ``level / (m c(m))`` whatever the
+    remaining draws are, and a single further draw near 1 (corr_restricted is a cosine, bounded by 1 only)
+    spreads the nulls so far that p_upper rises towards 0.5: no such bound holds before the last draw.
     """
     if not np.isfinite(real):
         return "no certified head SVM: no null head can give a p-value"
@@ -141,27 +173,38 @@ def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -
     pu, pl = reachable_pvalues(real, v, int(remaining))
     if min(pu, pl) > level:
         return (f"stopped after {v.size} of {v.size + int(remaining)} draws: any further draws leave "
-                f"p_upper >= {pu:.2g} and p_lower >= {pl:.2g} (> {level})")
+                f"p_upper >= {pu:.2g} and p_lower >= {pl:.2g} (> {level:.3g})")
     return None
 
 
-def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None) -> dict:
+def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None,
+                 tested: int | None = None) -> dict:
     """The null columns of one head's row from its real ``corr_restricted`` and its null draws
     (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
     the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
     draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none).
 
     ``planned``: the spectrum draws the probe asked for (None: as many as given). With it the row also has
-    ``null_planned`` and ``null_stop``: "all drawn", or why the draws stopped early (:func:`stop_reason`,
-    recomputed from the draws in order, so it is the reason the draws stopped for)."""
+    ``null_planned`` and ``null_stop``: "all drawn", or why the draws stopped early (:func:`stop_reason` at
+    :func:`stop_level` ``(tested)``, recomputed from the draws in order, so it is the reason the draws stopped
+    for), and ``null_reach_upper, null_reach_lower``: the smallest p-values the full draws could have given
+    (:func:`reachable_pvalues`; the p-values themselves when all were drawn, NaN without a p-value), which
+    :func:`stop_undetermined` uses.
+
+    ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m)."""
     v = np.array([d["corr_restricted"] for d in spectrum], float)
     ok = np.isfinite(v)
     stop = {}
     if planned is not None:
         done = len(spectrum)
-        why = "all drawn" if done >= planned else stop_reason(real, v, int(planned) - done)
+        why = "all drawn" if done >= planned else stop_reason(real, v, int(planned) - done, stop_level(tested))
         stop = {"null_planned": int(planned), "null_stop": why or f"{done} of {int(planned)} drawn"}
     pu, pl, z = t_pvalues(real, v[ok])
+    if planned is not None:
+        reach = (pu, pl)
+        if len(spectrum) < planned and np.isfinite(pu):
+            reach = reachable_pvalues(real, v, int(planned) - len(spectrum))
+        stop.update(null_reach_upper=float(reach[0]), null_reach_lower=float(reach[1]))
     mu, ml = mc_pvalues(real, v[ok])
     mean, sd, k = null_moments(v[ok])
     sv = np.array([d["corr_restricted"] for d in (structured or [])], float)
@@ -211,6 +254,31 @@ def by_adjust(p) -> np.ndarray:
     out[order] = np.minimum(adj, 1.0)
     q[ok] = out
     return q
+
+
+def stop_undetermined(p, reach, level: float = LEVEL) -> np.ndarray:
+    """Heads whose Benjamini-Yekutieli rejection the stopped null draws leave open: ``(m,)`` bool.
+
+    Parameters
+    ----------
+    p : (m,) the heads' p-values in one tail (NaN: no p-value, outside BY)
+    reach : (m,) the smallest p-value each head's full draws could have given (``null_reach_upper`` or
+        ``null_reach_lower`` of :func:`null_columns`; equal to p for a head that drew all, NaN where unknown)
+    level : the FDR level
+
+    A head that stopped early has a full-draw p somewhere in ``[reach, 1]``, every other head's p is its full-draw
+    p. BY's rejected set only grows when a p-value falls (step-up: ``N(t_k)`` grows), so every outcome's rejected
+    set lies between that of the stopped heads at 1 and that of the stopped heads at ``reach``; a head is
+    undetermined iff the two differ on it. All False proves the verdicts equal those of the full draws, for
+    any number of heads with p-values (the check :func:`stop_level`'s proof needs when some head has none).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    r = np.asarray(reach, dtype=np.float64)
+    if p.ndim != 1 or r.shape != p.shape:
+        raise ValidationError(f"p and reach must be 1-d arrays of one shape, got {p.shape} and {r.shape}")
+    stopped = np.isfinite(p) & np.isfinite(r) & (r < p)
+    lo, hi = np.where(stopped, r, p), np.where(stopped, 1.0, p)
+    return (by_adjust(lo) <= level) != (by_adjust(hi) <= level)
 
 
 def no_svm_reason(status: str, selected_all: bool = False) -> str:
@@ -266,7 +334,10 @@ def verdicts(q_upper, q_lower, status, *, selected_all=None, level: float = LEVE
 def add_verdict(table, level: float = LEVEL):
     """``table`` (pandas, one row per head with ``p_upper, p_lower, svm_status`` and optionally
     ``selected_all``) with ``q_upper, q_lower`` (BY over its rows), ``verdict`` and
-    ``verdict_reason`` set; a copy. Rows without p-values count as absent from BY."""
+    ``verdict_reason`` set; a copy. Rows without p-values count as absent from BY. With the columns
+    ``null_reach_upper, null_reach_lower`` (draws that may stop early, :func:`null_columns`) also
+    ``null_stop_proven``: False for a head whose verdict :func:`stop_undetermined` leaves open (its reason says so).
+    q-values of heads that are not rejected may differ from the full draws' (only rejections are proven)."""
     t = table.copy()
     if t.empty or "p_upper" not in t.columns:
         return t
@@ -275,6 +346,13 @@ def add_verdict(table, level: float = LEVEL):
     sel_all = t["selected_all"].to_numpy(bool) if "selected_all" in t.columns else None
     t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
                                                  selected_all=sel_all, level=level)
+    if "null_reach_upper" in t.columns:  # null draws that stopped early: prove the verdicts are the full ones
+        open_ = stop_undetermined(t["p_upper"].to_numpy(float), t["null_reach_upper"].to_numpy(float), level) | \
+            stop_undetermined(t["p_lower"].to_numpy(float), t["null_reach_lower"].to_numpy(float), level)
+        t["null_stop_proven"] = ~open_
+        t.loc[open_, "verdict_reason"] = t.loc[open_, "verdict_reason"] + (
+            "; NOT proven: null draws that stopped early could change it (fewer heads have p-values than the "
+            "stopping level assumed): rerun with all draws (--no-null-stop)")
     return t
 
 
@@ -304,6 +382,11 @@ def verdict_summary(table) -> str:
                          f"secondary: {base}")
         else:
             lines.append(f"{lab}: corr_restricted {g['corr_restricted'].mean():.4f}, {base} (no null heads: no verdict)")
+    if "null_stop_proven" in table.columns and not table["null_stop_proven"].astype(bool).all():
+        bad = table[~table["null_stop_proven"].astype(bool)]
+        lines.append(f"WARNING: {len(bad)} verdict(s) NOT proven equal to those of all null draws ("
+                     + ", ".join(f"L{int(r.layer)}-H{int(r.head)}" for r in bad.itertuples())
+                     + "): rerun with all draws (--no-null-stop)")
     return "\n".join(lines)
 
 

@@ -59,6 +59,12 @@ def has_nulls(config) -> bool:
         (config.null_draws + config.structured_draws + config.transplant_draws) > 0
 
 
+def tested_heads(config) -> int:
+    """The number of heads the probe of ``config`` draws nulls for (every probed head): the m of the null tasks'
+    stopping level (:func:`attnsvm.real.verdict.stop_level`), known when the tasks are planned."""
+    return len(config.layers) * len(config.heads)
+
+
 def _setup(config, layer: int, head: int):
     """The probe's shared step for one task: :func:`attnsvm.real.probe_steps.prepare_probe` (the forward pass
     cached per process), the layer's selections and its SVM sentences."""
@@ -113,6 +119,7 @@ def combine(config, table):
     from attnsvm.real.probe_steps import row_statistic
 
     planned = int(config.null_draws) if getattr(config, "null_stop", False) and config.null_draws else None
+    tested = tested_heads(config)
     extra = []
     for r in heads.itertuples():
         g = nulls[(nulls["layer"] == r.layer) & (nulls["head"] == r.head)].sort_values("draw", kind="stable")
@@ -123,7 +130,7 @@ def combine(config, table):
         draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
                  for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
                                          g["source"] if "source" in g.columns else [""] * len(g))]
-        extra.append(head_null_columns(real, draws, planned=planned))
+        extra.append(head_null_columns(real, draws, planned=planned, tested=tested))
     out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
     return add_verdict(out)
 
@@ -198,7 +205,8 @@ class ProbeRun(RealMinilmHeads):
                 real = head_statistic(setup, inp, layer, head, ls.sel[0, :m], **_solver(config))
         draws = null_task(setup, inp, layer, head, ls.sel[0, :m], null_draws=config.null_draws,
                           structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
-                          null_selection=config.null_selection, real=real, **_solver(config))
+                          null_selection=config.null_selection, real=real, tested=tested_heads(config),
+                          **_solver(config))
         return [{"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
                  "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
                  "null_seconds": d["seconds"], **({"source": d["source"]} if "source" in d else {})}
