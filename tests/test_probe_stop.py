@@ -233,6 +233,24 @@ def test_null_task_stops_on_a_prefix_of_the_full_draws():
     assert null_columns(0.99, far, planned=8)["null_stop"] == "all drawn"
 
 
+def test_null_task_computes_the_heads_spectrum_once(monkeypatch):
+    """Draws made one at a time share one SVD of the head (the same draws as without it); a given spectrum is checked."""
+    import attnsvm.real.nulls as nulls
+    import attnsvm.real.probe_steps as steps
+
+    inp, setup, sel = _one_head(3)
+    full = steps.null_task(setup, inp, 0, 0, sel, null_draws=5)
+    calls = []
+    real_fn = nulls.head_spectrum
+    monkeypatch.setattr(nulls, "head_spectrum", lambda W: calls.append(1) or real_fn(W))
+    monkeypatch.setattr(steps, "head_spectrum", nulls.head_spectrum)
+    part = steps.null_task(setup, inp, 0, 0, sel, null_draws=5, real=0.99)  # far above: all 5, one at a time
+    assert len(calls) == 1 and [d["corr_restricted"] for d in part] == [d["corr_restricted"] for d in full]
+    with pytest.raises(ValidationError, match="spectrum"):
+        nulls.null_heads(inp, setup.model.head_weights(0, 0), sel.sum(axis=1), seed=0, layer=0, head=0, draws=1,
+                         spectrum=np.ones(9))
+
+
 def test_stored_probe_combines_stopped_null_tasks():
     """``combine`` of a stored probe: a stopped head's reason recomputed from its draws in order, a head without
     an SVM (no null rows by design) is "no SVM" and not a failed null task, a full head "all drawn"."""

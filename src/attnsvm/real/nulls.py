@@ -193,7 +193,7 @@ def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.
 
 def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
                draws: int, kind: str = "spectrum", start: int = 0, threshold: float | None = None,
-               **solver_options) -> list[dict]:
+               spectrum: np.ndarray | None = None, **solver_options) -> list[dict]:
     """Null heads number ``start`` to ``start + draws - 1`` of one head and the agreement of each with the SVM of its
     own selections.
 
@@ -208,6 +208,8 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     threshold : None: each null selects its own top-``sizes`` tokens ("matched"); a float: each null selects
         by its own attention, >= threshold plus the argmax (:func:`own_selection`, "threshold": the real
         head's rule; ``sizes`` is then only validated)
+    spectrum : (r,) ``head_spectrum(W_h)`` when the caller has it (one SVD per head instead of one per call,
+        for draws made one at a time); None: computed here
     **solver_options : passed to :meth:`LayerInputs.svm`
 
     Returns
@@ -222,8 +224,13 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     sizes = np.asarray(sizes)
     if sizes.shape != (inputs.m,) or np.any(sizes < 1) or np.any(sizes > inputs.cand.sum(axis=1)):
         raise ValidationError(f"sizes must be (m,) = ({inputs.m},) integers in [1, candidates of the sentence]")
-    s = head_spectrum(W_h)
     D = inputs.X.shape[2]
+    if spectrum is None:
+        s = head_spectrum(W_h)
+    else:
+        s = np.asarray(spectrum, dtype=np.float64)
+        if s.ndim != 1 or s.size > D - 1 or not np.all(np.isfinite(s)) or np.any(s <= 0):
+            raise ValidationError(f"spectrum must be the head's (r,) positive singular values, r <= D - 1 = {D - 1}")
     bases = None
     if kind == "structured":
         key, query = principal_bases(inputs.X, inputs.cand, inputs.Z, 2 * max(s.size, 1))

@@ -27,7 +27,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
-from attnsvm.real.nulls import null_heads, select_tokens, top_selection, transplant_heads
+from attnsvm.real.nulls import head_spectrum, null_heads, select_tokens, top_selection, transplant_heads
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
 from attnsvm.svm import gen_constraints, seq_constraints, solve
@@ -469,14 +469,15 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=null_draws,
                           kind="spectrum", threshold=threshold, **solver_options)
     else:  # sequentially, one draw at a time, until the stopping rule holds
-        level = stop_level(tested)
+        level, s = stop_level(tested), head_spectrum(Wh)  # the head's spectrum once, not once per draw
         for j in range(int(null_draws)):
             if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j, level) is not None:
                 break
             out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=1, start=j,
-                              kind="spectrum", threshold=threshold, **solver_options)
-    out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=structured_draws,
-                      kind="structured", threshold=threshold, **solver_options)
+                              kind="spectrum", threshold=threshold, spectrum=s, **solver_options)
+    if structured_draws:  # (none by default: no principal bases to compute)
+        out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=structured_draws,
+                          kind="structured", threshold=threshold, **solver_options)
     if transplant_draws:
         src = transplant_sources(setup.model, layer, head, int(transplant_draws), setup.seed)
         out += transplant_heads(inp, [(f"L{l}-H{h}", setup.model.head_weights(l, h)) for l, h in src], sizes,
