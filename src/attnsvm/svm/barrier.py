@@ -132,6 +132,9 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 _GROUPED_MAX = 0.75
 #: ... and its maps ``Gmap`` / ``amap`` too from this many rows on (below, the sparse sum costs more than it saves)
 _GROUPED_MAPS_MIN_ROWS = 256
+#: ... and only from this many rows on (below, the plain products with ``Bm`` are fewer calls than the expansion
+#: by the query index)
+_GROUPED_MIN_ROWS = 128
 
 
 def _t(a):
@@ -145,10 +148,10 @@ def _sym(T):
 
 class _Dual:
     """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C, ``Zh = Z^{-1} / 2`` and the
-    products with A."""
+    products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard computed them)."""
 
-    def __init__(self, A, Bm, lam, L=None):
-        self.G = A.T @ (lam[:, None] * Bm)
+    def __init__(self, A, Bm, lam, L=None, G=None):
+        self.G = A.T @ (lam[:, None] * Bm) if G is None else G
         self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
@@ -183,16 +186,20 @@ def _chol(S):
 
 
 def _finite_positive(d) -> bool:
-    """Whether the diagonal ``d`` of a Cholesky factor is finite and positive (a NaN or inf anywhere in
-    the factor reaches the diagonal entry of its row, so the diagonal decides)."""
-    return bool(d.min() > 0) and bool(d.max() < np.inf)
+    """Whether the diagonal ``d`` of a Cholesky factor that potrf accepted (info 0) is finite and positive (a
+    NaN or inf anywhere in the factor reaches the diagonal entry of its row, so the diagonal decides). potrf
+    stops at a pivot ``<= 0``, so each entry is positive, NaN or inf: one sum tells (NaN and inf propagate)."""
+    return bool(0.0 < float(d.sum()) < np.inf)
 
 
 def _eig_min(K) -> float:
-    """Smallest eigenvalue of the symmetric ``K (n, n)`` (its lower triangle; LAPACK syevd directly)."""
-    w, _, info = sla.lapack.dsyevd(K, compute_v=0, lower=1)
+    """Smallest eigenvalue of the symmetric ``K (n, n)`` (its lower triangle; LAPACK syevr directly, the first
+    eigenvalue only, with its workspace sizes given: fewer calls than syevd's query)."""
+    n = K.shape[0]
+    w, _, _, _, info = sla.lapack.dsyevr(K, compute_v=0, range="I", il=1, iu=1, lower=1, lwork=max(1, 26 * n),
+                                          liwork=max(1, 10 * n))
     if info != 0:
-        raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevd info {info})")
+        raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevr info {info})")
     return float(w[0])
 
 
@@ -231,6 +238,8 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     with one such Cholesky factorization.
     """
     r1, r2 = G.shape
+    if r1 + r2 <= _LMI_EIG_MAX:
+        return _lmi_step_eig(G, dG, cap, L)
     GtD = G.T @ dG
     S1 = GtD + GtD.T
     S0 = -(G.T @ G)
@@ -242,19 +251,6 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
 
     if ok(cap):                 # the whole step is feasible (often, late in the run): no eigenvalue needed
         return cap
-    if r1 + r2 <= _LMI_EIG_MAX:
-        L = _chol_S(G) if L is None else L
-        if L is None:
-            return 0.0
-        E = _trsm(L, dG.T).T                                   # dG L^{-T}
-        K = np.empty((r1 + r2, r1 + r2))
-        K[:r1, :r1] = 0.0
-        K[:r1, r1:] = E
-        K[r1:, :r1] = E.T
-        K[r1:, r1:] = sla.lapack.dsygst(S1, L, itype=1, lower=1)[0]   # lower triangle: L^{-1} S1 L^{-T}
-        K[r1:, r1:] *= -1.0
-        lmin = _eig_min(K)                                     # reads the lower triangle
-        return cap if lmin >= -1.0 / cap else -1.0 / lmin
     lo, hi = 0.0, cap
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
@@ -263,6 +259,29 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
         else:
             hi = mid
     return lo
+
+
+def _lmi_step_eig(G, dG, cap, L=None):
+    """:func:`_lmi_step` up to ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, in few calls: the test of ``alpha = cap`` is
+    one Cholesky factorization of ``S(cap) = I - (G + cap dG)^T (G + cap dG)``; else ``-1 / lambda_min`` of
+    ``K = [[0, E], [E^T, -(E^T F + F^T E)]]`` with ``E^T = L^{-1} dG^T`` and ``F^T = L^{-1} G^T`` (one triangular
+    solve of both), since ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
+    r1, r2 = G.shape
+    if _chol_S(G + cap * dG) is not None:      # the whole step is feasible (often, late in the run)
+        return cap
+    L = _chol_S(G) if L is None else L
+    if L is None:
+        return 0.0
+    EF = _trsm(L, np.concatenate([dG, G]).T)                  # (r2, 2 r1): [E^T, F^T]
+    Et = EF[:, :r1]
+    H = Et @ EF[:, r1:].T                                      # E^T F
+    K = np.empty((r1 + r2, r1 + r2))
+    K[:r1, :r1] = 0.0
+    K[r1:, :r1] = Et
+    np.add(H, H.T, out=K[r1:, r1:])
+    K[r1:, r1:] *= -1.0
+    lmin = _eig_min(K)                                         # reads the lower triangle
+    return cap if lmin >= -1.0 / cap else -1.0 / lmin
 
 
 def _trsm(L, B, trans: int = 0):
@@ -356,7 +375,7 @@ class _Problem:
         self.KA = A @ _t(A)
         # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
         self.Bq = self.qidx = self.E = None
-        if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
+        if groups is not None and self.N >= _GROUPED_MIN_ROWS and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
             if self.N >= _GROUPED_MAPS_MIN_ROWS:
                 from scipy.sparse import csr_matrix
@@ -605,15 +624,17 @@ class _Iterate:
     of X), slacks ``s`` of the inequality rows and multipliers ``lam`` (N',); ``LX`` the lower Cholesky
     factor of X when the step that made the iterate computed it (else None)."""
 
+    G = None        #: ``G(lam)`` (r1, r2) when the step that made the iterate computed it exactly as :class:`_Dual` does
+
     def __init__(self, lam, X11, X12, X22, s):
         self.lam, self.s = lam, s
         self._set_X(_blocks(X11, X12, X22), X11.shape[0], None)
 
     @classmethod
-    def full(cls, lam, X, r1: int, s, LX=None) -> _Iterate:
+    def full(cls, lam, X, r1: int, s, LX=None, G=None) -> _Iterate:
         """The iterate of the full, exactly symmetric ``X`` (r1 + r2 square)."""
         x = cls.__new__(cls)
-        x.lam, x.s = lam, s
+        x.lam, x.s, x.G = lam, s, G
         x._set_X(X, r1, LX)
         return x
 
@@ -737,12 +758,13 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     dlam, dG, dX, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
     for _ in range(60):
-        nw.L_next = _chol_S(pb.Gmap(x.lam + ad * dlam))
+        nw.G_next = pb.Gmap(x.lam + ad * dlam)
+        nw.L_next = _chol_S(nw.G_next)
         if nw.L_next is not None:
             break
         ad *= 0.7
     else:
-        ad, nw.L_next = 0.0, nw.du.L
+        ad, nw.L_next, nw.G_next = 0.0, nw.du.L, nw.du.G
     for _ in range(60):
         nw.X_next = x.X + ap * dX
         nw.LX_next = _chol(nw.X_next)
@@ -758,7 +780,9 @@ def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
     """The iterate after the steps ``ap`` (primal) and ``ad`` (dual) of :func:`_step_lengths`."""
     x = nw.x
     dlam, dG, dX, ds = d
-    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next)
+    # G at the new lam: the guard's, bit for bit the one _Dual computes when the rows are not grouped
+    G = nw.G_next if nw.pb.E is None else None
+    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, G)
 
 
 def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
@@ -799,7 +823,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
     L_next = None                   # Cholesky factor of S at the next dual iterate, from the step guard
     for it in range(1, max_iter + 1):
         try:
-            du = _Dual(pb.A, pb.Bm, x.lam, L_next)
+            du = _Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
         except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
             info["stopped"] = "numerical limit"
             break
