@@ -265,3 +265,31 @@ def test_the_step_carries_g_bit_for_bit_as_the_dual_computes_it():
         x, L, _ = br.ipm_step(pb, x, du, mu, 0.95, False)
         assert x.G is not None and np.array_equal(x.G, br._Dual(pb.A, pb.Bm, x.lam).G)
         np.testing.assert_allclose(L @ L.T, np.eye(pb.r2) - x.G.T @ x.G, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_reduce_keeps_the_live_rows_and_their_queries(dead):
+    """``_reduce``: rows with ``u_k w_k^T = 0`` leave; the reduced rows are the scaled live rows in the bases
+    (``A = U``, ``Bm = V B / sv``), grouped by their distinct queries (``Bm == Bq[qidx]``, every query used),
+    with or without dead rows (a dead query leaves too)."""
+    rng = np.random.default_rng(12)
+    N = 150
+    U = rng.standard_normal((N, 6))
+    Vq = rng.standard_normal((10, 4))
+    qi = rng.integers(0, 10, N)
+    qi[:10] = np.arange(10)
+    if dead:
+        U[3] = 0.0                                          # a dead row
+        Vq[7] = 0.0                                         # a dead query: all its rows are dead
+    V = Vq[qi]
+    red = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {})
+    pb = red.pb
+    live = (np.abs(U).sum(1) > 0) & (np.abs(V).sum(1) > 0)
+    assert np.array_equal(red.live, live)
+    np.testing.assert_allclose(pb.A, U[live] / red.su, rtol=1e-15)
+    np.testing.assert_allclose(pb.Bm, V[live] @ red.B / red.sv, rtol=1e-12, atol=1e-14)
+    assert red.su == pytest.approx(np.linalg.norm(U[live], axis=1).max(), rel=1e-15)
+    assert red.sv == pytest.approx(np.linalg.norm(V[live] @ red.B, axis=1).max(), rel=1e-15)
+    assert pb.qidx is not None and np.array_equal(pb.Bq[pb.qidx], pb.Bm)
+    assert np.array_equal(np.unique(pb.qidx), np.arange(pb.Bq.shape[0]))
+    assert pb.Bq.shape[0] == len(np.unique(qi[live]))

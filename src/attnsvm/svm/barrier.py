@@ -599,24 +599,28 @@ def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
         Vq, qinv = V, np.zeros(0, np.int64)
     B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
     Bq = Vq @ B
-    Bm = Bq[qinv]
     # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
     P = None if d1 <= N else row_space_basis(U)
     A = U if P is None else U @ P
     info["reduced_shape"] = [int(A.shape[1]), int(B.shape[1])]
     # rows with u_k w_k^T = 0 constrain nothing (the caller has checked that they hold)
-    live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bm, axis=1) > 0)
+    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[qinv]
+    live = (na > 0) & (nb > 0)
     trivial = np.where(eq, rhs == 0, rhs <= 0)
     if A.shape[1] == 0 or B.shape[1] == 0 or trivial[live].all():
         return None
     # scale rows and right-hand sides to at most 1: then ||M||_* >= 1 and the gap test is relative
-    su = float(np.max(np.linalg.norm(A[live], axis=1)))
-    sv = float(np.max(np.linalg.norm(Bm[live], axis=1)))
+    su = float(np.max(na[live]))
+    sv = float(np.max(nb[live]))
     sr = float(np.max(np.abs(rhs[live])))
-    used, qidx = np.unique(qinv[live], return_inverse=True)
+    if live.all():                      # every distinct query is used: its index stays (np.unique's answer)
+        used, qidx = slice(None), qinv
+    else:
+        used, qidx = np.unique(qinv[live], return_inverse=True)
+        qidx = np.asarray(qidx).ravel()
     Bq = Bq[used] / sv
-    return _Reduction(_Problem(A[live] / su, Bq[np.asarray(qidx).ravel()], rhs[live] / sr, eq[live],
-                               groups=(Bq, np.asarray(qidx).ravel())), B, P, live, su, sv, sr)
+    return _Reduction(_Problem(A[live] / su, Bq[qidx], rhs[live] / sr, eq[live], groups=(Bq, qidx)),
+                      B, P, live, su, sv, sr)
 
 
 class _Iterate:
