@@ -293,3 +293,12 @@ def test_reduce_keeps_the_live_rows_and_their_queries(dead):
     assert pb.qidx is not None and np.array_equal(pb.Bq[pb.qidx], pb.Bm)
     assert np.array_equal(np.unique(pb.qidx), np.arange(pb.Bq.shape[0]))
     assert pb.Bq.shape[0] == len(np.unique(qi[live]))
+
+
+def test_cached_identity_is_read_only():
+    """``_eye(n)`` is the identity, shared between calls: it refuses writes (an in-place update would corrupt
+    every later use)."""
+    E = br._eye(5)
+    assert np.array_equal(E, np.eye(5)) and br._eye(5) is E
+    with pytest.raises(ValueError):
+        E[0, 0] = 2.0
