@@ -302,3 +302,20 @@ def test_cached_identity_is_read_only():
     assert np.array_equal(E, np.eye(5)) and br._eye(5) is E
     with pytest.raises(ValueError):
         E[0, 0] = 2.0
+
+
+@pytest.mark.parametrize("sig_mu", [0.0, 0.3])
+def test_slack_direction_linearizes_the_centered_complementarity(sig_mu):
+    """The slack part of a Newton direction solves ``lam ds + s dlam = sig_mu - s lam`` (the linearized
+    ``s lam = sig_mu``), with and without centering, and the corrector's ``cs`` is added as it is."""
+    pr = random_problem(6, 8, 10, seed=2)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    nw = br._NewtonSystem(pb, x, br._Dual(pb.A, pb.Bm, x.lam))
+    rng = np.random.default_rng(1)
+    lam, s = x.lam[pb.I], x.s
+    for corr in (None, (np.zeros_like(x.X), rng.standard_normal(s.size))):
+        dlam, _, _, ds = nw.direction(rng.standard_normal(pb.N), sig_mu, corr)
+        extra = 0.0 if corr is None else lam * corr[1]
+        np.testing.assert_allclose(lam * ds + s * dlam[pb.I], sig_mu - s * lam + extra, rtol=1e-12, atol=1e-12)

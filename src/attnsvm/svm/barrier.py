@@ -710,11 +710,12 @@ class _NewtonSystem:
             if x.LX is None:
                 raise np.linalg.LinAlgError("primal iterate X is not positive definite")
         self.LX = x.LX
+        self.lamI = x.lam[I]
+        self.s_lam = x.s / self.lamI                              # (N_ineq,): s / lam, the diagonal's entries
         diag = np.zeros(pb.N)
-        diag[I] = x.s / x.lam[I]
+        diag[I] = self.s_lam
         self.solve = pb.newton_solver(x, du, diag)
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
-        self.lamI = x.lam[I]
 
     def direction(self, rvec, sig_mu, corr):
         """``(dlam, dG, dX, ds)`` (``dX`` r1 + r2 square, exactly symmetric) for the right-hand side
@@ -726,7 +727,9 @@ class _NewtonSystem:
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
-        ds = -x.s - (x.s / lamI) * dlam[I] + sig_mu / lamI
+        ds = -x.s - self.s_lam * dlam[I]
+        if sig_mu:
+            ds += sig_mu / lamI
         if corr is not None:
             dX += corr[0]
             ds += corr[1]
