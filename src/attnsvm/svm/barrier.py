@@ -483,15 +483,16 @@ def _solve_factor(M):
     When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
     restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
     dg = M.diagonal().copy()
-    dg[~(dg > 0)] = 1.0
-    sc = 1.0 / np.sqrt(dg)
+    sc = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
     M *= sc[:, None]
     M *= sc[None, :]
     Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
-    d0 = Mf.diagonal().copy()
+    d0 = None                           # the scaled diagonal, (dg sc) sc as M's: only a retry needs it
     reg = shift = 0.0
     for k in range(8):
         if k:                           # restore the lower triangle from the untouched upper one
+            if d0 is None:
+                d0 = dg * sc * sc
             shift += reg
             Mf[...] = np.triu(Mf, 1)
             Mf += Mf.T
