@@ -242,10 +242,10 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     The dual LMI ``[[I, G], [G^T, I]] > 0`` is linear in alpha: with its Cholesky factor
     ``[[I, 0], [G^T, L]]`` the step bound is ``-1 / lambda_min`` of the congruent direction
     ``K = [[0, E], [E^T, -L^{-1} (dG^T G + G^T dG) L^{-T}]]``, ``E = dG L^{-T}`` (exact; used up to
-    ``r1 + r2 =`` :data:`_LMI_EIG_MAX`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``: the admissible
-    alphas form an interval containing 0 (a line through a norm ball), found by bisection (relative
-    precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix. Both first test ``alpha = cap``
-    with one such Cholesky factorization.
+    ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, :func:`_lmi_step_eig`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``:
+    the admissible alphas form an interval containing 0 (a line through a norm ball), found by bisection
+    (relative precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix. Both first test
+    ``alpha = cap`` with one Cholesky factorization of ``S(cap)`` (``rtol`` applies to the bisection only).
     """
     r1, r2 = G.shape
     if r1 + r2 <= _LMI_EIG_MAX:
