@@ -217,11 +217,13 @@ def test_ipm_reports_limits():
     assert np.linalg.norm(cs.combine(res.lam), 2) < 1  # the dual iterate is always feasible
 
 
-def test_schur_complement_on_distinct_queries_matches_its_definition():
+def test_schur_complement_on_distinct_queries_matches_its_definition(monkeypatch):
     """The IPM's N x N Schur complement M_kl = <A_k, X A_l Z^{-1}>: built on the distinct queries
-    (rows sharing a query, as one query per sample gives) it equals the product of the full
-    block matrices, and the path without groups gives the same matrix."""
+    (rows sharing a query, as one query per sample gives; grouped here from 60 rows on) it equals the
+    product of the full block matrices, and the path without groups gives the same matrix."""
     from attnsvm.svm import barrier as br
+
+    monkeypatch.setattr(br, "_GROUPED_MIN_ROWS", 60)
 
     rng = np.random.default_rng(3)
     U = rng.standard_normal((60, 7))

@@ -217,5 +217,105 @@ def test_maps_on_distinct_queries_equal_the_row_by_row_maps():
         T = rng.standard_normal((pb.r1, pb.r2))
         m, mref = pb.amap(T), plain.amap(T)
         np.testing.assert_allclose(m, mref, rtol=1e-12, atol=1e-12 * np.abs(mref).max())
-    small = br._reduce(U[:60], V[:60], np.ones(60), np.zeros(60, bool), {}).pb
+    n = br._GROUPED_MIN_ROWS + 72
+    small = br._reduce(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
     assert small.qidx is not None and small.E is None      # few rows: grouped Schur complement, plain maps
+    n = br._GROUPED_MIN_ROWS - 1
+    tiny = br._reduce(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
+    assert tiny.qidx is None and tiny.E is None            # fewer still: plain products throughout
+
+
+def test_eig_min_is_the_smallest_eigenvalue_of_the_lower_triangle():
+    """``_eig_min`` (LAPACK syevr, the first eigenvalue only) equals numpy's smallest eigenvalue and reads
+    only the lower triangle (the step bounds fill nothing else)."""
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 7, 16, 40):
+        S = rng.standard_normal((n, n))
+        S = S + S.T
+        K = np.tril(S) + np.triu(rng.standard_normal((n, n)), 1) * 1e3     # garbage above the diagonal
+        assert br._eig_min(np.asfortranarray(K)) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12,
+                                                                  abs=1e-12 * np.abs(S).max())
+
+
+def test_cholesky_diagonal_test_refuses_nan_and_inf():
+    """``_finite_positive`` on the diagonal of a factor that potrf accepted: positive finite entries pass, a
+    NaN or an inf anywhere fails (they reach the diagonal; potrf refuses pivots <= 0 itself)."""
+    assert br._finite_positive(np.array([1.0, 2.0, 1e-300]))
+    for bad in (np.nan, np.inf):
+        d = np.array([1.0, 2.0, 3.0])
+        d[1] = bad
+        assert not br._finite_positive(d)
+    X = np.eye(3)
+    X[2, 1] = X[1, 2] = np.nan
+    assert br._chol(X) is None
+
+
+def test_the_step_carries_g_bit_for_bit_as_the_dual_computes_it():
+    """The iterate after a step holds ``G(lam)`` from the dual step guard; it is exactly the G that
+    :class:`_Dual` computes from the new multipliers (so the next iteration may skip that product)."""
+    pr = random_problem(6, 8, 10, seed=5)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    assert x.G is None
+    L = None
+    for _ in range(4):
+        du = br._Dual(pb.A, pb.Bm, x.lam, L, x.G)
+        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+        x, L, _ = br.ipm_step(pb, x, du, mu, 0.95, False)
+        assert x.G is not None and np.array_equal(x.G, br._Dual(pb.A, pb.Bm, x.lam).G)
+        np.testing.assert_allclose(L @ L.T, np.eye(pb.r2) - x.G.T @ x.G, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_reduce_keeps_the_live_rows_and_their_queries(dead):
+    """``_reduce``: rows with ``u_k w_k^T = 0`` leave; the reduced rows are the scaled live rows in the bases
+    (``A = U``, ``Bm = V B / sv``), grouped by their distinct queries (``Bm == Bq[qidx]``, every query used),
+    with or without dead rows (a dead query leaves too)."""
+    rng = np.random.default_rng(12)
+    N = 150
+    U = rng.standard_normal((N, 6))
+    Vq = rng.standard_normal((10, 4))
+    qi = rng.integers(0, 10, N)
+    qi[:10] = np.arange(10)
+    if dead:
+        U[3] = 0.0                                          # a dead row
+        Vq[7] = 0.0                                         # a dead query: all its rows are dead
+    V = Vq[qi]
+    red = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {})
+    pb = red.pb
+    live = (np.abs(U).sum(1) > 0) & (np.abs(V).sum(1) > 0)
+    assert np.array_equal(red.live, live)
+    np.testing.assert_allclose(pb.A, U[live] / red.su, rtol=1e-15)
+    np.testing.assert_allclose(pb.Bm, V[live] @ red.B / red.sv, rtol=1e-12, atol=1e-14)
+    assert red.su == pytest.approx(np.linalg.norm(U[live], axis=1).max(), rel=1e-15)
+    assert red.sv == pytest.approx(np.linalg.norm(V[live] @ red.B, axis=1).max(), rel=1e-15)
+    assert pb.qidx is not None and np.array_equal(pb.Bq[pb.qidx], pb.Bm)
+    assert np.array_equal(np.unique(pb.qidx), np.arange(pb.Bq.shape[0]))
+    assert pb.Bq.shape[0] == len(np.unique(qi[live]))
+
+
+def test_cached_identity_is_read_only():
+    """``_eye(n)`` is the identity, shared between calls: it refuses writes (an in-place update would corrupt
+    every later use)."""
+    E = br._eye(5)
+    assert np.array_equal(E, np.eye(5)) and br._eye(5) is E
+    with pytest.raises(ValueError):
+        E[0, 0] = 2.0
+
+
+@pytest.mark.parametrize("sig_mu", [0.0, 0.3])
+def test_slack_direction_linearizes_the_centered_complementarity(sig_mu):
+    """The slack part of a Newton direction solves ``lam ds + s dlam = sig_mu - s lam`` (the linearized
+    ``s lam = sig_mu``), with and without centering, and the corrector's ``cs`` is added as it is."""
+    pr = random_problem(6, 8, 10, seed=2)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    nw = br._NewtonSystem(pb, x, br._Dual(pb.A, pb.Bm, x.lam))
+    rng = np.random.default_rng(1)
+    lam, s = x.lam[pb.I], x.s
+    for corr in (None, (np.zeros_like(x.X), rng.standard_normal(s.size))):
+        dlam, _, _, ds = nw.direction(rng.standard_normal(pb.N), sig_mu, corr)
+        extra = 0.0 if corr is None else lam * corr[1]
+        np.testing.assert_allclose(lam * ds + s * dlam[pb.I], sig_mu - s * lam + extra, rtol=1e-12, atol=1e-12)

@@ -27,7 +27,10 @@ def _reduced(cs):
 
 
 @pytest.mark.parametrize("grouped", [True, False])
-def test_device_schur_complement_is_the_numpy_one(grouped):
+def test_device_schur_complement_is_the_numpy_one(grouped, monkeypatch):
+    from attnsvm.svm import barrier
+
+    monkeypatch.setattr(barrier, "_GROUPED_MIN_ROWS", 0)      # 60 rows: grouped when asked
     pr, sel, _ = planted_problem(12, 6, 5, seed=3)
     cs = att_constraints(pr.X, pr.queries, sel)
     pb = _reduced(cs)

@@ -40,8 +40,9 @@ The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - 
 ``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
 products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
 iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
-The step bounds are one eigenvalue each of a congruent matrix formed by LAPACK ``sygst``, after a
-Cholesky test of the full (capped) dual step.
+The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``,
+the dual one, up to ``r1 + r2 = 64``, from one triangular solve), the dual one after a Cholesky test of
+the full (capped) dual step; the dual step guard's ``G`` travels with the iterate too.
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
@@ -60,6 +61,7 @@ iterations).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -132,11 +134,27 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 _GROUPED_MAX = 0.75
 #: ... and its maps ``Gmap`` / ``amap`` too from this many rows on (below, the sparse sum costs more than it saves)
 _GROUPED_MAPS_MIN_ROWS = 256
+#: ... and only from this many rows on (below, the plain products with ``Bm`` are fewer calls than the expansion
+#: by the query index)
+_GROUPED_MIN_ROWS = 128
 
 
 def _t(a):
     """Transpose of the last two axes (a matrix, or a stack of matrices)."""
     return a.swapaxes(-1, -2)
+
+
+#: the ufunc reductions of 1-D arrays in the iteration's hot spots, called directly: ``ndarray.min`` / ``max`` /
+#: ``sum`` reach the same reductions through a Python-level wrapper (~1-2 us a call, which small solves feel)
+_min_reduce, _max_reduce, _add_reduce = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+
+
+@functools.lru_cache(maxsize=64)
+def _eye(n: int) -> np.ndarray:
+    """The identity ``(n, n)``, read-only and cached (``np.eye`` costs a few us a call, which small solves feel)."""
+    out = np.eye(n)
+    out.flags.writeable = False
+    return out
 
 
 def _sym(T):
@@ -145,15 +163,15 @@ def _sym(T):
 
 class _Dual:
     """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C, ``Zh = Z^{-1} / 2`` and the
-    products with A."""
+    products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard computed them)."""
 
-    def __init__(self, A, Bm, lam, L=None):
-        self.G = A.T @ (lam[:, None] * Bm)
+    def __init__(self, A, Bm, lam, L=None, G=None):
+        self.G = A.T @ (lam[:, None] * Bm) if G is None else G
         self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
         r2 = self.G.shape[1]
-        self.Si = _potrs(self.L, np.eye(r2), lower=True)
+        self.Si = _potrs(self.L, _eye(r2), lower=True)
         self.Si = _sym(self.Si)
         self.C = self.G @ self.Si
         self.Zh = _z_half(self.G, self.C, self.Si)
@@ -164,10 +182,8 @@ class _Dual:
 def _z_half(G, C, Si):
     """``Z^{-1} / 2 = [[I + C G^T, C], [C^T, S^{-1}]]`` (r1 + r2 square, or a stack of them) from
     ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric."""
-    Z11 = C @ _t(G)
-    Z11 = _sym(Z11)
-    i = np.arange(G.shape[-2])
-    Z11[..., i, i] += 1.0
+    Z11 = _sym(C @ _t(G))
+    Z11 += _eye(G.shape[-2])            # on every matrix of a stack; adding 0 off the diagonal changes nothing
     return _blocks(Z11, C, Si)
 
 
@@ -183,16 +199,20 @@ def _chol(S):
 
 
 def _finite_positive(d) -> bool:
-    """Whether the diagonal ``d`` of a Cholesky factor is finite and positive (a NaN or inf anywhere in
-    the factor reaches the diagonal entry of its row, so the diagonal decides)."""
-    return bool(d.min() > 0) and bool(d.max() < np.inf)
+    """Whether the diagonal ``d`` of a Cholesky factor that potrf accepted (info 0) is finite and positive (a
+    NaN or inf anywhere in the factor reaches the diagonal entry of its row, so the diagonal decides). potrf
+    stops at a pivot ``<= 0``, so each entry is positive, NaN or inf: one sum tells (NaN and inf propagate)."""
+    return bool(0.0 < float(_add_reduce(d)) < np.inf)
 
 
 def _eig_min(K) -> float:
-    """Smallest eigenvalue of the symmetric ``K (n, n)`` (its lower triangle; LAPACK syevd directly)."""
-    w, _, info = sla.lapack.dsyevd(K, compute_v=0, lower=1)
+    """Smallest eigenvalue of the symmetric ``K (n, n)`` (its lower triangle; LAPACK syevr directly, the first
+    eigenvalue only, with its workspace sizes given: fewer calls than syevd's query)."""
+    n = K.shape[0]
+    w, _, _, _, info = sla.lapack.dsyevr(K, compute_v=0, range="I", il=1, iu=1, lower=1, lwork=max(1, 26 * n),
+                                          liwork=max(1, 10 * n))
     if info != 0:
-        raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevd info {info})")
+        raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevr info {info})")
     return float(w[0])
 
 
@@ -203,14 +223,12 @@ def _nuclear_norm(M) -> float:
     s, info = sla.lapack.dgesdd(M, compute_uv=0)[1::2]
     if info != 0:
         return float(np.linalg.svd(M, compute_uv=False).sum())
-    return float(s.sum())
+    return float(_add_reduce(s))
 
 
 def _chol_S(G):
     """Lower Cholesky factor of ``S = I - G^T G``, or None if S is not positive definite."""
-    S = -(G.T @ G)
-    S.flat[:: S.shape[0] + 1] += 1.0
-    return _chol(S)
+    return _chol(_eye(G.shape[1]) - G.T @ G)
 
 
 #: :func:`_lmi_step` computes the exact step from one eigenvalue up to this reduced size ``r1 + r2``, and
@@ -225,12 +243,14 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     The dual LMI ``[[I, G], [G^T, I]] > 0`` is linear in alpha: with its Cholesky factor
     ``[[I, 0], [G^T, L]]`` the step bound is ``-1 / lambda_min`` of the congruent direction
     ``K = [[0, E], [E^T, -L^{-1} (dG^T G + G^T dG) L^{-T}]]``, ``E = dG L^{-T}`` (exact; used up to
-    ``r1 + r2 =`` :data:`_LMI_EIG_MAX`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``: the admissible
-    alphas form an interval containing 0 (a line through a norm ball), found by bisection (relative
-    precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix. Both first test ``alpha = cap``
-    with one such Cholesky factorization.
+    ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, :func:`_lmi_step_eig`). Beyond, ``S(alpha) = S0 - alpha S1 - alpha^2 S2``:
+    the admissible alphas form an interval containing 0 (a line through a norm ball), found by bisection
+    (relative precision ``rtol``) on Cholesky tests of the smaller ``r2 x r2`` matrix. Both first test
+    ``alpha = cap`` with one Cholesky factorization of ``S(cap)`` (``rtol`` applies to the bisection only).
     """
     r1, r2 = G.shape
+    if r1 + r2 <= _LMI_EIG_MAX:
+        return _lmi_step_eig(G, dG, cap, L)
     GtD = G.T @ dG
     S1 = GtD + GtD.T
     S0 = -(G.T @ G)
@@ -242,19 +262,6 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
 
     if ok(cap):                 # the whole step is feasible (often, late in the run): no eigenvalue needed
         return cap
-    if r1 + r2 <= _LMI_EIG_MAX:
-        L = _chol_S(G) if L is None else L
-        if L is None:
-            return 0.0
-        E = _trsm(L, dG.T).T                                   # dG L^{-T}
-        K = np.empty((r1 + r2, r1 + r2))
-        K[:r1, :r1] = 0.0
-        K[:r1, r1:] = E
-        K[r1:, :r1] = E.T
-        K[r1:, r1:] = sla.lapack.dsygst(S1, L, itype=1, lower=1)[0]   # lower triangle: L^{-1} S1 L^{-T}
-        K[r1:, r1:] *= -1.0
-        lmin = _eig_min(K)                                     # reads the lower triangle
-        return cap if lmin >= -1.0 / cap else -1.0 / lmin
     lo, hi = 0.0, cap
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
@@ -263,6 +270,29 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
         else:
             hi = mid
     return lo
+
+
+def _lmi_step_eig(G, dG, cap, L=None):
+    """:func:`_lmi_step` up to ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, in few calls: the test of ``alpha = cap`` is
+    one Cholesky factorization of ``S(cap) = I - (G + cap dG)^T (G + cap dG)``; else ``-1 / lambda_min`` of
+    ``K = [[0, E], [E^T, -(E^T F + F^T E)]]`` with ``E^T = L^{-1} dG^T`` and ``F^T = L^{-1} G^T`` (one triangular
+    solve of both), since ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
+    r1, r2 = G.shape
+    if _chol_S(G + cap * dG) is not None:      # the whole step is feasible (often, late in the run)
+        return cap
+    L = _chol_S(G) if L is None else L
+    if L is None:
+        return 0.0
+    EF = _trsm(L, np.concatenate([dG, G]).T)                  # (r2, 2 r1): [E^T, F^T]
+    Et = EF[:, :r1]
+    H = Et @ EF[:, r1:].T                                      # E^T F
+    K = np.empty((r1 + r2, r1 + r2))
+    K[:r1, :r1] = 0.0
+    K[r1:, :r1] = Et
+    np.add(H, H.T, out=K[r1:, r1:])
+    K[r1:, r1:] *= -1.0
+    lmin = _eig_min(K)                                         # reads the lower triangle
+    return cap if lmin >= -1.0 / cap else -1.0 / lmin
 
 
 def _trsm(L, B, trans: int = 0):
@@ -319,7 +349,7 @@ def _lp_step(x, dx, cap):
     """Largest ``alpha <= cap`` with ``x + alpha dx >= 0`` (x > 0): ``-1 / min_k (dx_k / x_k)``."""
     if x.size == 0:
         return cap
-    m = float((dx / x).min())
+    m = float(_min_reduce(dx / x))
     if m != m:
         raise np.linalg.LinAlgError("the direction is not finite")
     return cap if m * cap >= -1.0 else -1.0 / m
@@ -356,7 +386,7 @@ class _Problem:
         self.KA = A @ _t(A)
         # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
         self.Bq = self.qidx = self.E = None
-        if groups is not None and groups[0].shape[0] <= _GROUPED_MAX * self.N:
+        if groups is not None and self.N >= _GROUPED_MIN_ROWS and groups[0].shape[0] <= _GROUPED_MAX * self.N:
             self.Bq, self.qidx = groups
             if self.N >= _GROUPED_MAPS_MIN_ROWS:
                 from scipy.sparse import csr_matrix
@@ -454,15 +484,16 @@ def _solve_factor(M):
     When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
     restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
     dg = M.diagonal().copy()
-    dg[~(dg > 0)] = 1.0
-    sc = 1.0 / np.sqrt(dg)
+    sc = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
     M *= sc[:, None]
     M *= sc[None, :]
     Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
-    d0 = Mf.diagonal().copy()
+    d0 = None                           # the scaled diagonal, (dg sc) sc as M's: only a retry needs it
     reg = shift = 0.0
     for k in range(8):
         if k:                           # restore the lower triangle from the untouched upper one
+            if d0 is None:
+                d0 = dg * sc * sc
             shift += reg
             Mf[...] = np.triu(Mf, 1)
             Mf += Mf.T
@@ -484,7 +515,7 @@ def _violation(pb, marg):
     """Largest constraint violation (|.| on equality rows), relative to ``1 + max |rhs|``."""
     d = pb.rhs - marg
     if isinstance(pb.I, slice):                 # inequality rows only
-        return max(float(d.max()), 0.0) / pb.viol_scale
+        return max(float(_max_reduce(d)), 0.0) / pb.viol_scale
     return float(np.max(np.where(pb.eq, np.abs(d), np.maximum(d, 0.0)))) / pb.viol_scale
 
 
@@ -580,24 +611,28 @@ def _reduce(U, V, rhs, eq, info: dict) -> _Reduction | None:
         Vq, qinv = V, np.zeros(0, np.int64)
     B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
     Bq = Vq @ B
-    Bm = Bq[qinv]
     # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
     P = None if d1 <= N else row_space_basis(U)
     A = U if P is None else U @ P
     info["reduced_shape"] = [int(A.shape[1]), int(B.shape[1])]
     # rows with u_k w_k^T = 0 constrain nothing (the caller has checked that they hold)
-    live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bm, axis=1) > 0)
+    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[qinv]
+    live = (na > 0) & (nb > 0)
     trivial = np.where(eq, rhs == 0, rhs <= 0)
     if A.shape[1] == 0 or B.shape[1] == 0 or trivial[live].all():
         return None
     # scale rows and right-hand sides to at most 1: then ||M||_* >= 1 and the gap test is relative
-    su = float(np.max(np.linalg.norm(A[live], axis=1)))
-    sv = float(np.max(np.linalg.norm(Bm[live], axis=1)))
+    su = float(np.max(na[live]))
+    sv = float(np.max(nb[live]))
     sr = float(np.max(np.abs(rhs[live])))
-    used, qidx = np.unique(qinv[live], return_inverse=True)
+    if live.all():                      # every distinct query is used: its index stays (np.unique's answer)
+        used, qidx = slice(None), qinv
+    else:
+        used, qidx = np.unique(qinv[live], return_inverse=True)
+        qidx = np.asarray(qidx).ravel()
     Bq = Bq[used] / sv
-    return _Reduction(_Problem(A[live] / su, Bq[np.asarray(qidx).ravel()], rhs[live] / sr, eq[live],
-                               groups=(Bq, np.asarray(qidx).ravel())), B, P, live, su, sv, sr)
+    return _Reduction(_Problem(A[live] / su, Bq[qidx], rhs[live] / sr, eq[live], groups=(Bq, qidx)),
+                      B, P, live, su, sv, sr)
 
 
 class _Iterate:
@@ -605,15 +640,17 @@ class _Iterate:
     of X), slacks ``s`` of the inequality rows and multipliers ``lam`` (N',); ``LX`` the lower Cholesky
     factor of X when the step that made the iterate computed it (else None)."""
 
+    G = None        #: ``G(lam)`` (r1, r2) when the step that made the iterate computed it exactly as :class:`_Dual` does
+
     def __init__(self, lam, X11, X12, X22, s):
         self.lam, self.s = lam, s
         self._set_X(_blocks(X11, X12, X22), X11.shape[0], None)
 
     @classmethod
-    def full(cls, lam, X, r1: int, s, LX=None) -> _Iterate:
+    def full(cls, lam, X, r1: int, s, LX=None, G=None) -> _Iterate:
         """The iterate of the full, exactly symmetric ``X`` (r1 + r2 square)."""
         x = cls.__new__(cls)
-        x.lam, x.s = lam, s
+        x.lam, x.s, x.G = lam, s, G
         x._set_X(X, r1, LX)
         return x
 
@@ -675,11 +712,12 @@ class _NewtonSystem:
             if x.LX is None:
                 raise np.linalg.LinAlgError("primal iterate X is not positive definite")
         self.LX = x.LX
+        self.lamI = x.lam[I]
+        self.s_lam = x.s / self.lamI                              # (N_ineq,): s / lam, the diagonal's entries
         diag = np.zeros(pb.N)
-        diag[I] = x.s / x.lam[I]
+        diag[I] = self.s_lam
         self.solve = pb.newton_solver(x, du, diag)
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
-        self.lamI = x.lam[I]
 
     def direction(self, rvec, sig_mu, corr):
         """``(dlam, dG, dX, ds)`` (``dX`` r1 + r2 square, exactly symmetric) for the right-hand side
@@ -691,7 +729,9 @@ class _NewtonSystem:
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
-        ds = -x.s - (x.s / lamI) * dlam[I] + sig_mu / lamI
+        ds = -x.s - self.s_lam * dlam[I]
+        if sig_mu:
+            ds += sig_mu / lamI
         if corr is not None:
             dX += corr[0]
             ds += corr[1]
@@ -737,12 +777,13 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     dlam, dG, dX, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
     for _ in range(60):
-        nw.L_next = _chol_S(pb.Gmap(x.lam + ad * dlam))
+        nw.G_next = pb.Gmap(x.lam + ad * dlam)
+        nw.L_next = _chol_S(nw.G_next)
         if nw.L_next is not None:
             break
         ad *= 0.7
     else:
-        ad, nw.L_next = 0.0, nw.du.L
+        ad, nw.L_next, nw.G_next = 0.0, nw.du.L, nw.du.G
     for _ in range(60):
         nw.X_next = x.X + ap * dX
         nw.LX_next = _chol(nw.X_next)
@@ -758,7 +799,9 @@ def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
     """The iterate after the steps ``ap`` (primal) and ``ad`` (dual) of :func:`_step_lengths`."""
     x = nw.x
     dlam, dG, dX, ds = d
-    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next)
+    # G at the new lam: the guard's, bit for bit the one _Dual computes when the rows are not grouped
+    G = nw.G_next if nw.pb.E is None else None
+    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, G)
 
 
 def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
@@ -799,7 +842,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
     L_next = None                   # Cholesky factor of S at the next dual iterate, from the step guard
     for it in range(1, max_iter + 1):
         try:
-            du = _Dual(pb.A, pb.Bm, x.lam, L_next)
+            du = _Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
         except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
             info["stopped"] = "numerical limit"
             break

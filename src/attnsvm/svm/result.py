@@ -71,7 +71,10 @@ def nuclear_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np
     nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
     align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
     lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
-    spec_f = float(np.linalg.norm(_combine(U, V, lam_f), 2)) if S.size else 0.0
+    if np.array_equal(lam_f, lam):                             # already dual feasible (as the IPM's are)
+        spec_f = spec
+    else:
+        spec_f = float(np.linalg.norm(_combine(U, V, lam_f), 2)) if S.size else 0.0
     dual = float(b @ lam_f) / max(1.0, spec_f)                 # scaled into the dual ball
     cert = Certificate(
         max_violation=violation,
