@@ -73,6 +73,9 @@ def test_truncation_at_the_row_limit_equals_a_fresh_factor():
     _step(base, ws, np.r_[0:22, 23, 25, 26:31])                     # 26 + 5 > 30 rows: B is cut at 24
     assert base.refactors == 1 and base.cuts == 1
     assert base.s == 30 and base.pinned.tolist() == [ws.rows[22]]    # the cheapest cut that makes room
+    # the last two rows of B leave and one enters: the cut shrinks B (the padding is reset)
+    _step(base, ws, np.r_[0:22, 23, 25, 26:29, 31])
+    assert base.refactors == 1 and base.cuts == 2 and base.s == 29
 
 
 def test_unit_solves_on_trailing_blocks():
@@ -86,3 +89,28 @@ def test_unit_solves_on_trailing_blocks():
     want = sla.solve_triangular(base.L[:36, :36], E, lower=True)
     assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
     _step(base, ws, np.r_[0:4, 6:12, 13:20, 24:30, 31:36])          # pinned through the same solves
+
+
+def test_subset_qp_runs_on_one_blas_thread(monkeypatch):
+    """The working set's subset QP limits BLAS to one thread and restores the caller's setting."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from attnsvm.svm import working_set as wsm
+
+    def blas_threads():
+        return max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+
+    seen = []
+    inner = wsm._subset_qp
+
+    def spy(*a, **k):
+        seen.append(blas_threads())
+        return inner(*a, **k)
+
+    monkeypatch.setattr(wsm, "_subset_qp", spy)
+    pr, sel, _ = planted_problem(30, 11, 6, seed=2)
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert blas_threads() == 2
+        sol = wsm.solve_frobenius_ws(att_constraints(pr.X, pr.queries, sel), batch=16)
+        assert blas_threads() == 2
+    assert sol.certified and len(seen) >= 2 and set(seen) == {1}
