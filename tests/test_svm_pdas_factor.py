@@ -1,6 +1,6 @@
 """The factor kept by the working set's active-set method (:class:`attnsvm.svm.pdas._BasePDAS`):
-after appends, pinned rows, truncations and rebuilds it must equal a fresh factorization, and its
-solves those of the free rows' matrix ``M_FF``."""
+after a rebuild (factored in place), appends and pinned rows it must equal a fresh factorization,
+and its solves those of the free rows' matrix ``M_FF``; the subset QP's BLAS threads."""
 
 import numpy as np
 import scipy.linalg as sla
@@ -62,33 +62,6 @@ def test_appends_and_pins_keep_the_factor_exact():
     _step(base, ws, np.r_[0:3, 4:7, 8:20, 20:26])                   # rows 3 and 7 pinned, 6 appended
     _step(base, ws, np.r_[0:3, 4:20, 20:30])                        # row 7 free again, 4 more
     assert base.refactors == 1 and base.appended == 10 and base.pinned.size == 1
-
-
-def test_truncation_at_the_row_limit_equals_a_fresh_factor():
-    """B at its row limit with pinned rows near its end: cut B there and append again (no new factor)."""
-    base, ws = _base()
-    base.max_rows = 30
-    _step(base, ws, np.arange(26))
-    _step(base, ws, np.r_[0:22, 23, 25])                            # rows 22 and 24 pinned, at the end
-    _step(base, ws, np.r_[0:22, 23, 25, 26:31])                     # 26 + 5 > 30 rows: B is cut at 24
-    assert base.refactors == 1 and base.cuts == 1
-    assert base.s == 30 and base.pinned.tolist() == [ws.rows[22]]    # the cheapest cut that makes room
-    # the last two rows of B leave and one enters: the cut shrinks B (the padding is reset)
-    _step(base, ws, np.r_[0:22, 23, 25, 26:29, 31])
-    assert base.refactors == 1 and base.cuts == 2 and base.s == 29
-
-
-def test_unit_solves_on_trailing_blocks():
-    base, ws = _base()
-    _step(base, ws, np.arange(36))
-    base.UNIT_GROUP, base.COPY_COST = 4, 0                          # several groups, trailing blocks
-    p = np.array([1, 5, 9, 10, 20, 21, 22, 30, 33, 35])
-    got = base._unit_solves(p)
-    E = np.zeros((36, p.size))
-    E[p, np.arange(p.size)] = 1.0
-    want = sla.solve_triangular(base.L[:36, :36], E, lower=True)
-    assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
-    _step(base, ws, np.r_[0:4, 6:12, 13:20, 24:30, 31:36])          # pinned through the same solves
 
 
 def test_subset_qp_runs_on_one_blas_thread(monkeypatch):

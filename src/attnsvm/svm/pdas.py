@@ -52,7 +52,6 @@ class _BasePDAS:
         self.Y = np.zeros((0, 0))                    # L^{-1} E_pinned
         self.refactors = 0
         self.appended = 0
-        self.cuts = 0                                # truncations of B instead of a fresh factor
         self.why = ""                                # why the last run returned None
         self.max_rows = cs.N                         # rank + 1: more rows in B make M_BB singular
         self.last = None                             # (f, t, iteration) of the last iterate of run
@@ -99,11 +98,11 @@ class _BasePDAS:
         self.L = buf
 
     def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
-        """B = rows (nothing pinned), ``M_FF`` their block of ``M``."""
+        """B = rows (nothing pinned), ``M_FF (s, s)`` their block of ``M`` (overwritten)."""
         import scipy.linalg as sla
 
-        try:
-            L = sla.cholesky(M_FF, lower=True, check_finite=False)
+        try:    # M_FF^T is M_FF in Fortran order: LAPACK factors it in place (its upper factor is L^T)
+            L = sla.cholesky(M_FF.T, lower=False, overwrite_a=True, check_finite=False).T
         except np.linalg.LinAlgError:
             raise _Singular() from None
         dg = np.abs(np.diag(L))
@@ -149,84 +148,17 @@ class _BasePDAS:
         self.pos[new] = np.arange(s, s + a)
         self.appended += a
 
-    def truncate(self, p: int) -> None:
-        """Keep the first ``p`` rows of B: ``L[:p, :p]`` is exactly the factor of their block of ``M``
-        (the padded factor is the identity beyond p again); pinned rows beyond p leave B."""
-        s = self.s
-        if p >= s:
-            return
-        self.L[p:s, :s] = 0.0
-        self.L[np.arange(p, s), np.arange(p, s)] = 1.0
-        keep = self.pos[self.pinned] < p
-        self.pinned = self.pinned[keep]
-        self.Y = self.Y[:p, keep]
-        self.beta = self.beta[:p]
-        self.pos[self.rows[p:]] = -1
-        self.rows = self.rows[:p]
-
-    def _cut(self, inF: np.ndarray, n_add: int, n_free: int) -> int | None:
-        """Where to truncate B (:meth:`truncate`) instead of refactoring the whole free set, or None.
-
-        ``inF (s,)`` marks the free rows of B, ``n_add`` rows enter, ``n_free = |F|``. Cutting at p
-        keeps the pinned rows before p (at most a twelfth of F: half the rebuild threshold) and
-        appends again the free rows after p with the entering ones (``t`` rows: about
-        ``p^2 t + p t^2 + t^3 / 3`` flops, the cost of appending them) against ``|F|^3 / 3`` for a
-        fresh factor; B must stay within ``max_rows``.
-        """
-        s = self.s
-        pins = np.concatenate([[0], np.cumsum(~inF)])               # pinned rows before p, p = 0..s
-        p = np.arange(s + 1, dtype=float)
-        t = (s - p) - (pins[-1] - pins) + n_add                      # rows appended after the cut
-        ok = (pins <= max(16, n_free // 12)) & (p + t <= self.max_rows)
-        cost = np.where(ok, p * p * t + p * t * t + t ** 3 / 3.0, np.inf)
-        best = int(np.argmin(cost))
-        if not np.isfinite(cost[best]) or cost[best] >= 0.7 * n_free ** 3 / 3.0:
-            return None
-        return best
-
     def pin(self, D: np.ndarray) -> None:
         """Pinned set := D (rows of B)."""
         keep = np.isin(self.pinned, D)
         add = D[~np.isin(D, self.pinned)]
         Y = self.Y[:, keep]
         if add.size:
-            add = add[np.argsort(self.pos[add], kind="stable")]
-            Y = np.hstack([Y, self._unit_solves(self.pos[add])])
+            E = np.zeros((self.s, add.size))
+            E[self.pos[add], np.arange(add.size)] = 1.0
+            Y = np.hstack([Y, self._lsolve(E)])
         self.pinned = np.concatenate([self.pinned[keep], add])
         self.Y = Y
-
-    #: a group of unit columns shares one trailing solve when it has at least this many columns
-    #: (a trailing block is copied for LAPACK: a copy costs about as much as this many columns)
-    UNIT_GROUP = 96
-    #: the copy of a trailing block, in columns of a solve on it (memory-bound copy vs solve flops)
-    COPY_COST = 48
-
-    def _unit_solves(self, p: np.ndarray) -> np.ndarray:
-        """``L^{-1} [e_p1, e_p2, ...]`` for sorted positions ``p (k,)`` in B: ``(s, k)``.
-
-        ``L^{-1} e_p`` is zero above p, so each group of columns is solved on the trailing block
-        ``L[p0:, p0:]`` of its first position only (``(s - p0)^2`` flops a column instead of ``s^2``).
-        """
-        import scipy.linalg as sla
-
-        s, k = self.s, int(p.size)
-        out = np.zeros((s, k))
-        starts = list(range(0, k, self.UNIT_GROUP))
-        if len(starts) > 1 and k - starts[-1] < self.UNIT_GROUP // 2:
-            starts.pop()                     # a short last group joins the one before
-        cap = self.L.shape[0]
-        for g, i in enumerate(starts):
-            j = starts[g + 1] if g + 1 < len(starts) else k
-            p0 = int(p[i])
-            if (s - p0) ** 2 * (j - i + self.COPY_COST) >= cap * cap * (j - i):
-                p0 = 0                     # the whole (padded, contiguous) factor: no copy
-            E = np.zeros((cap - p0, j - i))
-            E[p[i:j] - p0, np.arange(j - i)] = 1.0
-            # the trailing block is copied by LAPACK's wrapper (not contiguous); the padded whole is not
-            Lt = self.L if p0 == 0 else self.L[p0:s, p0:s]
-            out[p0:, i:j] = sla.solve_triangular(Lt, E if p0 == 0 else E[:s - p0], lower=True,
-                                                 check_finite=False, overwrite_b=True)[:s - p0]
-        return out
 
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
         M = G[np.ix_(idx, idx)]
@@ -250,19 +182,10 @@ class _BasePDAS:
         n_pin = int(self.s - inF.sum())
         A_idx = idx[~inB]
         # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
-        if n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 or self.s + A_idx.size > self.max_rows:
-            p = self._cut(inF, A_idx.size, F.size) if A_idx.size <= F.size // 2 else None
-            if p is None:
-                self.rebuild(F, self._mblock(G, b, idx))
-                return
-            # the free rows of B beyond p are appended again, before the entering ones
-            back = inB.copy()
-            back[inB] = self.pos[F[inB]] >= p
-            back_idx = idx[back][np.argsort(self.pos[F[back]], kind="stable")]
-            self.truncate(p)
-            self.cuts += 1
-            inF = inF[:p]
-            A_idx = np.concatenate([back_idx, A_idx])
+        if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
+                or self.s + A_idx.size > self.max_rows:
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
         if A_idx.size:
             try:
                 self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))

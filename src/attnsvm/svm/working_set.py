@@ -494,7 +494,7 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     else:
         stopped = "round limit"
     info.update(rounds=rnd, working_set=ws.size, seconds=time.perf_counter() - t0,
-                cpu_seconds=time.process_time() - c0, factorizations=base.refactors, factor_cuts=base.cuts)
+                cpu_seconds=time.process_time() - c0, factorizations=base.refactors)
     if stopped:
         info["stopped"] = stopped
     return _frobenius_result(cs, setup, ws, lam, W, margins, formulation, support_tol, info)
