@@ -87,20 +87,3 @@ def test_subset_qp_runs_on_one_blas_thread(monkeypatch):
         sol = wsm.solve_frobenius_ws(att_constraints(pr.X, pr.queries, sel), batch=16)
         assert blas_threads() == 2
     assert sol.certified and len(seen) >= 2 and set(seen) == {1}
-
-
-def test_gram_set_in_place_keep_and_add():
-    """The working set's Gram matrix, kept in a growing buffer, equals a fresh one after drops and adds."""
-    from attnsvm.svm.constraints import row_gram
-
-    base, ws = _base()
-    rng = np.random.default_rng(3)
-    fresh = np.setdiff1d(np.arange(ws.cs.N), ws.rows)
-    for k in range(4):
-        ws.keep(rng.random(ws.size) > 0.3)
-        new = rng.choice(np.setdiff1d(fresh, ws.rows), 30 + 40 * k, replace=False)
-        ws.add(new)
-        U, V = ws.setup.rows(ws.rows)
-        assert np.array_equal(ws.U, U) and np.array_equal(ws.V, V)
-        assert ws.G.shape == (ws.size, ws.size)
-        assert np.allclose(ws.G, row_gram(U, V), rtol=0, atol=1e-13)

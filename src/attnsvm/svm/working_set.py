@@ -113,8 +113,7 @@ def _pick(score: np.ndarray, cand: np.ndarray, gid: np.ndarray | None, k: int, p
 
 class _GramSet:
     """The working set S: row indices, their scaled factors (:class:`_Setup`) and their Gram matrix
-    ``G = (U_S U_S^T) * (V_S V_S^T)``: (s, s), the leading block of a buffer with room to grow
-    (rows dropped and added in place: no new ~100 MB matrix each round)."""
+    ``(U_S U_S^T) * (V_S V_S^T)``."""
 
     def __init__(self, setup: "_Setup", max_memory=None):
         cs = setup.cs
@@ -124,8 +123,7 @@ class _GramSet:
         self.rows = np.zeros(0, np.int64)
         self.U = np.zeros((0, cs.d1))
         self.V = np.zeros((0, cs.d2))
-        self._buf = np.zeros((0, 0))
-        self.G = self._buf
+        self.G = np.zeros((0, 0))
 
     @property
     def size(self) -> int:
@@ -134,11 +132,8 @@ class _GramSet:
     def keep(self, mask: np.ndarray) -> None:
         if mask.all():
             return
-        idx = np.flatnonzero(mask)
-        k = int(idx.size)
-        self.rows, self.U, self.V = self.rows[idx], self.U[idx], self.V[idx]
-        self._buf[:k, :k] = self.G[np.ix_(idx, idx)]
-        self.G = self._buf[:k, :k]
+        self.rows, self.U, self.V = self.rows[mask], self.U[mask], self.V[mask]
+        self.G = self.G[np.ix_(mask, mask)]
 
     def add(self, new: np.ndarray) -> None:
         if new.size == 0:
@@ -150,12 +145,8 @@ class _GramSet:
                        self.max_memory,
                        hint="the problem has too many support constraints for the working-set method")
         Un, Vn = self.setup.rows(new)
-        if self._buf.shape[0] < s + a:
-            cap = s + a + max(a, s // 8, 64)
-            buf = np.empty((cap, cap))
-            buf[:s, :s] = self.G
-            self._buf = buf
-        G = self._buf[:s + a, :s + a]
+        G = np.empty((s + a, s + a))
+        G[:s, :s] = self.G
         cross = (self.U @ Un.T) * (self.V @ Vn.T)
         G[:s, s:] = cross
         G[s:, :s] = cross.T
@@ -444,9 +435,6 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     ``info``: method "working-set", rounds, working_set (final size), max_working_set,
     qp_iterations, factorizations (Cholesky factorizations of a whole free set by the active-set
     method), seconds, cpu_seconds.
-
-    The subset QPs run on one BLAS thread (:func:`_one_blas_thread`; the caller's setting is
-    restored after each); the margins of all N rows use the caller's threads.
     """
     o = FrobeniusWSOptions.resolve(options, kw, "solve_frobenius_ws")
     tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
