@@ -286,9 +286,9 @@ def _one_blas_thread():
     """One BLAS thread for the subset QP, the caller's setting restored afterwards (a context manager).
 
     Its factor has a few thousand rows and most of its work is triangular solves with few
-    right-hand sides, too small to share between threads: with two threads the Frobenius solve
-    at N = 10^6 took 115.6 s against 80.9 s with one (idle 2-core machine, docs/guide/performance.md).
-    The margins of all N rows keep the caller's threads.
+    right-hand sides, too small to share between threads (two threads were measured slower than
+    one: docs/guide/performance.md, "Frobenius at N = 10^6"). The margins of all N rows keep the
+    caller's threads.
     """
     from threadpoolctl import threadpool_limits
 
