@@ -187,8 +187,12 @@ def _cases(args, base_src):
                 b = _run(name, m, (kind, nTd, norm, form), args, src=base_src)
                 print(_fmt(b).replace(f"  {m:<12s}", f"  {'baseline':<12s}", 1), flush=True)
                 if "t_solve" in r and "t_solve" in b:
+                    obj = ""
+                    if r["status"] == b["status"] != "infeasible":
+                        rel = abs(r["norm_value"] - b["norm_value"]) / max(abs(r["norm_value"]), abs(b["norm_value"]))
+                        obj = f", objective rel. diff {rel:.1e}"
                     print(f"    {m}: baseline / ours: cpu {_baseline.ratio(b['cpu_solve'], r['cpu_solve'])}, "
-                          f"wall {_baseline.ratio(b['t_solve'], r['t_solve'])}", flush=True)
+                          f"wall {_baseline.ratio(b['t_solve'], r['t_solve'])}{obj}", flush=True)
         ws = res.get("working_set")
         if ws and "t_solve" in ws:
             print(f"    N = {ws['N']}", flush=True)

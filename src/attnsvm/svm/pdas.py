@@ -46,6 +46,7 @@ class _BasePDAS:
         self.setup = setup
         self.cs = cs
         self.rows = np.zeros(0, np.int64)
+        self.UB, self.VB = setup.rows(self.rows)     # scaled factors of the rows of B, (s, d1) and (s, d2)
         self.L = np.zeros((0, 0))                    # (cap, cap): the factor, identity beyond s
         self.pos = np.full(cs.N, -1, np.int64)       # position of a row in B (-1: not in B)
         self.pinned = np.zeros(0, np.int64)          # rows of B held at zero (global ids)
@@ -64,10 +65,11 @@ class _BasePDAS:
     def s(self) -> int:
         return int(self.rows.size)
 
-    def _mgram(self, r1: np.ndarray, r2: np.ndarray) -> np.ndarray:
-        """``M = G + b b^T`` between rows r1 and r2 (scaled rows)."""
+    def _mgram(self, r1: np.ndarray, r2: np.ndarray, f1=None, f2=None) -> np.ndarray:
+        """``M = G + b b^T`` between rows r1 and r2 (scaled rows): ``(|r1|, |r2|)``; ``f1``, ``f2``: their
+        scaled factors ``(U, V)`` when known."""
         st = self.setup
-        (U1, V1), (U2, V2) = st.rows(r1), st.rows(r2)
+        (U1, V1), (U2, V2) = f1 or st.rows(r1), f2 or st.rows(r2)
         return (U1 @ U2.T) * (V1 @ V2.T) + self.beta2 * np.outer(st.rhs[r1], st.rhs[r2])
 
     def _lsolve(self, r: np.ndarray, trans: bool = False) -> np.ndarray:
@@ -98,11 +100,11 @@ class _BasePDAS:
         self.L = buf
 
     def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
-        """B = rows (nothing pinned), ``M_FF`` their block of ``M``."""
+        """B = rows (nothing pinned), ``M_FF (s, s)`` their block of ``M`` (overwritten)."""
         import scipy.linalg as sla
 
-        try:
-            L = sla.cholesky(M_FF, lower=True, check_finite=False)
+        try:    # M_FF^T is M_FF in Fortran order: LAPACK factors it in place (its upper factor is L^T)
+            L = sla.cholesky(M_FF.T, lower=False, overwrite_a=True, check_finite=False).T
         except np.linalg.LinAlgError:
             raise _Singular() from None
         dg = np.abs(np.diag(L))
@@ -111,6 +113,7 @@ class _BasePDAS:
         self.pos[self.rows] = -1
         self.rows = np.asarray(rows, np.int64).copy()
         self.pos[self.rows] = np.arange(self.s)
+        self.UB, self.VB = self.setup.rows(self.rows)
         self._set_factor(L, self.s)
         self.pinned = np.zeros(0, np.int64)
         self.Y = np.zeros((self.s, 0))
@@ -124,7 +127,8 @@ class _BasePDAS:
         a, s = int(new.size), self.s
         if a == 0:
             return
-        X = self._lsolve(self._mgram(self.rows, new)).T if s else np.zeros((a, 0))      # (a, s)
+        fn = self.setup.rows(new)
+        X = self._lsolve(self._mgram(self.rows, new, (self.UB, self.VB), fn)).T if s else np.zeros((a, 0))  # (a, s)
         try:
             L22 = sla.cholesky(M_nn - X @ X.T, lower=True, check_finite=False)
         except np.linalg.LinAlgError:
@@ -145,6 +149,7 @@ class _BasePDAS:
         bnew = sla.solve_triangular(L22, self.setup.rhs[new] - X @ self.beta, lower=True, check_finite=False)
         self.beta = np.concatenate([self.beta, bnew])
         self.rows = np.concatenate([self.rows, new])
+        self.UB, self.VB = np.concatenate([self.UB, fn[0]]), np.concatenate([self.VB, fn[1]])
         self.pos[new] = np.arange(s, s + a)
         self.appended += a
 

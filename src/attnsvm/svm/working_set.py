@@ -282,6 +282,19 @@ class _Setup:
         return self.scaling.rhs(raw), raw * self.inv_scale
 
 
+def _one_blas_thread():
+    """One BLAS thread for the subset QP, the caller's setting restored afterwards (a context manager).
+
+    Its factor has a few thousand rows and most of its work is triangular solves with few
+    right-hand sides, too small to share between threads (two threads were measured slower than
+    one: docs/guide/performance.md, "Frobenius at N = 10^6"). The margins of all N rows keep the
+    caller's threads.
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
     """Solve the QP of the working set; ``new`` are the rows just appended (most violated first).
 
@@ -465,10 +478,11 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
         room = max(1, min(batch, cap - ws.size)) if cap > ws.size else st.min_add
         new = _pick(score, cand, setup.gid, room, per_group)
         new = new[np.argsort(-score[new], kind="stable")]
-        ws.add(new)
-        in_ws[new] = True
-        info["max_working_set"] = max(info["max_working_set"], ws.size)
-        res = _subset_qp(cs, ws, base, new, cap, info, tol)
+        with _one_blas_thread():
+            ws.add(new)
+            in_ws[new] = True
+            info["max_working_set"] = max(info["max_working_set"], ws.size)
+            res = _subset_qp(cs, ws, base, new, cap, info, tol)
         info["qp_iterations"] += int(res.iterations)
         if res.status == "infeasible":
             info.update(rounds=rnd, working_set=ws.size, seconds=time.perf_counter() - t0,

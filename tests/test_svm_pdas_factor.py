@@ -1,0 +1,89 @@
+"""The factor kept by the working set's active-set method (:class:`attnsvm.svm.pdas._BasePDAS`):
+after a rebuild (factored in place), appends and pinned rows it must equal a fresh factorization,
+and its solves those of the free rows' matrix ``M_FF``; the subset QP's BLAS threads."""
+
+import numpy as np
+import scipy.linalg as sla
+
+from attnsvm.generators import planted_problem
+from attnsvm.svm import att_constraints
+from attnsvm.svm.pdas import _BasePDAS
+from attnsvm.svm.working_set import _GramSet, _Setup
+
+
+def _base(n=40, d=6):
+    """A _BasePDAS over the rows of a planted Att-SVM (rank d^2: 40 rows in general position)."""
+    pr, sel, _ = planted_problem(n, 11, d, seed=4)
+    cs = att_constraints(pr.X, pr.queries, sel)
+    setup = _Setup(cs, 1e-10)
+    ws = _GramSet(setup)
+    rng = np.random.default_rng(0)
+    ws.add(rng.permutation(cs.N)[:40])
+    base = _BasePDAS(setup)
+    return base, ws
+
+
+def _check(base, ws, idx):
+    """B's factor, Y = L^{-1} E_pinned, beta = L^{-1} rhs_B and both solves against fresh algebra."""
+    F = ws.rows[idx]
+    s = base.s
+    assert set(base.rows.tolist()) == set(F.tolist()) | set(base.pinned.tolist())
+    assert not set(F.tolist()) & set(base.pinned.tolist())
+    M = base._mgram(base.rows, base.rows)
+    L = base.L[:s, :s]
+    assert np.array_equal(L, np.tril(L))
+    assert np.allclose(L @ L.T, M, rtol=0, atol=1e-11 * np.abs(M).max())
+    cap = base.L.shape[0]                               # the padding is the identity
+    assert np.array_equal(base.L[s:], np.eye(cap)[s:])
+    assert np.array_equal(base.L[:s, s:], np.zeros((s, cap - s)))
+    Lf = np.linalg.cholesky(M)
+    E = np.zeros((s, base.pinned.size))
+    E[base.pos[base.pinned], np.arange(base.pinned.size)] = 1.0
+    assert np.allclose(base.Y, sla.solve_triangular(Lf, E, lower=True), atol=1e-9)
+    assert np.allclose(base.beta, sla.solve_triangular(Lf, base.setup.rhs[base.rows], lower=True), atol=1e-9)
+    YtY = base._pinned_factor()
+    M_FF = base._mgram(F, F)
+    want = np.linalg.solve(M_FF, base.setup.rhs[F])
+    assert np.allclose(base.solve(F, None, YtY), want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+    r = np.random.default_rng(1).standard_normal(F.size)
+    want = np.linalg.solve(M_FF, r)
+    assert np.allclose(base.solve(F, r, YtY), want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+
+
+def _step(base, ws, idx):
+    base.set_free(ws.rows[idx], ws.G, base.setup.rhs[ws.rows], idx, ws.rows)
+    _check(base, ws, idx)
+
+
+def test_appends_and_pins_keep_the_factor_exact():
+    base, ws = _base()
+    _step(base, ws, np.arange(20))                                  # a fresh factor
+    assert base.refactors == 1
+    _step(base, ws, np.r_[0:3, 4:7, 8:20, 20:26])                   # rows 3 and 7 pinned, 6 appended
+    _step(base, ws, np.r_[0:3, 4:20, 20:30])                        # row 7 free again, 4 more
+    assert base.refactors == 1 and base.appended == 10 and base.pinned.size == 1
+
+
+def test_subset_qp_runs_on_one_blas_thread(monkeypatch):
+    """The working set's subset QP limits BLAS to one thread and restores the caller's setting."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from attnsvm.svm import working_set as wsm
+
+    def blas_threads():
+        return max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+
+    seen = []
+    inner = wsm._subset_qp
+
+    def spy(*a, **k):
+        seen.append(blas_threads())
+        return inner(*a, **k)
+
+    monkeypatch.setattr(wsm, "_subset_qp", spy)
+    pr, sel, _ = planted_problem(30, 11, 6, seed=2)
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert blas_threads() == 2
+        sol = wsm.solve_frobenius_ws(att_constraints(pr.X, pr.queries, sel), batch=16)
+        assert blas_threads() == 2
+    assert sol.certified and len(seen) >= 2 and set(seen) == {1}
