@@ -96,6 +96,8 @@ def test_validation():
     cs = _low_rank_set()
     with pytest.raises(ValidationError, match="P must"):
         restrict(cs, np.ones((10, 2)), np.eye(10))
+    with pytest.raises(ValidationError, match="orthonormal"):
+        restrict(cs, np.eye(10) * (1 + 1e-6), np.eye(10))
     with pytest.raises(ValidationError, match="Q must"):
         restrict(cs, np.eye(10), np.eye(9))
     for bad in (0, 1.5, True):

@@ -35,7 +35,7 @@ def _orthonormal(P: np.ndarray, d: int, name: str) -> np.ndarray:
     if P.ndim != 2 or P.shape[0] != d or not 1 <= P.shape[1] <= d or not np.all(np.isfinite(P)):
         raise ValidationError(f"{name} must be a finite (d, k) = ({d}, k) array with 1 <= k <= {d}, got shape "
                               f"{P.shape}")
-    if not np.allclose(P.T @ P, np.eye(P.shape[1]), atol=1e-10):
+    if not np.allclose(P.T @ P, np.eye(P.shape[1]), rtol=0.0, atol=1e-10):
         raise ValidationError(f"{name} must have orthonormal columns")
     return P
 
