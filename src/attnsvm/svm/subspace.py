@@ -11,9 +11,10 @@ is not, ``rhs^T lam / ||G||_2`` is still a lower bound on the optimum, and the t
 (the directions in which the dual leaves the ball) join ``P`` and ``Q`` (:func:`solve_nuclear_colgen`).
 
 Measured on the probe's instances (docs/guide/performance.md, "Spectral subspaces"): the optimum has rank
-20-30 of 385, but a subspace grown this way needs ``k`` of 250-340 before ``||G||_2 <= 1 + 1e-6``, and each
+5-43 of 385, but a subspace grown this way needs ``k`` of 160-340 before the full certificate passes, and each
 round is a whole interior-point run, so this is slower than :func:`attnsvm.svm.working_set.solve_nuclear_ws`
-on them; it is kept for that measurement (``benchmarks/nuclear_subspace.py``), not used by ``solve``.
+on them; even the optimum's own dual directions save only about 2x on the null instances, whose cost is the
+N x N Schur complement. Kept for that measurement (``benchmarks/nuclear_subspace.py``), not used by ``solve``.
 """
 
 from __future__ import annotations
