@@ -13,8 +13,9 @@ is not, ``rhs^T lam / ||G||_2`` is still a lower bound on the optimum, and the t
 Measured on the probe's instances (docs/guide/performance.md, "Spectral subspaces"): the optimum has rank
 5-43 of 385, but a subspace grown this way needs ``k`` of 160-340 before the full certificate passes, and each
 round is a whole interior-point run, so this is slower than :func:`attnsvm.svm.working_set.solve_nuclear_ws`
-on them; even the optimum's own dual directions save only about 2x on the null instances, whose cost is the
-N x N Schur complement. Kept for that measurement (``benchmarks/nuclear_subspace.py``), not used by ``solve``.
+on them; even the optimum's own dual directions save at most about 2x on the null instances (1.03x at 1000
+sentences), whose cost is the N x N Schur complement. Kept for that measurement
+(``benchmarks/nuclear_subspace.py``), not used by ``solve``.
 """
 
 from __future__ import annotations
