@@ -85,9 +85,10 @@ def test_default_pool_gives_the_tables_of_one_process(tmp_path):
         a = json.loads((tmp_path / "one" / name / "checks.json").read_text())
         b = json.loads((tmp_path / "pool" / name / "checks.json").read_text())
         assert [(c["name"], c["value"], c["passed"]) for c in a] == [(c["name"], c["value"], c["passed"]) for c in b]
-        meta = json.loads((tmp_path / "pool" / name / "meta.json").read_text())
-        assert meta["workers"] == 2 and meta["task_cpu_seconds"] > 0
-        assert meta["task_seconds"] <= meta["wall_seconds"]
+        for folder, workers in (("pool", 2), ("one", 1)):
+            meta = json.loads((tmp_path / folder / name / "meta.json").read_text())
+            assert meta["workers"] == workers and meta["task_cpu_seconds"] > 0
+            assert meta["task_seconds"] <= meta["wall_seconds"]
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")

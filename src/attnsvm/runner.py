@@ -822,7 +822,8 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
     at once, and each experiment's results, checks and figures are written in this process as soon as its
     last task is in. With one worker everything runs in this process. The tables equal those of
     :func:`run_experiment` (each task is seeded by its own parameters and runs single-threaded either way).
-    ``workers=N`` or ``scheduler``: each experiment in turn through :func:`run_experiment`.
+    ``workers=1``: the same in this process. ``workers=N > 1`` or ``scheduler``: each experiment in turn through
+    :func:`run_experiment` (a Dask cluster).
 
     ``on_done(summary)`` is called for each experiment as it finishes (in the order of ``jobs``).
     Returns the summaries in the order of ``jobs``. Raises as :func:`run_experiment`; a worker process that
@@ -837,7 +838,7 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
     if max_memory is not None:
         max_memory = limit
     done = on_done or (lambda summary: None)
-    if workers is not None or scheduler:
+    if scheduler or (workers is not None and workers > 1):
         out = []
         for experiment, config in jobs:
             out.append(run_experiment(experiment, config, outdir, workers=workers, scheduler=scheduler,
@@ -852,7 +853,7 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
         for plan in plans:
             locks.enter_context(_folder_lock(plan["expdir"]))
         sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
-        n = default_workers(sum(len(s.todo) for s in sweeps))
+        n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
         for s in sweeps:
             s.workers, s.timed = n, True
         bar = _progress(sum(s.total_runs for s in sweeps), sum(s.done_runs for s in sweeps), "reproduce", progress)
