@@ -12,15 +12,16 @@ import torch
 from pydantic import PositiveInt
 from threadpoolctl import threadpool_info
 
-from attnsvm.errors import ValidationError
+from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments import Experiment, ExperimentConfig, Task, build_config, check, registry
-from attnsvm.runner import default_workers, run_experiment, run_experiments
+from attnsvm.runner import default_workers, read_shard, run_experiment, run_experiments
 
 
 class PoolToyConfig(ExperimentConfig):
     runs: PositiveInt = 6
     per_task: PositiveInt = 2
     fail_seed: int = -1
+    die_seed: int = -1
 
 
 class PoolToy(Experiment):
@@ -38,6 +39,8 @@ class PoolToy(Experiment):
     def run_task(self, config, task):
         if config.fail_seed in task.params["seeds"]:
             raise RuntimeError("boom")
+        if config.die_seed in task.params["seeds"]:
+            os._exit(1)  # the worker process dies
         rows = []
         for s in task.params["seeds"]:
             a = np.random.default_rng(s).standard_normal((40, 40))
@@ -122,3 +125,15 @@ def test_checks_run_on_one_thread(tmp_path):
 def test_run_experiments_validates_its_options(tmp_path):
     with pytest.raises(ValidationError, match="--workers"):
         run_experiments([(PoolToy(), PoolToyConfig())], str(tmp_path), workers=0, progress=False)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")
+def test_a_dead_worker_stops_the_run_with_one_error_and_keeps_the_stored_tasks(tmp_path):
+    cfg = PoolToyConfig(runs=4, per_task=1, die_seed=3)
+    with pytest.raises(AttnSVMError, match="worker process died.*resume"):
+        run_experiments([(PoolToy(), cfg)], str(tmp_path), progress=False)
+    (folder,) = list((tmp_path / "pool-toy" / "shards").iterdir())
+    stored = sorted(folder.glob("*.parquet"))
+    assert "seeds-003.parquet" not in [p.name for p in stored]
+    for path in stored:  # what was stored before the death is whole
+        assert read_shard(str(path))[0]["seed"].tolist() == [int(path.stem[-3:])]

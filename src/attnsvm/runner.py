@@ -913,10 +913,10 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
                 exc = future.exception()
                 if isinstance(exc, BrokenProcessPool):
                     n = sum(_stored(s.shard) for s in sweeps)
-                    raise AttnSVMError(f"a worker process died during the run (killed or out of memory) while "
-                                       f"{sweeps[i].experiment.name} task {task.key} ran; {n} finished task(s) are "
-                                       f"stored under {os.path.dirname(sweeps[i].plan['expdir'])}: run the same "
-                                       "command again to resume (--workers 1 runs in one process)") from None
+                    raise AttnSVMError(f"a worker process died during the run (killed, or out of memory: see "
+                                       f"--max-memory); {n} finished task(s) are stored under "
+                                       f"{os.path.dirname(sweeps[i].plan['expdir'])}: run the same command again to "
+                                       "resume (--workers 1 runs every task in this process)") from None
                 yield i, task, partial(_timed, sweeps[i], future)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
