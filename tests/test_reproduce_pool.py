@@ -137,3 +137,13 @@ def test_a_dead_worker_stops_the_run_with_one_error_and_keeps_the_stored_tasks(t
     assert "seeds-003.parquet" not in [p.name for p in stored]
     for path in stored:  # what was stored before the death is whole
         assert read_shard(str(path))[0]["seed"].tolist() == [int(path.stem[-3:])]
+
+
+def test_reproduce_help_says_what_the_default_workers_do():
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    text = " ".join(CliRunner().invoke(cli, ["reproduce", "--help"]).output.split())
+    assert "one pool of local processes, one per CPU" in text
+    assert "1: run everything in this process" in text
