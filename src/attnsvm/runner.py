@@ -584,6 +584,49 @@ def _check_seconds(value, option: str) -> float:
     return float(value)
 
 
+def _check_options(workers, scheduler, connect_timeout, worker_timeout) -> float:
+    """Validate the run options; returns ``worker_timeout`` as a float."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValidationError(f"--workers must be an integer >= 1, got {workers!r}")
+    if workers is not None and workers > max_workers():
+        raise ValidationError(f"--workers must be at most {max_workers()} ({WORKERS_PER_CPU} per CPU, "
+                              f"{os.cpu_count() or 1} CPU(s) here), got {workers}; for more, start a Dask cluster and "
+                              "give its address with --scheduler")
+    _check_seconds(connect_timeout, "--connect-timeout")
+    worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
+    return worker_timeout
+
+
+def _plan(experiment, config, outdir: str, max_memory) -> dict:
+    """The tasks of ``experiment`` with ``config``, each checked against the memory limit, and its folders
+    (created): ``{"tasks", "config_json", "expdir", "sharddir", "chash", "start"}``."""
+    from attnsvm.memory import require_memory
+
+    start = time.time()
+    name = experiment.name
+    config_json = config.model_dump(mode="json")
+    hint = "reduce the sizes or runs in the config, or raise --max-memory / ATTNSVM_MAX_MEMORY"
+    require_memory(experiment.estimate_memory(config, None), f"{name}: planning the tasks", limit=max_memory, hint=hint)
+    tasks = experiment.tasks(config)
+    if not tasks:
+        raise ValidationError(f"{name}: nothing to run: this config gives no task (an empty list, such as ds=[], "
+                              "in the config or a --set?)")
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        raise AttnSVMError(f"{name}: task keys are not unique")
+    for t in tasks:
+        require_memory(experiment.estimate_memory(config, t), f"{name} task {t.key} ({t.runs} run(s))",
+                       limit=max_memory, hint=hint)
+    expdir = os.path.join(outdir, name)
+    chash = config_hash(config)
+    sharddir = os.path.join(expdir, "shards", chash)
+    _makedirs(sharddir)
+    return {"tasks": tasks, "config_json": config_json, "expdir": expdir, "sharddir": sharddir, "chash": chash,
+            "start": start}
+
+
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                    progress: bool = True, task_hook=None, connect_timeout: float = 20.0,
                    max_memory=None, worker_timeout: float = WORKER_TIMEOUT) -> RunSummary:
@@ -621,121 +664,262 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     RunInterrupted
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
-    from attnsvm.memory import max_memory as _limit_of, require_memory
+    from attnsvm.memory import max_memory as _limit_of
 
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValidationError(f"--workers must be an integer >= 1, got {workers!r}")
-    if workers is not None and workers > max_workers():
-        raise ValidationError(f"--workers must be at most {max_workers()} ({WORKERS_PER_CPU} per CPU, "
-                              f"{os.cpu_count() or 1} CPU(s) here), got {workers}; for more, start a Dask cluster and "
-                              "give its address with --scheduler")
-    _check_seconds(connect_timeout, "--connect-timeout")
-    worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
-    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
-        raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
+    worker_timeout = _check_options(workers, scheduler, connect_timeout, worker_timeout)
     outdir = _check_outdir(outdir)
     limit = _limit_of(max_memory)  # validates max_memory
     if max_memory is not None:
         max_memory = limit
-    start = time.time()
-    name = experiment.name
-    config_json = config.model_dump(mode="json")
-    hint = "reduce the sizes or runs in the config, or raise --max-memory / ATTNSVM_MAX_MEMORY"
-    require_memory(experiment.estimate_memory(config, None), f"{name}: planning the tasks", limit=max_memory, hint=hint)
-    tasks = experiment.tasks(config)
-    if not tasks:
-        raise ValidationError(f"{name}: nothing to run: this config gives no task (an empty list, such as ds=[], "
-                              "in the config or a --set?)")
-    keys = [t.key for t in tasks]
-    if len(set(keys)) != len(keys):
-        raise AttnSVMError(f"{name}: task keys are not unique")
-    for t in tasks:
-        require_memory(experiment.estimate_memory(config, t), f"{name} task {t.key} ({t.runs} run(s))",
-                       limit=max_memory, hint=hint)
+    plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
-
-    expdir = os.path.join(outdir, name)
-    chash = config_hash(config)
-    sharddir = os.path.join(expdir, "shards", chash)
-    _makedirs(sharddir)
-    with _folder_lock(expdir):
-        return _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash, start, workers,
-                           scheduler, progress, task_hook, connect_timeout, max_memory, worker_timeout)
-
-
-def _run_locked(experiment, config, config_json, tasks, expdir, sharddir, chash, start, workers, scheduler,
-                progress, task_hook, connect_timeout, max_memory, worker_timeout=WORKER_TIMEOUT) -> RunSummary:
-    name = experiment.name
-    _clean_temp_files(expdir)
-    shard = {t.key: os.path.join(sharddir, f"{t.key}.parquet") for t in tasks}
-    run_prov = _run_provenance(experiment, config, config_json, chash)
-    recomputed = []
-    stored = set()
-    for t in tasks:
-        path = shard[t.key]
-        if not os.path.lexists(path):
-            continue
-        problem = _shard_problem(path, _expected(run_prov, t))
-        if problem is None:
-            stored.add(t.key)
-            continue
-        moved = path + ".unreadable"
+    with _folder_lock(plan["expdir"]):
+        sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
+        bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
+        outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
+                             sweep.shard, max_memory, worker_timeout)
         try:
-            os.replace(path, moved)
-        except OSError as exc:
-            raise StorageError(f"cannot set aside the unusable shard {path}: {oserror_text(exc, path)}") from None
-        recomputed.append({"key": t.key, "error": problem, "moved_to": moved})
-        print(f"attnsvm: {name}: stored shard {path} cannot be used ({problem}); moved to {moved}, recomputing it",
-              file=sys.stderr, flush=True)
-    todo = [t for t in tasks if t.key not in stored]
-    resumed = len(tasks) - len(todo)
-    total_runs = sum(t.runs for t in tasks)
-    done_runs = sum(t.runs for t in tasks if t.key in stored)
-    failures = []
-    computed = 0
+            for task, result in outcomes:
+                sweep.record(task, result)
+                bar.update(task.runs)
+        except KeyboardInterrupt:
+            raise sweep.interrupted() from None
+        except StorageError as exc:
+            raise sweep.stopped(exc) from None
+        finally:
+            outcomes.close()
+            bar.close()
+        return sweep.collect()
 
-    def provenance(task):
-        return {**_expected(run_prov, task), "seeds": _seeds_of(task), "params": task.params,
+
+class _Sweep:
+    """One experiment's run in its locked folder: which tasks are stored (unusable shards set aside), each
+    finished task's shard or failure, and the results, checks and figures at the end."""
+
+    def __init__(self, experiment, config, plan: dict, workers, scheduler, task_hook=None):
+        self.experiment, self.config, self.plan = experiment, config, plan
+        self.workers, self.scheduler, self.task_hook = workers, scheduler, task_hook
+        name = experiment.name
+        tasks, sharddir = plan["tasks"], plan["sharddir"]
+        _clean_temp_files(plan["expdir"])
+        self.shard = {t.key: os.path.join(sharddir, f"{t.key}.parquet") for t in tasks}
+        self.run_prov = _run_provenance(experiment, config, plan["config_json"], plan["chash"])
+        self.recomputed = []
+        stored = set()
+        for t in tasks:
+            path = self.shard[t.key]
+            if not os.path.lexists(path):
+                continue
+            problem = _shard_problem(path, _expected(self.run_prov, t))
+            if problem is None:
+                stored.add(t.key)
+                continue
+            moved = path + ".unreadable"
+            try:
+                os.replace(path, moved)
+            except OSError as exc:
+                raise StorageError(f"cannot set aside the unusable shard {path}: {oserror_text(exc, path)}") from None
+            self.recomputed.append({"key": t.key, "error": problem, "moved_to": moved})
+            print(f"attnsvm: {name}: stored shard {path} cannot be used ({problem}); moved to {moved}, recomputing it",
+                  file=sys.stderr, flush=True)
+        self.todo = [t for t in tasks if t.key not in stored]
+        self.resumed = len(tasks) - len(self.todo)
+        self.total_runs = sum(t.runs for t in tasks)
+        self.done_runs = sum(t.runs for t in tasks if t.key in stored)
+        self.failures = []
+        self.computed = 0
+        #: the computed tasks' seconds (wall and CPU, each in the process that ran it), when the runner timed them
+        self.task_seconds = 0.0
+        self.task_cpu_seconds = 0.0
+        self.timed = False  # set by run_experiments, whose tasks are timed
+
+    def _provenance(self, task):
+        return {**_expected(self.run_prov, task), "seeds": _seeds_of(task), "params": task.params,
                 "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}
 
-    bar = _progress(total_runs, done_runs, name, progress)
-    outcomes = _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout, shard, max_memory,
-                         worker_timeout)
-    try:
-        for task, result in outcomes:
-            try:
-                table = result()
-            except SchedulerError:  # the scheduler is lost: stop the sweep (not a failure of this task)
-                raise
-            except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
-                failures.append(_failure(task, exc))
+    def record(self, task, result) -> None:
+        """Store the outcome of ``task``: ``result()`` returns its table (None: already stored) or raises."""
+        try:
+            table = result()
+        except SchedulerError:  # the scheduler is lost: stop the sweep (not a failure of this task)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
+            self.failures.append(_failure(task, exc))
+        else:
+            if table is None:  # resubmitted by Dask after its shard was stored
+                self.resumed += 1
             else:
-                if table is None:  # resubmitted by Dask after its shard was stored
-                    resumed += 1
-                else:
-                    _atomic_parquet(table, shard[task.key], provenance(task))
-                    computed += 1
-                if task_hook is not None:
-                    task_hook(task.key)
-            bar.update(task.runs)
-    except KeyboardInterrupt:
-        raise _interrupted(name, shard, sharddir) from None
-    except StorageError as exc:
-        raise StorageError(f"{exc}; the sweep stopped, {_stored(shard)} finished task(s) are kept in {sharddir}: "
-                           "free space or fix the folder, then run the same command again to resume") from None
-    finally:
-        outcomes.close()
-        bar.close()
+                _atomic_parquet(table, self.shard[task.key], self._provenance(task))
+                self.computed += 1
+            if self.task_hook is not None:
+                self.task_hook(task.key)
 
+    def _timing(self) -> dict | None:
+        if not self.timed:
+            return None
+        return {"task_seconds": round(self.task_seconds, 3), "task_cpu_seconds": round(self.task_cpu_seconds, 3)}
+
+    def interrupted(self) -> "RunInterrupted":
+        return _interrupted(self.experiment.name, self.shard, self.plan["sharddir"])
+
+    def stopped(self, exc: StorageError) -> StorageError:
+        return StorageError(f"{exc}; the sweep stopped, {_stored(self.shard)} finished task(s) are kept in "
+                            f"{self.plan['sharddir']}: free space or fix the folder, then run the same command again "
+                            "to resume")
+
+    def collect(self) -> RunSummary:
+        """Results, checks, figures, config and meta from the verified shards (one thread while checks and
+        figures compute)."""
+        p = self.plan
+        try:
+            with _one_thread():
+                return _collect(self.experiment, self.config, p["config_json"], p["tasks"], self.shard, p["expdir"],
+                                p["sharddir"], p["chash"], p["start"], self.workers, self.scheduler, self.failures,
+                                self.computed, self.resumed, self.recomputed, self.run_prov, self._timing())
+        except KeyboardInterrupt:
+            raise self.interrupted() from None
+        except StorageError as exc:
+            raise StorageError(f"{exc}; {_stored(self.shard)} finished task(s) stay stored in {p['sharddir']}: fix "
+                               "the folder, then run the same command again to write the results") from None
+
+
+def execute_timed(experiment, config_json: dict, task: Task, max_memory: int | None = None):
+    """:func:`execute_task`, returning ``(table, wall seconds, CPU seconds of this process)`` (a task's error is
+    raised as it is)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    table = execute_task(experiment, config_json, task, None, max_memory)
+    return table, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _timed(sweep, outcome):
+    """The table of ``outcome`` (a :func:`execute_timed` result, or a future of one), its seconds added to ``sweep``."""
+    table, wall, cpu = outcome.result() if hasattr(outcome, "result") else outcome
+    sweep.task_seconds += wall
+    sweep.task_cpu_seconds += cpu
+    return table
+
+
+def _run_timed(sweep, task, max_memory):
+    """Run ``task`` of ``sweep`` in this process; its table, its seconds added to ``sweep``."""
+    return _timed(sweep, execute_timed(sweep.experiment, sweep.plan["config_json"], task, max_memory))
+
+
+def default_workers(tasks: int) -> int:
+    """The default number of local worker processes of :func:`run_experiments`: one per CPU, at most one per
+    task to compute (``tasks``), at least 1."""
+    return max(1, min(os.cpu_count() or 1, int(tasks)))
+
+
+def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
+                    progress: bool = True, connect_timeout: float = 20.0, max_memory=None,
+                    worker_timeout: float = WORKER_TIMEOUT, on_done=None) -> list[RunSummary]:
+    """Run (or resume) several experiments into ``outdir``: ``jobs`` is a list of ``(experiment, config)``.
+
+    ``workers=None`` and no ``scheduler``: the tasks of all the experiments share one pool of
+    :func:`default_workers` local processes (one per CPU, at most one per task to compute; one BLAS and one
+    torch thread each), longest experiments' tasks queued in the order given; each finished task is stored
+    at once, and each experiment's results, checks and figures are written in this process as soon as its
+    last task is in. With one worker everything runs in this process. The tables equal those of
+    :func:`run_experiment` (each task is seeded by its own parameters and runs single-threaded either way).
+    ``workers=1``: the same in this process. ``workers=N > 1`` or ``scheduler``: each experiment in turn through
+    :func:`run_experiment` (a Dask cluster).
+
+    ``on_done(summary)`` is called for each experiment as it finishes (in the order of ``jobs``).
+    Returns the summaries in the order of ``jobs``. Raises as :func:`run_experiment`; a worker process that
+    dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
+    stored tasks are kept and how to resume.
+    """
+    from attnsvm.memory import max_memory as _limit_of
+
+    worker_timeout = _check_options(workers, scheduler, connect_timeout, worker_timeout)
+    outdir = _check_outdir(outdir)
+    limit = _limit_of(max_memory)
+    if max_memory is not None:
+        max_memory = limit
+    done = on_done or (lambda summary: None)
+    if scheduler or (workers is not None and workers > 1):
+        out = []
+        for experiment, config in jobs:
+            out.append(run_experiment(experiment, config, outdir, workers=workers, scheduler=scheduler,
+                                      progress=progress, connect_timeout=connect_timeout, max_memory=max_memory,
+                                      worker_timeout=worker_timeout))
+            done(out[-1])
+        return out
+    plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
+    from contextlib import ExitStack
+
+    with ExitStack() as locks:
+        for plan in plans:
+            locks.enter_context(_folder_lock(plan["expdir"]))
+        sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
+        n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
+        for s in sweeps:
+            s.workers, s.timed = n, True
+        bar = _progress(sum(s.total_runs for s in sweeps), sum(s.done_runs for s in sweeps), "reproduce", progress)
+        summaries = [None] * len(sweeps)
+        left = [len(s.todo) for s in sweeps]
+        current = 0
+        try:
+            def finish_ready():
+                nonlocal current
+                while current < len(sweeps) and left[current] == 0:
+                    summaries[current] = sweeps[current].collect()
+                    done(summaries[current])
+                    current += 1
+
+            finish_ready()
+            for i, task, result in _pooled_outcomes(sweeps, n, max_memory):
+                try:
+                    sweeps[i].record(task, result)
+                except KeyboardInterrupt:
+                    raise
+                except StorageError as exc:
+                    raise sweeps[i].stopped(exc) from None
+                left[i] -= 1
+                bar.update(task.runs)
+                finish_ready()
+        except KeyboardInterrupt:
+            s = sweeps[current] if current < len(sweeps) else sweeps[-1]
+            raise s.interrupted() from None
+        finally:
+            bar.close()
+        return summaries
+
+
+def _pooled_outcomes(sweeps, workers: int, max_memory):
+    """Yield ``(index of the sweep, task, result)`` as the tasks of all ``sweeps`` finish, computed in this
+    process (``workers == 1``) or on a pool of ``workers`` local processes (started fresh, so no thread
+    state of this process is inherited)."""
+    todo = [(i, t) for i, s in enumerate(sweeps) for t in s.todo]
+    if workers <= 1:
+        for i, task in todo:
+            s = sweeps[i]
+            yield i, task, partial(_run_timed, s, task, max_memory)
+        return
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        return _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, chash, start, workers,
-                        scheduler, failures, computed, resumed, recomputed, run_prov)
-    except KeyboardInterrupt:
-        raise _interrupted(name, shard, sharddir) from None
-    except StorageError as exc:
-        raise StorageError(f"{exc}; {_stored(shard)} finished task(s) stay stored in {sharddir}: fix the folder, "
-                           "then run the same command again to write the results") from None
+        futures = {pool.submit(execute_timed, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
+                               max_memory): (i, task) for i, task in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: futures[f][0]):
+                i, task = futures.pop(future)
+                exc = future.exception()
+                if isinstance(exc, BrokenProcessPool):
+                    n = sum(_stored(s.shard) for s in sweeps)
+                    raise AttnSVMError(f"a worker process died during the run (killed, or out of memory: see "
+                                       f"--max-memory); {n} finished task(s) are stored under "
+                                       f"{os.path.dirname(sweeps[i].plan['expdir'])}: run the same command again to "
+                                       "resume (--workers 1 runs every task in this process)") from None
+                yield i, task, partial(_timed, sweeps[i], future)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _stored(shard: dict) -> int:
@@ -788,9 +972,14 @@ def _shard_problem(path: str, expected: dict) -> str | None:
 
 
 def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, chash, start, workers, scheduler,
-             failures, computed, resumed, recomputed, run_prov) -> RunSummary:
+             failures, computed, resumed, recomputed, run_prov, timing=None) -> RunSummary:
     """Read and verify every stored shard, then write results, checks, figures, config and meta (all from the
-    verified shards)."""
+    verified shards).
+
+    ``timing``: ``{"task_seconds", "task_cpu_seconds"}`` of the computed tasks (given by :func:`run_experiments`,
+    whose experiments share their time), written to the meta, whose ``wall_seconds`` is then the tasks' seconds
+    plus this collection's; without it, the time since ``start``."""
+    collect_start = time.time()
     name = experiment.name
     _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
     tables, provenance, configs = [], [], []
@@ -835,7 +1024,8 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     checks_text = json.dumps(checks, indent=2)
     _atomic_text(checks_text, os.path.join(expdir, CHECKS_FILE))
     _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text)})
-    wall = time.time() - start
+    timing = dict(timing or {})
+    wall = timing["task_seconds"] + time.time() - collect_start if timing else time.time() - start
     meta = {
         "name": name, "title": experiment.title, "paper": experiment.paper, "config_hash": chash,
         "tasks": len(tasks), "computed": computed, "resumed": resumed, "failed": len(failures),
@@ -845,7 +1035,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
         "workers": workers or 1, "scheduler": scheduler, "preset": preset,
         "deviations": experiment.deviations(config),
         "config": shown, "provenance": provenance, "code_version": run_prov["version"], "source": run_prov["source"],
-        "recomputed_unreadable": recomputed,
+        "recomputed_unreadable": recomputed, **timing,
     }
     _atomic_text(json.dumps(meta, indent=2, default=str), os.path.join(expdir, "meta.json"))
     return RunSummary(name, expdir, len(tasks), computed, resumed, failures, checks, wall, preset, recomputed)

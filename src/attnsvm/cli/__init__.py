@@ -331,6 +331,11 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 
     summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
                              connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout)
+    return _print_summary(summary)
+
+
+def _print_summary(summary):
+    """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
 
     v = count_verdicts(summary.checks)
@@ -406,6 +411,11 @@ def _max_memory(text):
 
 _workers_opt = click.option("--workers", type=int, default=None,
                             help="Start a local Dask cluster with N worker processes (at most 4 per CPU).")
+_reproduce_workers_opt = click.option(
+    "--workers", type=int, default=None,
+    help="1: run everything in this process; N > 1: each experiment in turn on a local Dask cluster with N worker "
+         "processes (at most 4 per CPU). Default: one pool of local processes, one per CPU, shared by the tasks of "
+         "all the experiments.")
 _scheduler_opt = click.option("--scheduler", default=None, help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
 _timeout_opt = click.option("--connect-timeout", type=float, default=20.0, show_default=True,
                             help="Seconds to wait for the Dask scheduler before giving up with an error.")
@@ -469,7 +479,7 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 @click.option("--quick", is_flag=True, help="Small presets of every experiment (a few minutes).")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
 @click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
-@_workers_opt
+@_reproduce_workers_opt
 @_scheduler_opt
 @_timeout_opt
 @_worker_timeout_opt
@@ -477,6 +487,11 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 @_allow_opt
 def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_timeout, max_memory, allow_failures):
     """Run every experiment, then write OUT/report.html and OUT/report.md.
+
+    Without --workers or --scheduler the tasks of all the experiments share one pool of local
+    processes, one per CPU (at most one per task; one thread each): the tables are the same as
+    with --workers 1, which runs everything in this process. --workers N runs each experiment
+    in turn on a local Dask cluster of N processes.
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
@@ -489,16 +504,20 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     names = list(only) if only else list(reg)
     for name in names:
         _experiment(name)
+    from attnsvm.runner import run_experiments
+
     limit = _max_memory(max_memory)
-    summaries, skipped = [], []
+    jobs, skipped = [], []
     for name in names:
         if reg[name].missing():
             reason = f"needs {', '.join(reg[name].missing())}, which is not installed"
             click.echo(f"{name}: skipped, {reason} ({reg[name].install_hint})", err=True)
             skipped.append({"name": name, "title": reg[name].title, "reason": reason, "hint": reg[name].install_hint})
             continue
-        summaries.append(_run_one(reg[name], build_config(reg[name], quick=quick), out, workers, scheduler,
-                                  connect_timeout, limit, worker_timeout))
+        jobs.append((reg[name], build_config(reg[name], quick=quick)))
+    summaries = run_experiments(jobs, out, workers=workers, scheduler=scheduler, progress=True,
+                                connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
+                                on_done=_print_summary)
     record_skipped(out, skipped, ran=[s.name for s in summaries])
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")

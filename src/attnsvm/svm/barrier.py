@@ -534,8 +534,8 @@ def _clean_primal(pb, M, lam, feas_tol):
         return M, _violation(pb, marg), (nuc - float(pb.rhs @ lam)) / max(1.0, nuc)
     An, Bn = pb.A[near], pb.Bm[near]
     Gram = (An @ An.T) * (Bn @ Bn.T)
-    # the Jacobi-scaled Cholesky of the Schur systems (regularized or eigen-solved when singular):
-    # ~20x faster than an SVD least-squares solve at thousands of rows; the result is checked below
+    # the Jacobi-scaled Cholesky of the Schur systems (regularized or eigen-solved when singular) rather than
+    # an SVD least-squares solve; the result is checked below
     mu = _solve_factor(Gram)(target)
     M2 = M + An.T @ (mu[:, None] * Bn)
     nuc2 = _nuclear_norm(M2)

@@ -168,7 +168,9 @@ class _BasePDAS:
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
         M = G[np.ix_(idx, idx)]
         bi = b[idx]
-        if bi.size and np.all(bi == bi[0]):
+        if not bi.size:                        # no free row: an empty block (BLAS ger refuses empty vectors)
+            return M
+        if np.all(bi == bi[0]):
             M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
         else:                                  # M += beta2 b b^T in place (BLAS ger: no s x s temporary)
             from scipy.linalg.blas import dger

@@ -147,10 +147,8 @@ class RealMinilmHeads(Experiment):
             {"spec": "an SVM of all the sentences' selections",
              "here": f"each SVM on the first {config.svm_sentences} sentences, {config.baseline_draws} random "
                      "baseline draw(s) per head",
-             "reason": "time: the interior-point solve grows faster than quadratically with the sentences. "
-                       "Measured (full run, one process): 48 sentences took 366 s on a busy machine (67/72 heads "
-                       "above the baseline, 5 with an infeasible SVM in layer 0), 16 sentences 62 s on a nearly "
-                       "idle one (72/72)"},
+             "reason": "time: the interior-point solve's cost grows faster than quadratically with the "
+                       "sentences (its rows grow linearly with them)"},
         ] + deviation_quick(self, config)
 
     def explain(self, config, table):
