@@ -601,7 +601,8 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout) -> float
 
 def _plan(experiment, config, outdir: str, max_memory) -> dict:
     """The tasks of ``experiment`` with ``config``, each checked against the memory limit, and its folders
-    (created): ``{"tasks", "config_json", "expdir", "sharddir", "chash", "start"}``."""
+    (not created yet: nothing is written before the run's last check, e.g. of the scheduler):
+    ``{"tasks", "config_json", "expdir", "sharddir", "chash", "start"}``."""
     from attnsvm.memory import require_memory
 
     start = time.time()
@@ -622,7 +623,6 @@ def _plan(experiment, config, outdir: str, max_memory) -> dict:
     expdir = os.path.join(outdir, name)
     chash = config_hash(config)
     sharddir = os.path.join(expdir, "shards", chash)
-    _makedirs(sharddir)
     return {"tasks": tasks, "config_json": config_json, "expdir": expdir, "sharddir": sharddir, "chash": chash,
             "start": start}
 
@@ -674,6 +674,7 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
+    _makedirs(plan["sharddir"])
     with _folder_lock(plan["expdir"]):
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
@@ -847,6 +848,8 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
             done(out[-1])
         return out
     plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
+    for plan in plans:
+        _makedirs(plan["sharddir"])
     from contextlib import ExitStack
 
     with ExitStack() as locks:
