@@ -584,8 +584,11 @@ def _check_seconds(value, option: str) -> float:
     return float(value)
 
 
-def _check_options(workers, scheduler, connect_timeout, worker_timeout) -> float:
-    """Validate the run options; returns ``worker_timeout`` as a float."""
+def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, max_memory) -> tuple:
+    """Validate the run options; returns ``(worker_timeout as a float, outdir as a str, max_memory in bytes or
+    None)``."""
+    from attnsvm.memory import max_memory as _limit_of
+
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValidationError(f"--workers must be an integer >= 1, got {workers!r}")
     if workers is not None and workers > max_workers():
@@ -596,7 +599,9 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout) -> float
     worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
-    return worker_timeout
+    outdir = _check_outdir(outdir)
+    limit = _limit_of(max_memory)  # validates max_memory
+    return worker_timeout, outdir, (limit if max_memory is not None else None)
 
 
 def _plan(experiment, config, outdir: str, max_memory) -> dict:
@@ -664,13 +669,8 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     RunInterrupted
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
-    from attnsvm.memory import max_memory as _limit_of
-
-    worker_timeout = _check_options(workers, scheduler, connect_timeout, worker_timeout)
-    outdir = _check_outdir(outdir)
-    limit = _limit_of(max_memory)  # validates max_memory
-    if max_memory is not None:
-        max_memory = limit
+    worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
+                                                        max_memory)
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
@@ -831,13 +831,8 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
     """
-    from attnsvm.memory import max_memory as _limit_of
-
-    worker_timeout = _check_options(workers, scheduler, connect_timeout, worker_timeout)
-    outdir = _check_outdir(outdir)
-    limit = _limit_of(max_memory)
-    if max_memory is not None:
-        max_memory = limit
+    worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
+                                                        max_memory)
     done = on_done or (lambda summary: None)
     if scheduler or (workers is not None and workers > 1):
         out = []
