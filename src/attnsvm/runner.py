@@ -819,14 +819,16 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
 
     ``workers=None`` and no ``scheduler``: the tasks of all the experiments share one pool of
     :func:`default_workers` local processes (one per CPU, at most one per task to compute; one BLAS and one
-    torch thread each), longest experiments' tasks queued in the order given; each finished task is stored
-    at once, and each experiment's results, checks and figures are written in this process as soon as its
-    last task is in. With one worker everything runs in this process. The tables equal those of
-    :func:`run_experiment` (each task is seeded by its own parameters and runs single-threaded either way).
+    torch thread each), queued longest first (:func:`queue_order`); each finished task is stored at once,
+    and each experiment's results, checks and figures are written in this process as soon as its last task
+    is in, whatever the other experiments do. With one worker everything runs in this process. The tables
+    equal those of :func:`run_experiment` (each task is seeded by its own parameters and runs single-threaded
+    either way, so neither the order nor the process changes a result).
     ``workers=1``: the same in this process. ``workers=N > 1`` or ``scheduler``: each experiment in turn through
     :func:`run_experiment` (a Dask cluster).
 
-    ``on_done(summary)`` is called for each experiment as it finishes (in the order of ``jobs``).
+    ``on_done(summary)`` is called for each experiment as soon as it is written (experiments finishing
+    together: in the order of ``jobs``).
     Returns the summaries in the order of ``jobs``. Raises as :func:`run_experiment`; a worker process that
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
@@ -857,14 +859,12 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
         bar = _progress(sum(s.total_runs for s in sweeps), sum(s.done_runs for s in sweeps), "reproduce", progress)
         summaries = [None] * len(sweeps)
         left = [len(s.todo) for s in sweeps]
-        current = 0
         try:
             def finish_ready():
-                nonlocal current
-                while current < len(sweeps) and left[current] == 0:
-                    summaries[current] = sweeps[current].collect()
-                    done(summaries[current])
-                    current += 1
+                for k, sweep in enumerate(sweeps):
+                    if left[k] == 0 and summaries[k] is None:
+                        summaries[k] = sweep.collect()
+                        done(summaries[k])
 
             finish_ready()
             for i, task, result in _pooled_outcomes(sweeps, n, max_memory):
@@ -878,18 +878,33 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
                 bar.update(task.runs)
                 finish_ready()
         except KeyboardInterrupt:
-            s = sweeps[current] if current < len(sweeps) else sweeps[-1]
+            s = next((sweeps[k] for k in range(len(sweeps)) if summaries[k] is None), sweeps[-1])
             raise s.interrupted() from None
         finally:
             bar.close()
         return summaries
 
 
+def queue_order(sweeps) -> list[tuple[int, Task]]:
+    """The tasks to compute of ``sweeps`` as ``(index of the sweep, task)``, in the order the pool runs them:
+    the experiments by the estimated CPU seconds of their tasks to compute, longest first, and within each
+    its tasks longest first (:meth:`~attnsvm.experiments.Experiment.estimate_seconds`; ties keep the order of
+    ``sweeps`` and of their tasks). Long work starts early, so no long task runs last on a half-idle pool,
+    and each experiment's tasks stay together, so its checks and figures are written while the others run."""
+    def cost(s, task) -> float:
+        return float(s.experiment.estimate_seconds(s.config, task))
+
+    costs = [[cost(s, t) for t in s.todo] for s in sweeps]
+    order = sorted(range(len(sweeps)), key=lambda i: -sum(costs[i]))  # stable: ties in the order of ``sweeps``
+    return [(i, sweeps[i].todo[j]) for i in order
+            for j in sorted(range(len(sweeps[i].todo)), key=lambda j: -costs[i][j])]
+
+
 def _pooled_outcomes(sweeps, workers: int, max_memory):
     """Yield ``(index of the sweep, task, result)`` as the tasks of all ``sweeps`` finish, computed in this
     process (``workers == 1``) or on a pool of ``workers`` local processes (started fresh, so no thread
-    state of this process is inherited)."""
-    todo = [(i, t) for i, s in enumerate(sweeps) for t in s.todo]
+    state of this process is inherited); started in :func:`queue_order`."""
+    todo = queue_order(sweeps)
     if workers <= 1:
         for i, task in todo:
             s = sweeps[i]

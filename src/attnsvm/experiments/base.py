@@ -146,6 +146,14 @@ class Experiment:
         per_run = 16 * n * T * d + (4 + C) * d * d + (4 + C) * n * T * T + S
         return 2.0 * 8.0 * float(max(int(task.runs), 1)) * float(per_run)
 
+    def estimate_seconds(self, config, task: Task) -> float:
+        """Rough CPU seconds of running ``task``: its runs times the experiment's measured seconds per run
+        at the full preset (:func:`attnsvm.experiments.costs.run_seconds`). The runner queues the longest
+        work first with it; it changes no result. Experiments whose tasks differ in cost per run override it."""
+        from attnsvm.experiments.costs import run_seconds
+
+        return float(max(int(task.runs), 1)) * run_seconds(self.name)
+
     def explain(self, config, table: pd.DataFrame) -> str:
         """Extra text for the report (pitfalls, protocol notes); markdown."""
         return self.notes
