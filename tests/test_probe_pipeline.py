@@ -55,6 +55,34 @@ def test_the_forward_pass_runs_once_for_every_step(models, monkeypatch):
     assert len(calls) == 1 and s.cached
 
 
+def test_the_stored_probes_tasks_of_a_layer_share_its_svm_inputs_while_the_forward_pass_is_cached(models):
+    from attnsvm.experiments.real.probe_run import ProbeConfig, _setup
+
+    cache.clear()
+    cfg = ProbeConfig(sentences=SENTENCES, model=str(models["gpt2"]), layers=[0, 1], heads=[0, 1, 2], svm_sentences=5,
+                      **KW)
+    s0, _, a, m = _setup(cfg, 1, 0)
+    s1, _, b, _ = _setup(cfg, 1, 2)  # another head (or its null task) of the layer: the same object
+    assert b is a and m == 5 and s1.fw is s0.fw
+    fresh = layer_inputs(s0, 1, 5)
+    for name in ("X", "Z", "cand", "P", "B"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(fresh, name))
+    _, _, c, _ = _setup(cfg, 0, 0)  # another layer: its own inputs
+    assert c is not a and c.X.shape == a.X.shape and not np.array_equal(c.X, a.X)
+    other = cfg.model_copy(update={"seed": 3})  # other queries: not the cached inputs
+    assert not np.array_equal(_setup(other, 1, 0)[2].Z, a.Z)
+    _setup(cfg.model_copy(update={"sentences": SENTENCES[:8]}), 1, 0)  # other sentences: another forward pass
+    assert cache.last_forward() is not s0.fw and len(cache._DERIVED) == 1  # the old pass's inputs are dropped
+    built = []
+    assert cache.derived(s0.fw, "k", lambda: built.append(1) or 7) == 7  # s0.fw is no longer the cached pass
+    assert cache.derived(s0.fw, "k", lambda: built.append(1) or 7) == 7 and len(built) == 2
+    fw = cache.last_forward()
+    assert cache.derived(fw, "k", lambda: built.append(1) or [8]) is cache.derived(fw, "k", lambda: [9])
+    assert len(built) == 3
+    cache.clear()
+    assert cache.derived(fw, "k", lambda: [9]) == [9]
+
+
 def test_head_task_is_the_probes_row(models):
     """Composing the steps by hand gives the row probe_heads reports (the same numbers, one layer input)."""
     res = probe_heads(SENTENCES, model=models["gpt2"], layers=[1], heads=[2], svm_sentences=6, null_draws=3, **KW)

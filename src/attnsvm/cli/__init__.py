@@ -489,8 +489,9 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     """Run every experiment, then write OUT/report.html and OUT/report.md.
 
     Without --workers or --scheduler the tasks of all the experiments share one pool of local
-    processes, one per CPU (at most one per task; one thread each): the tables are the same as
-    with --workers 1, which runs everything in this process. --workers N runs each experiment
+    processes, one per CPU (at most one per task; one thread each), longest work first, and each
+    experiment is written as soon as its tasks are in: the tables are the same as with --workers 1,
+    which runs everything in this process. --workers N runs each experiment
     in turn on a local Dask cluster of N processes.
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.

@@ -9,7 +9,9 @@ share
   of the directory, so a directory whose files were replaced in place is loaded again), least
   recently used dropped first;
 * **the last forward pass** (:func:`forward`): the hidden states and attention maps of the last
-  (model, sentences, max_length), reused while they stay the same.
+  (model, sentences, max_length), reused while they stay the same;
+* **arrays derived from it** (:func:`derived`): at most :data:`MAX_DERIVED`, e.g. a layer's SVM inputs
+  that the stored probe's consecutive tasks of one layer share, dropped with the forward pass.
 
 :func:`attnsvm.real.minilm.load_minilm`, :func:`attnsvm.real.minilm.load_model` and
 :func:`attnsvm.real.probe_steps.prepare_probe` read through it; :func:`clear` empties it.
@@ -23,8 +25,11 @@ from collections import OrderedDict
 
 #: loaded models kept at most (the shipped MiniLM and two model directories, say)
 MAX_MODELS = 3
+#: arrays derived from the cached forward pass kept at most (a layer's SVM inputs at 1000 sentences are ~150 MB)
+MAX_DERIVED = 2
 _MODELS: OrderedDict = OrderedDict()
 _FORWARD: dict = {}
+_DERIVED: OrderedDict = OrderedDict()
 
 
 def files_stamp(path) -> tuple | None:
@@ -67,6 +72,7 @@ def forward(model, sentences: list, *, max_length: int, max_memory=None):
         return _FORWARD["forward"], True, time.perf_counter() - t0
     fw = model.forward(sentences, max_length=max_length, attentions=True, max_memory=max_memory)
     _FORWARD.clear()
+    _DERIVED.clear()
     _FORWARD.update(key=key, forward=fw, model=model)  # holding the model keeps its id unique
     return fw, False, time.perf_counter() - t0
 
@@ -76,7 +82,25 @@ def last_forward():
     return _FORWARD.get("forward")
 
 
+def derived(fw, key, build):
+    """``build()``, kept under the hashable ``key`` while ``fw`` is the cached forward pass (:func:`forward`): the
+    same object comes back for the same ``key``, so ``key`` must name everything ``build`` reads besides ``fw``
+    (at most :data:`MAX_DERIVED` kept, least recently used dropped first; the caller must not modify it).
+    ``build()`` uncached when ``fw`` is not the cached pass."""
+    if fw is None or _FORWARD.get("forward") is not fw:
+        return build()
+    if key in _DERIVED:
+        _DERIVED.move_to_end(key)
+        return _DERIVED[key]
+    value = build()
+    _DERIVED[key] = value
+    while len(_DERIVED) > MAX_DERIVED:
+        _DERIVED.popitem(last=False)
+    return value
+
+
 def clear() -> None:
-    """Forget every cached model and forward pass."""
+    """Forget every cached model, forward pass and derived array."""
     _MODELS.clear()
     _FORWARD.clear()
+    _DERIVED.clear()

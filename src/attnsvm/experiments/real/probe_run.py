@@ -67,7 +67,9 @@ def tested_heads(config) -> int:
 
 def _setup(config, layer: int, head: int):
     """The probe's shared step for one task: :func:`attnsvm.real.probe_steps.prepare_probe` (the forward pass
-    cached per process), the layer's selections and its SVM sentences."""
+    cached per process), the layer's selections and its SVM sentences (built once per process for the
+    consecutive tasks of a layer: :func:`attnsvm.real.cache.derived`)."""
+    from attnsvm.real import cache
     from attnsvm.real.probe_steps import layer_inputs, layer_selections, prepare_probe, seq_layer_inputs
 
     setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=[layer], heads=[head],
@@ -76,7 +78,11 @@ def _setup(config, layer: int, head: int):
     m = min(config.svm_sentences, len(setup.sentences))
     inp = None
     if m >= 1:
-        inp = seq_layer_inputs(setup, layer, m) if config.query == "all" else layer_inputs(setup, layer, m)
+        build = (lambda: seq_layer_inputs(setup, layer, m)) if config.query == "all" else \
+            (lambda: layer_inputs(setup, layer, m))
+        # the inputs read the forward pass, the queries (query kind, seed) and the causal flag (the model's)
+        inp = cache.derived(setup.fw, ("layer_inputs", config.query, setup.seed, setup.causal, int(layer), int(m)),
+                            build)
     return setup, layer_selections(setup, layer), inp, m
 
 
