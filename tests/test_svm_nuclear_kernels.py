@@ -319,3 +319,68 @@ def test_slack_direction_linearizes_the_centered_complementarity(sig_mu):
         dlam, _, _, ds = nw.direction(rng.standard_normal(pb.N), sig_mu, corr)
         extra = 0.0 if corr is None else lam * corr[1]
         np.testing.assert_allclose(lam * ds + s * dlam[pb.I], sig_mu - s * lam + extra, rtol=1e-12, atol=1e-12)
+
+
+def _steps_by_definition(x, du, d, pb):
+    """The largest primal and the largest dual step in (0, 1] by the definition: ``X + a dX >= 0`` and
+    ``s + a ds >= 0``; ``||G + a dG||_2 <= 1`` and ``lam + a dlam >= 0`` (bisection on eigenvalues)."""
+    dlam, dG, dX, ds = d
+
+    def primal_ok(a):
+        return np.linalg.eigvalsh(x.X + a * dX)[0] >= 0 and np.all(x.s + a * ds >= 0)
+
+    def dual_ok(a):
+        return np.linalg.norm(du.G + a * dG, 2) <= 1 and np.all(x.lam[pb.I] + a * dlam[pb.I] >= 0)
+
+    out = []
+    for ok in (primal_ok, dual_ok):
+        if ok(1.0):
+            out.append(1.0)
+            continue
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        out.append(lo)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_equal_steps_are_the_smaller_of_the_largest_primal_and_dual_steps(seed):
+    """With ``equal_steps`` both step lengths are ``min(largest primal step, largest dual step)`` (by the
+    definition, to 1e-9); without, each is its own largest step. Along a few iterations of a small problem."""
+    pr = random_problem(6, 8, 10, seed=seed)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    for _ in range(4):
+        du = br._Dual(pb.A, pb.Bm, x.lam)
+        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+        d = br._NewtonSystem(pb, x, du).direction(pb.rhs.copy(), 0.0, None)
+        ap_ref, ad_ref = _steps_by_definition(x, du, d, pb)
+        ap, ad = br._NewtonSystem(pb, x, du).max_steps(d)
+        np.testing.assert_allclose([ap, ad], [ap_ref, ad_ref], rtol=1e-9, atol=1e-12)
+        a1, a2 = br._NewtonSystem(pb, x, du, equal_steps=True).max_steps(d)
+        assert a1 == a2
+        np.testing.assert_allclose(a1, min(ap_ref, ad_ref), rtol=1e-9, atol=1e-12)
+        x = br.ipm_step(pb, x, du, mu, 0.95, False, equal_steps=True)[0]
+
+
+@pytest.mark.parametrize("limit, equal", [(256, True), (41, False)])
+def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, equal):
+    """:func:`nuclear_ipm` asks for equal primal and dual steps up to ``_EQUAL_STEPS_MAX_ROWS`` live rows and
+    for separate ones beyond (a limit below the problem's 42 rows shows the other side)."""
+    pr = random_problem(6, 8, 10, seed=0)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    assert cs.N == 42
+    monkeypatch.setattr(br, "_EQUAL_STEPS_MAX_ROWS", limit)
+    seen = []
+    real = br.next_step
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(br, "next_step", spy)
+    res = br.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
+    assert res.status == "optimal" and seen and all(e is equal for e in seen)

@@ -702,11 +702,12 @@ def _stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float
 
 
 class _NewtonSystem:
-    """The factorized Schur complement at an iterate and the HKM directions it gives."""
+    """The factorized Schur complement at an iterate and the HKM directions it gives; ``equal_steps``: the
+    primal and the dual take the same step length (:meth:`max_steps`)."""
 
-    def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
+    def __init__(self, pb: _Problem, x: _Iterate, du: _Dual, equal_steps: bool = False):
         I = pb.I
-        self.pb, self.x, self.du = pb, x, du
+        self.pb, self.x, self.du, self.equal_steps = pb, x, du, equal_steps
         if x.LX is None:
             x.LX = _chol(x.X)
             if x.LX is None:
@@ -738,11 +739,14 @@ class _NewtonSystem:
         return dlam, dG, dX, ds
 
     def max_steps(self, d):
-        """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible."""
+        """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible; with :attr:`equal_steps`
+        the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
+        then passes more often)."""
         dlam, dG, dX, ds = d
         ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0))
-        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], 1.0), L=self.du.L)
-        return ap, ad
+        cap = ap if self.equal_steps else 1.0
+        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L)
+        return (ad, ad) if self.equal_steps else (ap, ad)
 
 
 def _mehrotra_direction(nw: _NewtonSystem, mu: float):
@@ -804,11 +808,12 @@ def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
     return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, G)
 
 
-def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
+def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool, equal_steps: bool = False):
     """One Mehrotra predictor-corrector step from ``x``: ``(next iterate, L_next, next gamma)``, or None
     when neither step length reaches 1e-10 (no progress). Raises ``LinAlgError`` / ``ValueError`` at
-    the numerical limit (the caller keeps its best iterate)."""
-    nw = _NewtonSystem(pb, x, du)
+    the numerical limit (the caller keeps its best iterate). ``equal_steps``: one step length for the
+    primal and the dual (before the step guard), else each its own."""
+    nw = _NewtonSystem(pb, x, du, equal_steps)
     d, sigma = _mehrotra_direction(nw, mu)
     ap, ad = _step_lengths(nw, d, gamma)
     if max(ap, ad) < 1e-10:
@@ -818,11 +823,11 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
     return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 
-def next_step(pb, x, du, mu, gamma, verbose, info):
+def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
     """:func:`ipm_step`, or None when the path ends here, with ``info["stopped"]`` saying why (a numerical
     limit, or no progress); the caller keeps its best iterate."""
     try:
-        step = ipm_step(pb, x, du, mu, gamma, verbose)
+        step = ipm_step(pb, x, du, mu, gamma, verbose, equal_steps)
     except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
         info["stopped"] = f"numerical limit ({type(exc).__name__})"
         return None
@@ -831,10 +836,18 @@ def next_step(pb, x, du, mu, gamma, verbose, info):
     return step
 
 
+#: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
+#: Measured (docs/guide/performance.md): equal steps took fewer iterations on every tried set of 42 to 240 rows,
+#: as many or more on planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose new
+#: rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
+_EQUAL_STEPS_MAX_ROWS = 256
+
+
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
              info: dict, t0: float):
-    """The path-following loop. Returns ``(best, status, iterations, last iterate)``; sets
-    ``info["stopped"]`` when a limit, a stall or rounding ended the run."""
+    """The path-following loop (equal primal and dual step lengths up to :data:`_EQUAL_STEPS_MAX_ROWS` rows). Returns
+    ``(best, status, iterations, last iterate)``; sets ``info["stopped"]`` when a limit, a stall or rounding
+    ended the run."""
     best = None                     # (merit, gap, violation, X12, lam)
     status = "inaccurate"
     gamma = 0.95
@@ -857,7 +870,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
             if reason:
                 info["stopped"] = reason
             break
-        step = next_step(pb, x, du, mu, gamma, verbose, info)
+        step = next_step(pb, x, du, mu, gamma, verbose, info, pb.N <= _EQUAL_STEPS_MAX_ROWS)
         if step is None:
             break
         x, L_next, gamma = step
