@@ -162,17 +162,18 @@ def _sym(T):
 
 
 class _Dual:
-    """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C, ``Zh = Z^{-1} / 2`` and the
-    products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard computed them)."""
+    """Dual quantities at ``lam``: G, the Cholesky factor L of S and its inverse ``Li = L^{-1}``, S^{-1}, C,
+    ``Zh = Z^{-1} / 2`` and the products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard
+    computed them)."""
 
     def __init__(self, A, Bm, lam, L=None, G=None):
         self.G = A.T @ (lam[:, None] * Bm) if G is None else G
         self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
-        r2 = self.G.shape[1]
-        self.Si = _potrs(self.L, _eye(r2), lower=True)
-        self.Si = _sym(self.Si)
+        self.Li = _tri_inv(self.L)
+        Lit = self.Li.T
+        self.Si = Lit @ Lit.T            # S^{-1} = L^{-T} L^{-1}; a product with its own transpose: exactly symmetric
         self.C = self.G @ self.Si
         self.Zh = _z_half(self.G, self.C, self.Si)
         self.AG = A @ self.G
@@ -181,10 +182,20 @@ class _Dual:
 
 def _z_half(G, C, Si):
     """``Z^{-1} / 2 = [[I + C G^T, C], [C^T, S^{-1}]]`` (r1 + r2 square, or a stack of them) from
-    ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric."""
-    Z11 = _sym(C @ _t(G))
-    Z11 += _eye(G.shape[-2])            # on every matrix of a stack; adding 0 off the diagonal changes nothing
-    return _blocks(Z11, C, Si)
+    ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric (the leading block
+    ``sym(C G^T) + I`` is formed in place)."""
+    r1 = G.shape[-2]
+    n = r1 + Si.shape[-1]
+    Zh = np.empty(G.shape[:-2] + (n, n))
+    T = C @ _t(G)
+    Z11 = Zh[..., :r1, :r1]
+    np.add(T, _t(T), out=Z11)
+    Z11 *= 0.5
+    Z11 += _eye(r1)                     # on every matrix of a stack; adding 0 off the diagonal changes nothing
+    Zh[..., :r1, r1:] = C
+    Zh[..., r1:, :r1] = _t(C)
+    Zh[..., r1:, r1:] = Si
+    return Zh
 
 
 def _chol(S):
@@ -236,9 +247,9 @@ def _chol_S(G):
 _LMI_EIG_MAX = 64
 
 
-def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
+def _lmi_step(G, dG, cap, rtol=1e-3, L=None, Li=None):
     """Largest ``alpha <= cap`` with ``||G + alpha dG||_2 < 1`` (``G, dG (r1, r2)``; ``L`` the Cholesky
-    factor of ``S = I - G^T G`` if known).
+    factor of ``S = I - G^T G`` and ``Li`` its inverse, if known).
 
     The dual LMI ``[[I, G], [G^T, I]] > 0`` is linear in alpha: with its Cholesky factor
     ``[[I, 0], [G^T, L]]`` the step bound is ``-1 / lambda_min`` of the congruent direction
@@ -250,7 +261,7 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     """
     r1, r2 = G.shape
     if r1 + r2 <= _LMI_EIG_MAX:
-        return _lmi_step_eig(G, dG, cap, L)
+        return _lmi_step_eig(G, dG, cap, L, Li)
     GtD = G.T @ dG
     S1 = GtD + GtD.T
     S0 = -(G.T @ G)
@@ -272,18 +283,22 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     return lo
 
 
-def _lmi_step_eig(G, dG, cap, L=None):
+def _lmi_step_eig(G, dG, cap, L=None, Li=None):
     """:func:`_lmi_step` up to ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, in few calls: the test of ``alpha = cap`` is
     one Cholesky factorization of ``S(cap) = I - (G + cap dG)^T (G + cap dG)``; else ``-1 / lambda_min`` of
     ``K = [[0, E], [E^T, -(E^T F + F^T E)]]`` with ``E^T = L^{-1} dG^T`` and ``F^T = L^{-1} G^T`` (one triangular
-    solve of both), since ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
+    solve of both, or one product with ``Li = L^{-1}`` when given), since
+    ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
     r1, r2 = G.shape
     if _chol_S(G + cap * dG) is not None:      # the whole step is feasible (often, late in the run)
         return cap
-    L = _chol_S(G) if L is None else L
-    if L is None:
-        return 0.0
-    EF = _trsm(L, np.concatenate([dG, G]).T)                  # (r2, 2 r1): [E^T, F^T]
+    if Li is None:
+        L = _chol_S(G) if L is None else L
+        if L is None:
+            return 0.0
+        EF = _trsm(L, np.concatenate([dG, G]).T)              # (r2, 2 r1): [E^T, F^T]
+    else:
+        EF = Li @ np.concatenate([dG, G]).T
     Et = EF[:, :r1]
     H = Et @ EF[:, r1:].T                                      # E^T F
     K = np.empty((r1 + r2, r1 + r2))
@@ -293,6 +308,16 @@ def _lmi_step_eig(G, dG, cap, L=None):
     K[r1:, r1:] *= -1.0
     lmin = _eig_min(K)                                         # reads the lower triangle
     return cap if lmin >= -1.0 / cap else -1.0 / lmin
+
+
+def _tri_inv(L):
+    """``L^{-1}`` of the lower triangular ``L (n, n)`` (LAPACK trtri directly; zero above the diagonal)."""
+    if L.shape[0] == 0:
+        return np.zeros((0, 0))
+    Li, info = sla.lapack.dtrtri(L, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"triangular inverse failed (trtri info {info})")
+    return Li
 
 
 def _trsm(L, B, trans: int = 0):
@@ -745,7 +770,7 @@ class _NewtonSystem:
         dlam, dG, dX, ds = d
         ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0))
         cap = ap if self.equal_steps else 1.0
-        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L)
+        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L, Li=self.du.Li)
         return (ad, ad) if self.equal_steps else (ap, ad)
 
 
