@@ -337,9 +337,17 @@ def _potrs(F, B, lower: bool):
     return X
 
 
-def _min_eig_congruent(L, dX) -> float:
+#: :func:`_min_eig_congruent` forms ``L^{-1} dX L^{-T}`` as two products with a given ``L^{-1}`` up to this size
+#: (fewer calls than sygst when X's factor serves two step bounds), by sygst beyond
+_CONGRUENT_BY_INVERSE_MAX = 64
+
+
+def _min_eig_congruent(L, dX, Li=None) -> float:
     """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`
-    (LAPACK sygst forms the lower triangle of the congruent matrix in one call)."""
+    (``Li @ dX @ Li^T`` when ``Li = L^{-1}`` is given, else LAPACK sygst forms the lower triangle of the
+    congruent matrix in one call)."""
+    if Li is not None:
+        return _eig_min((Li @ dX) @ Li.T)
     K, info = sla.lapack.dsygst(dX, L, itype=1, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"congruence failed (sygst info {info})")
@@ -348,11 +356,12 @@ def _min_eig_congruent(L, dX) -> float:
     return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
-def _psd_step(L, dX, cap):
-    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric)."""
+def _psd_step(L, dX, cap, Li=None):
+    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
+    if known)."""
     n = L.shape[0]
     if n <= 400:
-        lmin = _min_eig_congruent(L, dX)
+        lmin = _min_eig_congruent(L, dX, Li)
     else:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
@@ -441,12 +450,16 @@ class _Problem:
             return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
         return np.einsum("kj,kj->k", self.A, (self.Bq @ T12.T)[self.qidx])
 
-    def XY(self, X, dG, du):
-        """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
-        ``Y = -dZ Z^{-1}`` with ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: with ``Zh = Z^{-1} / 2`` (``du.Zh``),
-        ``Y = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]``."""
+    def Y(self, dG, du):
+        """``Y = -dZ Z^{-1}`` (r1 + r2 square, or a stack) with ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: with
+        ``Zh = Z^{-1} / 2`` (``du.Zh``), ``Y = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]``."""
         r1, Zh = self.r1, du.Zh
-        T = X @ np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
+        return np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
+
+    def XY(self, X, dG, du, Y=None):
+        """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
+        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``)."""
+        T = X @ (self.Y(dG, du) if Y is None else Y)
         T = T + _t(T)
         T *= 0.5
         return T
@@ -740,9 +753,14 @@ class _NewtonSystem:
         self.LX = x.LX
         self.lamI = x.lam[I]
         self.s_lam = x.s / self.lamI                              # (N_ineq,): s / lam, the diagonal's entries
-        diag = np.zeros(pb.N)
-        diag[I] = self.s_lam
+        if isinstance(I, slice):                                   # every row an inequality
+            diag = self.s_lam
+        else:
+            diag = np.zeros(pb.N)
+            diag[I] = self.s_lam
         self.solve = pb.newton_solver(x, du, diag)
+        # L^{-1} of X's factor for the primal step bounds of small X (see :func:`_min_eig_congruent`)
+        self.LXi = _tri_inv(self.LX) if self.LX.shape[0] <= _CONGRUENT_BY_INVERSE_MAX else None
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
 
     def direction(self, rvec, sig_mu, corr):
@@ -751,7 +769,8 @@ class _NewtonSystem:
         pb, x, du, I, lamI = self.pb, self.x, self.du, self.pb.I, self.lamI
         dlam = self.solve(rvec)
         dG = pb.Gmap(dlam)
-        dX = pb.XY(x.X, dG, du)                                   # dX = 2 sig_mu Zh - X + sym(X Y)
+        self.Y = pb.Y(dG, du)                                     # kept: the corrector reuses the predictor's
+        dX = pb.XY(x.X, dG, du, self.Y)                           # dX = 2 sig_mu Zh - X + sym(X Y)
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
@@ -768,7 +787,7 @@ class _NewtonSystem:
         the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
         then passes more often)."""
         dlam, dG, dX, ds = d
-        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0))
+        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0), self.LXi)
         cap = ap if self.equal_steps else 1.0
         ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L, Li=self.du.Li)
         return (ad, ad) if self.equal_steps else (ap, ad)
@@ -781,6 +800,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     G, n_tot, r1 = du.G, pb.n_tot, pb.r1
     # predictor (affine scaling direction) and Mehrotra's centering parameter
     da = nw.direction(pb.rhs.copy(), 0.0, None)
+    Ya = nw.Y
     ap, ad = nw.max_steps(da)
     dlam_a, dG_a, dX_a, ds_a = da
     xz = (0.5 * (x.X.trace() + ap * dX_a.trace())
@@ -788,7 +808,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
     sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
-    cX = pb.XY(dX_a, dG_a, du)
+    cX = pb.XY(dX_a, dG_a, du, Ya)
     cs = -(ds_a * dlam_a[I]) / lamI
     rvec = pb.rhs - sigma * mu * nw.g - pb.amap(cX[:r1, r1:])
     rvec[I] += sigma * mu / lamI + cs
