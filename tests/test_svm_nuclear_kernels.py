@@ -55,6 +55,8 @@ def test_xy_is_the_hkm_product_by_definition(shape):
         T = pb.XY(X, dG, du)
         np.testing.assert_allclose(T, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
         assert np.array_equal(T, T.T)
+        np.testing.assert_allclose(pb.Y(dG, du), -dZ @ np.linalg.inv(Z), rtol=1e-12, atol=1e-12)
+        assert np.array_equal(pb.XY(X, dG, du, pb.Y(dG, du)), T)     # a Y computed before: the same product
     Xs, dGs = np.stack([_spd(rng, r1 + r2) for _ in range(2)]), rng.standard_normal((2, r1, r2))
     dus = type("D", (), {"Zh": np.stack([du.Zh, du.Zh])})
     Ts = pb.XY(Xs, dGs, dus)
@@ -145,7 +147,27 @@ def test_psd_step_is_the_distance_to_the_cone(n):
         if a < 1.0:
             hit += 1
             assert np.linalg.eigvalsh(X + 1.001 * a * D)[0] < 0
+        # the congruence by products with a given inverse factor (the small-X path) gives the same bound
+        assert br._psd_step(L, D, 1.0, br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
     assert hit >= 5
+
+
+def test_triangular_inverse_and_s_inverse_by_definition():
+    """``_tri_inv(L)`` is ``L^{-1}`` (lower triangular); ``_Dual``'s ``Li`` is the inverse of the factor of
+    ``S = I - G^T G`` and its ``Si = Li^T Li`` is ``S^{-1}``, exactly symmetric."""
+    rng = np.random.default_rng(12)
+    for n in (1, 3, 16):
+        L = br._chol(_spd(rng, n))
+        Li = br._tri_inv(L)
+        np.testing.assert_allclose(Li @ L, np.eye(n), atol=1e-12)
+        assert np.array_equal(Li, np.tril(Li))
+    assert br._tri_inv(np.zeros((0, 0))).shape == (0, 0)
+    for r1, r2 in ((5, 3), (3, 6)):
+        pb, du = _dual(rng, r1=r1, r2=r2)
+        S = np.eye(r2) - du.G.T @ du.G
+        np.testing.assert_allclose(du.Li @ du.L, np.eye(r2), atol=1e-12)
+        np.testing.assert_allclose(du.Si, np.linalg.inv(S), rtol=1e-12, atol=1e-12)
+        assert np.array_equal(du.Si, du.Si.T)
 
 
 @pytest.mark.parametrize("cap", [1.0, 0.4, 0.05])
@@ -161,6 +183,8 @@ def test_dual_step_with_a_cap_below_one(cap):
         assert a <= cap and np.linalg.norm(G + 0.999 * a * dG, 2) < 1
         if a < cap:
             assert np.linalg.norm(G + 1.001 * a * dG, 2) > 1
+        L = br._chol_S(G)              # the congruence by the inverse factor (as the iteration passes it)
+        assert br._lmi_step(G, dG, cap, L=L, Li=br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
 
 
 def test_a_step_carries_the_cholesky_factor_of_the_next_x():
@@ -384,3 +408,21 @@ def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, eq
     monkeypatch.setattr(br, "next_step", spy)
     res = br.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
     assert res.status == "optimal" and seen and all(e is equal for e in seen)
+
+
+def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch):
+    """The corrector's second-order term reuses the predictor's ``Y``: the Mehrotra direction is bit for bit
+    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG``."""
+    pr = random_problem(6, 8, 10, seed=4)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    d1, sigma1 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
+    real = br._Problem.XY
+    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None: real(self, X, dG, du))
+    d2, sigma2 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
+    assert sigma1 == sigma2
+    for a, b in zip(d1, d2):
+        assert np.array_equal(a, b)
