@@ -426,3 +426,17 @@ def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monk
     assert sigma1 == sigma2
     for a, b in zip(d1, d2):
         assert np.array_equal(a, b)
+
+
+def test_singular_values_and_norms_by_definition():
+    """``singular_values`` (LAPACK gesdd directly) equals numpy's SVD, largest first; ``spectral_norm`` and the
+    nuclear norm are its largest value and its sum; empty matrices give 0."""
+    rng = np.random.default_rng(13)
+    for shape in ((1, 1), (10, 6), (6, 10), (16, 16)):
+        M = rng.standard_normal(shape)
+        ref = np.linalg.svd(M, compute_uv=False)
+        np.testing.assert_allclose(br.singular_values(M), ref, rtol=1e-13, atol=1e-14)
+        assert br.spectral_norm(M) == pytest.approx(ref[0], rel=1e-13)
+        assert br._nuclear_norm(M) == pytest.approx(ref.sum(), rel=1e-13)
+        assert br.spectral_norm(M[:, :0]) == 0.0 and br._nuclear_norm(M[:0]) == 0.0
+        assert br.singular_values(M[:0]).shape == (0,)
