@@ -440,3 +440,10 @@ def test_singular_values_and_norms_by_definition():
         assert br._nuclear_norm(M) == pytest.approx(ref.sum(), rel=1e-13)
         assert br.spectral_norm(M[:, :0]) == 0.0 and br._nuclear_norm(M[:0]) == 0.0
         assert br.singular_values(M[:0]).shape == (0,)
+        U, sv, Vt = br._svd(M)                       # the thin SVD: M = U diag(s) Vt, orthonormal factors
+        k = min(shape)
+        assert U.shape == (shape[0], k) and Vt.shape == (k, shape[1])
+        np.testing.assert_allclose((U * sv) @ Vt, M, atol=1e-13)
+        np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-13)
+        np.testing.assert_allclose(Vt @ Vt.T, np.eye(k), atol=1e-13)
+        np.testing.assert_allclose(sv, ref, rtol=1e-13)

@@ -124,7 +124,7 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     """Orthonormal basis ``(d, r)`` of the row space of ``A (m, d)`` (SVD, relative cut ``rtol``)."""
     if A.size == 0:
         return np.zeros((A.shape[1], 0))
-    _, s, vt = np.linalg.svd(A, full_matrices=False)
+    _, s, vt = _svd(A)
     if s.size == 0 or s[0] == 0:
         return np.zeros((A.shape[1], 0))
     return vt[: int(np.sum(s > rtol * s[0]))].T.copy()
@@ -225,6 +225,16 @@ def _eig_min(K) -> float:
     if info != 0:
         raise np.linalg.LinAlgError(f"eigenvalues did not converge (syevr info {info})")
     return float(w[0])
+
+
+def _svd(M):
+    """The thin SVD ``(U (m, k), s (k,), Vt (k, n))``, ``k = min(m, n)``, of a non-empty ``M (m, n)``: LAPACK gesdd
+    directly (what ``np.linalg.svd(M, full_matrices=False)`` computes, ~10 us a call less), numpy's if it does
+    not converge."""
+    u, s, vt, info = sla.lapack.dgesdd(M, compute_uv=1, full_matrices=0)
+    if info != 0:
+        return np.linalg.svd(M, full_matrices=False)
+    return u, s, vt
 
 
 def singular_values(M) -> np.ndarray:
@@ -607,7 +617,7 @@ def _start(pb, lam_init, M_init):
     ok = I & (m0 > 0) & (pb.rhs > 0)
     need = float(np.max(pb.rhs[ok] / m0[ok])) if ok.any() else 1.0
     M0 = M0 * (1.1 * max(1.0, need))
-    Pm, sv, Qmt = np.linalg.svd(M0, full_matrices=False)
+    Pm, sv, Qmt = _svd(M0)
     eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
     X11 = (Pm * sv) @ Pm.T + eps0 * np.eye(pb.r1)
