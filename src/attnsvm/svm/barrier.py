@@ -335,7 +335,9 @@ def _lmi_step_eig(G, dG, cap, L=None, Li=None):
 
 
 def _tri_inv(L):
-    """``L^{-1}`` of the lower triangular ``L (n, n)`` (LAPACK trtri directly; zero above the diagonal)."""
+    """``L^{-1}`` of the lower triangular ``L (n, n)`` (LAPACK trtri directly). trtri reads the lower triangle and
+    keeps L's entries above the diagonal, which are zero for the factors of :func:`_chol` (the step bounds'
+    products with ``L^{-1}`` need them zero)."""
     if L.shape[0] == 0:
         return np.zeros((0, 0))
     Li, info = sla.lapack.dtrtri(L, lower=1)
@@ -906,9 +908,9 @@ def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
 
 
 #: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
-#: Measured (docs/guide/performance.md): equal steps took fewer iterations on every tried set of 42 to 240 rows,
-#: as many or more on planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose new
-#: rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
+#: Measured (docs/guide/performance.md): equal steps took fewer iterations on average on every tried shape of 42 to
+#: 240 rows, more on 4 of 6 planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose
+#: new rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
 _EQUAL_STEPS_MAX_ROWS = 256
 
 
