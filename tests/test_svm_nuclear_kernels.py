@@ -55,6 +55,8 @@ def test_xy_is_the_hkm_product_by_definition(shape):
         T = pb.XY(X, dG, du)
         np.testing.assert_allclose(T, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
         assert np.array_equal(T, T.T)
+        np.testing.assert_allclose(pb.Y(dG, du), -dZ @ np.linalg.inv(Z), rtol=1e-12, atol=1e-12)
+        assert np.array_equal(pb.XY(X, dG, du, pb.Y(dG, du)), T)     # a Y computed before: the same product
     Xs, dGs = np.stack([_spd(rng, r1 + r2) for _ in range(2)]), rng.standard_normal((2, r1, r2))
     dus = type("D", (), {"Zh": np.stack([du.Zh, du.Zh])})
     Ts = pb.XY(Xs, dGs, dus)
@@ -145,7 +147,27 @@ def test_psd_step_is_the_distance_to_the_cone(n):
         if a < 1.0:
             hit += 1
             assert np.linalg.eigvalsh(X + 1.001 * a * D)[0] < 0
+        # the congruence by products with a given inverse factor (the small-X path) gives the same bound
+        assert br._psd_step(L, D, 1.0, br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
     assert hit >= 5
+
+
+def test_triangular_inverse_and_s_inverse_by_definition():
+    """``_tri_inv(L)`` is ``L^{-1}`` (lower triangular); ``_Dual``'s ``Li`` is the inverse of the factor of
+    ``S = I - G^T G`` and its ``Si = Li^T Li`` is ``S^{-1}``, exactly symmetric."""
+    rng = np.random.default_rng(12)
+    for n in (1, 3, 16):
+        L = br._chol(_spd(rng, n))
+        Li = br._tri_inv(L)
+        np.testing.assert_allclose(Li @ L, np.eye(n), atol=1e-12)
+        assert np.array_equal(Li, np.tril(Li))
+    assert br._tri_inv(np.zeros((0, 0))).shape == (0, 0)
+    for r1, r2 in ((5, 3), (3, 6)):
+        pb, du = _dual(rng, r1=r1, r2=r2)
+        S = np.eye(r2) - du.G.T @ du.G
+        np.testing.assert_allclose(du.Li @ du.L, np.eye(r2), atol=1e-12)
+        np.testing.assert_allclose(du.Si, np.linalg.inv(S), rtol=1e-12, atol=1e-12)
+        assert np.array_equal(du.Si, du.Si.T)
 
 
 @pytest.mark.parametrize("cap", [1.0, 0.4, 0.05])
@@ -161,6 +183,8 @@ def test_dual_step_with_a_cap_below_one(cap):
         assert a <= cap and np.linalg.norm(G + 0.999 * a * dG, 2) < 1
         if a < cap:
             assert np.linalg.norm(G + 1.001 * a * dG, 2) > 1
+        L = br._chol_S(G)              # the congruence by the inverse factor (as the iteration passes it)
+        assert br._lmi_step(G, dG, cap, L=L, Li=br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
 
 
 def test_a_step_carries_the_cholesky_factor_of_the_next_x():
@@ -319,3 +343,107 @@ def test_slack_direction_linearizes_the_centered_complementarity(sig_mu):
         dlam, _, _, ds = nw.direction(rng.standard_normal(pb.N), sig_mu, corr)
         extra = 0.0 if corr is None else lam * corr[1]
         np.testing.assert_allclose(lam * ds + s * dlam[pb.I], sig_mu - s * lam + extra, rtol=1e-12, atol=1e-12)
+
+
+def _steps_by_definition(x, du, d, pb):
+    """The largest primal and the largest dual step in (0, 1] by the definition: ``X + a dX >= 0`` and
+    ``s + a ds >= 0``; ``||G + a dG||_2 <= 1`` and ``lam + a dlam >= 0`` (bisection on eigenvalues)."""
+    dlam, dG, dX, ds = d
+
+    def primal_ok(a):
+        return np.linalg.eigvalsh(x.X + a * dX)[0] >= 0 and np.all(x.s + a * ds >= 0)
+
+    def dual_ok(a):
+        return np.linalg.norm(du.G + a * dG, 2) <= 1 and np.all(x.lam[pb.I] + a * dlam[pb.I] >= 0)
+
+    out = []
+    for ok in (primal_ok, dual_ok):
+        if ok(1.0):
+            out.append(1.0)
+            continue
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        out.append(lo)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_equal_steps_are_the_smaller_of_the_largest_primal_and_dual_steps(seed):
+    """With ``equal_steps`` both step lengths are ``min(largest primal step, largest dual step)`` (by the
+    definition, to 1e-9); without, each is its own largest step. Along a few iterations of a small problem."""
+    pr = random_problem(6, 8, 10, seed=seed)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    for _ in range(4):
+        du = br._Dual(pb.A, pb.Bm, x.lam)
+        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+        d = br._NewtonSystem(pb, x, du).direction(pb.rhs.copy(), 0.0, None)
+        ap_ref, ad_ref = _steps_by_definition(x, du, d, pb)
+        ap, ad = br._NewtonSystem(pb, x, du).max_steps(d)
+        np.testing.assert_allclose([ap, ad], [ap_ref, ad_ref], rtol=1e-9, atol=1e-12)
+        a1, a2 = br._NewtonSystem(pb, x, du, equal_steps=True).max_steps(d)
+        assert a1 == a2
+        np.testing.assert_allclose(a1, min(ap_ref, ad_ref), rtol=1e-9, atol=1e-12)
+        x = br.ipm_step(pb, x, du, mu, 0.95, False, equal_steps=True)[0]
+
+
+@pytest.mark.parametrize("limit, equal", [(256, True), (41, False)])
+def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, equal):
+    """:func:`nuclear_ipm` asks for equal primal and dual steps up to ``_EQUAL_STEPS_MAX_ROWS`` live rows and
+    for separate ones beyond (a limit below the problem's 42 rows shows the other side)."""
+    pr = random_problem(6, 8, 10, seed=0)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    assert cs.N == 42
+    monkeypatch.setattr(br, "_EQUAL_STEPS_MAX_ROWS", limit)
+    seen = []
+    real = br.next_step
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(br, "next_step", spy)
+    res = br.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
+    assert res.status == "optimal" and seen and all(e is equal for e in seen)
+
+
+def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch):
+    """The corrector's second-order term reuses the predictor's ``Y``: the Mehrotra direction is bit for bit
+    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG``."""
+    pr = random_problem(6, 8, 10, seed=4)
+    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = br._Iterate(*br._start(pb, None, None))
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    d1, sigma1 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
+    real = br._Problem.XY
+    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None: real(self, X, dG, du))
+    d2, sigma2 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
+    assert sigma1 == sigma2
+    for a, b in zip(d1, d2):
+        assert np.array_equal(a, b)
+
+
+def test_singular_values_and_norms_by_definition():
+    """``singular_values`` (LAPACK gesdd directly) equals numpy's SVD, largest first; ``spectral_norm`` and the
+    nuclear norm are its largest value and its sum; empty matrices give 0."""
+    rng = np.random.default_rng(13)
+    for shape in ((1, 1), (10, 6), (6, 10), (16, 16)):
+        M = rng.standard_normal(shape)
+        ref = np.linalg.svd(M, compute_uv=False)
+        np.testing.assert_allclose(br.singular_values(M), ref, rtol=1e-13, atol=1e-14)
+        assert br.spectral_norm(M) == pytest.approx(ref[0], rel=1e-13)
+        assert br._nuclear_norm(M) == pytest.approx(ref.sum(), rel=1e-13)
+        assert br.spectral_norm(M[:, :0]) == 0.0 and br._nuclear_norm(M[:0]) == 0.0
+        assert br.singular_values(M[:0]).shape == (0,)
+        U, sv, Vt = br._svd(M)                       # the thin SVD: M = U diag(s) Vt, orthonormal factors
+        k = min(shape)
+        assert U.shape == (shape[0], k) and Vt.shape == (k, shape[1])
+        np.testing.assert_allclose((U * sv) @ Vt, M, atol=1e-13)
+        np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-13)
+        np.testing.assert_allclose(Vt @ Vt.T, np.eye(k), atol=1e-13)
+        np.testing.assert_allclose(sv, ref, rtol=1e-13)

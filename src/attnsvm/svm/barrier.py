@@ -40,9 +40,11 @@ The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - 
 ``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
 products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
 iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
-The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``,
-the dual one, up to ``r1 + r2 = 64``, from one triangular solve), the dual one after a Cholesky test of
-the full (capped) dual step; the dual step guard's ``G`` travels with the iterate too.
+The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``, or
+up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one, up to ``r1 + r2 = 64``, from
+the inverse of S's factor), the dual one after a Cholesky test of the full (capped) dual step; the dual step
+guard's ``G`` travels with the iterate too. Up to 256 rows the primal and the dual take the same step length
+(the dual bound is then sought below the primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
@@ -70,7 +72,7 @@ import scipy.linalg as sla
 
 from attnsvm._validate import check_number
 
-__all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis"]
+__all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis", "singular_values", "spectral_norm"]
 
 
 @dataclass
@@ -124,7 +126,7 @@ def row_space_basis(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     """Orthonormal basis ``(d, r)`` of the row space of ``A (m, d)`` (SVD, relative cut ``rtol``)."""
     if A.size == 0:
         return np.zeros((A.shape[1], 0))
-    _, s, vt = np.linalg.svd(A, full_matrices=False)
+    _, s, vt = _svd(A)
     if s.size == 0 or s[0] == 0:
         return np.zeros((A.shape[1], 0))
     return vt[: int(np.sum(s > rtol * s[0]))].T.copy()
@@ -162,17 +164,18 @@ def _sym(T):
 
 
 class _Dual:
-    """Dual quantities at ``lam``: G, the Cholesky factor of S, S^{-1}, C, ``Zh = Z^{-1} / 2`` and the
-    products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard computed them)."""
+    """Dual quantities at ``lam``: G, the Cholesky factor L of S and its inverse ``Li = L^{-1}``, S^{-1}, C,
+    ``Zh = Z^{-1} / 2`` and the products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard
+    computed them)."""
 
     def __init__(self, A, Bm, lam, L=None, G=None):
         self.G = A.T @ (lam[:, None] * Bm) if G is None else G
         self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
             raise np.linalg.LinAlgError("dual iterate left the spectral-norm ball")
-        r2 = self.G.shape[1]
-        self.Si = _potrs(self.L, _eye(r2), lower=True)
-        self.Si = _sym(self.Si)
+        self.Li = _tri_inv(self.L)
+        Lit = self.Li.T
+        self.Si = Lit @ Lit.T            # S^{-1} = L^{-T} L^{-1}; a product with its own transpose: exactly symmetric
         self.C = self.G @ self.Si
         self.Zh = _z_half(self.G, self.C, self.Si)
         self.AG = A @ self.G
@@ -181,10 +184,20 @@ class _Dual:
 
 def _z_half(G, C, Si):
     """``Z^{-1} / 2 = [[I + C G^T, C], [C^T, S^{-1}]]`` (r1 + r2 square, or a stack of them) from
-    ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric."""
-    Z11 = _sym(C @ _t(G))
-    Z11 += _eye(G.shape[-2])            # on every matrix of a stack; adding 0 off the diagonal changes nothing
-    return _blocks(Z11, C, Si)
+    ``G, C (..., r1, r2)`` and the symmetric ``Si (..., r2, r2)``; exactly symmetric (the leading block
+    ``sym(C G^T) + I`` is formed in place)."""
+    r1 = G.shape[-2]
+    n = r1 + Si.shape[-1]
+    Zh = np.empty(G.shape[:-2] + (n, n))
+    T = C @ _t(G)
+    Z11 = Zh[..., :r1, :r1]
+    np.add(T, _t(T), out=Z11)
+    Z11 *= 0.5
+    Z11 += _eye(r1)                     # on every matrix of a stack; adding 0 off the diagonal changes nothing
+    Zh[..., :r1, r1:] = C
+    Zh[..., r1:, :r1] = _t(C)
+    Zh[..., r1:, r1:] = Si
+    return Zh
 
 
 def _chol(S):
@@ -216,14 +229,36 @@ def _eig_min(K) -> float:
     return float(w[0])
 
 
-def _nuclear_norm(M) -> float:
-    """``||M||_*`` of ``M (r1, r2)``: the sum of its singular values (LAPACK gesdd directly)."""
+def _svd(M):
+    """The thin SVD ``(U (m, k), s (k,), Vt (k, n))``, ``k = min(m, n)``, of a non-empty ``M (m, n)``: LAPACK gesdd
+    directly (what ``np.linalg.svd(M, full_matrices=False)`` computes, ~10 us a call less), numpy's if it does
+    not converge."""
+    u, s, vt, info = sla.lapack.dgesdd(M, compute_uv=1, full_matrices=0)
+    if info != 0:
+        return np.linalg.svd(M, full_matrices=False)
+    return u, s, vt
+
+
+def singular_values(M) -> np.ndarray:
+    """The singular values of ``M (m, n)``, largest first: ``(min(m, n),)`` (LAPACK gesdd directly, numpy's
+    SVD if it does not converge; ``np.linalg.norm(M, 2)`` and ``np.linalg.svd`` cost ~10-20 us more a call,
+    which small solves feel)."""
     if M.size == 0:
-        return 0.0
+        return np.zeros(0)
     s, info = sla.lapack.dgesdd(M, compute_uv=0)[1::2]
     if info != 0:
-        return float(np.linalg.svd(M, compute_uv=False).sum())
-    return float(_add_reduce(s))
+        return np.linalg.svd(M, compute_uv=False)
+    return s
+
+
+def _nuclear_norm(M) -> float:
+    """``||M||_*`` of ``M (r1, r2)``: the sum of its singular values."""
+    return float(_add_reduce(singular_values(M))) if M.size else 0.0
+
+
+def spectral_norm(M) -> float:
+    """``||M||_2`` of ``M (m, n)``: its largest singular value (0 for an empty M)."""
+    return float(singular_values(M)[0]) if M.size else 0.0
 
 
 def _chol_S(G):
@@ -236,9 +271,9 @@ def _chol_S(G):
 _LMI_EIG_MAX = 64
 
 
-def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
+def _lmi_step(G, dG, cap, rtol=1e-3, L=None, Li=None):
     """Largest ``alpha <= cap`` with ``||G + alpha dG||_2 < 1`` (``G, dG (r1, r2)``; ``L`` the Cholesky
-    factor of ``S = I - G^T G`` if known).
+    factor of ``S = I - G^T G`` and ``Li`` its inverse, if known).
 
     The dual LMI ``[[I, G], [G^T, I]] > 0`` is linear in alpha: with its Cholesky factor
     ``[[I, 0], [G^T, L]]`` the step bound is ``-1 / lambda_min`` of the congruent direction
@@ -250,7 +285,7 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     """
     r1, r2 = G.shape
     if r1 + r2 <= _LMI_EIG_MAX:
-        return _lmi_step_eig(G, dG, cap, L)
+        return _lmi_step_eig(G, dG, cap, L, Li)
     GtD = G.T @ dG
     S1 = GtD + GtD.T
     S0 = -(G.T @ G)
@@ -272,18 +307,22 @@ def _lmi_step(G, dG, cap, rtol=1e-3, L=None):
     return lo
 
 
-def _lmi_step_eig(G, dG, cap, L=None):
+def _lmi_step_eig(G, dG, cap, L=None, Li=None):
     """:func:`_lmi_step` up to ``r1 + r2 =`` :data:`_LMI_EIG_MAX`, in few calls: the test of ``alpha = cap`` is
     one Cholesky factorization of ``S(cap) = I - (G + cap dG)^T (G + cap dG)``; else ``-1 / lambda_min`` of
     ``K = [[0, E], [E^T, -(E^T F + F^T E)]]`` with ``E^T = L^{-1} dG^T`` and ``F^T = L^{-1} G^T`` (one triangular
-    solve of both), since ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
+    solve of both, or one product with ``Li = L^{-1}`` when given), since
+    ``L^{-1} (dG^T G + G^T dG) L^{-T} = E^T F + F^T E``; only K's lower triangle is formed."""
     r1, r2 = G.shape
     if _chol_S(G + cap * dG) is not None:      # the whole step is feasible (often, late in the run)
         return cap
-    L = _chol_S(G) if L is None else L
-    if L is None:
-        return 0.0
-    EF = _trsm(L, np.concatenate([dG, G]).T)                  # (r2, 2 r1): [E^T, F^T]
+    if Li is None:
+        L = _chol_S(G) if L is None else L
+        if L is None:
+            return 0.0
+        EF = _trsm(L, np.concatenate([dG, G]).T)              # (r2, 2 r1): [E^T, F^T]
+    else:
+        EF = Li @ np.concatenate([dG, G]).T
     Et = EF[:, :r1]
     H = Et @ EF[:, r1:].T                                      # E^T F
     K = np.empty((r1 + r2, r1 + r2))
@@ -293,6 +332,18 @@ def _lmi_step_eig(G, dG, cap, L=None):
     K[r1:, r1:] *= -1.0
     lmin = _eig_min(K)                                         # reads the lower triangle
     return cap if lmin >= -1.0 / cap else -1.0 / lmin
+
+
+def _tri_inv(L):
+    """``L^{-1}`` of the lower triangular ``L (n, n)`` (LAPACK trtri directly). trtri reads the lower triangle and
+    keeps L's entries above the diagonal, which are zero for the factors of :func:`_chol` (the step bounds'
+    products with ``L^{-1}`` need them zero)."""
+    if L.shape[0] == 0:
+        return np.zeros((0, 0))
+    Li, info = sla.lapack.dtrtri(L, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"triangular inverse failed (trtri info {info})")
+    return Li
 
 
 def _trsm(L, B, trans: int = 0):
@@ -312,9 +363,17 @@ def _potrs(F, B, lower: bool):
     return X
 
 
-def _min_eig_congruent(L, dX) -> float:
+#: :func:`_min_eig_congruent` forms ``L^{-1} dX L^{-T}`` as two products with a given ``L^{-1}`` up to this size
+#: (fewer calls than sygst when X's factor serves two step bounds), by sygst beyond
+_CONGRUENT_BY_INVERSE_MAX = 64
+
+
+def _min_eig_congruent(L, dX, Li=None) -> float:
     """Smallest eigenvalue of ``L^{-1} dX L^{-T}`` (dX symmetric): the step bound of :func:`_psd_step`
-    (LAPACK sygst forms the lower triangle of the congruent matrix in one call)."""
+    (``Li @ dX @ Li^T`` when ``Li = L^{-1}`` is given, else LAPACK sygst forms the lower triangle of the
+    congruent matrix in one call)."""
+    if Li is not None:
+        return _eig_min((Li @ dX) @ Li.T)
     K, info = sla.lapack.dsygst(dX, L, itype=1, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"congruence failed (sygst info {info})")
@@ -323,11 +382,12 @@ def _min_eig_congruent(L, dX) -> float:
     return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
-def _psd_step(L, dX, cap):
-    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric)."""
+def _psd_step(L, dX, cap, Li=None):
+    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
+    if known)."""
     n = L.shape[0]
     if n <= 400:
-        lmin = _min_eig_congruent(L, dX)
+        lmin = _min_eig_congruent(L, dX, Li)
     else:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
@@ -416,12 +476,16 @@ class _Problem:
             return np.einsum("...kj,...kj->...k", self.A @ T12, self.Bm)
         return np.einsum("kj,kj->k", self.A, (self.Bq @ T12.T)[self.qidx])
 
-    def XY(self, X, dG, du):
-        """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
-        ``Y = -dZ Z^{-1}`` with ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: with ``Zh = Z^{-1} / 2`` (``du.Zh``),
-        ``Y = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]``."""
+    def Y(self, dG, du):
+        """``Y = -dZ Z^{-1}`` (r1 + r2 square, or a stack) with ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: with
+        ``Zh = Z^{-1} / 2`` (``du.Zh``), ``Y = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]``."""
         r1, Zh = self.r1, du.Zh
-        T = X @ np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
+        return np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
+
+    def XY(self, X, dG, du, Y=None):
+        """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
+        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``)."""
+        T = X @ (self.Y(dG, du) if Y is None else Y)
         T = T + _t(T)
         T *= 0.5
         return T
@@ -549,7 +613,7 @@ def _start(pb, lam_init, M_init):
     y = np.zeros(pb.N) if lam_init is None else np.asarray(lam_init, float).copy()
     y[I] = np.maximum(y[I], 0.0)
     y[I] += 0.05 * (float(np.max(np.abs(y))) if np.any(y) else 1.0)
-    nG = float(np.linalg.norm(pb.Gmap(y), 2))
+    nG = spectral_norm(pb.Gmap(y))
     lam = y * (0.5 / nG) if nG > 0 else np.zeros(pb.N)
     M0 = np.zeros((pb.r1, pb.r2)) if M_init is None else M_init
     m0 = pb.amap(M0)
@@ -557,7 +621,7 @@ def _start(pb, lam_init, M_init):
     ok = I & (m0 > 0) & (pb.rhs > 0)
     need = float(np.max(pb.rhs[ok] / m0[ok])) if ok.any() else 1.0
     M0 = M0 * (1.1 * max(1.0, need))
-    Pm, sv, Qmt = np.linalg.svd(M0, full_matrices=False)
+    Pm, sv, Qmt = _svd(M0)
     eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
     X11 = (Pm * sv) @ Pm.T + eps0 * np.eye(pb.r1)
@@ -702,11 +766,12 @@ def _stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float
 
 
 class _NewtonSystem:
-    """The factorized Schur complement at an iterate and the HKM directions it gives."""
+    """The factorized Schur complement at an iterate and the HKM directions it gives; ``equal_steps``: the
+    primal and the dual take the same step length (:meth:`max_steps`)."""
 
-    def __init__(self, pb: _Problem, x: _Iterate, du: _Dual):
+    def __init__(self, pb: _Problem, x: _Iterate, du: _Dual, equal_steps: bool = False):
         I = pb.I
-        self.pb, self.x, self.du = pb, x, du
+        self.pb, self.x, self.du, self.equal_steps = pb, x, du, equal_steps
         if x.LX is None:
             x.LX = _chol(x.X)
             if x.LX is None:
@@ -714,9 +779,14 @@ class _NewtonSystem:
         self.LX = x.LX
         self.lamI = x.lam[I]
         self.s_lam = x.s / self.lamI                              # (N_ineq,): s / lam, the diagonal's entries
-        diag = np.zeros(pb.N)
-        diag[I] = self.s_lam
+        if isinstance(I, slice):                                   # every row an inequality
+            diag = self.s_lam
+        else:
+            diag = np.zeros(pb.N)
+            diag[I] = self.s_lam
         self.solve = pb.newton_solver(x, du, diag)
+        # L^{-1} of X's factor for the primal step bounds of small X (see :func:`_min_eig_congruent`)
+        self.LXi = _tri_inv(self.LX) if self.LX.shape[0] <= _CONGRUENT_BY_INVERSE_MAX else None
         self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
 
     def direction(self, rvec, sig_mu, corr):
@@ -725,7 +795,8 @@ class _NewtonSystem:
         pb, x, du, I, lamI = self.pb, self.x, self.du, self.pb.I, self.lamI
         dlam = self.solve(rvec)
         dG = pb.Gmap(dlam)
-        dX = pb.XY(x.X, dG, du)                                   # dX = 2 sig_mu Zh - X + sym(X Y)
+        self.Y = pb.Y(dG, du)                                     # kept: the corrector reuses the predictor's
+        dX = pb.XY(x.X, dG, du, self.Y)                           # dX = 2 sig_mu Zh - X + sym(X Y)
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
@@ -738,11 +809,14 @@ class _NewtonSystem:
         return dlam, dG, dX, ds
 
     def max_steps(self, d):
-        """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible."""
+        """Largest primal and dual steps in (0, 1] that keep X, s and the dual feasible; with :attr:`equal_steps`
+        the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
+        then passes more often)."""
         dlam, dG, dX, ds = d
-        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0))
-        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], 1.0), L=self.du.L)
-        return ap, ad
+        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0), self.LXi)
+        cap = ap if self.equal_steps else 1.0
+        ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L, Li=self.du.Li)
+        return (ad, ad) if self.equal_steps else (ap, ad)
 
 
 def _mehrotra_direction(nw: _NewtonSystem, mu: float):
@@ -752,6 +826,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     G, n_tot, r1 = du.G, pb.n_tot, pb.r1
     # predictor (affine scaling direction) and Mehrotra's centering parameter
     da = nw.direction(pb.rhs.copy(), 0.0, None)
+    Ya = nw.Y
     ap, ad = nw.max_steps(da)
     dlam_a, dG_a, dX_a, ds_a = da
     xz = (0.5 * (x.X.trace() + ap * dX_a.trace())
@@ -759,7 +834,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
     sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
-    cX = pb.XY(dX_a, dG_a, du)
+    cX = pb.XY(dX_a, dG_a, du, Ya)
     cs = -(ds_a * dlam_a[I]) / lamI
     rvec = pb.rhs - sigma * mu * nw.g - pb.amap(cX[:r1, r1:])
     rvec[I] += sigma * mu / lamI + cs
@@ -804,11 +879,12 @@ def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
     return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, G)
 
 
-def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool):
+def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool, equal_steps: bool = False):
     """One Mehrotra predictor-corrector step from ``x``: ``(next iterate, L_next, next gamma)``, or None
     when neither step length reaches 1e-10 (no progress). Raises ``LinAlgError`` / ``ValueError`` at
-    the numerical limit (the caller keeps its best iterate)."""
-    nw = _NewtonSystem(pb, x, du)
+    the numerical limit (the caller keeps its best iterate). ``equal_steps``: one step length for the
+    primal and the dual (before the step guard), else each its own."""
+    nw = _NewtonSystem(pb, x, du, equal_steps)
     d, sigma = _mehrotra_direction(nw, mu)
     ap, ad = _step_lengths(nw, d, gamma)
     if max(ap, ad) < 1e-10:
@@ -818,11 +894,11 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
     return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 
-def next_step(pb, x, du, mu, gamma, verbose, info):
+def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
     """:func:`ipm_step`, or None when the path ends here, with ``info["stopped"]`` saying why (a numerical
     limit, or no progress); the caller keeps its best iterate."""
     try:
-        step = ipm_step(pb, x, du, mu, gamma, verbose)
+        step = ipm_step(pb, x, du, mu, gamma, verbose, equal_steps)
     except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
         info["stopped"] = f"numerical limit ({type(exc).__name__})"
         return None
@@ -831,10 +907,18 @@ def next_step(pb, x, du, mu, gamma, verbose, info):
     return step
 
 
+#: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
+#: Measured (docs/guide/performance.md): equal steps took fewer iterations on average on every tried shape of 42 to
+#: 240 rows, more on 4 of 6 planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose
+#: new rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
+_EQUAL_STEPS_MAX_ROWS = 256
+
+
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
              info: dict, t0: float):
-    """The path-following loop. Returns ``(best, status, iterations, last iterate)``; sets
-    ``info["stopped"]`` when a limit, a stall or rounding ended the run."""
+    """The path-following loop (equal primal and dual step lengths up to :data:`_EQUAL_STEPS_MAX_ROWS` rows). Returns
+    ``(best, status, iterations, last iterate)``; sets ``info["stopped"]`` when a limit, a stall or rounding
+    ended the run."""
     best = None                     # (merit, gap, violation, X12, lam)
     status = "inaccurate"
     gamma = 0.95
@@ -857,7 +941,7 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
             if reason:
                 info["stopped"] = reason
             break
-        step = next_step(pb, x, du, mu, gamma, verbose, info)
+        step = next_step(pb, x, du, mu, gamma, verbose, info, pb.N <= _EQUAL_STEPS_MAX_ROWS)
         if step is None:
             break
         x, L_next, gamma = step

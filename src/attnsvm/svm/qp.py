@@ -103,10 +103,10 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, ma
     free = eq | (b > 0)
     seen = set()
     for it in range(1, maxit + 1):
-        idx = np.flatnonzero(free)
+        idx = free.nonzero()[0]
         lam = np.zeros(N)
         if idx.size:
-            Gff = G[np.ix_(idx, idx)]
+            Gff = G.take(idx, 0).take(idx, 1)          # G[np.ix_(idx, idx)] in fewer calls
             # LAPACK potrf / potrs directly: what sla.cho_factor / cho_solve call, without their wrappers'
             # cost (~10 us a call, which small solves feel); potrf's info > 0 is cho_factor's LinAlgError
             c, info = sla.lapack.dpotrf(Gff, lower=1, clean=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnsvm.svm.barrier import singular_values, spectral_norm
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, stationarity_residual
 
@@ -67,14 +68,14 @@ def nuclear_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np
     Arguments as :func:`fro_certificate` (multipliers of the norm objective).
     """
     S = _combine(U, V, lam)
-    spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum()) if W.size else 0.0
+    spec = spectral_norm(S)
+    nuc = float(singular_values(W).sum())
     align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
     lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
     if np.array_equal(lam_f, lam):                             # already dual feasible (as the IPM's are)
         spec_f = spec
     else:
-        spec_f = float(np.linalg.norm(_combine(U, V, lam_f), 2)) if S.size else 0.0
+        spec_f = spectral_norm(_combine(U, V, lam_f)) if S.size else 0.0
     dual = float(b @ lam_f) / max(1.0, spec_f)                 # scaled into the dual ball
     cert = Certificate(
         max_violation=violation,
