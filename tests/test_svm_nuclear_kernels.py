@@ -1,6 +1,6 @@
 """The nuclear interior-point method's per-iteration kernels (svm.barrier), each against its definition:
-the HKM product sym(X Y) from Z^{-1} / 2, the Jacobi-scaled in-place factorization of the Schur matrix
-(including its restore-and-shift path), the LP and PSD step bounds, and the Cholesky factor of X that
+the HKM product sym(X Y) from Z^{-1} / 2, the Jacobi-scaled factorization of the Schur matrix formed by
+blocks of rows (including its form-again-and-shift path), the LP and PSD step bounds, and the Cholesky factor of X that
 a step carries to the next iterate."""
 
 import numpy as np
@@ -71,10 +71,18 @@ def test_blocks_of_matrices_and_stacks():
         assert np.array_equal(br._blocks(X11[k], X12[k], X22[k]), S[k])
 
 
+def _blocks_of(M):
+    """``form(I, J)`` of :func:`br._factor_lower` for a given matrix (fresh copies: the factorization may not
+    change M)."""
+    return lambda I, J: M[I, J].copy()
+
+
 @pytest.mark.parametrize("rank", [40, 25, 1])
-def test_schur_factorization_solves_in_place_including_the_shifted_path(rank):
-    """``_solve_factor`` overwrites M and solves ``M x = b``: a positive definite M directly; a singular one
-    (the first Cholesky fails, M is restored from the untouched triangle and shifted) on its range."""
+def test_schur_factorization_solves_including_the_shifted_path(rank, monkeypatch):
+    """``_factor_lower`` solves ``M x = b`` from M's lower triangle formed in blocks of rows: a positive definite
+    M directly; a singular one (the first Cholesky fails, the triangle is formed again and shifted) on its
+    range."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 9)
     rng = np.random.default_rng(rank)
     N = 40
     F = rng.standard_normal((N, rank)) * rng.uniform(0.1, 10.0, rank)
@@ -83,14 +91,12 @@ def test_schur_factorization_solves_in_place_including_the_shifted_path(rank):
         M0 += 1e-3 * np.eye(N)
     M0 *= np.outer(d := rng.uniform(0.5, 50.0, N), d)        # badly scaled rows: the Jacobi scaling matters
     b = M0 @ rng.standard_normal(N)                          # in the range of M0
-    M = M0.copy()
-    x = br._solve_factor(M)(b)
-    assert not np.array_equal(M, M0)                          # factorized in place (no N x N copy)
+    x = br._factor_lower(_blocks_of(M0), N, np.zeros(N))(b)
     assert np.linalg.norm(M0 @ x - b) <= 1e-7 * np.linalg.norm(b)
 
 
-def test_schur_factorization_restores_the_matrix_before_shifting(monkeypatch):
-    """A failed factorization destroys one triangle; the retry must see the original matrix plus the
+def test_schur_factorization_forms_the_matrix_again_before_shifting(monkeypatch):
+    """A failed factorization destroys the triangle; the retry must see the original matrix plus the
     shift: with a first attempt forced to fail, the answer equals the direct one."""
     rng = np.random.default_rng(5)
     M0 = _spd(rng, 30)
@@ -105,62 +111,9 @@ def test_schur_factorization_restores_the_matrix_before_shifting(monkeypatch):
         return (out, 3) if len(calls) == 1 else (out, info)   # the first one "fails" after overwriting
 
     monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
-    x = br._solve_factor(M0.copy())(b)
+    x = br._factor_lower(_blocks_of(M0), 30, np.zeros(30))(b)
     assert len(calls) == 2
     np.testing.assert_allclose(x, ref, rtol=1e-9)
-
-
-def _lp_by_definition(x, dx, cap):
-    neg = dx < 0
-    return min(cap, float(np.min(-x[neg] / dx[neg]))) if neg.any() else cap
-
-
-def test_lp_step_by_definition():
-    rng = np.random.default_rng(6)
-    for _ in range(200):
-        n = int(rng.integers(1, 8))
-        x = rng.uniform(0.01, 2.0, n)
-        dx = rng.standard_normal(n) * rng.uniform(0.01, 5.0)
-        cap = float(rng.choice([1.0, 0.3]))
-        assert br._lp_step(x, dx, cap) == pytest.approx(_lp_by_definition(x, dx, cap), rel=1e-14)
-    assert br._lp_step(np.ones(3), np.ones(3), 1.0) == 1.0
-    assert br._lp_step(np.zeros(0), np.zeros(0), 0.5) == 0.5
-    with pytest.raises(np.linalg.LinAlgError):
-        br._lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
-
-
-@pytest.mark.parametrize("n", [7, 90])
-def test_psd_step_is_the_distance_to_the_cone(n):
-    """``_psd_step(L, dX, cap)``: X + a dX stays positive semidefinite up to a and leaves the cone just
-    beyond (through the one-call congruence, both the full and the subset eigenvalue solver)."""
-    rng = np.random.default_rng(n)
-    hit = 0
-    for _ in range(10):
-        X = _spd(rng, n)
-        L = br._chol(X)
-        D = rng.standard_normal((n, n))
-        D = (D + D.T) * rng.uniform(0.05, 2.0)
-        a = br._psd_step(L, D, 1.0)
-        assert np.linalg.eigvalsh(X + 0.999 * a * D)[0] > 0
-        if a < 1.0:
-            hit += 1
-            assert np.linalg.eigvalsh(X + 1.001 * a * D)[0] < 0
-    assert hit >= 5
-
-
-@pytest.mark.parametrize("cap", [1.0, 0.4, 0.05])
-def test_dual_step_with_a_cap_below_one(cap):
-    """The dual step under the LP cap: the full-step Cholesky test and the eigenvalue bound agree with
-    the distance to the spectral-norm ball."""
-    rng = np.random.default_rng(7)
-    for _ in range(30):
-        G = rng.standard_normal((4, 3))
-        G *= rng.uniform(0.1, 0.95) / np.linalg.norm(G, 2)
-        dG = rng.standard_normal((4, 3)) * rng.uniform(0.05, 4.0)
-        a = br._lmi_step(G, dG, cap)
-        assert a <= cap and np.linalg.norm(G + 0.999 * a * dG, 2) < 1
-        if a < cap:
-            assert np.linalg.norm(G + 1.001 * a * dG, 2) > 1
 
 
 def test_a_step_carries_the_cholesky_factor_of_the_next_x():

@@ -36,7 +36,7 @@ Cholesky factorization ``O(N^3 / 3)``; nothing of size ``r1 r2 x N`` is built, t
 largest other matrix is X, ``(r1 + r2)^2``. At a central point ``X = mu Z^{-1}`` and M
 is ``mu`` times the Hessian of the dual barrier ``-log det S``. The Newton solver forms only
 M's lower triangle (the one the factorization reads), in blocks of rows that stay in the cache,
-each Jacobi-scaled as it is formed (:func:`_factor_schur`): half the N x N x r1 products and one
+each Jacobi-scaled as it is formed (:func:`_factor_lower`): half the N x N x r1 products and one
 pass over the N x N memory.
 
 The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
@@ -401,7 +401,7 @@ class _Problem:
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
-        return _factor_schur(functools.partial(self.schur_block, parts), self.N, diag)
+        return _factor_lower(functools.partial(self.schur_block, parts), self.N, diag)
 
     def Gmap(self, lam):
         """``G = A^T diag(lam) Bm`` (r1, r2): ``(E diag(lam) A)^T Bq`` on the distinct queries (``q r1 r2``
@@ -446,13 +446,12 @@ class _Problem:
         :meth:`schur_block` forms any block of M (see :meth:`schur`): ``(N, r)`` matrices, and on the distinct
         queries (when rows share them, :attr:`qidx`) ``(q, N)`` / ``(N, q)`` / ``(q, q)`` ones."""
         A, Bm = self.A, self.Bm
-        P1 = A @ X12                                   # K1 = Bm P1^T
         parts = {"AZ": A + du.AC @ _t(du.G), "AX": A @ X11, "A": A}      # A (I + C G^T), A X11
-        if self.qidx is None:
-            parts.update(P1=P1, AC=du.AC, Bm=Bm, BX=Bm @ X22, BS=Bm @ du.Si)
+        if self.qidx is None:                                             # K1 = Bm P1^T, P1 = A X12
+            parts.update(P1=A @ X12, AC=du.AC, Bm=Bm, BX=Bm @ X22, BS=Bm @ du.Si)
         else:
             Bq = self.Bq
-            F1, F2 = Bq @ _t(P1), Bq @ _t(du.AC)
+            F1, F2 = Bq @ _t(A @ X12), Bq @ _t(du.AC)                   # F1 = Bq P1^T
             parts.update(F1=F1, F1T=self._transposed(F1), F2=F2, F2T=self._transposed(F2),
                          H22=(Bq @ X22) @ _t(Bq), HS=(Bq @ du.Si) @ _t(Bq))
         return parts
@@ -506,7 +505,7 @@ class _Problem:
         return self.schur_block(self.schur_parts(X11, X12, X22, du), slice(None), slice(None))
 
 
-#: rows of one block of :func:`_factor_schur` (a block of all its columns stays in the cache)
+#: rows of one block of :func:`_factor_lower` (a block of all its columns stays in the cache)
 _SCHUR_BLOCK_ROWS = 128
 
 
@@ -517,16 +516,17 @@ def _chol_upper_in_place(Mf):
     return F if info == 0 and _finite_positive(F.diagonal()) else None
 
 
-def _factor_schur(form, N: int, diag):
-    """The Newton system's solver from the lower triangle of the Schur matrix ``M (N, N)``, formed block of rows
-    by block of rows by ``form(I, J)`` (``M[I, J]``, ``J`` the columns up to the block's diagonal), ``diag (N,)``
-    added to its diagonal and Jacobi-scaled as each block is formed (one pass over memory; potrf reads only this
-    triangle), then factorized in place; a solver of ``(M + diag(diag)) r = b``. As :func:`_solve_factor` when
-    the factorization fails: the triangle is formed again with a growing diagonal shift (1e-14, then x99), the
-    last resort an eigenvalue solve (of the triangle)."""
+def _factor_lower(form, N: int, diag):
+    """A solver of ``(M + diag(diag)) r = b`` for a symmetric positive semidefinite ``M (N, N)`` (the Newton
+    system's Schur matrix, the clean-up's Gram matrix), from M's lower triangle formed block of rows by block
+    of rows by ``form(I, J)`` (``M[I, J]``, ``J`` the columns up to the block's diagonal): ``diag (N,)`` is added
+    to the diagonal and each block Jacobi-scaled as it is formed (one pass over memory; potrf reads only this
+    triangle), then the triangle is factorized in place. When the factorization fails the triangle is formed
+    again with a growing diagonal shift (1e-14, then x99), the last resort an eigenvalue solve (of the
+    triangle)."""
     buf = np.empty((N, N))              # C order: its lower triangle is the upper one of buf.T (Fortran order)
     sc = np.empty(N)
-    d0 = np.empty(N)                    # the scaled diagonal, (dg sc) sc as _solve_factor's
+    d0 = np.empty(N)                    # the scaled diagonal, (dg sc) sc
 
     def fill(shift):
         for i0 in range(0, N, _SCHUR_BLOCK_ROWS):
@@ -558,40 +558,6 @@ def _factor_schur(form, N: int, diag):
     return lambda r: sc * (Q @ (winv * (Q.T @ (sc * r))))
 
 
-def _solve_factor(M):
-    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix ``M (N, N)``,
-    which it overwrites (scaled, then factorized in place: no N x N copy); a solver of ``M r = b``.
-
-    When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
-    restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
-    dg = M.diagonal().copy()
-    sc = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
-    M *= sc[:, None]
-    M *= sc[None, :]
-    Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
-    d0 = None                           # the scaled diagonal, (dg sc) sc as M's: only a retry needs it
-    reg = shift = 0.0
-    for k in range(8):
-        if k:                           # restore the lower triangle from the untouched upper one
-            if d0 is None:
-                d0 = dg * sc * sc
-            shift += reg
-            Mf[...] = np.triu(Mf, 1)
-            Mf += Mf.T
-            Mf.flat[:: Mf.shape[0] + 1] = d0 + shift
-        F, info = sla.lapack.dpotrf(Mf, lower=1, clean=0, overwrite_a=1)
-        if info == 0 and _finite_positive(F.diagonal()):
-            return lambda r: sc * _potrs(F, sc * r, lower=True)
-        reg = 1e-14 if reg == 0 else reg * 99
-    Mf[...] = np.triu(Mf, 1)
-    Mf += Mf.T
-    Mf.flat[:: Mf.shape[0] + 1] = d0
-    w, Q = np.linalg.eigh(Mf, UPLO="U")
-    cut = 1e-13 * max(float(w.max()), 1e-300)
-    winv = np.where(w > cut, 1.0 / np.maximum(w, cut), 0.0)
-    return lambda r: sc * (Q @ (winv * (Q.T @ (sc * r))))
-
-
 def _violation(pb, marg):
     """Largest constraint violation (|.| on equality rows), relative to ``1 + max |rhs|``."""
     d = pb.rhs - marg
@@ -614,10 +580,18 @@ def _clean_primal(pb, M, lam, feas_tol):
         nuc = _nuclear_norm(M)
         return M, _violation(pb, marg), (nuc - float(pb.rhs @ lam)) / max(1.0, nuc)
     An, Bn = pb.A[near], pb.Bm[near]
-    Gram = (An @ An.T) * (Bn @ Bn.T)
-    # the Jacobi-scaled Cholesky of the Schur systems (regularized or eigen-solved when singular) rather than
-    # an SVD least-squares solve; the result is checked below
-    mu = _solve_factor(Gram)(target)
+    if pb.qidx is None:
+        def gram(I, J):
+            return (An[I] @ An[J].T) * (Bn[I] @ Bn[J].T)
+    else:                               # (Bm Bm^T)[k, l] from the distinct queries
+        Hq, qn = pb.Bq @ pb.Bq.T, pb.qidx[near]
+
+        def gram(I, J):
+            return (An[I] @ An[J].T) * Hq[qn[I]].take(qn[J], axis=1)
+    # the Jacobi-scaled Cholesky of the Newton systems (regularized or eigen-solved when singular) of the Gram
+    # matrix (An An^T) o (Bn Bn^T) rather than an SVD least-squares solve; the result is checked below
+    n = int(near.sum())
+    mu = _factor_lower(gram, n, np.zeros(n))(target)
     M2 = M + An.T @ (mu[:, None] * Bn)
     nuc2 = _nuclear_norm(M2)
     return M2, _violation(pb, pb.amap(M2)), (nuc2 - float(pb.rhs @ lam)) / max(1.0, nuc2)

@@ -85,7 +85,7 @@ class TorchNewton:
     """Backend of :func:`attnsvm.svm.barrier.nuclear_ipm` (its ``backend`` argument): the Schur complement,
     its Jacobi-scaled Cholesky factorization and the Newton solves on the torch device ``device``.
 
-    The factorization mirrors :func:`attnsvm.svm.barrier._solve_factor`: Jacobi scaling, Cholesky, a
+    The factorization mirrors :func:`attnsvm.svm.barrier._factor_lower`: Jacobi scaling, Cholesky, a
     growing diagonal shift (1e-14, then x99) while the factorization fails, and an eigenvalue solve as the
     last resort.
     """
