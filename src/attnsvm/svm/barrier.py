@@ -537,11 +537,11 @@ def _factor_lower(form, N: int, diag):
             dg = B[k, i0 + k]
             sc[i0:i1] = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
             B *= sc[i0:i1, None]
-            B *= sc[None, :i1]
-            d0[i0:i1] = B[k, i0 + k]
+            out = buf[i0:i1, :i1]
+            np.multiply(B, sc[None, :i1], out=out)
+            d0[i0:i1] = out[k, i0 + k]
             if shift:
-                B[k, i0 + k] += shift
-            buf[i0:i1, :i1] = B
+                out[k, i0 + k] += shift
 
     reg = shift = 0.0
     for _ in range(8):
