@@ -93,3 +93,19 @@ def test_newton_solver_falls_back_to_the_eigenvalue_solve(grouped_rows, monkeypa
     y = pb.newton_solver(x, du, diag)(r)
     ref = np.linalg.solve(M_def + np.diag(diag), r)
     assert np.linalg.norm(y - ref) <= 1e-7 * np.linalg.norm(ref)
+
+
+def test_successive_newton_solvers_share_the_triangle_and_each_solves_its_system(grouped_rows, monkeypatch):
+    """The triangle's memory is kept for the next system of the same problem; the next system (another
+    diagonal here) is formed and solved in it exactly."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    pb, x, du, M_def = _case(True, seed=6)
+    r = np.random.default_rng(4).standard_normal(pb.N)
+    for shift in (0.5, 0.01):
+        diag = np.full(pb.N, shift)
+        y = pb.newton_solver(x, du, diag)(r)
+        if shift == 0.5:
+            buf = pb._schur_buf
+        ref = np.linalg.solve(M_def + np.diag(diag), r)
+        assert np.linalg.norm(y - ref) <= 1e-9 * np.linalg.norm(ref)
+    assert pb._schur_buf is buf

@@ -401,7 +401,12 @@ class _Problem:
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
-        return _factor_lower(functools.partial(self.schur_block, parts), self.N, diag)
+        # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs ~0.1 CPU-s of
+        # page faults at 6000 rows): a solver is used only until the next one is made (one _NewtonSystem a step)
+        buf = getattr(self, "_schur_buf", None)
+        if buf is None or buf.shape[0] != self.N:
+            buf = self._schur_buf = np.empty((self.N, self.N))
+        return _factor_lower(functools.partial(self.schur_block, parts), self.N, diag, buf)
 
     def Gmap(self, lam):
         """``G = A^T diag(lam) Bm`` (r1, r2): ``(E diag(lam) A)^T Bq`` on the distinct queries (``q r1 r2``
@@ -516,15 +521,16 @@ def _chol_upper_in_place(Mf):
     return F if info == 0 and _finite_positive(F.diagonal()) else None
 
 
-def _factor_lower(form, N: int, diag):
+def _factor_lower(form, N: int, diag, buf=None):
     """A solver of ``(M + diag(diag)) r = b`` for a symmetric positive semidefinite ``M (N, N)`` (the Newton
     system's Schur matrix, the clean-up's Gram matrix), from M's lower triangle formed block of rows by block
     of rows by ``form(I, J)`` (``M[I, J]``, ``J`` the columns up to the block's diagonal): ``diag (N,)`` is added
     to the diagonal and each block Jacobi-scaled as it is formed (one pass over memory; potrf reads only this
-    triangle), then the triangle is factorized in place. When the factorization fails the triangle is formed
-    again with a growing diagonal shift (1e-14, then x99), the last resort an eigenvalue solve (of the
-    triangle)."""
-    buf = np.empty((N, N))              # C order: its lower triangle is the upper one of buf.T (Fortran order)
+    triangle), then the triangle is factorized in place, in ``buf (N, N)`` (C order) when given, which the
+    solver then owns. When the factorization fails the triangle is formed again with a growing diagonal
+    shift (1e-14, then x99), the last resort an eigenvalue solve (of the triangle)."""
+    if buf is None:                     # C order: its lower triangle is the upper one of buf.T (Fortran order)
+        buf = np.empty((N, N))
     sc = np.empty(N)
     d0 = np.empty(N)                    # the scaled diagonal, (dg sc) sc
 
