@@ -11,9 +11,10 @@ solves the nuclear Gen-SVM of the first ``--sentences`` sentences and prints:
 * ``ws``: the working set (:func:`attnsvm.svm.working_set.solve_nuclear_ws`, what ``attnsvm probe`` runs): CPU
   seconds, rounds, subset size and interior-point iterations per round, the optimum's rank (singular values above
   1e-6 of the largest) and support, and the split of the CPU seconds over the interior-point method's parts
-  (process CPU time around each): ``schur`` (the N x N Schur complement: its N x N x r products, Hadamard
-  products and query gathers), ``chol`` (its factorization and solves), ``dual`` (S's factor and the
-  (r1 + r2)-sized products of the dual iterate), ``dirs`` (the primal direction's products) and the rest.
+  (process CPU time around each): ``schur`` (the blocks of the N x N Schur complement's lower triangle: its
+  N x N x r products, Hadamard products and query gathers), ``chol`` (its Cholesky factorization), ``dual``
+  (S's factor and the (r1 + r2)-sized products of the dual iterate), ``dirs`` (the primal direction's
+  products), ``factors`` (the Schur complement's ``N x r`` and ``q x N`` factors) and the rest.
 * ``oracle k``: the nuclear SVM restricted to the top k singular directions of the *optimal* dual matrix
   ``G = sum_k lam_k u_k w_k^T`` (:func:`attnsvm.svm.subspace.solve_nuclear_subspace`), certified in the full
   space: what a perfect prediction of the spectral subspace would cost (a bound on that method's gain).
@@ -37,8 +38,8 @@ from _offline import offline_threads
 class _Split:
     """Process CPU seconds spent inside some functions of :mod:`attnsvm.svm.barrier` (wrapped while active)."""
 
-    PARTS = {"schur": ("_Problem", "schur"), "chol": (None, "_solve_factor"), "dual": ("_Dual", "__init__"),
-             "dirs": ("_Problem", "XY")}
+    PARTS = {"schur": ("_Problem", "schur_block"), "chol": (None, "_chol_upper_in_place"),
+             "dual": ("_Dual", "__init__"), "dirs": ("_Problem", "XY"), "factors": ("_Problem", "schur_parts")}
 
     def __init__(self):
         from attnsvm.svm import barrier

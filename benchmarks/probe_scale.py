@@ -1,7 +1,7 @@
 """Benchmark: one head's nuclear-norm Gen-SVM of the probe vs the number of sentences, dense vs working set.
 
 Usage: python benchmarks/probe_scale.py [--sizes 48 128 256 512 1000] [--layer 3] [--heads 0 5]
-       [--methods dense working_set] [--dense-max 128] [--sentences N] [--baseline] [--threads 1]
+       [--methods dense working_set] [--dense-max 128] [--sentences N] [--baseline] [--nulls] [--threads 1]
        [--baseline-rev REV]
 
 For MiniLM-L6 (query "word", threshold 0.1, the corpus of :func:`attnsvm.real.sentences.corpus_sentences`
@@ -14,7 +14,9 @@ set only), the nuclear norm, corr_restricted with the head's W_h, and the relati
 solution to the dense one where both ran. "dense" is skipped above ``--dense-max`` sentences (its N x N
 Schur complement grows as N^2 in memory and N^3 in time). ``--baseline`` adds a random selection of
 equal sizes per head (one draw on all sentences, its first m used at size m; the probe draws its baseline
-per size instead).
+per size instead). ``--nulls`` adds each head's first spectrum null draw (selection "null", as the probe's nulls:
+:func:`attnsvm.real.nulls.spectrum_null` of the head's spectrum, draw 0 of :func:`attnsvm.real.nulls.null_rng`,
+selecting by its own attention at the threshold; corr_restricted then against the null's W).
 
 BLAS and torch use ``--threads`` threads (default 1, through threadpoolctl). The CPU column is the
 process CPU time of the solve: when it is well below the wall time another process shared the cores.
@@ -78,6 +80,7 @@ def main():
     ap.add_argument("--dense-max", type=int, default=128, help="largest m solved by the dense method")
     ap.add_argument("--sentences", type=int, default=None, help="corpus sentences loaded (default max(sizes))")
     ap.add_argument("--baseline", action="store_true", help="also the random selections of equal sizes")
+    ap.add_argument("--nulls", action="store_true", help="also each head's first spectrum null draw")
     ap.add_argument("--threads", type=int, default=1)
     _baseline.add_option(ap)
     args = ap.parse_args()
@@ -116,13 +119,27 @@ def _cases(args):
     rand = random_like(sel, cand, rng)
     for k, h in enumerate(args.heads):
         Wh = model.head_weights(layer, h)
-        for kind, S in (("head", sel[k]),) + ((("random", rand[k]),) if args.baseline else ()):
+        kinds = [("head", sel[k], Wh)] + ([("random", rand[k], Wh)] if args.baseline else [])
+        if getattr(args, "nulls", False):
+            kinds.append(("null",) + _null(model, X, Z, cand, layer, h))
+        for kind, S, Wk in kinds:
             for m in args.sizes:
                 Xs, ms, Zs = X[:m], cand[:m], Z[:m]
                 first = np.argmax(ms, axis=1)
                 P, B = row_basis((Xs - Xs[np.arange(m), first][:, None, :])[ms]), row_basis(Zs)
-                Wr = P @ (P.T @ Wh @ B) @ B.T
+                Wr = P @ (P.T @ Wk @ B) @ B.T
                 yield h, kind, m, Xs, Zs, S[:m], ms, Wr
+
+
+def _null(model, X, Z, cand, layer: int, h: int):
+    """``(selected (n, T), W (D, D))`` of head h's first spectrum null draw, selecting as the probe's nulls do."""
+    import numpy as np
+    from attnsvm.real.layer import LayerInputs
+    from attnsvm.real.nulls import head_spectrum, null_rng, own_selection, spectrum_null
+
+    inp = LayerInputs.build(X, Z, cand)
+    Wr = spectrum_null(head_spectrum(model.head_weights(layer, h)), X.shape[2], null_rng(0, layer, h, 0, "spectrum"))
+    return np.asarray(own_selection(inp.scores(Wr), inp.cand, 0.1)), Wr
 
 
 def compare(args, base_src, tmp):

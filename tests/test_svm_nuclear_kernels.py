@@ -1,6 +1,6 @@
 """The nuclear interior-point method's per-iteration kernels (svm.barrier), each against its definition:
-the HKM product sym(X Y) from Z^{-1} / 2, the Jacobi-scaled in-place factorization of the Schur matrix
-(including its restore-and-shift path), the LP and PSD step bounds, and the Cholesky factor of X that
+the HKM product sym(X Y) from Z^{-1} / 2, the Jacobi-scaled factorization of the Schur matrix formed by
+blocks of rows (including its form-again-and-shift path), the LP and PSD step bounds, and the Cholesky factor of X that
 a step carries to the next iterate."""
 
 import numpy as np
@@ -73,10 +73,18 @@ def test_blocks_of_matrices_and_stacks():
         assert np.array_equal(br._blocks(X11[k], X12[k], X22[k]), S[k])
 
 
+def _blocks_of(M):
+    """``form(I, J)`` of :func:`br._factor_lower` for a given matrix (fresh copies: the factorization may not
+    change M)."""
+    return lambda I, J: M[I, J].copy()
+
+
 @pytest.mark.parametrize("rank", [40, 25, 1])
-def test_schur_factorization_solves_in_place_including_the_shifted_path(rank):
-    """``_solve_factor`` overwrites M and solves ``M x = b``: a positive definite M directly; a singular one
-    (the first Cholesky fails, M is restored from the untouched triangle and shifted) on its range."""
+def test_schur_factorization_solves_including_the_shifted_path(rank, monkeypatch):
+    """``_factor_lower`` solves ``M x = b`` from M's lower triangle formed in blocks of rows: a positive definite
+    M directly; a singular one (the first Cholesky fails, the triangle is formed again and shifted) on its
+    range."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 9)
     rng = np.random.default_rng(rank)
     N = 40
     F = rng.standard_normal((N, rank)) * rng.uniform(0.1, 10.0, rank)
@@ -85,14 +93,17 @@ def test_schur_factorization_solves_in_place_including_the_shifted_path(rank):
         M0 += 1e-3 * np.eye(N)
     M0 *= np.outer(d := rng.uniform(0.5, 50.0, N), d)        # badly scaled rows: the Jacobi scaling matters
     b = M0 @ rng.standard_normal(N)                          # in the range of M0
-    M = M0.copy()
-    x = br._solve_factor(M)(b)
-    assert not np.array_equal(M, M0)                          # factorized in place (no N x N copy)
+
+    def no_eigh(*a, **k):
+        raise AssertionError("the shifted Cholesky factorization should have solved it")
+
+    monkeypatch.setattr(br.np.linalg, "eigh", no_eigh)       # not the last resort
+    x = br._factor_lower(_blocks_of(M0), N, np.zeros(N))(b)
     assert np.linalg.norm(M0 @ x - b) <= 1e-7 * np.linalg.norm(b)
 
 
-def test_schur_factorization_restores_the_matrix_before_shifting(monkeypatch):
-    """A failed factorization destroys one triangle; the retry must see the original matrix plus the
+def test_schur_factorization_forms_the_matrix_again_before_shifting(monkeypatch):
+    """A failed factorization destroys the triangle; the retry must see the original matrix plus the
     shift: with a first attempt forced to fail, the answer equals the direct one."""
     rng = np.random.default_rng(5)
     M0 = _spd(rng, 30)
@@ -107,7 +118,7 @@ def test_schur_factorization_restores_the_matrix_before_shifting(monkeypatch):
         return (out, 3) if len(calls) == 1 else (out, info)   # the first one "fails" after overwriting
 
     monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
-    x = br._solve_factor(M0.copy())(b)
+    x = br._factor_lower(_blocks_of(M0), 30, np.zeros(30))(b)
     assert len(calls) == 2
     np.testing.assert_allclose(x, ref, rtol=1e-9)
 
@@ -188,8 +199,7 @@ def test_dual_step_with_a_cap_below_one(cap):
 
 
 def test_a_step_carries_the_cholesky_factor_of_the_next_x():
-    """The iterate after a step holds X's Cholesky factor from the step guard; its leading block is the
-    factor of X11 that the Schur complement uses (same matrix as factorizing X11 itself)."""
+    """The iterate after a step holds X's Cholesky factor from the step guard (the next Newton system's)."""
     pr = random_problem(6, 8, 10, seed=3)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
     red = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {})
@@ -202,9 +212,6 @@ def test_a_step_carries_the_cholesky_factor_of_the_next_x():
         x = br.ipm_step(pb, x, du, mu, 0.95, False)[0]
         np.testing.assert_allclose(x.LX @ x.LX.T, x.X, rtol=1e-12, atol=1e-13 * np.abs(x.X).max())
         assert np.array_equal(x.X12, x.X[: pb.r1, pb.r1:]) and np.array_equal(x.X, x.X.T)
-        R = x.LX[: pb.r1, : pb.r1]
-        M = pb.schur(x.X11, x.X12, x.X22, du, R)
-        np.testing.assert_allclose(M, pb.schur(x.X11, x.X12, x.X22, du), rtol=1e-12, atol=1e-12 * np.abs(M).max())
 
 
 def test_distinct_rows_is_numpys_unique_over_rows():

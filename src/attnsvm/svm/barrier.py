@@ -34,12 +34,15 @@ block structure), so the only N x N work per iteration is the Schur complement::
 (``o`` the elementwise product), ``O(N^2 (r1 + r2) + N r1^2)`` to form and one
 Cholesky factorization ``O(N^3 / 3)``; nothing of size ``r1 r2 x N`` is built, the
 largest other matrix is X, ``(r1 + r2)^2``. At a central point ``X = mu Z^{-1}`` and M
-is ``mu`` times the Hessian of the dual barrier ``-log det S``.
+is ``mu`` times the Hessian of the dual barrier ``-log det S``. The Newton solver forms only
+M's lower triangle (the one the factorization reads), in blocks of rows that stay in the cache,
+each Jacobi-scaled as it is formed (:func:`_factor_lower`): half the N x N x r1 products and one
+pass over the N x N memory.
 
 The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
 ``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
 products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
-iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
+iterate (the next Newton system reuses it).
 The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``, or
 up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one, up to ``r1 + r2 = 64``, from
 the inverse of S's factor), the dual one after a Cholesky test of the full (capped) dual step; the dual step
@@ -443,7 +446,6 @@ class _Problem:
         self.r2 = Bm.shape[-1]
         n_in = self.ineq.sum(axis=-1)
         self.n_tot = self.r1 + self.r2 + (int(n_in) if np.ndim(n_in) == 0 else n_in)  # the barrier parameter's divisor
-        self.KA = A @ _t(A)
         # rows sharing a query: Bm = Bq[qidx] exactly; products with Bm on the left then cost q/N
         self.Bq = self.qidx = self.E = None
         if groups is not None and self.N >= _GROUPED_MIN_ROWS and groups[0].shape[0] <= _GROUPED_MAX * self.N:
@@ -458,9 +460,13 @@ class _Problem:
         """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
-        M = self.schur(x.X11, x.X12, x.X22, du, None if x.LX is None else x.LX[: self.r1, : self.r1])
-        M.flat[:: self.N + 1] += diag
-        return _solve_factor(M)
+        parts = self.schur_parts(x.X11, x.X12, x.X22, du)
+        # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs ~0.1 CPU-s of
+        # page faults at 6000 rows): a solver is used only until the next one is made (one _NewtonSystem a step)
+        buf = getattr(self, "_schur_buf", None)
+        if buf is None or buf.shape[0] != self.N:
+            buf = self._schur_buf = np.empty((self.N, self.N))
+        return _factor_lower(functools.partial(self.schur_block, parts), self.N, diag, buf)
 
     def Gmap(self, lam):
         """``G = A^T diag(lam) Bm`` (r1, r2): ``(E diag(lam) A)^T Bq`` on the distinct queries (``q r1 r2``
@@ -490,86 +496,133 @@ class _Problem:
         T *= 0.5
         return T
 
-    def _bb(self, H):
-        """``Bm H Bm^T`` (N x N) for ``H (r2, r2)``: from the distinct queries when rows share them."""
-        if self.qidx is None:
-            return (self.Bm @ H) @ _t(self.Bm)
-        q = self.qidx
-        # rows by fancy indexing, columns by take (fancy indexing along columns is much slower)
-        return ((self.Bq @ H) @ self.Bq.T)[q].take(q, axis=1)
+    def _take_rows(self, F, idx):
+        """``F[idx]`` (rows of a matrix by an index; :mod:`attnsvm.svm.torch_backend` overrides it)."""
+        return F[idx]
+
+    def _take_cols(self, F, idx):
+        """``F[:, idx]`` (columns of a matrix by an index: ``take``, fancy indexing along columns is much
+        slower; :mod:`attnsvm.svm.torch_backend` overrides it)."""
+        return F.take(idx, axis=1)
 
     @staticmethod
-    def _lower_factor(X):
-        """Lower Cholesky factor of ``X`` (a matrix or a stack), None when it is not positive definite."""
-        try:
-            return np.linalg.cholesky(X)
-        except np.linalg.LinAlgError:
-            return None
+    def _transposed(F):
+        """The transpose of ``F (q, N)`` as a row-major copy (its row blocks are then contiguous)."""
+        return np.ascontiguousarray(F.T)
 
-    def _bt(self, R):
-        """``Bm R^T`` (N x N) for ``R (N, r2)``: from the distinct queries when rows share them."""
-        if self.qidx is None:
-            return self.Bm @ _t(R)
-        return (self.Bq @ R.T)[self.qidx]
-
-    def schur(self, X11, X12, X22, du, R=None):
-        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N), see the module docstring; ``R`` the lower Cholesky
-        factor of ``X11`` when known (the leading block of the factor of X).
-
-        ``K1 o K2`` and its transpose are one product; the factors with ``Bm`` on the left are
-        computed on the distinct queries (``Bq``) and expanded when rows share queries, which
-        leaves two N x N x r products (``A H A^T``) per call instead of eight.
-        """
-        A = self.A
-        M = self._bt(A @ X12)                          # K1 = Bm X12^T A^T
-        M *= _t(self._bt(du.AC))                       # K2 = A C Bm^T
-        M = M + _t(M)                                  # K1 o K2 + (K1 o K2)^T
-        T = du.AC @ _t(du.AG)                          # A G S^{-1} G^T A^T
-        T += self.KA
-        T *= self._bb(X22)
-        M += T
-        if R is None:
-            R = self._lower_factor(X11)
-        if R is not None:
-            AR = A @ R
-            K5 = AR @ _t(AR)                           # A X11 A^T (gemm beats syrk here)
+    def schur_parts(self, X11, X12, X22, du) -> dict:
+        """The factors of the Schur complement at an iterate, each ``O(N r (r1 + r2))`` to form, from which
+        :meth:`schur_block` forms any block of M (see :meth:`schur`): ``(N, r)`` matrices, and on the distinct
+        queries (when rows share them, :attr:`qidx`) ``(q, N)`` / ``(N, q)`` / ``(q, q)`` ones."""
+        A, Bm = self.A, self.Bm
+        parts = {"AZ": A + du.AC @ _t(du.G), "AX": A @ X11, "A": A}      # A (I + C G^T), A X11
+        if self.qidx is None:                                             # K1 = Bm P1^T, P1 = A X12
+            parts.update(P1=A @ X12, AC=du.AC, Bm=Bm, BX=Bm @ X22, BS=Bm @ du.Si)
         else:
-            K5 = (A @ X11) @ _t(A)
-        K5 *= self._bb(du.Si)
-        M += K5
-        M *= 0.5
-        return M
+            Bq = self.Bq
+            F1, F2 = Bq @ _t(A @ X12), Bq @ _t(du.AC)                   # F1 = Bq P1^T
+            parts.update(F1=F1, F1T=self._transposed(F1), F2=F2, F2T=self._transposed(F2),
+                         H22=(Bq @ X22) @ _t(Bq), HS=(Bq @ du.Si) @ _t(Bq))
+        return parts
+
+    def schur_block(self, parts: dict, I: slice, J: slice):
+        """The block ``M[..., I, J]`` of the Schur complement (:meth:`schur`) from :meth:`schur_parts`; with
+        ``K1 = Bm X12^T A^T``, ``K2 = A C Bm^T``::
+
+            2 M[I, J] = K1[I, J] o K2[I, J] + K1[J, I]^T o K2[J, I]^T
+                        + (A (I + C G^T) A^T)[I, J] o (Bm X22 Bm^T)[I, J] + (A X11 A^T)[I, J] o (Bm S^{-1} Bm^T)[I, J]
+
+        (``C G^T = G S^{-1} G^T``). On the distinct queries the factors with ``Bm`` are rows and columns of the
+        ``(q, N)``, ``(N, q)`` and ``(q, q)`` parts picked by the query index; else they are products with ``Bm``.
+        Two ``|I| x |J| x r1`` products either way."""
+        p = parts
+        A = p["A"]
+        AJt = _t(A[..., J, :])
+        if self.qidx is None:
+            Bm = p["Bm"]
+            BJt = _t(Bm[..., J, :])
+            S = Bm[..., I, :] @ _t(p["P1"][..., J, :])
+            S *= p["AC"][..., I, :] @ BJt
+            S2 = p["P1"][..., I, :] @ BJt
+            S2 *= Bm[..., I, :] @ _t(p["AC"][..., J, :])
+            H22, HS = p["BX"][..., I, :] @ BJt, p["BS"][..., I, :] @ BJt
+        else:
+            qI, qJ = self.qidx[I], self.qidx[J]
+            rows, cols = self._take_rows, self._take_cols
+            S = rows(p["F1"][:, J], qI)                                # K1[I, J]
+            S *= cols(p["F2T"][I], qJ)                                 # K2[I, J]
+            S2 = cols(p["F1T"][I], qJ)                                 # K1[J, I]^T
+            S2 *= rows(p["F2"][:, J], qI)                              # K2[J, I]^T
+            H22, HS = cols(rows(p["H22"], qI), qJ), cols(rows(p["HS"], qI), qJ)
+        S += S2
+        T = p["AZ"][..., I, :] @ AJt                                   # A (I + C G^T) A^T
+        T *= H22
+        S += T
+        T = p["AX"][..., I, :] @ AJt                                   # A X11 A^T
+        T *= HS
+        S += T
+        S *= 0.5
+        return S
+
+    def schur(self, X11, X12, X22, du):
+        """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N, or a stack), see the module docstring: the whole matrix of
+        :meth:`schur_block`.
+
+        The factors with ``Bm`` on the left are computed on the distinct queries (``Bq``) and expanded when
+        rows share queries, which leaves two N x N x r products (``A H A^T``) per call instead of eight.
+        """
+        return self.schur_block(self.schur_parts(X11, X12, X22, du), slice(None), slice(None))
 
 
-def _solve_factor(M):
-    """Jacobi-scaled Cholesky factorization of the (positive semidefinite) Schur matrix ``M (N, N)``,
-    which it overwrites (scaled, then factorized in place: no N x N copy); a solver of ``M r = b``.
+#: rows of one block of :func:`_factor_lower` (a block of all its columns stays in the cache)
+_SCHUR_BLOCK_ROWS = 128
 
-    When the factorization fails a growing diagonal shift (1e-14, then x99) is tried, the matrix
-    restored from the triangle LAPACK leaves untouched; the last resort is an eigenvalue solve."""
-    dg = M.diagonal().copy()
-    sc = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
-    M *= sc[:, None]
-    M *= sc[None, :]
-    Mf = M.T                            # Fortran order, the same symmetric matrix: LAPACK works in place
-    d0 = None                           # the scaled diagonal, (dg sc) sc as M's: only a retry needs it
+
+def _chol_upper_in_place(Mf):
+    """The upper Cholesky factor ``U (U^T U = Mf)`` of the Fortran-ordered ``Mf (N, N)`` from its upper
+    triangle, written over it (LAPACK potrf), or None when Mf is not (numerically) positive definite."""
+    F, info = sla.lapack.dpotrf(Mf, lower=0, clean=0, overwrite_a=1)
+    return F if info == 0 and _finite_positive(F.diagonal()) else None
+
+
+def _factor_lower(form, N: int, diag, buf=None):
+    """A solver of ``(M + diag(diag)) r = b`` for a symmetric positive semidefinite ``M (N, N)`` (the Newton
+    system's Schur matrix, the clean-up's Gram matrix), from M's lower triangle formed block of rows by block
+    of rows by ``form(I, J)`` (``M[I, J]``, ``J`` the columns up to the block's diagonal): ``diag (N,)`` is added
+    to the diagonal and each block Jacobi-scaled as it is formed (one pass over memory; potrf reads only this
+    triangle), then the triangle is factorized in place, in ``buf (N, N)`` (C order) when given, which the
+    solver then owns. When the factorization fails the triangle is formed again with a growing diagonal
+    shift (1e-14, then x99), the last resort an eigenvalue solve (of the triangle)."""
+    if buf is None:                     # C order: its lower triangle is the upper one of buf.T (Fortran order)
+        buf = np.empty((N, N))
+    sc = np.empty(N)
+    d0 = np.empty(N)                    # the scaled diagonal, (dg sc) sc
+
+    def fill(shift):
+        for i0 in range(0, N, _SCHUR_BLOCK_ROWS):
+            i1 = min(N, i0 + _SCHUR_BLOCK_ROWS)
+            B = form(slice(i0, i1), slice(0, i1))
+            k = np.arange(i1 - i0)
+            B[k, i0 + k] += diag[i0:i1]
+            dg = B[k, i0 + k]
+            sc[i0:i1] = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
+            B *= sc[i0:i1, None]
+            out = buf[i0:i1, :i1]
+            np.multiply(B, sc[None, :i1], out=out)
+            d0[i0:i1] = out[k, i0 + k]
+            if shift:
+                out[k, i0 + k] += shift
+
     reg = shift = 0.0
-    for k in range(8):
-        if k:                           # restore the lower triangle from the untouched upper one
-            if d0 is None:
-                d0 = dg * sc * sc
-            shift += reg
-            Mf[...] = np.triu(Mf, 1)
-            Mf += Mf.T
-            Mf.flat[:: Mf.shape[0] + 1] = d0 + shift
-        F, info = sla.lapack.dpotrf(Mf, lower=1, clean=0, overwrite_a=1)
-        if info == 0 and _finite_positive(F.diagonal()):
-            return lambda r: sc * _potrs(F, sc * r, lower=True)
+    for _ in range(8):
+        shift += reg
+        fill(shift)
+        F = _chol_upper_in_place(buf.T)
+        if F is not None:
+            return lambda r: sc * _potrs(F, sc * r, lower=False)
         reg = 1e-14 if reg == 0 else reg * 99
-    Mf[...] = np.triu(Mf, 1)
-    Mf += Mf.T
-    Mf.flat[:: Mf.shape[0] + 1] = d0
-    w, Q = np.linalg.eigh(Mf, UPLO="U")
+    fill(0.0)
+    w, Q = np.linalg.eigh(buf, UPLO="L")          # reads the lower triangle
     cut = 1e-13 * max(float(w.max()), 1e-300)
     winv = np.where(w > cut, 1.0 / np.maximum(w, cut), 0.0)
     return lambda r: sc * (Q @ (winv * (Q.T @ (sc * r))))
@@ -597,10 +650,18 @@ def _clean_primal(pb, M, lam, feas_tol):
         nuc = _nuclear_norm(M)
         return M, _violation(pb, marg), (nuc - float(pb.rhs @ lam)) / max(1.0, nuc)
     An, Bn = pb.A[near], pb.Bm[near]
-    Gram = (An @ An.T) * (Bn @ Bn.T)
-    # the Jacobi-scaled Cholesky of the Schur systems (regularized or eigen-solved when singular) rather than
-    # an SVD least-squares solve; the result is checked below
-    mu = _solve_factor(Gram)(target)
+    if pb.qidx is None:
+        def gram(I, J):
+            return (An[I] @ An[J].T) * (Bn[I] @ Bn[J].T)
+    else:                               # (Bm Bm^T)[k, l] from the distinct queries
+        Hq, qn = pb.Bq @ pb.Bq.T, pb.qidx[near]
+
+        def gram(I, J):
+            return (An[I] @ An[J].T) * Hq[qn[I]].take(qn[J], axis=1)
+    # the Jacobi-scaled Cholesky of the Newton systems (regularized or eigen-solved when singular) of the Gram
+    # matrix (An An^T) o (Bn Bn^T) rather than an SVD least-squares solve; the result is checked below
+    n = int(near.sum())
+    mu = _factor_lower(gram, n, np.zeros(n))(target)
     M2 = M + An.T @ (mu[:, None] * Bn)
     nuc2 = _nuclear_norm(M2)
     return M2, _violation(pb, pb.amap(M2)), (nuc2 - float(pb.rhs @ lam)) / max(1.0, nuc2)

@@ -37,7 +37,7 @@ def _min_eig(S: np.ndarray) -> np.ndarray:
 def _rows(pb: _Problem, idx: np.ndarray) -> _Problem:
     """The problems ``idx`` of a batched :class:`_Problem` (its arrays sliced, nothing recomputed)."""
     q = _Problem.__new__(_Problem)
-    q.A, q.Bm, q.rhs, q.eq, q.ineq, q.KA = pb.A[idx], pb.Bm[idx], pb.rhs[idx], pb.eq[idx], pb.ineq[idx], pb.KA[idx]
+    q.A, q.Bm, q.rhs, q.eq, q.ineq = pb.A[idx], pb.Bm[idx], pb.rhs[idx], pb.eq[idx], pb.ineq[idx]
     q.N, q.r1, q.r2, q.n_tot = pb.N, pb.r1, pb.r2, pb.n_tot[idx]
     q.Bq = q.qidx = q.E = None
     return q

@@ -61,7 +61,7 @@ class _DeviceProblem(_Problem):
         self.torch, self.dev = torch, dev
         t = self.tensor
         self.N, self.r1, self.r2 = pb.N, pb.r1, pb.r2
-        self.A, self.Bm, self.KA = t(pb.A), t(pb.Bm), t(pb.KA)
+        self.A, self.Bm = t(pb.A), t(pb.Bm)
         self.Bq = self.qidx = None
         if pb.qidx is not None:
             self.Bq = t(pb.Bq)
@@ -70,27 +70,22 @@ class _DeviceProblem(_Problem):
     def tensor(self, a):
         return self.torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64), device=self.dev)
 
-    def _lower_factor(self, X):
-        L, info = self.torch.linalg.cholesky_ex(X)
-        return L if int(info) == 0 else None
+    @staticmethod
+    def _transposed(F):
+        return F.T.contiguous()
 
-    def _bb(self, H):
-        if self.qidx is None:
-            return (self.Bm @ H) @ self.Bm.T
-        q = self.qidx
-        return ((self.Bq @ H) @ self.Bq.T).index_select(0, q).index_select(1, q)
+    def _take_rows(self, F, idx):
+        return F.index_select(0, idx)
 
-    def _bt(self, R):
-        if self.qidx is None:
-            return self.Bm @ R.T
-        return (self.Bq @ R.T).index_select(0, self.qidx)
+    def _take_cols(self, F, idx):
+        return F.index_select(1, idx)
 
 
 class TorchNewton:
     """Backend of :func:`attnsvm.svm.barrier.nuclear_ipm` (its ``backend`` argument): the Schur complement,
     its Jacobi-scaled Cholesky factorization and the Newton solves on the torch device ``device``.
 
-    The factorization mirrors :func:`attnsvm.svm.barrier._solve_factor`: Jacobi scaling, Cholesky, a
+    The factorization mirrors :func:`attnsvm.svm.barrier._factor_lower`: Jacobi scaling, Cholesky, a
     growing diagonal shift (1e-14, then x99) while the factorization fails, and an eigenvalue solve as the
     last resort.
     """
@@ -106,7 +101,7 @@ class TorchNewton:
 
     def _solver(self, dp: _DeviceProblem, x, du, diag):
         torch, t = dp.torch, dp.tensor
-        dut = _DualView(t(du.AC), t(du.AG), t(du.Si))
+        dut = _DualView(t(du.AC), t(du.G), t(du.Si))
         M = _Problem.schur(dp, t(x.X11), t(x.X12), t(x.X22), dut)
         M.diagonal().add_(t(diag))
         dg = M.diagonal().clone()
@@ -140,7 +135,7 @@ class TorchNewton:
 
 
 class _DualView:
-    """The dual quantities :meth:`_Problem.schur` reads (``AC``, ``AG``, ``Si``), as device tensors."""
+    """The dual quantities :meth:`_Problem.schur` reads (``AC``, ``G``, ``Si``), as device tensors."""
 
-    def __init__(self, AC, AG, Si):
-        self.AC, self.AG, self.Si = AC, AG, Si
+    def __init__(self, AC, G, Si):
+        self.AC, self.G, self.Si = AC, G, Si

@@ -1,0 +1,111 @@
+"""The nuclear IPM's Schur complement formed by blocks of rows (svm.barrier ``schur_block`` and
+``_factor_schur``): every block equals the block of the definition ``M_kl = <A_k, X A_l Z^{-1}>``, on the
+distinct queries and without them; the Newton solver formed block by block into one triangle solves
+``(M + diag) y = r`` like the dense solve, including its shifted retry and its eigenvalue fallback."""
+
+import numpy as np
+import pytest
+
+from attnsvm.svm import barrier as br
+
+
+def _case(grouped: bool, seed: int = 3, N: int = 60):
+    """A reduced problem of N rows (12 queries, mixed) at an interior iterate: ``(pb, x, du, M_def)`` with
+    ``M_def (N, N)`` the Schur complement from the full block matrices ``X`` and ``Z^{-1}``."""
+    rng = np.random.default_rng(seed)
+    U = rng.standard_normal((N, 7))
+    V = np.repeat(rng.standard_normal((12, 5)), N // 12, axis=0)[rng.permutation(N)]
+    red = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {})
+    pb = red.pb if grouped else br._Problem(red.pb.A, red.pb.Bm, red.pb.rhs, red.pb.eq)
+    assert (pb.qidx is not None) == grouped
+    x = br._Iterate(*br._start(pb, None, rng.standard_normal((pb.r1, pb.r2))))      # X12 != 0: every term counts
+    assert np.abs(x.X12).min() > 0
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    r1, r2 = pb.r1, pb.r2
+    X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
+    Zi = 2.0 * np.block([[np.eye(r1) + du.C @ du.G.T, du.C], [du.C.T, du.Si]])
+    Ak = [0.5 * np.block([[np.zeros((r1, r1)), np.outer(a, b)], [np.outer(b, a), np.zeros((r2, r2))]])
+          for a, b in zip(pb.A, pb.Bm)]
+    M_def = np.array([[np.sum(Ak[k] * (X @ Ak[m] @ Zi)) for m in range(N)] for k in range(N)])
+    return pb, x, du, M_def
+
+
+@pytest.fixture
+def grouped_rows(monkeypatch):
+    monkeypatch.setattr(br, "_GROUPED_MIN_ROWS", 60)
+    monkeypatch.setattr(br, "_GROUPED_MAPS_MIN_ROWS", 60)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_every_block_is_the_block_of_the_definition(grouped, grouped_rows):
+    pb, x, du, M_def = _case(grouped)
+    tol = 1e-12 * np.abs(M_def).max()
+    parts = pb.schur_parts(x.X11, x.X12, x.X22, du)
+    for I, J in [(slice(0, 7), slice(0, 7)), (slice(7, 30), slice(0, 30)), (slice(50, 60), slice(3, 41)),
+                 (slice(None), slice(None))]:
+        np.testing.assert_allclose(pb.schur_block(parts, I, J), M_def[I, J], rtol=0, atol=tol)
+    np.testing.assert_allclose(pb.schur(x.X11, x.X12, x.X22, du), M_def, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("rows", [1, 7, 128])
+def test_newton_solver_by_blocks_solves_the_system(grouped, rows, grouped_rows, monkeypatch):
+    """Blocks of 1, 7 and 128 rows (one block): the same solution as a dense solve of (M + diag) y = r."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", rows)
+    pb, x, du, M_def = _case(grouped)
+    rng = np.random.default_rng(1)
+    diag = rng.uniform(0.0, 0.1, pb.N)
+    r = rng.standard_normal(pb.N)
+    y = pb.newton_solver(x, du, diag)(r)
+    ref = np.linalg.solve(M_def + np.diag(diag), r)
+    assert np.linalg.norm(y - ref) <= 1e-9 * np.linalg.norm(ref)
+
+
+def test_newton_solver_forms_the_triangle_again_before_shifting(grouped_rows, monkeypatch):
+    """A failed factorization destroys the triangle; the retry forms it again (plus the small shift): with
+    the first two attempts forced to fail, the answer still equals the dense solve."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    pb, x, du, M_def = _case(True, seed=4)
+    real = br.sla.lapack.dpotrf
+    calls = []
+
+    def flaky(a, **kw):
+        calls.append(1)
+        out, info = real(a, **kw)
+        return (out, 3) if len(calls) <= 2 else (out, info)
+
+    monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
+    diag = np.full(pb.N, 0.1)
+    r = np.random.default_rng(2).standard_normal(pb.N)
+    y = pb.newton_solver(x, du, diag)(r)
+    assert len(calls) == 3
+    ref = np.linalg.solve(M_def + np.diag(diag), r)
+    assert np.linalg.norm(y - ref) <= 1e-7 * np.linalg.norm(ref)
+
+
+def test_newton_solver_falls_back_to_the_eigenvalue_solve(grouped_rows, monkeypatch):
+    """Every factorization failing: the eigenvalue solve of the whole (mirrored) matrix."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    pb, x, du, M_def = _case(True, seed=5)
+    monkeypatch.setattr(br.sla.lapack, "dpotrf", lambda a, **kw: (a, 1))
+    diag = np.full(pb.N, 0.1)
+    r = np.random.default_rng(3).standard_normal(pb.N)
+    y = pb.newton_solver(x, du, diag)(r)
+    ref = np.linalg.solve(M_def + np.diag(diag), r)
+    assert np.linalg.norm(y - ref) <= 1e-7 * np.linalg.norm(ref)
+
+
+def test_successive_newton_solvers_share_the_triangle_and_each_solves_its_system(grouped_rows, monkeypatch):
+    """The triangle's memory is kept for the next system of the same problem; the next system (another
+    diagonal here) is formed and solved in it exactly."""
+    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    pb, x, du, M_def = _case(True, seed=6)
+    r = np.random.default_rng(4).standard_normal(pb.N)
+    for shift in (0.5, 0.01):
+        diag = np.full(pb.N, shift)
+        y = pb.newton_solver(x, du, diag)(r)
+        if shift == 0.5:
+            buf = pb._schur_buf
+        ref = np.linalg.solve(M_def + np.diag(diag), r)
+        assert np.linalg.norm(y - ref) <= 1e-9 * np.linalg.norm(ref)
+    assert pb._schur_buf is buf
