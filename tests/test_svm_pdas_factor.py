@@ -87,3 +87,83 @@ def test_subset_qp_runs_on_one_blas_thread(monkeypatch):
         sol = wsm.solve_frobenius_ws(att_constraints(pr.X, pr.queries, sel), batch=16)
         assert blas_threads() == 2
     assert sol.certified and len(seen) >= 2 and set(seen) == {1}
+
+
+def _factored_base(n=40, d=6, free=30):
+    """A _BasePDAS whose factor holds ``free`` rows (a padded buffer: identity beyond them)."""
+    base, ws = _base(n, d)
+    _step(base, ws, np.arange(free))
+    assert base.L.shape[0] > base.s
+    return base, ws
+
+
+def test_unit_solve_equals_a_fresh_triangular_solve():
+    """``L^{-1} E`` for unit vectors, solved on trailing blocks in groups, equals the full solve."""
+    from attnsvm.svm.pdas import _blas_trsm
+
+    base, _ = _factored_base()
+    s = base.s
+    L = base.L[:s, :s]
+    rng = np.random.default_rng(3)
+    for p in (np.array([0]), np.array([s - 1]), np.array([s - 1, 0, 17]), rng.permutation(s)[:12],
+              np.arange(s)):
+        E = np.zeros((s, p.size))
+        E[p, np.arange(p.size)] = 1.0
+        want = sla.solve_triangular(L, E, lower=True)
+        got = base._unit_solve(p)
+        assert got.shape == (s, p.size)
+        assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+        assert np.all(got[np.arange(s)[:, None] < p[None, :]] == 0.0)      # exactly zero above p
+    assert _blas_trsm() is not None          # the in-place BLAS path is the one tested above
+
+
+def test_trsm_tail_fallback_equals_blas():
+    """The copy fallback of _trsm_tail (no ctypes BLAS) gives the same solve as the in-place call."""
+    from attnsvm.svm import pdas
+
+    base, _ = _factored_base()
+    s, q = base.s, 7
+    X = np.random.default_rng(5).standard_normal((4, s - q))
+    want = sla.solve_triangular(base.L[q:s, q:s], X.T, lower=True).T
+    for fn in (pdas._blas_trsm(), None):
+        Y = X.copy()
+        pdas._TRSM[:] = [fn]
+        try:
+            pdas._trsm_tail(base.L, q, s, Y)
+        finally:
+            pdas._TRSM[:] = []
+        assert np.allclose(Y, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+def test_principal_block_equals_fancy_indexing():
+    """_principal (copies by runs of consecutive indices, or a gather beyond 128 runs) is G[ix_(idx, idx)]."""
+    from attnsvm.svm.pdas import _principal
+
+    rng = np.random.default_rng(2)
+    G = rng.standard_normal((300, 300))
+    for idx in (np.arange(300), np.arange(0), np.array([5]), np.r_[0:40, 41:90, 200:300], np.r_[3:299],
+                np.sort(rng.permutation(300)[:250]), np.arange(0, 300, 2)):
+        want = G[np.ix_(idx, idx)]
+        assert np.array_equal(_principal(G, idx), want)
+        out = np.full((idx.size + 3, idx.size + 5), np.nan)
+        _principal(G, idx, out=out[:idx.size, :idx.size])           # into a strided view
+        assert np.array_equal(out[:idx.size, :idx.size], want)
+        assert np.isnan(out[idx.size:]).all() and np.isnan(out[:, idx.size:]).all()
+
+
+def test_gram_set_keep_then_add_equals_a_fresh_gram():
+    """The working set's Gram matrix after keep() (cut when read or when rows are added) is that of its rows."""
+    from attnsvm.svm.constraints import row_gram
+
+    base, ws = _base()
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        ws.keep(rng.random(ws.size) > 0.2)
+        ws.keep(rng.random(ws.size) > 0.1)                          # two cuts before the next read
+        out = np.setdiff1d(np.arange(base.setup.cs.N), ws.rows)
+        ws.add(rng.permutation(out)[:7])
+        U, V = base.setup.rows(ws.rows)
+        assert np.allclose(ws.G, row_gram(U, V), rtol=0, atol=1e-13)
+        ws.keep(rng.random(ws.size) > 0.3)
+        U, V = base.setup.rows(ws.rows)
+        assert np.allclose(ws.G, row_gram(U, V), rtol=0, atol=1e-13)

@@ -8,6 +8,81 @@ import numpy as np
 __all__ = ["_BasePDAS"]
 
 
+def _blas_trsm():
+    """BLAS ``dtrsm`` of SciPy's BLAS as a ctypes function (None where it is not available): it takes a
+    leading dimension, so a trailing block of a stored factor is solved in place."""
+    import ctypes
+
+    try:
+        from scipy.linalg import cython_blas
+        cap = cython_blas.__pyx_capi__["dtrsm"]
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        name = get_name(cap)
+        if name is None or b"int *" not in name or b"long" in name:   # 32-bit BLAS integers only
+            return None
+        get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+        get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        ptr = get_ptr(cap, name)
+    except (ImportError, KeyError, AttributeError, ValueError):
+        return None
+    c, i, d = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double)
+    return ctypes.CFUNCTYPE(None, c, c, c, c, i, i, d, ctypes.c_void_p, i, ctypes.c_void_p, i)(ptr)
+
+
+_TRSM = []
+
+
+def _trsm_tail(L: np.ndarray, q: int, s: int, X: np.ndarray) -> None:
+    """``X := X L[q:s, q:s]^{-T}``, i.e. ``X^T := L[q:s, q:s]^{-1} X^T``, in place, for the lower factor
+    ``L`` stored C-contiguous (``(cap, cap)``) and ``X (g, s - q)`` C-contiguous."""
+    import ctypes
+
+    n, g = s - q, X.shape[0]
+    if not _TRSM:
+        _TRSM.append(_blas_trsm())
+    fn = _TRSM[0]
+    if fn is None or not (L.flags.c_contiguous and X.flags.c_contiguous and L.dtype == X.dtype == np.float64):
+        import scipy.linalg as sla
+
+        X[...] = sla.solve_triangular(np.ascontiguousarray(L[q:s, q:s]), X.T, lower=True, check_finite=False).T
+        return
+    if n == 0 or g == 0:
+        return
+    # column-major view: L is U = L^T (upper, lda = cap) and X^T is (n, g) with ldb = n; solve U^T Z = X^T
+    cap = L.shape[1]
+    one = ctypes.c_double(1.0)
+    ci = ctypes.c_int
+    a_ptr = L.ctypes.data + 8 * (q * cap + q)
+    fn(b"L", b"U", b"T", b"N", ctypes.byref(ci(n)), ctypes.byref(ci(g)), ctypes.byref(one), a_ptr,
+       ctypes.byref(ci(cap)), X.ctypes.data, ctypes.byref(ci(n)))
+
+
+def _principal(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``G[np.ix_(idx, idx)]`` for increasing indices ``idx (k,)``, written into ``out (k, k)`` when given.
+
+    Index sets here are a matrix's rows less a few, i.e. few runs of consecutive indices: up to
+    128 runs the block is copied as slices, run by run (a gather of each entry, ``np.ix_``, is
+    several times slower on a few-thousand-row matrix); beyond that it is gathered.
+    """
+    k = int(idx.size)
+    if out is None:
+        out = np.empty((k, k))
+    brk = np.flatnonzero(np.diff(idx) != 1) + 1
+    if brk.size >= 128:
+        out[...] = G[np.ix_(idx, idx)]
+        return out
+    starts = np.r_[0, brk].tolist()
+    ends = np.r_[brk, k].tolist()
+    src = idx[np.r_[0, brk]].tolist() if k else []
+    runs = list(zip(starts, ends, src))
+    for a, b, sa in runs:
+        Gr, o = G[sa:sa + b - a], out[a:b]
+        for c, d, sc in runs:
+            o[:, c:d] = Gr[:, sc:sc + d - c]
+    return out
+
+
 class _Singular(Exception):
     """The free rows of the subset QP are (numerically) linearly dependent."""
 
@@ -153,20 +228,43 @@ class _BasePDAS:
         self.pos[new] = np.arange(s, s + a)
         self.appended += a
 
+    def _unit_solve(self, p: np.ndarray) -> np.ndarray:
+        """``L^{-1} E`` for the unit vectors ``E (s, m)`` at positions ``p (m,)``: ``(s, m)``.
+
+        Column j is zero above ``p_j``, so only the factor's trailing block ``L[p_j:, p_j:]`` is
+        needed. Columns are solved in groups, by increasing position: a group starts at the first
+        position ``q`` left and takes the columns whose trailing block is at least 0.7 of the
+        group's (``s - p_j >= 0.7 (s - q)``: at most half its work is on zero rows), in place on the
+        stored factor (:func:`_trsm_tail`, no copy of the block).
+        """
+        s, m = self.s, int(p.size)
+        out = np.zeros((s, m))
+        order = np.argsort(p, kind="stable")
+        ps = p[order]
+        tails = s - ps
+        i = 0
+        while i < m:
+            q, n = int(ps[i]), int(tails[i])
+            j = i + int(np.searchsorted(-tails[i:], -0.7 * n, side="right"))
+            X = np.zeros((j - i, n))            # the columns' tails, stored transposed (Fortran (n, g))
+            X[np.arange(j - i), ps[i:j] - q] = 1.0
+            _trsm_tail(self.L, q, s, X)
+            out[q:, order[i:j]] = X.T
+            i = j
+        return out
+
     def pin(self, D: np.ndarray) -> None:
         """Pinned set := D (rows of B)."""
         keep = np.isin(self.pinned, D)
         add = D[~np.isin(D, self.pinned)]
         Y = self.Y[:, keep]
         if add.size:
-            E = np.zeros((self.s, add.size))
-            E[self.pos[add], np.arange(add.size)] = 1.0
-            Y = np.hstack([Y, self._lsolve(E)])
+            Y = np.hstack([Y, self._unit_solve(self.pos[add])])
         self.pinned = np.concatenate([self.pinned[keep], add])
         self.Y = Y
 
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        M = G[np.ix_(idx, idx)]
+        M = _principal(G, idx)
         bi = b[idx]
         if not bi.size:                        # no free row: an empty block (BLAS ger refuses empty vectors)
             return M
