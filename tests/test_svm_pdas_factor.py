@@ -99,7 +99,7 @@ def _factored_base(n=40, d=6, free=30):
 
 def test_unit_solve_equals_a_fresh_triangular_solve():
     """``L^{-1} E`` for unit vectors, solved on trailing blocks in groups, equals the full solve."""
-    from attnsvm.svm.pdas import _blas_trsm
+    from attnsvm.svm.pdas import _blas
 
     base, _ = _factored_base()
     s = base.s
@@ -114,25 +114,34 @@ def test_unit_solve_equals_a_fresh_triangular_solve():
         assert got.shape == (s, p.size)
         assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
         assert np.all(got[np.arange(s)[:, None] < p[None, :]] == 0.0)      # exactly zero above p
-    assert _blas_trsm() is not None          # the in-place BLAS path is the one tested above
+    assert _blas("dtrsm") is not None        # the in-place BLAS path is the one tested above
 
 
-def test_trsm_tail_fallback_equals_blas():
-    """The copy fallback of _trsm_tail (no ctypes BLAS) gives the same solve as the in-place call."""
+def test_tri_solve_blas_and_fallback_equal_scipy():
+    """_tri_solve (BLAS dtrsm / dtrsv on a block of the stored factor, or the copying fallback) solves with
+    L[q:s, q:s] and its transpose like scipy, for one and several right-hand sides."""
     from attnsvm.svm import pdas
 
     base, _ = _factored_base()
-    s, q = base.s, 7
-    X = np.random.default_rng(5).standard_normal((4, s - q))
-    want = sla.solve_triangular(base.L[q:s, q:s], X.T, lower=True).T
-    for fn in (pdas._blas_trsm(), None):
-        Y = X.copy()
-        pdas._TRSM[:] = [fn]
-        try:
-            pdas._trsm_tail(base.L, q, s, Y)
-        finally:
-            pdas._TRSM[:] = []
-        assert np.allclose(Y, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    s = base.s
+    rng = np.random.default_rng(5)
+    for q in (0, 7):
+        Lq = base.L[q:s, q:s]
+        for g in (1, 4):
+            X = rng.standard_normal((g, s - q))
+            for trans in (False, True):
+                want = sla.solve_triangular(Lq, X.T, lower=True, trans="T" if trans else "N").T
+                for fns in ({"dtrsm": pdas._blas("dtrsm"), "dtrsv": pdas._blas("dtrsv")},
+                            {"dtrsm": None, "dtrsv": None}):
+                    Y = X.copy()
+                    pdas._BLAS.clear()
+                    pdas._BLAS.update(fns)
+                    try:
+                        pdas._tri_solve(base.L, q, s, Y, trans)
+                    finally:
+                        pdas._BLAS.clear()
+                    assert np.allclose(Y, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    assert pdas._blas("dtrsm") is not None and pdas._blas("dtrsv") is not None
 
 
 def test_principal_block_equals_fancy_indexing():

@@ -8,54 +8,61 @@ import numpy as np
 __all__ = ["_BasePDAS"]
 
 
-def _blas_trsm():
-    """BLAS ``dtrsm`` of SciPy's BLAS as a ctypes function (None where it is not available): it takes a
-    leading dimension, so a trailing block of a stored factor is solved in place."""
+def _blas(name: str):
+    """BLAS routine ``name`` ("dtrsm" or "dtrsv") of SciPy's BLAS as a ctypes function, or None where it is not
+    available with 32-bit integers. Unlike SciPy's wrappers these take a leading dimension, so a block of the
+    stored factor (its leading s x s part, or a trailing block) is solved where it is, without a copy."""
     import ctypes
 
     try:
         from scipy.linalg import cython_blas
-        cap = cython_blas.__pyx_capi__["dtrsm"]
+        cap = cython_blas.__pyx_capi__[name]
         get_name = ctypes.pythonapi.PyCapsule_GetName
         get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-        name = get_name(cap)
-        if name is None or b"int *" not in name or b"long" in name:   # 32-bit BLAS integers only
+        sig = get_name(cap)
+        if sig is None or b"int *" not in sig or b"long" in sig:
             return None
         get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
         get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        ptr = get_ptr(cap, name)
+        ptr = get_ptr(cap, sig)
     except (ImportError, KeyError, AttributeError, ValueError):
         return None
-    c, i, d = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double)
-    return ctypes.CFUNCTYPE(None, c, c, c, c, i, i, d, ctypes.c_void_p, i, ctypes.c_void_p, i)(ptr)
+    c, i, d, v = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double), ctypes.c_void_p
+    args = (c, c, c, c, i, i, d, v, i, v, i) if name == "dtrsm" else (c, c, c, i, v, i, v, i)
+    return ctypes.CFUNCTYPE(None, *args)(ptr)
 
 
-_TRSM = []
+_BLAS: dict = {}
 
 
-def _trsm_tail(L: np.ndarray, q: int, s: int, X: np.ndarray) -> None:
-    """``X := X L[q:s, q:s]^{-T}``, i.e. ``X^T := L[q:s, q:s]^{-1} X^T``, in place, for the lower factor
-    ``L`` stored C-contiguous (``(cap, cap)``) and ``X (g, s - q)`` C-contiguous."""
+def _tri_solve(L: np.ndarray, q: int, s: int, X: np.ndarray, trans: bool = False) -> None:
+    """Solve with the block ``T = L[q:s, q:s]`` of a lower factor ``L`` stored C-contiguous ``(cap, cap)``, in
+    place: ``X^T := T^{-1} X^T`` (``T^{-T}`` when ``trans``) for ``X (g, s - q)`` C-contiguous (the right-hand
+    sides as rows)."""
     import ctypes
 
     n, g = s - q, X.shape[0]
-    if not _TRSM:
-        _TRSM.append(_blas_trsm())
-    fn = _TRSM[0]
+    if not _BLAS:
+        _BLAS.update(dtrsm=_blas("dtrsm"), dtrsv=_blas("dtrsv"))
+    fn = _BLAS["dtrsm"] if g > 1 else _BLAS["dtrsv"]
     if fn is None or not (L.flags.c_contiguous and X.flags.c_contiguous and L.dtype == X.dtype == np.float64):
         import scipy.linalg as sla
 
-        X[...] = sla.solve_triangular(np.ascontiguousarray(L[q:s, q:s]), X.T, lower=True, check_finite=False).T
+        X[...] = sla.solve_triangular(np.ascontiguousarray(L[q:s, q:s]), X.T, lower=True, trans="T" if trans else "N",
+                                      check_finite=False).T
         return
     if n == 0 or g == 0:
         return
-    # column-major view: L is U = L^T (upper, lda = cap) and X^T is (n, g) with ldb = n; solve U^T Z = X^T
-    cap = L.shape[1]
-    one = ctypes.c_double(1.0)
+    # column-major, L is U = L^T (upper, lda = cap) and X^T is (n, g) with ldb = n: T = U^T, T^T = U
     ci = ctypes.c_int
-    a_ptr = L.ctypes.data + 8 * (q * cap + q)
-    fn(b"L", b"U", b"T", b"N", ctypes.byref(ci(n)), ctypes.byref(ci(g)), ctypes.byref(one), a_ptr,
-       ctypes.byref(ci(cap)), X.ctypes.data, ctypes.byref(ci(n)))
+    lda = ctypes.byref(ci(L.shape[1]))
+    a_ptr = L.ctypes.data + 8 * (q * L.shape[1] + q)
+    op = b"N" if trans else b"T"
+    if g > 1:
+        fn(b"L", b"U", op, b"N", ctypes.byref(ci(n)), ctypes.byref(ci(g)), ctypes.byref(ctypes.c_double(1.0)), a_ptr,
+           lda, X.ctypes.data, ctypes.byref(ci(n)))
+    else:
+        fn(b"U", op, b"N", ctypes.byref(ci(n)), a_ptr, lda, X.ctypes.data, ctypes.byref(ci(1)))
 
 
 def _principal(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -148,16 +155,10 @@ class _BasePDAS:
         return (U1 @ U2.T) * (V1 @ V2.T) + self.beta2 * np.outer(st.rhs[r1], st.rhs[r2])
 
     def _lsolve(self, r: np.ndarray, trans: bool = False) -> np.ndarray:
-        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the padded factor."""
-        import scipy.linalg as sla
-
-        s, cap = self.s, self.L.shape[0]
-        if cap > s:
-            rp = np.zeros((cap,) + r.shape[1:])
-            rp[:s] = r
-            r = rp
-        out = sla.solve_triangular(self.L, r, lower=True, trans="T" if trans else "N", check_finite=False)
-        return out[:s]
+        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the factor's leading s x s block."""
+        X = np.array(r.T, dtype=np.float64, order="C", ndmin=2)      # (m, s): the right-hand sides as rows
+        _tri_solve(self.L, 0, self.s, X, trans)
+        return X[0] if r.ndim == 1 else X.T
 
     def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
         """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s), reused
@@ -235,7 +236,7 @@ class _BasePDAS:
         needed. Columns are solved in groups, by increasing position: a group starts at the first
         position ``q`` left and takes the columns whose trailing block is at least 0.7 of the
         group's (``s - p_j >= 0.7 (s - q)``: at most half its work is on zero rows), in place on the
-        stored factor (:func:`_trsm_tail`, no copy of the block).
+        stored factor (:func:`_tri_solve`, no copy of the block).
         """
         s, m = self.s, int(p.size)
         out = np.zeros((s, m))
@@ -248,7 +249,7 @@ class _BasePDAS:
             j = i + int(np.searchsorted(-tails[i:], -0.7 * n, side="right"))
             X = np.zeros((j - i, n))            # the columns' tails, stored transposed (Fortran (n, g))
             X[np.arange(j - i), ps[i:j] - q] = 1.0
-            _trsm_tail(self.L, q, s, X)
+            _tri_solve(self.L, q, s, X)
             out[q:, order[i:j]] = X.T
             i = j
         return out
