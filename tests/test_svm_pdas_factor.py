@@ -176,3 +176,16 @@ def test_gram_set_keep_then_add_equals_a_fresh_gram():
         ws.keep(rng.random(ws.size) > 0.3)
         U, V = base.setup.rows(ws.rows)
         assert np.allclose(ws.G, row_gram(U, V), rtol=0, atol=1e-13)
+
+
+def test_symv_equals_the_matrix_product():
+    """_symv (BLAS dsymv on one triangle of the symmetric Gram matrix) is G @ f; other inputs go through @."""
+    from attnsvm.svm.pdas import _symv
+
+    base, ws = _base()
+    G = ws.G
+    f = np.random.default_rng(7).standard_normal(G.shape[0])
+    assert np.allclose(_symv(G, f), G @ f, rtol=1e-14, atol=1e-14 * np.abs(G @ f).max())
+    Gv = np.asfortranarray(G)                                          # not C-contiguous: the plain product
+    assert np.array_equal(_symv(Gv, f), Gv @ f)
+    assert _symv(np.zeros((0, 0)), np.zeros(0)).shape == (0,)
