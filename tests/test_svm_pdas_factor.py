@@ -158,6 +158,11 @@ def test_principal_block_equals_fancy_indexing():
         _principal(G, idx, out=out[:idx.size, :idx.size])           # into a strided view
         assert np.array_equal(out[:idx.size, :idx.size], want)
         assert np.isnan(out[idx.size:]).all() and np.isnan(out[:, idx.size:]).all()
+    G = rng.standard_normal((1200, 1200))
+    idx = np.arange(0, 1200, 2)                                     # 600 runs, gathered in two bands
+    out = np.empty((idx.size, idx.size))
+    _principal(G, idx, out=out)
+    assert np.array_equal(out, G[np.ix_(idx, idx)])
 
 
 def test_gram_set_keep_then_add_equals_a_fresh_gram():

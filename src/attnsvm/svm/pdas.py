@@ -80,14 +80,15 @@ def _principal(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) ->
 
     Index sets here are a matrix's rows less a few, i.e. few runs of consecutive indices: up to
     128 runs the block is copied as slices, run by run (a gather of each entry, ``np.ix_``, is
-    several times slower on a few-thousand-row matrix); beyond that it is gathered.
+    several times slower on a few-thousand-row matrix); beyond that it is gathered, 512 rows at a time.
     """
     k = int(idx.size)
     if out is None:
         out = np.empty((k, k))
     brk = np.flatnonzero(np.diff(idx) != 1) + 1
-    if brk.size >= 128:
-        out[...] = G[np.ix_(idx, idx)]
+    if brk.size >= 128:                 # gathered by bands of rows: no second k x k temporary
+        for a in range(0, k, 512):
+            out[a:a + 512] = G[np.ix_(idx[a:a + 512], idx)]
         return out
     starts = np.r_[0, brk].tolist()
     ends = np.r_[brk, k].tolist()
