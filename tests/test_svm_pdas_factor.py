@@ -194,3 +194,33 @@ def test_symv_equals_the_matrix_product():
     Gv = np.asfortranarray(G)                                          # not C-contiguous: the plain product
     assert np.array_equal(_symv(Gv, f), Gv @ f)
     assert _symv(np.zeros((0, 0)), np.zeros(0)).shape == (0,)
+
+
+def test_refactor_in_place_and_its_failure_leave_a_usable_factor():
+    """The in-buffer factorization (LAPACK dpotrf with a leading dimension) equals a fresh one, also over an
+    old factor's buffer; dependent free rows (40 rows, rank + 1 = 37) raise _Singular and leave B empty, and the
+    next set_free factors afresh. Without dpotrf the copying rebuild does the same."""
+    from attnsvm.svm import pdas
+
+    for fn in ("ctypes", None):
+        pdas._BLAS.clear()
+        if fn is None:
+            pdas._BLAS["dpotrf"] = None
+        try:
+            base, ws = _base()
+            _step(base, ws, np.arange(30))
+            _step(base, ws, np.r_[0:5, 8:30, 30:34])                     # appends and pins on that factor
+            buf = base._buf
+            _step(base, ws, np.r_[0:2, 34:40])                          # mostly new rows: a new factor, same buffer
+            assert base.refactors == 2 and (fn is None or base._buf is buf)
+            try:
+                base.set_free(ws.rows, ws.G, base.setup.rhs[ws.rows], np.arange(40), ws.rows)
+                raise AssertionError("dependent free rows were factored")
+            except pdas._Singular:
+                pass
+            if fn is not None:
+                assert base.s == 0
+            _step(base, ws, np.arange(10, 35))
+            assert base.pinned.size == 0
+        finally:
+            pdas._BLAS.clear()

@@ -9,14 +9,14 @@ __all__ = ["_BasePDAS"]
 
 
 def _blas(name: str):
-    """BLAS routine ``name`` ("dtrsm" or "dtrsv") of SciPy's BLAS as a ctypes function, or None where it is not
+    """BLAS routine ``name`` ("dtrsm" or "dtrsv", or LAPACK's "dpotrf") of SciPy as a ctypes function, or None where it is not
     available with 32-bit integers. Unlike SciPy's wrappers these take a leading dimension, so a block of the
     stored factor (its leading s x s part, or a trailing block) is solved where it is, without a copy."""
     import ctypes
 
     try:
-        from scipy.linalg import cython_blas
-        cap = cython_blas.__pyx_capi__[name]
+        from scipy.linalg import cython_blas, cython_lapack
+        cap = (cython_lapack if name == "dpotrf" else cython_blas).__pyx_capi__[name]
         get_name = ctypes.pythonapi.PyCapsule_GetName
         get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
         sig = get_name(cap)
@@ -28,11 +28,18 @@ def _blas(name: str):
     except (ImportError, KeyError, AttributeError, ValueError):
         return None
     c, i, d, v = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double), ctypes.c_void_p
-    args = (c, c, c, c, i, i, d, v, i, v, i) if name == "dtrsm" else (c, c, c, i, v, i, v, i)
+    args = {"dtrsm": (c, c, c, c, i, i, d, v, i, v, i), "dtrsv": (c, c, c, i, v, i, v, i), "dpotrf": (c, i, v, i, i)}[name]
     return ctypes.CFUNCTYPE(None, *args)(ptr)
 
 
 _BLAS: dict = {}
+
+
+def _routine(name: str):
+    """:func:`_blas` ``(name)``, looked up once."""
+    if name not in _BLAS:
+        _BLAS[name] = _blas(name)
+    return _BLAS[name]
 
 
 def _tri_solve(L: np.ndarray, q: int, s: int, X: np.ndarray, trans: bool = False) -> None:
@@ -42,9 +49,7 @@ def _tri_solve(L: np.ndarray, q: int, s: int, X: np.ndarray, trans: bool = False
     import ctypes
 
     n, g = s - q, X.shape[0]
-    if not _BLAS:
-        _BLAS.update(dtrsm=_blas("dtrsm"), dtrsv=_blas("dtrsv"))
-    fn = _BLAS["dtrsm"] if g > 1 else _BLAS["dtrsv"]
+    fn = _routine("dtrsm" if g > 1 else "dtrsv")
     if fn is None or not (L.flags.c_contiguous and X.flags.c_contiguous and L.dtype == X.dtype == np.float64):
         import scipy.linalg as sla
 
@@ -186,6 +191,57 @@ class _BasePDAS:
         self._buf = buf
         self.L = buf
 
+    def _refactor(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> None:
+        """:meth:`rebuild` from the free rows ``F = ws_rows[idx]``, with their block of ``M`` written into the
+        factor's buffer and factored there (LAPACK ``dpotrf`` with a leading dimension): no s x s temporary
+        and no copy into the buffer. The old factor is overwritten: if this one fails, B is left empty (the
+        next :meth:`set_free` factors afresh) and :class:`_Singular` is raised."""
+        import ctypes
+
+        potrf = _routine("dpotrf")
+        s = int(idx.size)
+        if potrf is None or s == 0:
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
+        cap = int(min(s + max(s // 8, 64), max(self.max_rows, s)))
+        buf = self._buf
+        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64:
+            buf = np.zeros((cap, cap))
+        cap = buf.shape[0]
+        M = buf[:s, :s]
+        _principal(G, idx, out=M)
+        bi = b[idx]
+        if np.all(bi == bi[0]):
+            M += self.beta2 * bi[0] * bi[0]
+        else:
+            for a in range(0, s, 512):
+                M[a:a + 512] += self.beta2 * np.outer(bi[a:a + 512], bi)
+        info = ctypes.c_int(0)
+        # column-major, the block is M^T = M (lda = cap): its upper factor U = L^T fills the C-order lower triangle
+        potrf(b"U", ctypes.byref(ctypes.c_int(s)), buf.ctypes.data, ctypes.byref(ctypes.c_int(cap)), ctypes.byref(info))
+        dg = np.abs(np.diag(M))
+        if info.value != 0 or not dg.min() > 1e-7 * dg.max():
+            self._buf = buf
+            self.pos[self.rows] = -1
+            self.rows = np.zeros(0, np.int64)
+            self.L = np.zeros((0, 0))
+            raise _Singular()
+        for i in range(s - 1):                  # the C-order upper triangle still holds M
+            M[i, i + 1:] = 0.0
+        buf[:s, s:] = 0.0
+        buf[s:, :] = 0.0
+        buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
+        self._buf = buf
+        self.L = buf
+        self.pos[self.rows] = -1
+        self.rows = np.asarray(F, np.int64).copy()
+        self.pos[self.rows] = np.arange(s)
+        self.UB, self.VB = self.setup.rows(self.rows)
+        self.pinned = np.zeros(0, np.int64)
+        self.Y = np.zeros((s, 0))
+        self.beta = self._lsolve(self.setup.rhs[self.rows])
+        self.refactors += 1
+
     def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
         """B = rows (nothing pinned), ``M_FF (s, s)`` their block of ``M`` (overwritten)."""
         import scipy.linalg as sla
@@ -291,7 +347,7 @@ class _BasePDAS:
     def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
         """Make the free rows F (global ids; ``ws_rows[idx] == F``) exactly the unpinned rows of B."""
         if self.s == 0:
-            self.rebuild(F, self._mblock(G, b, idx))
+            self._refactor(F, G, b, idx)
             return
         inB = self.pos[F] >= 0
         inF = np.zeros(self.s, bool)
@@ -301,13 +357,13 @@ class _BasePDAS:
         # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
         if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
                 or self.s + A_idx.size > self.max_rows:
-            self.rebuild(F, self._mblock(G, b, idx))
+            self._refactor(F, G, b, idx)
             return
         if A_idx.size:
             try:
                 self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))
             except _Singular:           # dependent on the pinned rows perhaps: start from F itself
-                self.rebuild(F, self._mblock(G, b, idx))
+                self._refactor(F, G, b, idx)
                 return
             inF = np.r_[inF, np.ones(A_idx.size, bool)]
         self.pin(self.rows[~inF])
@@ -366,7 +422,7 @@ class _BasePDAS:
             F = ws_rows[idx]
             try:
                 if fresh:
-                    self.rebuild(F, self._mblock(G, b, idx))
+                    self._refactor(F, G, b, idx)
                 else:
                     self.set_free(F, G, b, idx, ws_rows)
                 YtY = self._pinned_factor()
