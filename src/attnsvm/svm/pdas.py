@@ -176,20 +176,31 @@ class _BasePDAS:
         _tri_solve(self.L, 0, self.s, X, trans)
         return X[0] if r.ndim == 1 else X.T
 
-    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
-        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s), reused
-        across rebuilds when its size fits (a fresh buffer of ~100 MB costs page faults)."""
+    def _buffer(self, s: int, extra: int = 0) -> np.ndarray:
+        """A ``(cap, cap)`` buffer for a factor of s rows and ``extra`` more to come: the current one when its
+        size fits (a fresh buffer of ~100 MB costs page faults), else a new one."""
         cap = int(min(s + max(extra, s // 8, 64), max(self.max_rows, s + extra)))
         buf = self._buf
-        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64 or np.may_share_memory(buf, L):
+        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64:
             buf = np.zeros((cap, cap))
+        return buf
+
+    def _pad(self, buf: np.ndarray, s: int) -> None:
+        """Make ``buf`` the factor: identity beyond its leading s x s block, zero beside it."""
         cap = buf.shape[0]
-        buf[:s, :s] = L
         buf[:s, s:] = 0.0
         buf[s:, :] = 0.0
         buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
         self._buf = buf
         self.L = buf
+
+    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
+        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s)."""
+        buf = self._buffer(s, extra)
+        if np.may_share_memory(buf, L):
+            buf = np.zeros(buf.shape)
+        buf[:s, :s] = L
+        self._pad(buf, s)
 
     def _refactor(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> None:
         """:meth:`rebuild` from the free rows ``F = ws_rows[idx]``, with their block of ``M`` written into the
@@ -203,19 +214,9 @@ class _BasePDAS:
         if potrf is None or s == 0:
             self.rebuild(F, self._mblock(G, b, idx))
             return
-        cap = int(min(s + max(s // 8, 64), max(self.max_rows, s)))
-        buf = self._buf
-        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64:
-            buf = np.zeros((cap, cap))
+        buf = self._buffer(s)
         cap = buf.shape[0]
-        M = buf[:s, :s]
-        _principal(G, idx, out=M)
-        bi = b[idx]
-        if np.all(bi == bi[0]):
-            M += self.beta2 * bi[0] * bi[0]
-        else:
-            for a in range(0, s, 512):
-                M[a:a + 512] += self.beta2 * np.outer(bi[a:a + 512], bi)
+        M = self._border(_principal(G, idx, out=buf[:s, :s]), b[idx])
         info = ctypes.c_int(0)
         # column-major, the block is M^T = M (lda = cap): its upper factor U = L^T fills the C-order lower triangle
         potrf(b"U", ctypes.byref(ctypes.c_int(s)), buf.ctypes.data, ctypes.byref(ctypes.c_int(cap)), ctypes.byref(info))
@@ -228,19 +229,8 @@ class _BasePDAS:
             raise _Singular()
         for i in range(s - 1):                  # the C-order upper triangle still holds M
             M[i, i + 1:] = 0.0
-        buf[:s, s:] = 0.0
-        buf[s:, :] = 0.0
-        buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
-        self._buf = buf
-        self.L = buf
-        self.pos[self.rows] = -1
-        self.rows = np.asarray(F, np.int64).copy()
-        self.pos[self.rows] = np.arange(s)
-        self.UB, self.VB = self.setup.rows(self.rows)
-        self.pinned = np.zeros(0, np.int64)
-        self.Y = np.zeros((s, 0))
-        self.beta = self._lsolve(self.setup.rhs[self.rows])
-        self.refactors += 1
+        self._pad(buf, s)
+        self._adopt(F)
 
     def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
         """B = rows (nothing pinned), ``M_FF (s, s)`` their block of ``M`` (overwritten)."""
@@ -253,11 +243,15 @@ class _BasePDAS:
         dg = np.abs(np.diag(L))
         if dg.size and dg.min() <= 1e-7 * dg.max():
             raise _Singular()
+        self._set_factor(L, L.shape[0])
+        self._adopt(rows)
+
+    def _adopt(self, rows: np.ndarray) -> None:
+        """B := rows, nothing pinned, for the factor just stored."""
         self.pos[self.rows] = -1
         self.rows = np.asarray(rows, np.int64).copy()
         self.pos[self.rows] = np.arange(self.s)
         self.UB, self.VB = self.setup.rows(self.rows)
-        self._set_factor(L, self.s)
         self.pinned = np.zeros(0, np.int64)
         self.Y = np.zeros((self.s, 0))
         self.beta = self._lsolve(self.setup.rhs[self.rows])
@@ -332,16 +326,16 @@ class _BasePDAS:
         self.Y = Y
 
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        M = _principal(G, idx)
-        bi = b[idx]
-        if not bi.size:                        # no free row: an empty block (BLAS ger refuses empty vectors)
-            return M
-        if np.all(bi == bi[0]):
-            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
-        else:                                  # M += beta2 b b^T in place (BLAS ger: no s x s temporary)
-            from scipy.linalg.blas import dger
+        """The block ``M_FF = G_FF + beta2 b_F b_F^T`` of the rows ``idx`` of ``G (s, s)``: ``(|idx|, |idx|)``."""
+        return self._border(_principal(G, idx), b[idx])
 
-            M = dger(self.beta2, bi, bi, a=M.T, overwrite_a=True).T
+    def _border(self, M: np.ndarray, bi: np.ndarray) -> np.ndarray:
+        """``M += beta2 bi bi^T`` in place (``M (k, k)``, possibly a strided view), returned."""
+        if bi.size and np.all(bi == bi[0]):
+            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
+        else:                                  # by bands of rows: no k x k temporary
+            for a in range(0, bi.size, 512):
+                M[a:a + 512] += self.beta2 * np.outer(bi[a:a + 512], bi)
         return M
 
     def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
