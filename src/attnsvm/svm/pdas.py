@@ -8,6 +8,104 @@ import numpy as np
 __all__ = ["_BasePDAS"]
 
 
+def _blas(name: str):
+    """BLAS routine ``name`` ("dtrsm" or "dtrsv", or LAPACK's "dpotrf") of SciPy as a ctypes function, or None where it is not
+    available with 32-bit integers. Unlike SciPy's wrappers these take a leading dimension, so a block of the
+    stored factor (its leading s x s part, or a trailing block) is solved where it is, without a copy."""
+    import ctypes
+
+    try:
+        from scipy.linalg import cython_blas, cython_lapack
+        cap = (cython_lapack if name == "dpotrf" else cython_blas).__pyx_capi__[name]
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        sig = get_name(cap)
+        if sig is None or b"int *" not in sig or b"long" in sig:
+            return None
+        get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+        get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        ptr = get_ptr(cap, sig)
+    except (ImportError, KeyError, AttributeError, ValueError):
+        return None
+    c, i, d, v = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double), ctypes.c_void_p
+    args = {"dtrsm": (c, c, c, c, i, i, d, v, i, v, i), "dtrsv": (c, c, c, i, v, i, v, i), "dpotrf": (c, i, v, i, i)}[name]
+    return ctypes.CFUNCTYPE(None, *args)(ptr)
+
+
+_BLAS: dict = {}
+
+
+def _routine(name: str):
+    """:func:`_blas` ``(name)``, looked up once."""
+    if name not in _BLAS:
+        _BLAS[name] = _blas(name)
+    return _BLAS[name]
+
+
+def _tri_solve(L: np.ndarray, q: int, s: int, X: np.ndarray, trans: bool = False) -> None:
+    """Solve with the block ``T = L[q:s, q:s]`` of a lower factor ``L`` stored C-contiguous ``(cap, cap)``, in
+    place: ``X^T := T^{-1} X^T`` (``T^{-T}`` when ``trans``) for ``X (g, s - q)`` C-contiguous (the right-hand
+    sides as rows)."""
+    import ctypes
+
+    n, g = s - q, X.shape[0]
+    fn = _routine("dtrsm" if g > 1 else "dtrsv")
+    if fn is None or not (L.flags.c_contiguous and X.flags.c_contiguous and L.dtype == X.dtype == np.float64):
+        import scipy.linalg as sla
+
+        X[...] = sla.solve_triangular(np.ascontiguousarray(L[q:s, q:s]), X.T, lower=True, trans="T" if trans else "N",
+                                      check_finite=False).T
+        return
+    if n == 0 or g == 0:
+        return
+    # column-major, L is U = L^T (upper, lda = cap) and X^T is (n, g) with ldb = n: T = U^T, T^T = U
+    ci = ctypes.c_int
+    lda = ctypes.byref(ci(L.shape[1]))
+    a_ptr = L.ctypes.data + 8 * (q * L.shape[1] + q)
+    op = b"N" if trans else b"T"
+    if g > 1:
+        fn(b"L", b"U", op, b"N", ctypes.byref(ci(n)), ctypes.byref(ci(g)), ctypes.byref(ctypes.c_double(1.0)), a_ptr,
+           lda, X.ctypes.data, ctypes.byref(ci(n)))
+    else:
+        fn(b"U", op, b"N", ctypes.byref(ci(n)), a_ptr, lda, X.ctypes.data, ctypes.byref(ci(1)))
+
+
+def _symv(G: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``G f`` for a symmetric ``G (s, s)`` (the working set's Gram matrix): BLAS ``dsymv`` reads one triangle,
+    half the memory of a general product (``G.T`` is ``G`` in Fortran order: no copy)."""
+    if not (G.flags.c_contiguous and G.dtype == np.float64 and G.size):
+        return G @ f
+    from scipy.linalg.blas import dsymv
+
+    return dsymv(1.0, G.T, np.asarray(f, np.float64), lower=0)
+
+
+def _principal(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``G[np.ix_(idx, idx)]`` for increasing indices ``idx (k,)``, written into ``out (k, k)`` when given.
+
+    Index sets here are a matrix's rows less a few, i.e. few runs of consecutive indices: up to
+    128 runs the block is copied as slices, run by run (a gather of each entry, ``np.ix_``, is
+    several times slower on a few-thousand-row matrix); beyond that it is gathered, 512 rows at a time.
+    """
+    k = int(idx.size)
+    if out is None:
+        out = np.empty((k, k))
+    brk = np.flatnonzero(np.diff(idx) != 1) + 1
+    if brk.size >= 128:                 # gathered by bands of rows: no second k x k temporary
+        for a in range(0, k, 512):
+            out[a:a + 512] = G[np.ix_(idx[a:a + 512], idx)]
+        return out
+    starts = np.r_[0, brk].tolist()
+    ends = np.r_[brk, k].tolist()
+    src = idx[np.r_[0, brk]].tolist() if k else []
+    runs = list(zip(starts, ends, src))
+    for a, b, sa in runs:
+        Gr, o = G[sa:sa + b - a], out[a:b]
+        for c, d, sc in runs:
+            o[:, c:d] = Gr[:, sc:sc + d - c]
+    return out
+
+
 class _Singular(Exception):
     """The free rows of the subset QP are (numerically) linearly dependent."""
 
@@ -73,31 +171,66 @@ class _BasePDAS:
         return (U1 @ U2.T) * (V1 @ V2.T) + self.beta2 * np.outer(st.rhs[r1], st.rhs[r2])
 
     def _lsolve(self, r: np.ndarray, trans: bool = False) -> np.ndarray:
-        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the padded factor."""
-        import scipy.linalg as sla
+        """``L^{-1} r`` (``L^{-T} r``) for ``r (s,)`` or ``(s, m)``, on the factor's leading s x s block."""
+        X = np.array(r.T, dtype=np.float64, order="C", ndmin=2)      # (m, s): the right-hand sides as rows
+        _tri_solve(self.L, 0, self.s, X, trans)
+        return X[0] if r.ndim == 1 else X.T
 
-        s, cap = self.s, self.L.shape[0]
-        if cap > s:
-            rp = np.zeros((cap,) + r.shape[1:])
-            rp[:s] = r
-            r = rp
-        out = sla.solve_triangular(self.L, r, lower=True, trans="T" if trans else "N", check_finite=False)
-        return out[:s]
-
-    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
-        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s), reused
-        across rebuilds when its size fits (a fresh buffer of ~100 MB costs page faults)."""
+    def _buffer(self, s: int, extra: int = 0) -> np.ndarray:
+        """A ``(cap, cap)`` buffer for a factor of s rows and ``extra`` more to come: the current one when its
+        size fits (a fresh buffer of ~100 MB costs page faults), else a new one."""
         cap = int(min(s + max(extra, s // 8, 64), max(self.max_rows, s + extra)))
         buf = self._buf
-        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64 or np.may_share_memory(buf, L):
+        if buf is None or buf.shape[0] < cap or buf.shape[0] > 1.3 * cap + 64:
             buf = np.zeros((cap, cap))
+        return buf
+
+    def _pad(self, buf: np.ndarray, s: int) -> None:
+        """Make ``buf`` the factor: identity beyond its leading s x s block, zero beside it."""
         cap = buf.shape[0]
-        buf[:s, :s] = L
         buf[:s, s:] = 0.0
         buf[s:, :] = 0.0
         buf[np.arange(s, cap), np.arange(s, cap)] = 1.0
         self._buf = buf
         self.L = buf
+
+    def _set_factor(self, L: np.ndarray, s: int, extra: int = 0) -> None:
+        """Store the lower factor ``L (s, s)`` in a padded buffer (identity beyond s)."""
+        buf = self._buffer(s, extra)
+        if np.may_share_memory(buf, L):
+            buf = np.zeros(buf.shape)
+        buf[:s, :s] = L
+        self._pad(buf, s)
+
+    def _refactor(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> None:
+        """:meth:`rebuild` from the free rows ``F = ws_rows[idx]``, with their block of ``M`` written into the
+        factor's buffer and factored there (LAPACK ``dpotrf`` with a leading dimension): no s x s temporary
+        and no copy into the buffer. The old factor is overwritten: if this one fails, B is left empty (the
+        next :meth:`set_free` factors afresh) and :class:`_Singular` is raised."""
+        import ctypes
+
+        potrf = _routine("dpotrf")
+        s = int(idx.size)
+        if potrf is None or s == 0:
+            self.rebuild(F, self._mblock(G, b, idx))
+            return
+        buf = self._buffer(s)
+        cap = buf.shape[0]
+        M = self._border(_principal(G, idx, out=buf[:s, :s]), b[idx])
+        info = ctypes.c_int(0)
+        # column-major, the block is M^T = M (lda = cap): its upper factor U = L^T fills the C-order lower triangle
+        potrf(b"U", ctypes.byref(ctypes.c_int(s)), buf.ctypes.data, ctypes.byref(ctypes.c_int(cap)), ctypes.byref(info))
+        dg = np.abs(np.diag(M))
+        if info.value != 0 or not dg.min() > 1e-7 * dg.max():
+            self._buf = buf
+            self.pos[self.rows] = -1
+            self.rows = np.zeros(0, np.int64)
+            self.L = np.zeros((0, 0))
+            raise _Singular()
+        for i in range(s - 1):                  # the C-order upper triangle still holds M
+            M[i, i + 1:] = 0.0
+        self._pad(buf, s)
+        self._adopt(F)
 
     def rebuild(self, rows: np.ndarray, M_FF: np.ndarray) -> None:
         """B = rows (nothing pinned), ``M_FF (s, s)`` their block of ``M`` (overwritten)."""
@@ -110,11 +243,15 @@ class _BasePDAS:
         dg = np.abs(np.diag(L))
         if dg.size and dg.min() <= 1e-7 * dg.max():
             raise _Singular()
+        self._set_factor(L, L.shape[0])
+        self._adopt(rows)
+
+    def _adopt(self, rows: np.ndarray) -> None:
+        """B := rows, nothing pinned, for the factor just stored."""
         self.pos[self.rows] = -1
         self.rows = np.asarray(rows, np.int64).copy()
         self.pos[self.rows] = np.arange(self.s)
         self.UB, self.VB = self.setup.rows(self.rows)
-        self._set_factor(L, self.s)
         self.pinned = np.zeros(0, np.int64)
         self.Y = np.zeros((self.s, 0))
         self.beta = self._lsolve(self.setup.rhs[self.rows])
@@ -153,35 +290,58 @@ class _BasePDAS:
         self.pos[new] = np.arange(s, s + a)
         self.appended += a
 
+    def _unit_solve(self, p: np.ndarray) -> np.ndarray:
+        """``L^{-1} E`` for the unit vectors ``E (s, m)`` at positions ``p (m,)``: ``(s, m)``.
+
+        Column j is zero above ``p_j``, so only the factor's trailing block ``L[p_j:, p_j:]`` is
+        needed. Columns are solved in groups, by increasing position: a group starts at the first
+        position ``q`` left and takes the columns whose trailing block is at least 0.7 of the
+        group's (``s - p_j >= 0.7 (s - q)``: at most half its work is on zero rows), in place on the
+        stored factor (:func:`_tri_solve`, no copy of the block).
+        """
+        s, m = self.s, int(p.size)
+        out = np.zeros((s, m))
+        order = np.argsort(p, kind="stable")
+        ps = p[order]
+        tails = s - ps
+        i = 0
+        while i < m:
+            q, n = int(ps[i]), int(tails[i])
+            j = i + int(np.searchsorted(-tails[i:], -0.7 * n, side="right"))
+            X = np.zeros((j - i, n))            # the columns' tails, stored transposed (Fortran (n, g))
+            X[np.arange(j - i), ps[i:j] - q] = 1.0
+            _tri_solve(self.L, q, s, X)
+            out[q:, order[i:j]] = X.T
+            i = j
+        return out
+
     def pin(self, D: np.ndarray) -> None:
         """Pinned set := D (rows of B)."""
         keep = np.isin(self.pinned, D)
         add = D[~np.isin(D, self.pinned)]
         Y = self.Y[:, keep]
         if add.size:
-            E = np.zeros((self.s, add.size))
-            E[self.pos[add], np.arange(add.size)] = 1.0
-            Y = np.hstack([Y, self._lsolve(E)])
+            Y = np.hstack([Y, self._unit_solve(self.pos[add])])
         self.pinned = np.concatenate([self.pinned[keep], add])
         self.Y = Y
 
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        M = G[np.ix_(idx, idx)]
-        bi = b[idx]
-        if not bi.size:                        # no free row: an empty block (BLAS ger refuses empty vectors)
-            return M
-        if np.all(bi == bi[0]):
-            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
-        else:                                  # M += beta2 b b^T in place (BLAS ger: no s x s temporary)
-            from scipy.linalg.blas import dger
+        """The block ``M_FF = G_FF + beta2 b_F b_F^T`` of the rows ``idx`` of ``G (s, s)``: ``(|idx|, |idx|)``."""
+        return self._border(_principal(G, idx), b[idx])
 
-            M = dger(self.beta2, bi, bi, a=M.T, overwrite_a=True).T
+    def _border(self, M: np.ndarray, bi: np.ndarray) -> np.ndarray:
+        """``M += beta2 bi bi^T`` in place (``M (k, k)``, possibly a strided view), returned."""
+        if bi.size and np.all(bi == bi[0]):
+            M += self.beta2 * bi[0] * bi[0]    # equal right-hand sides (the usual 1): no outer product
+        else:                                  # by bands of rows: no k x k temporary
+            for a in range(0, bi.size, 512):
+                M[a:a + 512] += self.beta2 * np.outer(bi[a:a + 512], bi)
         return M
 
     def set_free(self, F: np.ndarray, G: np.ndarray, b: np.ndarray, idx: np.ndarray, ws_rows: np.ndarray) -> None:
         """Make the free rows F (global ids; ``ws_rows[idx] == F``) exactly the unpinned rows of B."""
         if self.s == 0:
-            self.rebuild(F, self._mblock(G, b, idx))
+            self._refactor(F, G, b, idx)
             return
         inB = self.pos[F] >= 0
         inF = np.zeros(self.s, bool)
@@ -191,13 +351,13 @@ class _BasePDAS:
         # rebuild when many rows are pinned, or when B would exceed rank + 1 rows (then M_BB is singular)
         if self.s == 0 or n_pin > max(32, F.size // 6) or A_idx.size > F.size // 2 \
                 or self.s + A_idx.size > self.max_rows:
-            self.rebuild(F, self._mblock(G, b, idx))
+            self._refactor(F, G, b, idx)
             return
         if A_idx.size:
             try:
                 self.append(ws_rows[A_idx], self._mblock(G, b, A_idx))
             except _Singular:           # dependent on the pinned rows perhaps: start from F itself
-                self.rebuild(F, self._mblock(G, b, idx))
+                self._refactor(F, G, b, idx)
                 return
             inF = np.r_[inF, np.ones(A_idx.size, bool)]
         self.pin(self.rows[~inF])
@@ -256,7 +416,7 @@ class _BasePDAS:
             F = ws_rows[idx]
             try:
                 if fresh:
-                    self.rebuild(F, self._mblock(G, b, idx))
+                    self._refactor(F, G, b, idx)
                 else:
                     self.set_free(F, G, b, idx, ws_rows)
                 YtY = self._pinned_factor()
@@ -272,7 +432,7 @@ class _BasePDAS:
             f[idx] = y / sb
             t = 1.0 / sb - self.beta2
             self.last = (f, t, it)
-            mu = G @ f - t * b
+            mu = _symv(G, f) - t * b
             new_free = eq | (f - mu / diag > 0)
             if np.array_equal(new_free, free):
                 # one Newton refinement of G_FF f_F = t b_F, b_F^T f_F = 1 (see the class docstring)
@@ -282,7 +442,7 @@ class _BasePDAS:
                 g = (c + float(b[idx] @ z)) / sb
                 f[idx] += -z + g * y
                 t += g - self.beta2 * c
-                mu = G @ f - t * b
+                mu = _symv(G, f) - t * b
                 if _mnp_kkt_ok(f, mu, eq, free, tol):
                     return f, t, it
                 if fresh:

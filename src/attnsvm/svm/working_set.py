@@ -50,7 +50,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.options import FrobeniusWSOptions, NuclearWSOptions
-from attnsvm.svm.pdas import _BasePDAS
+from attnsvm.svm.pdas import _BasePDAS, _principal
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.scaling import RowScaling
@@ -123,17 +123,29 @@ class _GramSet:
         self.rows = np.zeros(0, np.int64)
         self.U = np.zeros((0, cs.d1))
         self.V = np.zeros((0, cs.d2))
-        self.G = np.zeros((0, 0))
+        self._G = np.zeros((0, 0))
+        self._kept = None          # rows of _G still in S after keep() (None: all); applied when G is read
 
     @property
     def size(self) -> int:
         return int(self.rows.size)
 
+    @property
+    def G(self) -> np.ndarray:
+        """The Gram matrix of S: ``(s, s)``."""
+        if self._kept is not None:
+            self._G = _principal(self._G, self._kept)
+            self._kept = None
+        return self._G
+
     def keep(self, mask: np.ndarray) -> None:
+        """S := its rows where ``mask (s,)``; the Gram matrix is cut when next read (or grown by :meth:`add`
+        in one copy)."""
         if mask.all():
             return
         self.rows, self.U, self.V = self.rows[mask], self.U[mask], self.V[mask]
-        self.G = self.G[np.ix_(mask, mask)]
+        kept = np.flatnonzero(mask)
+        self._kept = kept if self._kept is None else self._kept[kept]
 
     def add(self, new: np.ndarray) -> None:
         if new.size == 0:
@@ -146,12 +158,16 @@ class _GramSet:
                        hint="the problem has too many support constraints for the working-set method")
         Un, Vn = self.setup.rows(new)
         G = np.empty((s + a, s + a))
-        G[:s, :s] = self.G
+        if self._kept is None:
+            G[:s, :s] = self._G
+        else:
+            _principal(self._G, self._kept, out=G[:s, :s])
+            self._kept = None
         cross = (self.U @ Un.T) * (self.V @ Vn.T)
         G[:s, s:] = cross
         G[s:, :s] = cross.T
         G[s:, s:] = row_gram(Un, Vn)
-        self.G = G
+        self._G = G
         self.rows = np.concatenate([self.rows, new])
         self.U = np.concatenate([self.U, Un])
         self.V = np.concatenate([self.V, Vn])
