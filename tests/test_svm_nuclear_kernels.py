@@ -64,6 +64,22 @@ def test_xy_is_the_hkm_product_by_definition(shape):
         np.testing.assert_allclose(Ts[k], pb.XY(Xs[k], dGs[k], du), rtol=1e-14, atol=1e-14)
 
 
+@pytest.mark.parametrize("shape", [(7, 2), (2, 7), (4, 4)])
+def test_xy_factors_are_a_rank_2k_factorization_of_x_y(shape):
+    """``XY_factors(X, dG, du) = (F, Vt)`` with ``F Vt = X Y`` (Y = -dZ Z^{-1}) to 1e-12, ``2 min(r1, r2)`` columns
+    (the low-rank products of both orientations), the same with a Y computed before."""
+    rng = np.random.default_rng(5)
+    r1, r2 = shape
+    pb, du = _dual(rng, r1=r1, r2=r2)
+    X, dG = _spd(rng, r1 + r2), rng.standard_normal((r1, r2))
+    F, Vt = pb.XY_factors(X, dG, du)
+    assert F.shape == (r1 + r2, 2 * min(r1, r2)) and Vt.shape == (2 * min(r1, r2), r1 + r2)
+    ref = X @ pb.Y(dG, du)
+    np.testing.assert_allclose(F @ Vt, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    F2, Vt2 = pb.XY_factors(X, dG, du, pb.Y(dG, du))
+    assert np.array_equal(F, F2) and np.array_equal(Vt, Vt2)
+
+
 def test_blocks_of_matrices_and_stacks():
     rng = np.random.default_rng(2)
     X11, X12, X22 = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 2)), rng.standard_normal((2, 2, 2))

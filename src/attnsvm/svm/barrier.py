@@ -482,10 +482,31 @@ class _Problem:
         r1, Zh = self.r1, du.Zh
         return np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
 
-    def XY(self, X, dG, du, Y=None):
+    def XY_factors(self, X, dG, du, Y=None):
+        """``(F, Vt)`` with ``X Y = F Vt`` (``F (n, 2k)``, ``Vt (2k, n)``, ``k = min(r1, r2)``, n = r1 + r2; or
+        stacks) for the symmetric ``X`` and ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this
+        ``dG``). Y's two row blocks have rank <= k: with ``r2 <= r1``, ``X Y = (X[:, :r1] dG) Zh_2. + X[:, r1:] Y_2.``
+        (``Zh_2.``, ``Y_2.`` the last r2 rows of Zh and Y), so ``F = [X[:, :r1] dG, X[:, r1:]]`` and
+        ``Vt = [Zh_2.; Y_2.]``; mirrored when ``r1 < r2``. Only one row block of ``Y`` is read (formed when not
+        given)."""
+        r1, Zh = self.r1, du.Zh
+        if dG.shape[-1] <= r1:
+            Yb = _t(dG) @ Zh[..., :r1, :] if Y is None else Y[..., r1:, :]        # Y's last r2 rows
+            F = np.concatenate([X[..., :, :r1] @ dG, X[..., :, r1:]], axis=-1)
+            Vt = np.concatenate([Zh[..., r1:, :], Yb], axis=-2)
+        else:
+            Yt = dG @ Zh[..., r1:, :] if Y is None else Y[..., :r1, :]            # Y's first r1 rows
+            F = np.concatenate([X[..., :, r1:] @ _t(dG), X[..., :, :r1]], axis=-1)
+            Vt = np.concatenate([Zh[..., :r1, :], Yt], axis=-2)
+        return F, Vt
+
+    def XY(self, X, dG, du, Y=None, factors=None):
         """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
-        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``)."""
-        T = X @ (self.Y(dG, du) if Y is None else Y)
+        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``), as ``sym(F Vt)`` from
+        :meth:`XY_factors` (``factors`` when already computed): ``2 n k (r1 + r2 + n)`` multiply-adds instead of
+        ``n^3 + 2 r1 r2 n``."""
+        F, Vt = self.XY_factors(X, dG, du, Y) if factors is None else factors
+        T = F @ Vt
         T = T + _t(T)
         T *= 0.5
         return T
