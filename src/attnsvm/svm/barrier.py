@@ -405,6 +405,22 @@ def _psd_step(L, dX, cap, Li=None):
     return min(cap, -1.0 / lmin)
 
 
+def _psd_step_low_rank(L, F, Vt, cap):
+    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (n x n) and the predictor's
+    direction ``dX = sym(F Vt) - X`` (``F (n, m)``, ``Vt (m, n)``, ``2 m < n``; :meth:`_Problem.XY_factors`).
+
+    ``L^{-1} dX L^{-T} = -I + (a b^T + b a^T) / 2`` with ``[a, b] = L^{-1} [F, Vt^T]``: a rank-``2 m``
+    perturbation of ``-I``. With the thin QR ``[a, b] = W R`` its eigenvalues are ``-1 + `` those of
+    ``(R_a R_b^T + R_b R_a^T) / 2`` (``R = [R_a, R_b]``, 2m square) and ``-1`` (``n > 2 m``), so
+    ``lambda_min = -1 + min(0, mu_min)`` (exact; one triangular solve of n x 2m, a QR and a 2m eigenvalue
+    problem instead of the n x n congruence and eigenvalue). ``lambda_min <= -1``, so the bound is ``<= 1``."""
+    m = F.shape[1]
+    R = np.linalg.qr(_trsm(L, np.concatenate([F, Vt.T], axis=1)), mode="r")       # (2m, 2m)
+    H = R[:, :m] @ R[:, m:].T                       # R_a R_b^T; the lower triangle of H + H^T is read
+    mu = _eig_min(H + H.T) * 0.5
+    return min(cap, -1.0 / (-1.0 + min(0.0, mu)))
+
+
 def _lp_step(x, dx, cap):
     """Largest ``alpha <= cap`` with ``x + alpha dx >= 0`` (x > 0): ``-1 / min_k (dx_k / x_k)``."""
     if x.size == 0:
@@ -426,6 +442,13 @@ def _blocks(X11, X12, X22):
     X[..., r1:, :r1] = _t(X12)
     X[..., r1:, r1:] = X22
     return X
+
+
+#: :meth:`_Problem.XY` forms ``X Y`` as one product up to this reduced size ``r1 + r2``, from the low-rank factors
+#: of :meth:`_Problem.XY_factors` beyond (at the probe's r1 + r2 = 315, k = 16: about 5x fewer multiply-adds).
+#: The small solves keep their arithmetic: the growing set's IPM (:mod:`attnsvm.svm.barrier_grow`) stalled on
+#: tests/test_svm_nuclear_grow.py's all-rows start (6 x 6) with the factored product's last-bit differences
+_XY_DENSE_MAX = 64
 
 
 class _Problem:
@@ -504,9 +527,13 @@ class _Problem:
         """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
         ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``), as ``sym(F Vt)`` from
         :meth:`XY_factors` (``factors`` when already computed): ``2 n k (r1 + r2 + n)`` multiply-adds instead of
-        ``n^3 + 2 r1 r2 n``."""
-        F, Vt = self.XY_factors(X, dG, du, Y) if factors is None else factors
-        T = F @ Vt
+        ``n^3 + 2 r1 r2 n``; up to ``n =`` :data:`_XY_DENSE_MAX` (and without ``factors``) as ``X Y``, the
+        product small solves were measured with."""
+        if factors is None and X.shape[-1] <= _XY_DENSE_MAX:
+            T = X @ (self.Y(dG, du) if Y is None else Y)
+        else:
+            F, Vt = self.XY_factors(X, dG, du, Y) if factors is None else factors
+            T = F @ Vt
         T = T + _t(T)
         T *= 0.5
         return T
@@ -793,6 +820,7 @@ class _NewtonSystem:
     def __init__(self, pb: _Problem, x: _Iterate, du: _Dual, equal_steps: bool = False):
         I = pb.I
         self.pb, self.x, self.du, self.equal_steps = pb, x, du, equal_steps
+        self.factors = None                                       # the predictor's X Y = F Vt (see :meth:`direction`)
         if x.LX is None:
             x.LX = _chol(x.X)
             if x.LX is None:
@@ -817,7 +845,12 @@ class _NewtonSystem:
         dlam = self.solve(rvec)
         dG = pb.Gmap(dlam)
         self.Y = pb.Y(dG, du)                                     # kept: the corrector reuses the predictor's
-        dX = pb.XY(x.X, dG, du, self.Y)                           # dX = 2 sig_mu Zh - X + sym(X Y)
+        n = x.X.shape[0]
+        factors = pb.XY_factors(x.X, dG, du, self.Y) if n > _XY_DENSE_MAX else None
+        # the predictor's X Y = F Vt, kept for its primal step bound (_psd_step_low_rank) when 2 m < r1 + r2
+        pred = factors is not None and sig_mu == 0.0 and corr is None and 2 * factors[0].shape[1] < n
+        self.factors = factors if pred else None
+        dX = pb.XY(x.X, dG, du, self.Y, factors)                  # dX = 2 sig_mu Zh - X + sym(X Y)
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
@@ -834,7 +867,11 @@ class _NewtonSystem:
         the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
         then passes more often)."""
         dlam, dG, dX, ds = d
-        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0), self.LXi)
+        cap = _lp_step(self.x.s, ds, 1.0)
+        if self.factors is not None:                        # the predictor's: low rank + -X (beyond 64 only)
+            ap = _psd_step_low_rank(self.LX, *self.factors, cap)
+        else:
+            ap = _psd_step(self.LX, dX, cap, self.LXi)
         cap = ap if self.equal_steps else 1.0
         ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L, Li=self.du.Li)
         return (ad, ad) if self.equal_steps else (ap, ad)
