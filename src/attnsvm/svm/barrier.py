@@ -382,11 +382,24 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
     return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
+#: :func:`_psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
+#: by ARPACK's Lanczos (tol 1e-8, two triangular solves a product) beyond. Measured on the correctors' directions of
+#: exported real-minilm-heads instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at
+#: n = 202 dense 1.5-1.9 ms a call, ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within
+#: 2.5e-10 relative of the dense ones)
+_PSD_STEP_DENSE_MAX = 256
+
+
 def _psd_step(L, dX, cap, Li=None):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
-    if known)."""
+    if known).
+
+    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value: a Rayleigh quotient, so
+    ``>= lambda_min`` and the bound may exceed the exact one by about ARPACK's tolerance (1e-8 relative). The step
+    taken stays inside the cone regardless: :func:`_step_lengths` takes ``gamma <= 0.99`` of the bound and its guard
+    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds."""
     n = L.shape[0]
-    if n <= 400:
+    if n <= _PSD_STEP_DENSE_MAX:
         lmin = _min_eig_congruent(L, dX, Li)
     else:
         from scipy.sparse.linalg import LinearOperator, eigsh
