@@ -147,11 +147,11 @@ def test_lp_step_by_definition():
         br._lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
 
 
-@pytest.mark.parametrize("n", [7, 90, 300])
+@pytest.mark.parametrize("n", [7, 90, 300, 420])
 def test_psd_step_is_the_distance_to_the_cone(n):
     """``_psd_step(L, dX, cap)``: X + a dX stays positive semidefinite up to a and leaves the cone just
     beyond (through the one-call congruence, both the full and the subset eigenvalue solver, and ARPACK's
-    Lanczos beyond ``_PSD_STEP_DENSE_MAX``)."""
+    Lanczos beyond ``_PSD_STEP_DENSE_MAX``, by products with L^{-1} and, beyond 400, by triangular solves)."""
     rng = np.random.default_rng(n)
     hit = 0
     for _ in range(10):
