@@ -38,13 +38,17 @@ is ``mu`` times the Hessian of the dual barrier ``-log det S``.
 
 The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
 ``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
-products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
-iterate (the next Newton system and the leading block ``chol(X11)`` of the Schur complement reuse it).
+products; beyond ``r1 + r2 = 64`` from Y's rank-``2 min(r1, r2)`` factors, :meth:`_Problem.XY`). A step's
+guard factorizes the next X; the factor travels with the iterate (the next Newton system and the leading
+block ``chol(X11)`` of the Schur complement reuse it).
 The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``, or
 up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one, up to ``r1 + r2 = 64``, from
-the inverse of S's factor), the dual one after a Cholesky test of the full (capped) dual step; the dual step
-guard's ``G`` travels with the iterate too. Up to 256 rows the primal and the dual take the same step length
-(the dual bound is then sought below the primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
+the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests), the dual one after a Cholesky
+test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
+(its ``dX`` is ``-X`` plus a low-rank term, :func:`_psd_step_low_rank`), and beyond 256 the corrector's is a
+Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`). The dual step guard's ``G`` travels with the iterate too.
+Up to 256 rows the primal and the dual take the same step length (the dual bound is then sought below the
+primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
