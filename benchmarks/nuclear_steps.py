@@ -64,15 +64,19 @@ def child(files: list) -> None:
 
 
 def main():
+    argv = sys.argv[1:]
+    if "--export" in argv:                  # the rest goes to probe_cost.py as it is
+        i = argv.index("--export")
+        if i + 1 >= len(argv):
+            raise SystemExit("--export needs a folder")
+        return export(argv[i + 1], argv[:i] + argv[i + 2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--export", metavar="DIR")
+    ap.add_argument("--export", metavar="DIR", help="write the instances of probe_cost.py's run (its options follow)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     _baseline.add_option(ap)
-    args, rest = ap.parse_known_args()
-    if args.export:
-        return export(args.export, rest)
+    args = ap.parse_args(argv)
     if args.child:
         return child(args.files)
     with _baseline.baseline_src(args.baseline_rev) as base_src:
