@@ -469,18 +469,28 @@ def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, eq
     assert res.status == "optimal" and seen and all(e is equal for e in seen)
 
 
-def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch):
+@pytest.mark.parametrize("large", [False, True])
+def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch, large):
     """The corrector's second-order term reuses the predictor's ``Y``: the Mehrotra direction is bit for bit
-    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG``."""
-    pr = random_problem(6, 8, 10, seed=4)
-    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG`` (up to 64 as ``X Y``, beyond from the
+    factors of ``XY_factors``)."""
+    if large:
+        rng = np.random.default_rng(21)
+        N, r1, r2 = 120, 70, 4
+        pb = br._Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
+    else:
+        pr = random_problem(6, 8, 10, seed=4)
+        cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+        pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    assert (pb.r1 + pb.r2 > br._XY_DENSE_MAX) == large
     x = br._Iterate(*br._start(pb, None, None))
     du = br._Dual(pb.A, pb.Bm, x.lam)
     _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
     d1, sigma1 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
-    real = br._Problem.XY_factors
-    monkeypatch.setattr(br._Problem, "XY_factors", lambda self, X, dG, du, Y=None: real(self, X, dG, du))
+    real_xy, real_f = br._Problem.XY, br._Problem.XY_factors
+    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None, factors=None: real_xy(self, X, dG, du,
+                                                                                                  None, factors))
+    monkeypatch.setattr(br._Problem, "XY_factors", lambda self, X, dG, du, Y=None: real_f(self, X, dG, du))
     d2, sigma2 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
     assert sigma1 == sigma2
     for a, b in zip(d1, d2):
