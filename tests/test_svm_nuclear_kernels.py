@@ -38,7 +38,7 @@ def test_z_half_is_half_the_inverse_of_the_dual_matrix():
         assert np.array_equal(stack[k], d.Zh)
 
 
-@pytest.mark.parametrize("shape", [(5, 3), (3, 6), (1, 1)])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 6), (1, 1), (70, 3), (3, 70)])
 def test_xy_is_the_hkm_product_by_definition(shape):
     """``pb.XY(X, dG, du) = sym(X Y)`` with ``Y = -dZ Z^{-1}``, ``dZ = -1/2 [[0, dG], [dG^T, 0]]``: equal to the
     explicit block product to 1e-12, exactly symmetric, and the stacked call gives each problem's."""
@@ -62,6 +62,22 @@ def test_xy_is_the_hkm_product_by_definition(shape):
     Ts = pb.XY(Xs, dGs, dus)
     for k in range(2):
         np.testing.assert_allclose(Ts[k], pb.XY(Xs[k], dGs[k], du), rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(7, 2), (2, 7), (4, 4)])
+def test_xy_factors_are_a_rank_2k_factorization_of_x_y(shape):
+    """``XY_factors(X, dG, du) = (F, Vt)`` with ``F Vt = X Y`` (Y = -dZ Z^{-1}) to 1e-12, ``2 min(r1, r2)`` columns
+    (the low-rank products of both orientations), the same with a Y computed before."""
+    rng = np.random.default_rng(5)
+    r1, r2 = shape
+    pb, du = _dual(rng, r1=r1, r2=r2)
+    X, dG = _spd(rng, r1 + r2), rng.standard_normal((r1, r2))
+    F, Vt = pb.XY_factors(X, dG, du)
+    assert F.shape == (r1 + r2, 2 * min(r1, r2)) and Vt.shape == (2 * min(r1, r2), r1 + r2)
+    ref = X @ pb.Y(dG, du)
+    np.testing.assert_allclose(F @ Vt, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    F2, Vt2 = pb.XY_factors(X, dG, du, pb.Y(dG, du))
+    assert np.array_equal(F, F2) and np.array_equal(Vt, Vt2)
 
 
 def test_blocks_of_matrices_and_stacks():
@@ -142,10 +158,11 @@ def test_lp_step_by_definition():
         br._lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
 
 
-@pytest.mark.parametrize("n", [7, 90])
+@pytest.mark.parametrize("n", [7, 90, 300, 420])
 def test_psd_step_is_the_distance_to_the_cone(n):
     """``_psd_step(L, dX, cap)``: X + a dX stays positive semidefinite up to a and leaves the cone just
-    beyond (through the one-call congruence, both the full and the subset eigenvalue solver)."""
+    beyond (through the one-call congruence, both the full and the subset eigenvalue solver, and ARPACK's
+    Lanczos beyond ``_PSD_STEP_DENSE_MAX``, by products with L^{-1} and, beyond 400, by triangular solves)."""
     rng = np.random.default_rng(n)
     hit = 0
     for _ in range(10):
@@ -161,6 +178,48 @@ def test_psd_step_is_the_distance_to_the_cone(n):
         # the congruence by products with a given inverse factor (the small-X path) gives the same bound
         assert br._psd_step(L, D, 1.0, br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
     assert hit >= 5
+
+
+@pytest.mark.parametrize("n, m", [(9, 2), (40, 6), (80, 3)])
+def test_low_rank_psd_step_is_the_distance_to_the_cone(n, m):
+    """``_psd_step_low_rank(L, F, Vt, cap)`` for the predictor's ``dX = sym(F Vt) - X``: X + a dX stays positive
+    semidefinite up to a and leaves the cone just beyond; equal to the dense bound ``_psd_step`` to 1e-9, capped."""
+    rng = np.random.default_rng(n + m)
+    for scale in (0.01, 1.0, 30.0):
+        X = _spd(rng, n)
+        L = br._chol(X)
+        F, Vt = scale * rng.standard_normal((n, m)), rng.standard_normal((m, n))
+        T = F @ Vt
+        dX = 0.5 * (T + T.T) - X
+        a = br._psd_step_low_rank(L, F, Vt, 1.0)
+        assert 0 < a <= 1.0
+        assert a == pytest.approx(br._psd_step(L, dX, 1.0), rel=1e-9)
+        assert np.linalg.eigvalsh(X + 0.999 * a * dX)[0] > 0
+        if a < 1.0:
+            assert np.linalg.eigvalsh(X + 1.001 * a * dX)[0] < 0
+        assert br._psd_step_low_rank(L, F, Vt, 0.5 * a) == 0.5 * a
+
+
+def test_the_predictors_primal_step_is_the_low_rank_bound_and_the_dense_one(monkeypatch):
+    """Beyond 64 (X's inverse factor not formed) the predictor's primal step bound comes from
+    ``_psd_step_low_rank`` and equals the dense bound of its ``dX`` to 1e-9; the corrector's is the dense one."""
+    rng = np.random.default_rng(21)
+    N, r1, r2 = 120, 70, 4
+    pb = br._Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
+    x = br._Iterate(*br._start(pb, None, None))
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    calls = []
+    real = br._psd_step_low_rank
+    monkeypatch.setattr(br, "_psd_step_low_rank", lambda *a: calls.append(1) or real(*a))
+    nw = br._NewtonSystem(pb, x, du)
+    da = nw.direction(pb.rhs.copy(), 0.0, None)
+    ap = nw.max_steps(da)[0]
+    assert calls == [1] and nw.LXi is None
+    assert ap == pytest.approx(br._psd_step(nw.LX, da[2], br._lp_step(x.s, da[3], 1.0)), rel=1e-9)
+    d = nw.direction(pb.rhs.copy(), 0.1 * mu, None)
+    nw.max_steps(d)
+    assert calls == [1]
 
 
 def test_triangular_inverse_and_s_inverse_by_definition():
@@ -417,18 +476,28 @@ def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, eq
     assert res.status == "optimal" and seen and all(e is equal for e in seen)
 
 
-def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch):
+@pytest.mark.parametrize("large", [False, True])
+def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monkeypatch, large):
     """The corrector's second-order term reuses the predictor's ``Y``: the Mehrotra direction is bit for bit
-    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG``."""
-    pr = random_problem(6, 8, 10, seed=4)
-    cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    the one whose every ``sym(X Y)`` forms ``Y`` from its own ``dG`` (up to 64 as ``X Y``, beyond from the
+    factors of ``XY_factors``)."""
+    if large:
+        rng = np.random.default_rng(21)
+        N, r1, r2 = 120, 70, 4
+        pb = br._Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
+    else:
+        pr = random_problem(6, 8, 10, seed=4)
+        cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
+        pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    assert (pb.r1 + pb.r2 > br._XY_DENSE_MAX) == large
     x = br._Iterate(*br._start(pb, None, None))
     du = br._Dual(pb.A, pb.Bm, x.lam)
     _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
     d1, sigma1 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
-    real = br._Problem.XY
-    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None: real(self, X, dG, du))
+    real_xy, real_f = br._Problem.XY, br._Problem.XY_factors
+    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None, factors=None: real_xy(self, X, dG, du,
+                                                                                                  None, factors))
+    monkeypatch.setattr(br._Problem, "XY_factors", lambda self, X, dG, du, Y=None: real_f(self, X, dG, du))
     d2, sigma2 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
     assert sigma1 == sigma2
     for a, b in zip(d1, d2):

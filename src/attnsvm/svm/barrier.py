@@ -41,13 +41,16 @@ pass over the N x N memory.
 
 The primal direction is one ``(r1 + r2)`` square matrix, ``dX = 2 sigma mu Zh - X + sym(X Y)`` with
 ``Zh = Z^{-1} / 2`` and ``Y = -dZ Z^{-1} = [[dG Zh_21, dG Zh_22], [dG^T Zh_11, dG^T Zh_12]]`` (three
-products, :meth:`_Problem.XY`). A step's guard factorizes the next X; the factor travels with the
-iterate (the next Newton system reuses it).
+products; beyond ``r1 + r2 = 64`` from Y's rank-``2 min(r1, r2)`` factors, :meth:`_Problem.XY`). A step's
+guard factorizes the next X; the factor travels with the iterate (the next Newton system reuses it).
 The step bounds are one eigenvalue each of a congruent matrix (the primal one formed by LAPACK ``sygst``, or
 up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one, up to ``r1 + r2 = 64``, from
-the inverse of S's factor), the dual one after a Cholesky test of the full (capped) dual step; the dual step
-guard's ``G`` travels with the iterate too. Up to 256 rows the primal and the dual take the same step length
-(the dual bound is then sought below the primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
+the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests), the dual one after a Cholesky
+test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
+(its ``dX`` is ``-X`` plus a low-rank term, :func:`_psd_step_low_rank`), and beyond 256 the corrector's is a
+Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`). The dual step guard's ``G`` travels with the iterate too.
+Up to 256 rows the primal and the dual take the same step length (the dual bound is then sought below the
+primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
 the gap test is relative); the start is the Frobenius solution (primal, plus a
@@ -385,17 +388,42 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
     return float(sla.eigh(K, lower=True, eigvals_only=True, subset_by_index=[0, 0], check_finite=False)[0])
 
 
+#: :func:`_psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
+#: by ARPACK's Lanczos (tol 1e-8, two triangular solves a product) beyond. Measured on the correctors' directions of
+#: exported real-minilm-heads instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at
+#: n = 202 dense 1.5-1.9 ms a call, ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within
+#: 2.5e-10 relative of the dense ones)
+_PSD_STEP_DENSE_MAX = 256
+
+#: the Lanczos products of :func:`_psd_step` use ``L^{-1}`` (trtri once) up to this size, triangular solves beyond
+#: (measured at n = 315 as above: 2.4-2.7 ms a call against 3.3-3.6; at large n trtri's n^3 / 3 is not repaid by
+#: the ~20 products measured a call)
+_LANCZOS_BY_INVERSE_MAX = 400
+
+
 def _psd_step(L, dX, cap, Li=None):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
-    if known)."""
+    if known).
+
+    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value: a Rayleigh quotient, so
+    ``>= lambda_min`` and the bound may exceed the exact one by about ARPACK's tolerance (1e-8 relative). The step
+    taken stays inside the cone regardless: :func:`_step_lengths` takes ``gamma <= 0.99`` of the bound and its guard
+    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds."""
     n = L.shape[0]
-    if n <= 400:
+    if n <= _PSD_STEP_DENSE_MAX:
         lmin = _min_eig_congruent(L, dX, Li)
     else:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
-        def mv(v):
-            return _trsm(L, dX @ _trsm(L, v, 1))
+        if n <= _LANCZOS_BY_INVERSE_MAX:        # three products a step instead of two triangular solves' calls
+            Li = _tri_inv(L) if Li is None else Li
+            Lit = Li.T
+
+            def mv(v):
+                return Li @ (dX @ (Lit @ v))
+        else:
+            def mv(v):
+                return _trsm(L, dX @ _trsm(L, v, 1))
 
         op = LinearOperator((n, n), matvec=mv, dtype=float)
         try:
@@ -406,6 +434,22 @@ def _psd_step(L, dX, cap, Li=None):
     if lmin >= 0:
         return cap
     return min(cap, -1.0 / lmin)
+
+
+def _psd_step_low_rank(L, F, Vt, cap):
+    """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (n x n) and the predictor's
+    direction ``dX = sym(F Vt) - X`` (``F (n, m)``, ``Vt (m, n)``, ``2 m < n``; :meth:`_Problem.XY_factors`).
+
+    ``L^{-1} dX L^{-T} = -I + (a b^T + b a^T) / 2`` with ``[a, b] = L^{-1} [F, Vt^T]``: a rank-``2 m``
+    perturbation of ``-I``. With the thin QR ``[a, b] = W R`` its eigenvalues are ``-1 + `` those of
+    ``(R_a R_b^T + R_b R_a^T) / 2`` (``R = [R_a, R_b]``, 2m square) and ``-1`` (``n > 2 m``), so
+    ``lambda_min = -1 + min(0, mu_min)`` (exact; one triangular solve of n x 2m, a QR and a 2m eigenvalue
+    problem instead of the n x n congruence and eigenvalue). ``lambda_min <= -1``, so the bound is ``<= 1``."""
+    m = F.shape[1]
+    R = np.linalg.qr(_trsm(L, np.concatenate([F, Vt.T], axis=1)), mode="r")       # (2m, 2m)
+    H = R[:, :m] @ R[:, m:].T                       # R_a R_b^T; the lower triangle of H + H^T is read
+    mu = _eig_min(H + H.T) * 0.5
+    return min(cap, -1.0 / (-1.0 + min(0.0, mu)))
 
 
 def _lp_step(x, dx, cap):
@@ -429,6 +473,13 @@ def _blocks(X11, X12, X22):
     X[..., r1:, :r1] = _t(X12)
     X[..., r1:, r1:] = X22
     return X
+
+
+#: :meth:`_Problem.XY` forms ``X Y`` as one product up to this reduced size ``r1 + r2``, from the low-rank factors
+#: of :meth:`_Problem.XY_factors` beyond (at the probe's r1 + r2 = 315, k = 16: about 5x fewer multiply-adds).
+#: The small solves keep their arithmetic: the growing set's IPM (:mod:`attnsvm.svm.barrier_grow`) stalled on
+#: tests/test_svm_nuclear_grow.py's all-rows start (6 x 6) with the factored product's last-bit differences
+_XY_DENSE_MAX = 64
 
 
 class _Problem:
@@ -488,10 +539,35 @@ class _Problem:
         r1, Zh = self.r1, du.Zh
         return np.concatenate([dG @ Zh[..., r1:, :], _t(dG) @ Zh[..., :r1, :]], axis=-2)
 
-    def XY(self, X, dG, du, Y=None):
+    def XY_factors(self, X, dG, du, Y=None):
+        """``(F, Vt)`` with ``X Y = F Vt`` (``F (n, 2k)``, ``Vt (2k, n)``, ``k = min(r1, r2)``, n = r1 + r2; or
+        stacks) for the symmetric ``X`` and ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this
+        ``dG``). Y's two row blocks have rank <= k: with ``r2 <= r1``, ``X Y = (X[:, :r1] dG) Zh_2. + X[:, r1:] Y_2.``
+        (``Zh_2.``, ``Y_2.`` the last r2 rows of Zh and Y), so ``F = [X[:, :r1] dG, X[:, r1:]]`` and
+        ``Vt = [Zh_2.; Y_2.]``; mirrored when ``r1 < r2``. Only one row block of ``Y`` is read (formed when not
+        given)."""
+        r1, Zh = self.r1, du.Zh
+        if dG.shape[-1] <= r1:
+            Yb = _t(dG) @ Zh[..., :r1, :] if Y is None else Y[..., r1:, :]        # Y's last r2 rows
+            F = np.concatenate([X[..., :, :r1] @ dG, X[..., :, r1:]], axis=-1)
+            Vt = np.concatenate([Zh[..., r1:, :], Yb], axis=-2)
+        else:
+            Yt = dG @ Zh[..., r1:, :] if Y is None else Y[..., :r1, :]            # Y's first r1 rows
+            F = np.concatenate([X[..., :, r1:] @ _t(dG), X[..., :, :r1]], axis=-1)
+            Vt = np.concatenate([Zh[..., :r1, :], Yt], axis=-2)
+        return F, Vt
+
+    def XY(self, X, dG, du, Y=None, factors=None):
         """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
-        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``)."""
-        T = X @ (self.Y(dG, du) if Y is None else Y)
+        ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``), as ``sym(F Vt)`` from
+        :meth:`XY_factors` (``factors`` when already computed): ``2 n k (r1 + r2 + n)`` multiply-adds instead of
+        ``n^3 + 2 r1 r2 n``; up to ``n =`` :data:`_XY_DENSE_MAX` (and without ``factors``) as ``X Y``, the
+        product small solves were measured with."""
+        if factors is None and X.shape[-1] <= _XY_DENSE_MAX:
+            T = X @ (self.Y(dG, du) if Y is None else Y)
+        else:
+            F, Vt = self.XY_factors(X, dG, du, Y) if factors is None else factors
+            T = F @ Vt
         T = T + _t(T)
         T *= 0.5
         return T
@@ -833,6 +909,7 @@ class _NewtonSystem:
     def __init__(self, pb: _Problem, x: _Iterate, du: _Dual, equal_steps: bool = False):
         I = pb.I
         self.pb, self.x, self.du, self.equal_steps = pb, x, du, equal_steps
+        self.factors = None                                       # the predictor's X Y = F Vt (see :meth:`direction`)
         if x.LX is None:
             x.LX = _chol(x.X)
             if x.LX is None:
@@ -857,7 +934,12 @@ class _NewtonSystem:
         dlam = self.solve(rvec)
         dG = pb.Gmap(dlam)
         self.Y = pb.Y(dG, du)                                     # kept: the corrector reuses the predictor's
-        dX = pb.XY(x.X, dG, du, self.Y)                           # dX = 2 sig_mu Zh - X + sym(X Y)
+        n = x.X.shape[0]
+        factors = pb.XY_factors(x.X, dG, du, self.Y) if n > _XY_DENSE_MAX else None
+        # the predictor's X Y = F Vt, kept for its primal step bound (_psd_step_low_rank) when 2 m < r1 + r2
+        pred = factors is not None and sig_mu == 0.0 and corr is None and 2 * factors[0].shape[1] < n
+        self.factors = factors if pred else None
+        dX = pb.XY(x.X, dG, du, self.Y, factors)                  # dX = 2 sig_mu Zh - X + sym(X Y)
         dX -= x.X
         if sig_mu:
             dX += (2.0 * sig_mu) * du.Zh
@@ -874,7 +956,11 @@ class _NewtonSystem:
         the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
         then passes more often)."""
         dlam, dG, dX, ds = d
-        ap = _psd_step(self.LX, dX, _lp_step(self.x.s, ds, 1.0), self.LXi)
+        cap = _lp_step(self.x.s, ds, 1.0)
+        if self.factors is not None:                        # the predictor's: low rank + -X (beyond 64 only)
+            ap = _psd_step_low_rank(self.LX, *self.factors, cap)
+        else:
+            ap = _psd_step(self.LX, dX, cap, self.LXi)
         cap = ap if self.equal_steps else 1.0
         ad = _lmi_step(self.du.G, dG, _lp_step(self.lamI, dlam[self.pb.I], cap), L=self.du.L, Li=self.du.Li)
         return (ad, ad) if self.equal_steps else (ap, ad)

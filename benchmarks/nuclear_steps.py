@@ -1,0 +1,120 @@
+"""Benchmark: the nuclear IPM (``barrier.nuclear_ipm``) on exported instances of the probe, against a baseline revision.
+
+Usage:
+  python benchmarks/nuclear_steps.py --export DIR [probe_cost.py options]   # write DIR/inst_*.npz
+  python benchmarks/nuclear_steps.py DIR/inst_*.npz [--rounds 3] [--baseline-rev REV]
+
+``--export`` runs benchmarks/probe_cost.py (needs the real extra: MiniLM) with every ``nuclear_ipm`` call's inputs
+written to ``DIR/inst_NNN.npz`` (U, V, rhs, eq, lam_init, W_init, tol; the solver's own arguments from
+``svm.nuclear``); real-minilm-heads' shape is ``--sentences 256 --svm-sentences 16 --layer L --heads H
+--null-draws K``. The timing mode solves each file in a child process with one BLAS thread (``--rounds`` times,
+ours and the baseline alternating, the least CPU time of each kept) and prints per instance: reduced shape,
+status, iterations, CPU ms, and ``||W||_*``; with ``--baseline-rev``, the baseline's, the ratio baseline / ours
+and the relative difference of the objectives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import time
+
+import _baseline
+
+
+def export(out: str, argv: list) -> None:
+    """Run probe_cost.py with ``svm.nuclear.nuclear_ipm``'s inputs written to ``out/inst_NNN.npz``."""
+    import numpy as np
+
+    import attnsvm.svm.nuclear as nuc
+
+    os.makedirs(out, exist_ok=True)
+    real, count = nuc.nuclear_ipm, [0]
+
+    def dump(U, V, rhs, eq, **kw):
+        lam0, W0 = kw.get("lam_init"), kw.get("W_init")
+        np.savez(os.path.join(out, f"inst_{count[0]:03d}.npz"), U=U, V=V, rhs=rhs, eq=eq,
+                 lam_init=np.zeros(0) if lam0 is None else lam0, W_init=np.zeros((0, 0)) if W0 is None else W0,
+                 tol=kw.get("tol", 1e-9))
+        count[0] += 1
+        return real(U, V, rhs, eq, **kw)
+
+    nuc.nuclear_ipm = dump
+    sys.argv = ["probe_cost.py"] + argv
+    runpy.run_path(os.path.join(_baseline.HERE, "probe_cost.py"), run_name="__main__")
+
+
+def child(files: list) -> None:
+    """Solve each file once; emit per file the CPU seconds, status, iterations, reduced shape and ||W||_*."""
+    import numpy as np
+
+    from attnsvm.svm.barrier import nuclear_ipm, singular_values
+
+    rows = []
+    for f in files:
+        z = np.load(f)
+        kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
+        c = time.process_time()
+        res = nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+        rows.append({"cpu": time.process_time() - c, "status": res.status, "it": res.info.get("iterations"),
+                     "shape": res.info.get("reduced_shape"), "obj": float(singular_values(res.W).sum())})
+    _baseline.emit({"rows": rows})
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--export" in argv:                  # the rest goes to probe_cost.py as it is
+        i = argv.index("--export")
+        if i + 1 >= len(argv):
+            raise SystemExit("--export needs a folder")
+        return export(argv[i + 1], argv[:i] + argv[i + 2:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--export", metavar="DIR", help="write the instances of probe_cost.py's run (its options follow)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    _baseline.add_option(ap)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args.files)
+    with _baseline.baseline_src(args.baseline_rev) as base_src:
+        sides = [("ours", _baseline.OURS)] + ([("base", base_src)] if base_src else [])
+        best = {}
+        for _ in range(args.rounds):
+            for name, src in sides:
+                r = _baseline.run_child([os.path.abspath(__file__), "--child"] + args.files, src)
+                if "error" in r:
+                    raise SystemExit(f"{name}: {r['error']}")
+                if name not in best:
+                    best[name] = r["rows"]
+                else:
+                    for b, x in zip(best[name], r["rows"]):
+                        b["cpu"] = min(b["cpu"], x["cpu"])
+    tot = {k: 0.0 for k in best}
+    its = {k: 0 for k in best}
+    print(f"{'instance':>24} {'r1 x r2':>9} {'status':>10} {'it':>4} {'ms':>8} {'||W||_*':>20}"
+          + (f" {'base it':>7} {'base ms':>8} {'ratio':>6} {'obj rel diff':>12}" if "base" in best else ""))
+    for k, f in enumerate(args.files):
+        o = best["ours"][k]
+        line = (f"{os.path.basename(f):>24} {'x'.join(map(str, o['shape'])):>9} {o['status']:>10} {o['it']:>4} "
+                f"{1e3 * o['cpu']:>8.1f} {o['obj']:>20.15g}")
+        if "base" in best:
+            b = best["base"][k]
+            line += (f" {b['it']:>7} {1e3 * b['cpu']:>8.1f} {_baseline.ratio(b['cpu'], o['cpu']):>6} "
+                     f"{abs(o['obj'] - b['obj']) / abs(b['obj']):>12.1e}")
+        print(line)
+        for name in best:
+            tot[name] += best[name][k]["cpu"]
+            its[name] += best[name][k]["it"]
+    n = len(args.files)
+    for name in best:
+        print(f"{name}: total {tot[name]:.3f} CPU-s, mean iterations {its[name] / n:.1f} (least of {args.rounds} "
+              f"rounds, one BLAS thread)")
+    if "base" in best:
+        print(f"ratio base / ours: {_baseline.ratio(tot['base'], tot['ours'])}")
+
+
+if __name__ == "__main__":
+    main()
