@@ -3,6 +3,8 @@ min-norm-point form that keeps one Cholesky factor across iterations and rounds 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 __all__ = ["_BasePDAS"]
@@ -33,6 +35,33 @@ def _blas(name: str):
 
 
 _BLAS: dict = {}
+
+#: BLAS threads for the whole-block Cholesky factorizations of :meth:`_BasePDAS._refactor` (set by the
+#: caller's :func:`factor_threads`; 1 outside it)
+_FACTOR_THREADS = [1]
+
+
+@contextlib.contextmanager
+def factor_threads(n: int):
+    """Within this context, :func:`caller_threads` runs with ``n`` BLAS threads (the working set records
+    the caller's setting here before it limits the subset QP to one thread)."""
+    _FACTOR_THREADS.append(max(int(n), 1))
+    try:
+        yield
+    finally:
+        _FACTOR_THREADS.pop()
+
+
+def caller_threads():
+    """A context in which BLAS runs with the threads recorded by :func:`factor_threads` (nothing changes
+    when that is one): a factorization of a few thousand rows is large enough to share between threads,
+    unlike the QP's triangular solves with few right-hand sides."""
+    n = _FACTOR_THREADS[-1]
+    if n <= 1:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")
 
 
 def _routine(name: str):
@@ -219,7 +248,9 @@ class _BasePDAS:
         M = self._border(_principal(G, idx, out=buf[:s, :s]), b[idx])
         info = ctypes.c_int(0)
         # column-major, the block is M^T = M (lda = cap): its upper factor U = L^T fills the C-order lower triangle
-        potrf(b"U", ctypes.byref(ctypes.c_int(s)), buf.ctypes.data, ctypes.byref(ctypes.c_int(cap)), ctypes.byref(info))
+        with caller_threads():
+            potrf(b"U", ctypes.byref(ctypes.c_int(s)), buf.ctypes.data, ctypes.byref(ctypes.c_int(cap)),
+                  ctypes.byref(info))
         dg = np.abs(np.diag(M))
         if info.value != 0 or not dg.min() > 1e-7 * dg.max():
             self._buf = buf
@@ -237,7 +268,8 @@ class _BasePDAS:
         import scipy.linalg as sla
 
         try:    # M_FF^T is M_FF in Fortran order: LAPACK factors it in place (its upper factor is L^T)
-            L = sla.cholesky(M_FF.T, lower=False, overwrite_a=True, check_finite=False).T
+            with caller_threads():
+                L = sla.cholesky(M_FF.T, lower=False, overwrite_a=True, check_finite=False).T
         except np.linalg.LinAlgError:
             raise _Singular() from None
         dg = np.abs(np.diag(L))

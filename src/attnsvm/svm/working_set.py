@@ -42,6 +42,8 @@ or when the dense N x N matrices would not fit in memory). The subset QP's facto
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 
 import numpy as np
@@ -298,17 +300,23 @@ class _Setup:
         return self.scaling.rhs(raw), raw * self.inv_scale
 
 
+@contextlib.contextmanager
 def _one_blas_thread():
     """One BLAS thread for the subset QP, the caller's setting restored afterwards (a context manager).
 
     Its factor has a few thousand rows and most of its work is triangular solves with few
     right-hand sides, too small to share between threads (two threads were measured slower than
     one: docs/guide/performance.md, "Frobenius at N = 10^6"). The margins of all N rows keep the
-    caller's threads.
+    caller's threads, and so do the QP's whole-block Cholesky factorizations
+    (:func:`attnsvm.svm.pdas.caller_threads` runs them with the number recorded here).
     """
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_info, threadpool_limits
 
-    return threadpool_limits(limits=1, user_api="blas")
+    from attnsvm.svm import pdas
+
+    counts = [int(lib.get("num_threads") or 1) for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    with pdas.factor_threads(max(counts, default=1)), threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
