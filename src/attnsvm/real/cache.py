@@ -47,14 +47,20 @@ def cached_model(key, load):
     used of more than :data:`MAX_MODELS` dropped). ``key`` None: ``load()`` uncached."""
     if key is None:
         return load()
-    if key in _MODELS:
-        _MODELS.move_to_end(key)
-        return _MODELS[key]
-    model = load()
-    _MODELS[key] = model
-    while len(_MODELS) > MAX_MODELS:
-        _MODELS.popitem(last=False)
-    return model
+    return _lru(_MODELS, key, load, MAX_MODELS)
+
+
+def _lru(cache, key, build, limit: int):
+    """``cache[key]`` (an OrderedDict, marked most recently used), else ``build()`` stored under ``key``, the
+    least recently used entries beyond ``limit`` dropped."""
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = build()
+    cache[key] = value
+    while len(cache) > limit:
+        cache.popitem(last=False)
+    return value
 
 
 def forward(model, sentences: list, *, max_length: int, max_memory=None):
@@ -89,14 +95,7 @@ def derived(fw, key, build):
     ``build()`` uncached when ``fw`` is not the cached pass."""
     if fw is None or _FORWARD.get("forward") is not fw:
         return build()
-    if key in _DERIVED:
-        _DERIVED.move_to_end(key)
-        return _DERIVED[key]
-    value = build()
-    _DERIVED[key] = value
-    while len(_DERIVED) > MAX_DERIVED:
-        _DERIVED.popitem(last=False)
-    return value
+    return _lru(_DERIVED, key, build, MAX_DERIVED)
 
 
 def clear() -> None:
