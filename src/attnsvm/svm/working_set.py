@@ -52,7 +52,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.options import FrobeniusWSOptions, NuclearWSOptions
-from attnsvm.svm.pdas import _BasePDAS, _principal
+from attnsvm.svm.pdas import _BasePDAS, _principal, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.scaling import RowScaling
@@ -312,10 +312,8 @@ def _one_blas_thread():
     """
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from attnsvm.svm import pdas
-
     counts = [int(lib.get("num_threads") or 1) for lib in threadpool_info() if lib.get("user_api") == "blas"]
-    with pdas.factor_threads(max(counts, default=1)), threadpool_limits(limits=1, user_api="blas"):
+    with factor_threads(max(counts, default=1)), threadpool_limits(limits=1, user_api="blas"):
         yield
 
 
