@@ -819,7 +819,9 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
 
     ``workers=None`` and no ``scheduler``: the tasks of all the experiments share one pool of
     :func:`default_workers` local processes (one per CPU, at most one per task to compute; one BLAS and one
-    torch thread each), queued longest first (:func:`queue_order`); each finished task is stored at once,
+    torch thread each), queued longest first (:func:`queue_order`), the tasks that share a worker-process state
+    (:meth:`~attnsvm.experiments.Experiment.shared_state`, a loaded model) kept on one worker while the
+    others have other work (:func:`next_for_worker`); each finished task is stored at once,
     and each experiment's results, checks and figures are written in this process as soon as its last task
     is in, whatever the other experiments do. With one worker everything runs in this process. The tables
     equal those of :func:`run_experiment` (each task is seeded by its own parameters and runs single-threaded
@@ -900,10 +902,35 @@ def queue_order(sweeps) -> list[tuple[int, Task]]:
             for j in sorted(range(len(sweeps[i].todo)), key=lambda j: -costs[i][j])]
 
 
+#: tasks handed to each worker process at a time: the one it runs and the next, so that it never waits while
+#: this process writes a finished experiment (its checks and figures)
+LANE_DEPTH = 2
+
+
+def shared_state_of(sweep, task: Task):
+    """The name of the worker-process state ``task`` of ``sweep`` builds and reuses
+    (:meth:`~attnsvm.experiments.Experiment.shared_state`; None for an experiment without the method)."""
+    hook = getattr(sweep.experiment, "shared_state", None)
+    return None if hook is None else hook(sweep.config, task)
+
+
+def next_for_worker(states: list, holders: dict, worker: int) -> int:
+    """Index in the queue of the next task for ``worker``: the first whose shared state (``states``, in queue
+    order; None: none) is None, held by no worker yet, or held by ``worker`` (``holders``: state -> set of
+    workers that built it); when every task left needs a state only other workers hold, the first (that
+    worker then builds it too, rather than wait idle). ``states`` must not be empty."""
+    for k, state in enumerate(states):
+        if state is None or worker in holders.get(state, (worker,)):
+            return k
+    return 0
+
+
 def _pooled_outcomes(sweeps, workers: int, max_memory):
     """Yield ``(index of the sweep, task, result)`` as the tasks of all ``sweeps`` finish, computed in this
-    process (``workers == 1``) or on a pool of ``workers`` local processes (started fresh, so no thread
-    state of this process is inherited); started in :func:`queue_order`."""
+    process (``workers == 1``) or on ``workers`` local worker processes (started fresh, so no thread state of
+    this process is inherited), taken in :func:`queue_order`: each worker is handed :data:`LANE_DEPTH` tasks
+    at a time, the next one by :func:`next_for_worker`, so that the tasks sharing a worker-process state
+    (a loaded model) stay on the worker that built it while the others have other work."""
     todo = queue_order(sweeps)
     if workers <= 1:
         for i, task in todo:
@@ -914,15 +941,34 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    context = multiprocessing.get_context("spawn")
+    lanes = [ProcessPoolExecutor(max_workers=1, mp_context=context) for _ in range(workers)]
+    queue = list(todo)
+    states = [shared_state_of(sweeps[i], task) for i, task in queue]
+    holders: dict = {}
+    futures = {}  # future -> (worker, index of the sweep, task)
+    handed = [0] * workers
+
+    def hand(worker: int) -> None:
+        k = next_for_worker(states, holders, worker)
+        (i, task), state = queue.pop(k), states.pop(k)
+        if state is not None:
+            holders.setdefault(state, set()).add(worker)
+        future = lanes[worker].submit(execute_timed, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
+                                      max_memory)
+        futures[future] = (worker, i, task)
+        handed[worker] += 1
+
     try:
-        futures = {pool.submit(execute_timed, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
-                               max_memory): (i, task) for i, task in todo}
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda f: futures[f][0]):
-                i, task = futures.pop(future)
+        for _ in range(LANE_DEPTH):  # one task each in turn: the longest ones start first on different workers
+            for worker in range(workers):
+                if queue:
+                    hand(worker)
+        while futures:
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: futures[f][1]):
+                worker, i, task = futures.pop(future)
+                handed[worker] -= 1
                 exc = future.exception()
                 if isinstance(exc, BrokenProcessPool):
                     n = sum(_stored(s.shard) for s in sweeps)
@@ -930,9 +976,14 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
                                        f"--max-memory); {n} finished task(s) are stored under "
                                        f"{os.path.dirname(sweeps[i].plan['expdir'])}: run the same command again to "
                                        "resume (--workers 1 runs every task in this process)") from None
+                while queue and handed[worker] < LANE_DEPTH:
+                    hand(worker)
                 yield i, task, partial(_timed, sweeps[i], future)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for lane in lanes:  # cancel what has not started everywhere first, then wait for the running tasks
+            lane.shutdown(wait=False, cancel_futures=True)
+        for lane in lanes:
+            lane.shutdown(wait=True)
 
 
 def _stored(shard: dict) -> int:

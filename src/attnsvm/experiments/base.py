@@ -154,6 +154,16 @@ class Experiment:
 
         return float(max(int(task.runs), 1)) * run_seconds(self.name)
 
+    def shared_state(self, config, task: Task) -> str | None:
+        """A name for what running ``task`` builds in its worker process and the next tasks of that name reuse
+        there (a loaded pretrained model, a forward pass), or None (the default: nothing worth keeping).
+
+        The pooled runner (:func:`attnsvm.runner.run_experiments`) keeps the tasks of one name on the worker
+        process that started the first of them while the other workers have other tasks to run, so the state
+        is built once per run instead of once per process. It changes no result: every task builds what it
+        needs when its process lacks it."""
+        return None
+
     def explain(self, config, table: pd.DataFrame) -> str:
         """Extra text for the report (pitfalls, protocol notes); markdown."""
         return self.notes

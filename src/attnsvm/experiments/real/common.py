@@ -57,6 +57,9 @@ SRC_DIRECTION = {
 }
 SRC_BIAS = ("transformers-as-svms.md 2.2 and 7.3 ((K,Q) follows the nuclear-norm, not the Frobenius SVM; "
             "claim on real data)")
+#: the worker-process state the MiniLM experiments share (:meth:`Experiment.shared_state`): the loaded model
+#: (:func:`attnsvm.real.minilm.load_minilm`, float64) and the last forward pass (:mod:`attnsvm.real.cache`)
+MINILM_STATE = "the shipped MiniLM, float64 (model and last forward pass)"
 SRC_HEADS = ("transformers-as-svms.md 2.4 and 4 thm 2, 8 ((K,Q) points along the nuclear-norm Gen-SVM of its "
              "selections; claim on a pretrained model)")
 

@@ -10,6 +10,7 @@ from pydantic import PositiveFloat, PositiveInt
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.power import SHARE_SHIFT
 from attnsvm.experiments.real.common import (
+    MINILM_STATE,
     NO_PROTOCOL,
     PARAMS,
     SRC_SELECT,
@@ -68,6 +69,9 @@ class RealMinilmEmbeddings(Experiment):
 
     def tasks(self, config):
         return [Task(f"seed-{s:03d}", 1, {"seed": int(s)}) for s in config.seeds]
+
+    def shared_state(self, config, task):
+        return MINILM_STATE  # the loaded model (real-minilm-heads' tasks load the same one)
 
     def run_task(self, config, task):
         from attnsvm.real.digits import fit_head

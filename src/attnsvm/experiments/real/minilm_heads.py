@@ -15,6 +15,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import Check
 from attnsvm.experiments.power import CORR_EFFECT, MAJORITY_WIN
 from attnsvm.experiments.real.common import (
+    MINILM_STATE,
     SRC_HEADS, paired_check, sign_share_check, certified_check, nanmean, deviation_quick, NO_PROTOCOL,
 )
 
@@ -61,6 +62,9 @@ class RealMinilmHeads(Experiment):
 
     def tasks(self, config):
         return [Task(f"layer-{l}", len(config.heads), {"layer": int(l)}) for l in config.layers]
+
+    def shared_state(self, config, task):
+        return MINILM_STATE  # the loaded model and the forward pass that every layer's task reads
 
     def run_task(self, config, task):
         from attnsvm.real.probe import probe_heads
