@@ -31,19 +31,41 @@ def legible(fig, min_pt: float = MIN_FONT_PT) -> None:
             text.set_fontsize(min_pt)
 
 
+#: resolution of the saved PNG (dots per inch)
+PNG_DPI = 130
+
+
+def tight_box(fig, dpi: float):
+    """The box (inches) that ``fig.savefig(..., dpi=dpi, bbox_inches="tight")`` crops a PNG to: the tight box
+    of the figure's artists laid out at ``dpi``, padded by ``savefig.pad_inches``."""
+    import matplotlib
+
+    old = fig.dpi
+    fig.dpi = dpi
+    try:
+        fig.draw_without_rendering()
+        return fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+    finally:
+        fig.dpi = old
+
+
 def save_figure(fig, outdir: str, stem: str) -> list[str]:
-    """Lay out ``fig`` with legible text (:func:`legible`), save it as ``outdir/stem.png`` and ``.pdf``,
-    close it; return both paths."""
+    """Lay out ``fig`` with legible text (:func:`legible`), save it as ``outdir/stem.png`` (:data:`PNG_DPI`)
+    and ``.pdf``, both cropped to the PNG's tight box (:func:`tight_box`, found once rather than by each
+    ``savefig``), close it; return both paths."""
     paths = []
     legible(fig)
     try:
         fig.tight_layout()
     except Exception:  # noqa: BLE001 - layout is cosmetic; never lose a figure over it
         pass
+    fig.set_layout_engine(None)  # laid out: no engine for each savefig to run (and draw for) again
+    box = tight_box(fig, PNG_DPI)
     for ext in ("png", "pdf"):
         path = os.path.join(outdir, f"{stem}.{ext}")
         # exclusive temporary file and rename: never written through a link planted at the figure's name
-        atomic_write(path, lambda fh: fig.savefig(fh, format=ext, dpi=130 if ext == "png" else None, bbox_inches="tight"))
+        atomic_write(path, lambda fh: fig.savefig(fh, format=ext, dpi=PNG_DPI if ext == "png" else None,
+                                                  bbox_inches=box))
         paths.append(path)
     pyplot().close(fig)
     return paths
