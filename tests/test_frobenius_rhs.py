@@ -47,6 +47,8 @@ def test_rhs_path_equals_the_loop_of_solve_frobenius(case):
     # right-hand sides of existing matrices (consistent) at very different scales, one all zero
     B = np.stack([cs.evaluate(g.standard_normal((d, d))) * 10.0 ** (3 * r - 9) for r in range(R)])
     B[2] = 0.0
+    B[0] *= 1e-280                              # the far ends of float64: each rhs its own scale exponent
+    B[-1] *= 1e270
     if case in ("inequality", "mixed"):
         B = np.abs(B) + 0.5                      # margin rows: a positive right-hand side
     batch = solve_frobenius_rhs(cs, B, formulation="fin")
