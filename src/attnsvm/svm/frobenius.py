@@ -24,17 +24,17 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_number
+from attnsvm._validate import as_float_array, check_number
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.constraints import ConstraintSet, bare_set, row_gram
+from attnsvm.svm.constraints import ConstraintSet, bare_set, checked_set, row_gram
 from attnsvm.svm.options import FrobeniusOptions
-from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, solve_gram_qp
+from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, pdas_rhs, solve_gram_qp
 from attnsvm.svm.result import build_solution, farkas_certificate, farkas_residual, fro_certificate, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
-__all__ = ["solve_frobenius", "solve_frobenius_batch", "frobenius_solution", "frobenius_certificate",
+__all__ = ["solve_frobenius", "solve_frobenius_rhs", "solve_frobenius_batch", "frobenius_solution", "frobenius_certificate",
            "farkas_residual_of", "dense_frobenius_bytes", "frobenius_qp",
            "require_dense_memory", "row_sizes", "not_representable_error"]
 
@@ -141,8 +141,13 @@ def frobenius_qp(cs_n: ConstraintSet, tol: float = 1e-10, method: str = "auto") 
     """The dual QP of a row-normalized set ``cs_n``: ``(QPResult, G (N, N))`` in its own units
     (no mapping back, so any data scale works; used for feasibility and warm starts)."""
     G = cs_n.gram()
+    return _gram_qp(G, cs_n, tol, method), G
+
+
+def _gram_qp(G: np.ndarray, cs_n: ConstraintSet, tol: float, method: str) -> QPResult:
+    """:func:`~attnsvm.svm.qp.solve_gram_qp` of ``cs_n`` with its Gram matrix ``G (N, N)``, failures as errors."""
     try:
-        return solve_gram_qp(G, cs_n.rhs, cs_n.is_equality, tol=tol, method=method), G
+        return solve_gram_qp(G, cs_n.rhs, cs_n.is_equality, tol=tol, method=method)
     except RuntimeError as exc:
         if method == "pdas":
             raise ValidationError("method='pdas' cannot solve this problem (linearly dependent active rows or "
@@ -169,16 +174,58 @@ def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, option
     certificate does not pass) or a Farkas certificate (status "infeasible", ``W is None``).
     """
     o = FrobeniusOptions.resolve(options, kw, "solve_frobenius")
-    tol, method, support_tol, max_memory = o.tol, o.method, o.support_tol, o.max_memory
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
-    require_dense_memory(cs.N, max_memory)
+    require_dense_memory(cs.N, o.max_memory)
     normalized = cs.normalized()
-    cs_n = normalized[0]
-    res, G = frobenius_qp(cs_n, tol, method)
+    res, G = frobenius_qp(normalized[0], o.tol, o.method)
+    return _finish(cs, normalized, G, res, o, formulation, t0)
+
+
+def solve_frobenius_rhs(cs: ConstraintSet, rhs: np.ndarray, *, formulation: str | None = None,
+                        options: FrobeniusOptions | None = None, **kw) -> list[SVMSolution]:
+    """:func:`solve_frobenius` of the rows of ``cs`` with R right-hand sides: ``rhs (R, N)``.
+
+    The result r is that of ``solve_frobenius(cs with rhs[r])``, each an SVMSolution with its own
+    status and certificate; the row scaling's factors, the Gram matrix and, when every row is an
+    equality (a projection onto the rows' span), its Cholesky factor are computed once
+    (:func:`~attnsvm.svm.qp.pdas_rhs`). Options as :func:`solve_frobenius`.
+    """
+    o = FrobeniusOptions.resolve(options, kw, "solve_frobenius_rhs")
+    cs = checked_set(cs, "cs")
+    rhs = np.array(as_float_array(rhs, "rhs", 2, f"(R, N) with N = {cs.N} (the rows of cs)"), copy=True)
+    if rhs.shape[1] != cs.N:
+        raise ValidationError(f"rhs must have shape (R, N) with N = {cs.N} (the rows of cs), got {rhs.shape}")
+    rhs.flags.writeable = False                                      # the rows become the sets' rhs
+    formulation = formulation or cs.kind
+    t0 = time.perf_counter()
+    require_dense_memory(cs.N, o.max_memory)
+    scalings = [RowScaling.unit_rows(cs.U, cs.V, b) for b in rhs]      # the same row factors, E per rhs
+    if not scalings:
+        return []
+    U_n, V_n = scalings[0].rows(cs.U, cs.V)
+    G = row_gram(U_n, V_n)
+    b_n = np.stack([sc.rhs(b) for sc, b in zip(scalings, rhs)])
+    fast = pdas_rhs(G, b_n, cs.is_equality, tol=o.tol) if o.method in ("auto", "pdas") else [None] * len(rhs)
+    out = []
+    for b, sc, bn, res in zip(rhs, scalings, b_n, fast):
+        t1 = time.perf_counter() if out else t0
+        cs_r = cs.with_rows(cs.U, cs.V, b)
+        cs_n = cs_r.with_rows(U_n, V_n, bn)
+        if res is None:                                             # what solve_frobenius does after pdas fails
+            res = _gram_qp(G, cs_n, o.tol, "goldfarb-idnani" if o.method == "auto" else o.method)
+        out.append(_finish(cs_r, (cs_n, sc), G, res, o, formulation, t1))
+    return out
+
+
+def _finish(cs: ConstraintSet, normalized: tuple[ConstraintSet, RowScaling], G: np.ndarray, res: QPResult,
+            o: FrobeniusOptions, formulation: str, t0: float) -> SVMSolution:
+    """The SVMSolution of the QP result ``res`` of ``cs`` (its row-normalized pair and Gram matrix ``G (N, N)``):
+    Farkas certificate when infeasible; else certified, refined by the robust method when pdas's is not optimal."""
+    tol, method, support_tol = o.tol, o.method, o.support_tol
+    cs_n, sc = normalized
     info = {"method": res.method, "iterations": res.iterations, "seconds": time.perf_counter() - t0}
     if res.status == "infeasible":
-        sc = normalized[1]
         f = sc.farkas(res.farkas)
         return infeasible_solution(cs, f, formulation=formulation, norm="fro", info=info,
                                    residual=farkas_residual_of(cs, f), offending=res.info.get("offending"))

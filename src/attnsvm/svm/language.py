@@ -9,8 +9,6 @@ objective ``||W||_F + C sum xi``) is built from rank-one rows ``(a_opt - a_t)^T 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from attnsvm.errors import ValidationError
@@ -18,7 +16,7 @@ from attnsvm.language import LMData, token_loss
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.api import solve_fin, solve_gen_svm
 from attnsvm.svm.constraints import bare_set, seq_constraints
-from attnsvm.svm.frobenius import solve_frobenius
+from attnsvm.svm.frobenius import solve_frobenius_rhs
 from attnsvm.svm.soft import solve_soft
 
 __all__ = ["prefix_scores", "optimal_prefix_tokens", "score_ties", "lm_constraints", "soft_margin_svm", "prefix_problem",
@@ -234,13 +232,14 @@ def random_direction_control(W, gen, fin, *, seed: int = 0, n_random: int = 16):
     ineq = gen.constraints.select_rows(~gen.constraints.is_equality)
     tie = fin.constraints
     g = np.random.default_rng(np.random.SeedSequence([int(seed), 17]))
-    rand, projs = [], []
-    for _ in range(int(n_random)):
-        Wr = ineq.combine(g.standard_normal(ineq.N))
+    dirs = [ineq.combine(g.standard_normal(ineq.N)) for _ in range(int(n_random))]
+    # the projections off the tie rows: one set of rows, one right-hand side per direction (one factor)
+    projs = (solve_frobenius_rhs(tie, np.stack([tie.evaluate(Wr) for Wr in dirs]), formulation="fin")
+             if tie.N and dirs else [])
+    rand = []
+    for r, Wr in enumerate(dirs):
         if tie.N:
-            proj = solve_frobenius(replace(tie, rhs=tie.evaluate(Wr)), formulation="fin")
-            projs.append(proj)
-            Wr = Wr - proj.W if proj.feasible else np.full_like(Wr, np.nan)
+            Wr = Wr - projs[r].W if projs[r].feasible else np.full_like(Wr, np.nan)
         nr = float(np.sum(Wr * Wr))
         Rr = float(np.sum((W - Wf) * Wr) / nr) if nr > 0 else 0.0
         rand.append(Wf + Rr * Wr)

@@ -30,7 +30,7 @@ import scipy.linalg as sla
 
 from attnsvm._validate import check_choice, check_number
 
-__all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_batch"]
+__all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_rhs", "pdas_batch"]
 
 
 @dataclass
@@ -106,17 +106,9 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, ma
         idx = free.nonzero()[0]
         lam = np.zeros(N)
         if idx.size:
-            Gff = G.take(idx, 0).take(idx, 1)          # G[np.ix_(idx, idx)] in fewer calls
-            # LAPACK potrf / potrs directly: what sla.cho_factor / cho_solve call, without their wrappers'
-            # cost (~10 us a call, which small solves feel); potrf's info > 0 is cho_factor's LinAlgError
-            c, info = sla.lapack.dpotrf(Gff, lower=1, clean=0)
-            if info != 0:
+            x = _free_solve(G.take(idx, 0).take(idx, 1), b[idx])  # G[np.ix_(idx, idx)] in fewer calls
+            if x is None:
                 return None
-            dg = np.abs(c.diagonal())
-            if dg.min() <= 1e-7 * dg.max():  # numerically dependent free rows
-                return None
-            x = sla.lapack.dpotrs(c, b[idx], lower=1)[0]
-            x += sla.lapack.dpotrs(c, b[idx] - Gff @ x, lower=1)[0]  # one refinement step
             lam[idx] = x
         mu = G @ lam - b
         new_free = eq | (lam - mu / diag > 0)
@@ -130,6 +122,58 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, ma
         seen.add(key)
         free = new_free
     return None
+
+
+def _free_solve(Gff: np.ndarray, bf: np.ndarray):
+    """Solve ``Gff x = bf`` on a free set: ``Gff (s, s)`` SPD, ``bf (s,)`` or ``(s, R)`` (R right-hand sides,
+    one factor); one refinement step. None when ``Gff`` is not numerically positive definite (dependent rows).
+
+    LAPACK potrf / potrs directly: what sla.cho_factor / cho_solve call, without their wrappers'
+    cost (~10 us a call, which small solves feel); potrf's info > 0 is cho_factor's LinAlgError.
+    """
+    c, info = sla.lapack.dpotrf(Gff, lower=1, clean=0)
+    if info != 0:
+        return None
+    dg = np.abs(c.diagonal())
+    if dg.min() <= 1e-7 * dg.max():  # numerically dependent free rows
+        return None
+    x = sla.lapack.dpotrs(c, bf, lower=1)[0]                 # columnwise the bits of one right-hand side
+    # G x by columns when R > 1: a matrix product sums in another order than Gff @ x of one right-hand side
+    Gx = Gff @ x if x.ndim == 1 else np.stack([Gff @ xr for xr in x.T], axis=1)
+    x += sla.lapack.dpotrs(c, bf - Gx, lower=1)[0]  # one refinement step
+    return x
+
+
+def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10) -> list:
+    """:func:`pdas` of one Gram matrix with R right-hand sides: the result of ``pdas(G, B[r], eq)`` for each r.
+
+    Parameters
+    ----------
+    G : (N, N), B : (R, N), eq : (N,) bool
+
+    When every row is an equality the free set is every row for every right-hand side (pdas
+    stops after its first iteration), so one Cholesky factor of G serves all R (:func:`_free_solve`);
+    otherwise each right-hand side runs :func:`pdas`.
+
+    Returns
+    -------
+    list of R QPResult, or None where pdas fails (dependent rows: the caller uses :func:`goldfarb_idnani`)
+    """
+    _check_tol(tol)
+    B = np.asarray(B, dtype=np.float64)
+    R, N = B.shape
+    if N == 0 or not np.all(eq):
+        return [pdas(G, b, eq, tol=tol) for b in B]
+    if R == 0 or np.any(np.diag(G) <= 0):
+        return [None] * R
+    X = _free_solve(G.copy(), B.T)
+    if X is None:
+        return [None] * R
+    out = []
+    for r in range(R):
+        lam = np.ascontiguousarray(X[:, r])
+        out.append(QPResult("optimal", lam, iterations=1, method="pdas") if _kkt_ok(G, B[r], eq, lam, tol) else None)
+    return out
 
 
 def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int = 40):
