@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/probe_scale.py [--sizes 48 128 256 512 1000] [--layer 3] [--heads 0 5]
        [--methods dense working_set] [--dense-max 128] [--sentences N] [--baseline] [--nulls] [--threads 1]
-       [--baseline-rev REV]
+       [--baseline-rev REV] [--export DIR]
 
 For MiniLM-L6 (query "word", threshold 0.1, the corpus of :func:`attnsvm.real.sentences.corpus_sentences`
 with ``--sentences`` = max(sizes) sentences, seed 0) it builds the selections of the given layer's heads
@@ -27,6 +27,7 @@ dense seconds: m = 48 (N = 921) 1.3 vs 1.6 and 1.1 vs 1.3; m = 128 7.7 vs 21.5 a
 Since the Schur complement on distinct queries (two processes of one thread on the 2-core machine):
 ``--sizes 1000 --heads 0 .. 11`` took 19-223 s per head of layer 3, 1148 s for all 12; ``--sizes 1000
 --heads 3 --baseline``: head 3 19 s, its random baseline 322 s (working set 4312 rows).
+``--export DIR`` writes each case's arrays (as below) to DIR and solves nothing.
 ``--baseline-rev REV``: every solve runs in two child processes with one thread each, on this checkout and on a
 git worktree of REV (benchmarks/_baseline.py); the parent builds the selections once and hands each child the
 arrays of :func:`attnsvm.svm.gen_constraints` (X, Z, selected, valid) in a temporary .npz. Each row then shows
@@ -82,9 +83,13 @@ def main():
     ap.add_argument("--baseline", action="store_true", help="also the random selections of equal sizes")
     ap.add_argument("--nulls", action="store_true", help="also each head's first spectrum null draw")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--export", metavar="DIR", default=None,
+                    help="only write each case's gen_constraints arrays to DIR/case-HEAD-SEL-M.npz (no solve)")
     _baseline.add_option(ap)
     args = ap.parse_args()
     offline_threads(args.threads)
+    if args.export:
+        return export(args)
     if args.baseline_rev:
         with _baseline.baseline_src(args.baseline_rev) as base_src, tempfile.TemporaryDirectory() as tmp:
             return compare(args, base_src, tmp)
@@ -140,6 +145,18 @@ def _null(model, X, Z, cand, layer: int, h: int):
     inp = LayerInputs.build(X, Z, cand)
     Wr = spectrum_null(head_spectrum(model.head_weights(layer, h)), X.shape[2], null_rng(0, layer, h, 0, "spectrum"))
     return np.asarray(own_selection(inp.scores(Wr), inp.cand, 0.1)), Wr
+
+
+def export(args):
+    """``--export DIR``: the arrays (X, Z, selected, valid) of every case in DIR, as the children of ``--baseline-rev``
+    read them (e.g. for benchmarks/newton_reduction.py)."""
+    import numpy as np
+
+    os.makedirs(args.export, exist_ok=True)
+    for h, kind, m, Xs, Zs, S, ms, _ in _cases(args):
+        path = os.path.join(args.export, f"case-{h}-{kind}-{m}.npz")
+        np.savez(path, X=Xs, Z=Zs, selected=S, valid=ms)
+        print(path, flush=True)
 
 
 def compare(args, base_src, tmp):

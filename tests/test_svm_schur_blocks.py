@@ -109,3 +109,48 @@ def test_successive_newton_solvers_share_the_triangle_and_each_solves_its_system
         ref = np.linalg.solve(M_def + np.diag(diag), r)
         assert np.linalg.norm(y - ref) <= 1e-9 * np.linalg.norm(ref)
     assert pb._schur_buf is buf
+
+
+def _near_case(seed: int):
+    """A reduced problem of 60 rows (35 = r1 r2 unknowns) and a primal point M violating its first 12 rows by at
+    most 1e-9 and satisfying the others with a slack of 1 (the clean-up's rows: the first 12)."""
+    pb, x, du, _ = _case(True, seed=seed)
+    M = x.X12.copy()
+    pb.rhs = pb.amap(M) - 1.0
+    pb.rhs[:12] += 1.0 + np.random.default_rng(seed).uniform(1e-10, 1e-9, 12)
+    return pb, M, x.lam
+
+
+def test_clean_up_reuses_the_factor_of_the_same_near_rows_only(grouped_rows, monkeypatch):
+    """The clean-up's Gram factor is formed once for the same near rows (the answer bit for bit that of a fresh
+    factor) and formed again when they change; the correction is the least-norm one either way."""
+    pb, M, lam = _near_case(8)
+    calls = []
+    real = br._factor_lower
+
+    def counted(*a, **kw):
+        calls.append(a[1])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(br, "_factor_lower", counted)
+    out1 = br._clean_primal(pb, M, lam, 1e-10)
+    M2 = M + 1e-12 * np.random.default_rng(1).standard_normal(M.shape)     # same near rows, another point
+    out2 = br._clean_primal(pb, M2, lam, 1e-10)
+    assert calls == [12]
+    pb._clean_factor = None
+    fresh = br._clean_primal(pb, M2, lam, 1e-10)
+    assert calls == [12, 12]
+    np.testing.assert_array_equal(out2[0], fresh[0])
+    for out, Mi in ((out1, M), (out2, M2)):
+        assert out[1] <= 1e-13                                      # violations of ~1e-9 removed to rounding
+        D = out[0] - Mi                                             # the least-norm correction: in the near rows' span
+        coef = np.linalg.lstsq(np.stack([np.outer(a, b).ravel() for a, b in zip(pb.A[:12], pb.Bm[:12])], 1),
+                               D.ravel(), rcond=None)[0]
+        in_span = sum(c * np.outer(a, b).ravel() for c, a, b in zip(coef, pb.A[:12], pb.Bm[:12]))
+        assert np.linalg.norm(D.ravel() - in_span) <= 1e-4 * np.linalg.norm(D)     # D = out - M: M's rounding
+    # other near rows (the first three now clearly slack): a new factor, of those rows
+    pb.rhs = pb.rhs.copy()
+    pb.rhs[:3] -= 1.0
+    out3 = br._clean_primal(pb, M2, lam, 1e-10)
+    assert calls == [12, 12, 9]
+    assert out3[1] <= 1e-13

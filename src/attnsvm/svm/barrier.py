@@ -735,9 +735,19 @@ def _clean_primal(pb, M, lam, feas_tol):
         def gram(I, J):
             return (An[I] @ An[J].T) * Hq[qn[I]].take(qn[J], axis=1)
     # the Jacobi-scaled Cholesky of the Newton systems (regularized or eigen-solved when singular) of the Gram
-    # matrix (An An^T) o (Bn Bn^T) rather than an SVD least-squares solve; the result is checked below
-    n = int(near.sum())
-    mu = _factor_lower(gram, n, np.zeros(n))(target)
+    # matrix (An An^T) o (Bn Bn^T) rather than an SVD least-squares solve; the result is checked below. The Gram
+    # matrix depends on the near rows only: the last iterations often clean up with the same ones, whose factor
+    # the problem keeps (one, replaced when the rows change)
+    key = near.tobytes()
+    cached = getattr(pb, "_clean_factor", None)
+    if cached is not None and cached[0] == key:
+        solve = cached[1]
+    else:
+        n = int(near.sum())
+        pb._clean_factor = None         # the old factor's memory goes before the new one is formed
+        solve = _factor_lower(gram, n, np.zeros(n))
+        pb._clean_factor = (key, solve)
+    mu = solve(target)
     M2 = M + An.T @ (mu[:, None] * Bn)
     nuc2 = _nuclear_norm(M2)
     return M2, _violation(pb, pb.amap(M2)), (nuc2 - float(pb.rhs @ lam)) / max(1.0, nuc2)
