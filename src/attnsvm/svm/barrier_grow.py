@@ -6,12 +6,13 @@ interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Fro
 rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
 every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
 violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
-multiplier ``mu / s_k`` (on the central path), the multipliers are then scaled into the spectral-norm
-ball (:func:`_into_ball`), and the path-following goes on. Between gaps 1e-3 and ``100 tol`` clearly
-slack rows leave (:func:`_drop`). Rows that are still violated by more than 1e-3 when the gap is below
-1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where a further round of the caller
-costs ~25); after that they do not join, the run ends on its subset and leaves them to the caller's
-next round.
+multiplier ``mu / s_k`` (on the central path), together with up to twice as many rows that the iterate nearly
+violates (:func:`_with_band`: each join makes the path retreat, so rows about to be violated join early), the
+multipliers are then scaled into the spectral-norm ball (:func:`_into_ball`), and the path-following goes on.
+Between gaps 1e-3 and ``100 tol`` clearly slack rows leave (:func:`_drop`). Rows that are still violated by
+more than 1e-3 when the gap is below 1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where
+a further round of the caller costs ~25); after that they do not join, the run ends on its subset and leaves
+them to the caller's next round.
 
 Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
@@ -100,9 +101,9 @@ def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndar
     violates: margin below ``rhs_k +`` :data:`_JOIN_BAND` ``* vscale``, the least slack first, at most
     :data:`_JOIN_BAND_SHARE` ``* new.size`` and ``room`` of them. A violated row joins with the slack and multiplier
     of :func:`_join` and leaves the iterate primal infeasible by its violation plus ``sqrt(mu)``, whose repair costs
-    the path a few iterations at every join; a nearly active row joins before it is violated, at the cost of a
-    violated one's repair only, and a later join is saved (on the probe's 512-sentence instances 34 -> 29 and 47 ->
-    ~35 iterations, docs/guide/performance.md). Rows that stay inactive leave with :func:`_drop`."""
+    the path a few iterations at every join (the multipliers are scaled back into the ball, mu and the gap move up); a
+    nearly active row joins before it is violated, with the violated rows' join, and saves a later join of its own
+    (measured in docs/guide/performance.md, "Nuclear iterations"). Rows that stay inactive may leave (:func:`_drop`)."""
     k = min(int(_JOIN_BAND_SHARE * new.size), room)
     if k <= 0:
         return new
