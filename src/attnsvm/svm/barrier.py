@@ -83,9 +83,9 @@ __all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis", "singul
 
 #: the per-iteration trace (DEBUG level, silent by default): every record carries a dict ``record.ipm`` with
 #: ``kind`` "iterate" (``N``, ``mu``, ``gap``, ``viol``, ``rp`` the largest primal residual ``|a_k^T X12 b_k - s_k -
-#: rhs_k|``), "step" (``sigma``, ``mu_aff``, the bounds ``ap_max``, ``ad_max`` and the steps taken ``ap``, ``ad``) or,
-#: from :mod:`attnsvm.svm.barrier_grow`, "join" / "drop" (``rows`` moved, ``N`` after); benchmarks/nuclear_steps.py
-#: ``--trace`` prints it
+#: rhs_k|``), "step" (``sigma``, ``mu_aff`` the affine-scaling mu, the bounds ``ap_max``, ``ad_max``, the slacks' part
+#: ``ap_lp >= ap_max`` of the primal one, and the steps taken ``ap``, ``ad``) or, from :mod:`attnsvm.svm.barrier_grow`,
+#: "join" / "drop" (``rows`` moved, ``N`` after); ``benchmarks/nuclear_steps.py --trace`` prints it
 _log = logging.getLogger("attnsvm.svm.barrier")
 
 
