@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/nuclear_steps.py --export DIR [probe_cost.py options]   # write DIR/inst_*.npz
   python benchmarks/nuclear_steps.py DIR/inst_*.npz [--rounds 3] [--baseline-rev REV]
+  python benchmarks/nuclear_steps.py DIR/inst_*.npz --trace
 
 ``--export`` runs benchmarks/probe_cost.py (needs the real extra: MiniLM) with every ``nuclear_ipm`` call's inputs
 written to ``DIR/inst_NNN.npz`` (U, V, rhs, eq, lam_init, W_init, tol; the solver's own arguments from
@@ -10,7 +11,10 @@ written to ``DIR/inst_NNN.npz`` (U, V, rhs, eq, lam_init, W_init, tol; the solve
 --null-draws K``. The timing mode solves each file in a child process with one BLAS thread (``--rounds`` times,
 ours and the baseline alternating, the least CPU time of each kept) and prints per instance: reduced shape,
 status, iterations, CPU ms, and ``||W||_*``; with ``--baseline-rev``, the baseline's, the ratio baseline / ours
-and the relative difference of the objectives.
+and the relative difference of the objectives. ``--trace`` solves each file once in this process (this checkout)
+and prints the solver's per-iteration trace (the DEBUG records of ``attnsvm.svm.barrier``): rows N, barrier
+parameter mu, relative gap, violation, largest primal residual rp, then sigma, the affine-scaling mu, the primal
+bound (and its LP part), the dual bound and the steps taken.
 """
 
 from __future__ import annotations
@@ -63,6 +67,38 @@ def child(files: list) -> None:
     _baseline.emit({"rows": rows})
 
 
+def trace(files: list) -> None:
+    """Solve each file once here and print the interior-point method's per-iteration trace."""
+    import logging
+
+    import numpy as np
+
+    from attnsvm.svm.barrier import nuclear_ipm
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            r = record.ipm
+            if r["kind"] == "iterate":
+                print(f"  N {r['N']:6d} mu {r['mu']:9.2e} gap {r['gap']:9.2e} viol {r['viol']:8.1e} rp {r['rp']:8.1e}",
+                      end="")
+            elif r["kind"] == "step":
+                print(f" | sigma {r['sigma']:8.2e} mu_aff {r['mu_aff']:8.2e} bound p {r['ap_max']:.3f} (lp "
+                      f"{r['ap_lp']:.3f}) d {r['ad_max']:.3f} step p {r['ap']:.3f} d {r['ad']:.3f}")
+            else:
+                print(f"\n  {r['kind']} {r['rows']} rows: N {r['N']}")
+
+    log = logging.getLogger("attnsvm.svm.barrier")
+    log.addHandler(Lines())
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    for f in files:
+        z = np.load(f)
+        kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
+        print(os.path.basename(f))
+        res = nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+        print(f"\n  {res.status}, {res.info.get('iterations')} iterations, relative gap {res.info['rel_gap']:.1e}")
+
+
 def main():
     argv = sys.argv[1:]
     if "--export" in argv:                  # the rest goes to probe_cost.py as it is
@@ -75,10 +111,16 @@ def main():
     ap.add_argument("--export", metavar="DIR", help="write the instances of probe_cost.py's run (its options follow)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--trace", action="store_true", help="print each solve's per-iteration trace (this checkout)")
     _baseline.add_option(ap)
     args = ap.parse_args(argv)
     if args.child:
         return child(args.files)
+    if args.trace:
+        from _offline import offline_threads
+
+        offline_threads(1)
+        return trace(args.files)
     with _baseline.baseline_src(args.baseline_rev) as base_src:
         sides = [("ours", _baseline.OURS)] + ([("base", base_src)] if base_src else [])
         best = {}

@@ -70,6 +70,7 @@ iterations).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -79,6 +80,23 @@ import scipy.linalg as sla
 from attnsvm._validate import check_number
 
 __all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis", "singular_values", "spectral_norm"]
+
+#: the per-iteration trace (DEBUG level, silent by default): every record carries a dict ``record.ipm`` with
+#: ``kind`` "iterate" (``N``, ``mu``, ``gap``, ``viol``, ``rp`` the largest primal residual ``|a_k^T X12 b_k - s_k -
+#: rhs_k|``), "step" (``sigma``, ``mu_aff`` the affine-scaling mu, the bounds ``ap_max``, ``ad_max``, the slacks' part
+#: ``ap_lp >= ap_max`` of the primal one, and the steps taken ``ap``, ``ad``) or, from :mod:`attnsvm.svm.barrier_grow`,
+#: "join" / "drop" (``rows`` moved, ``N`` after); ``benchmarks/nuclear_steps.py --trace`` prints it
+_log = logging.getLogger("attnsvm.svm.barrier")
+
+
+def _tracing() -> bool:
+    """Whether the trace (:data:`_log`) is on: its fields are computed only then."""
+    return _log.isEnabledFor(logging.DEBUG)
+
+
+def _trace(kind: str, **fields) -> None:
+    """One record of the trace (see :data:`_log`)."""
+    _log.debug("%s %s", kind, fields, extra={"ipm": dict(fields, kind=kind)})
 
 
 @dataclass
@@ -898,6 +916,13 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     return best, merit, mu, (nuc, dobj, gap, viol)
 
 
+def _trace_iterate(pb: _Problem, x: _Iterate, mu: float, gap: float, viol: float) -> None:
+    """The trace's "iterate" record (see :data:`_log`)."""
+    r = pb.amap(x.X12) - pb.rhs
+    r[pb.I] -= x.s
+    _trace("iterate", N=int(pb.N), mu=mu, gap=gap, viol=viol, rp=float(np.max(np.abs(r))) if r.size else 0.0)
+
+
 def _stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float, time_limit) -> tuple[bool, bool, str]:
     """``(optimal, stop, reason)``: whether the best iterate meets the tolerances, whether to stop,
     and the ``info["stopped"]`` reason ("" when the optimum needs no further iteration)."""
@@ -966,7 +991,7 @@ class _NewtonSystem:
         the same step ``(a, a)``, the dual bound sought below the primal one only (its full-step Cholesky test
         then passes more often)."""
         dlam, dG, dX, ds = d
-        cap = _lp_step(self.x.s, ds, 1.0)
+        cap = self.lp_cap = _lp_step(self.x.s, ds, 1.0)
         if self.factors is not None:                        # the predictor's: low rank + -X (beyond 64 only)
             ap = _psd_step_low_rank(self.LX, *self.factors, cap)
         else:
@@ -990,6 +1015,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
           - float(np.vdot(x.X12 + ap * dX_a[:r1, r1:], G + ad * dG_a)))
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
     sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
+    nw.mu_aff = mu_a
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
     cX = pb.XY(dX_a, dG_a, du, Ya)
     cs = -(ds_a * dlam_a[I]) / lamI
@@ -1005,6 +1031,7 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     ``nw.X_next``."""
     pb, x = nw.pb, nw.x
     ap, ad = nw.max_steps(d)
+    nw.bounds = (ap, ad)
     ap, ad = gamma * ap, gamma * ad
     dlam, dG, dX, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
@@ -1048,6 +1075,9 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
         return None
     if verbose:
         print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
+    if _tracing():
+        _trace("step", sigma=sigma, mu_aff=nw.mu_aff, ap_max=nw.bounds[0], ad_max=nw.bounds[1], ap=ap, ad=ad,
+               ap_lp=nw.lp_cap)
     return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 
@@ -1090,6 +1120,8 @@ def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: i
         best, merit, mu, (nuc, dobj, gap, viol) = _measure(pb, x, du, best, tol, feas_tol)
         if verbose:
             print(f"it {it:3d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} mu {mu:.2e}")
+        if _tracing():
+            _trace_iterate(pb, x, mu, gap, viol)
         since_best = 0 if best[0] == merit else since_best + 1
         optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
         if optimal:

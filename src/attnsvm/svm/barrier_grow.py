@@ -6,12 +6,13 @@ interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Fro
 rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
 every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
 violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
-multiplier ``mu / s_k`` (on the central path), the multipliers are then scaled into the spectral-norm
-ball (:func:`_into_ball`), and the path-following goes on. Between gaps 1e-3 and ``100 tol`` clearly
-slack rows leave (:func:`_drop`). Rows that are still violated by more than 1e-3 when the gap is below
-1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where a further round of the caller
-costs ~25); after that they do not join, the run ends on its subset and leaves them to the caller's
-next round.
+multiplier ``mu / s_k`` (on the central path), together with up to twice as many rows that the iterate nearly
+violates (:func:`_with_band`: each join makes the path retreat, so rows about to be violated join early), the
+multipliers are then scaled into the spectral-norm ball (:func:`_into_ball`), and the path-following goes on.
+Between gaps 1e-3 and ``100 tol`` clearly slack rows leave (:func:`_drop`). Rows that are still violated by
+more than 1e-3 when the gap is below 1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where
+a further round of the caller costs ~25); after that they do not join, the run ends on its subset and leaves
+them to the caller's next round.
 
 Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
@@ -28,8 +29,8 @@ import time
 import numpy as np
 
 from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _violation, distinct_rows, ipm_arrays, next_step,
-                                 row_space_basis)
+                                 _start, _stopping_test, _trace, _trace_iterate, _tracing, _violation, distinct_rows,
+                                 ipm_arrays, next_step, row_space_basis)
 
 __all__ = ["nuclear_ipm_grow"]
 
@@ -76,10 +77,40 @@ class _AllRows:
 def _violated(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
     """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
     violation among them (0 when none)."""
+    new, v = _outside(allr, X12, in_set, thr)
+    return new, float(v[new].max()) if new.size else 0.0
+
+
+def _outside(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(idx, v)``: the indices of the live rows outside the subset whose (scaled) violation ``v`` (N,) exceeds
+    ``thr`` (``|rhs_k - m_k|`` on equality rows, ``rhs_k - m_k`` else; a negative ``thr`` takes in satisfied rows)."""
     v = allr.rhs - allr.margins(X12)
     v = np.where(allr.eq, np.abs(v), v)
-    new = np.flatnonzero((v > thr) & allr.live & ~in_set)
-    return new, float(v[new].max()) if new.size else 0.0
+    return np.flatnonzero((v > thr) & allr.live & ~in_set), v
+
+
+#: rows whose margin is within this band above their right-hand side (relative to ``1 + max |rhs|``) join with the
+#: violated rows, at most :data:`_JOIN_BAND_SHARE` times as many as those (see :func:`_with_band`)
+_JOIN_BAND = 0.05
+_JOIN_BAND_SHARE = 2.0
+
+
+def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
+               room: int) -> np.ndarray:
+    """The joining rows ``new`` (violated; indices, ascending) with the rows outside the subset that ``X12`` nearly
+    violates: margin below ``rhs_k +`` :data:`_JOIN_BAND` ``* vscale``, the least slack first, at most
+    :data:`_JOIN_BAND_SHARE` ``* new.size`` and ``room`` of them. A violated row joins with the slack and multiplier
+    of :func:`_join` and leaves the iterate primal infeasible by its violation plus ``sqrt(mu)``, whose repair costs
+    the path a few iterations at every join (the multipliers are scaled back into the ball, mu and the gap move up); a
+    nearly active row joins before it is violated, with the violated rows' join, and saves a later join of its own
+    (measured in docs/guide/performance.md, "Nuclear iterations"). Rows that stay inactive may leave (:func:`_drop`)."""
+    k = min(int(_JOIN_BAND_SHARE * new.size), room)
+    if k <= 0:
+        return new
+    near, v = _outside(allr, X12, in_set, -_JOIN_BAND * vscale)
+    near = near[~np.isin(near, new)]
+    near = near[np.argsort(-v[near], kind="stable")[:k]]
+    return np.union1d(new, near)
 
 
 def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: float):
@@ -208,13 +239,16 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         if verbose:
             print(f"it {it:3d} |S| {rows.size:6d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} "
                   f"mu {mu:.2e}", flush=True)
+        if _tracing():
+            _trace_iterate(pb, x, mu, gap, viol)
         since_best = 0 if best[0] == merit else since_best + 1
         optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
         if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
             checks += 1
             X12 = best[3] if optimal else x.X12
             thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
-            new, vmax = _violated(allr, X12, np.isin(np.arange(N), rows), thr)
+            in_set = np.isin(np.arange(N), rows)
+            new, vmax = _violated(allr, X12, in_set, thr)
             late = gap < late_gap and vmax > late_viol * vscale
             too_many = max_rows is not None and rows.size + new.size > max_rows
             if late and late_left > 0 and not too_many:     # join now: cheaper than a further round
@@ -227,12 +261,17 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                     joined.append(-int(new.size))
                     break
                 new = new[:0]
+            if new.size:
+                new = _with_band(allr, X12, in_set, new, vscale, (N if max_rows is None else max_rows)
+                                 - rows.size - new.size)
             joined.append(int(new.size))
             next_check = 1e-1
             if drop_low < gap <= drop_gap and not optimal:
                 out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
                 if out is not None:
                     dropped.append(int(rows.size - out[0].size))
+                    if _tracing():
+                        _trace("drop", rows=dropped[-1], N=int(out[0].size))
                     rows, pb, x = out
                     if backend is not None:
                         backend.attach(pb)
@@ -241,6 +280,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                         continue
             if new.size:
                 rows, pb, x = _join(allr, rows, x, new, mu)
+                if _tracing():
+                    _trace("join", rows=int(new.size), N=int(rows.size))
                 max_size = max(max_size, rows.size)
                 if backend is not None:
                     backend.attach(pb)
