@@ -788,8 +788,8 @@ def _start(pb, lam_init, M_init):
     Pm, sv, Qmt = _svd(M0)
     eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
-    X11 = (Pm * sv) @ Pm.T + eps0 * np.eye(pb.r1)
-    X22 = (Qmt.T * sv) @ Qmt + eps0 * np.eye(pb.r2)
+    X11 = (Pm * sv) @ Pm.T + eps0 * _eye(pb.r1)
+    X22 = (Qmt.T * sv) @ Qmt + eps0 * _eye(pb.r2)
     s = np.maximum(pb.amap(M0) - pb.rhs, 0.1 * eps0)[I]
     return lam, X11, M0.copy(), X22, s
 
@@ -910,7 +910,7 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     merit = max(gap, viol)
     if best is None or merit < best[0]:
         best = (merit, gap, viol, Xc.copy(), x.lam.copy())
-    pobj = 0.5 * x.X.trace()
+    pobj = 0.5 * float(_add_reduce(x.X.diagonal()))        # X.trace(): the same reduction, without its wrapper
     mu = (pobj - float(np.vdot(x.X12, G)) + float(x.s @ x.lam[pb.I])) / pb.n_tot
     return best, merit, mu, (nuc, dobj, gap, viol)
 
