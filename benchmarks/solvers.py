@@ -9,6 +9,8 @@ difference (the reference, tests/svm_reference.py: a d x d cvxpy variable, one c
 measured in the same run), then the timed workloads of :data:`CASES` (wall and CPU seconds):
 
 * ``small-nuclear``: one nuclear Att-SVM at (n, T, d) = (6, 8, 10) per ``solve_svm`` call, 100 instances;
+* ``medium-nuclear``: one nuclear Att-SVM at (16, 20, 385) per ``solve_svm`` call (N = 304, the size of
+  real-minilm-heads' 16-sentence SVMs), 3 instances;
 * ``notebook``: the papers' local-convergence notebook workload: 10 problems (6, 8, 10), W and (K, Q)
   training (2000 NGD steps) and both SVMs (Frobenius and nuclear) of every run's selection, once with one
   ``train()`` / ``solve_svm`` call per problem and once with one ``train()`` call per parameterization and
@@ -97,6 +99,25 @@ def case_small_nuclear(quick=False):
             "notes": [f"{ok} of {sum(s.feasible for s in sols)} feasible instances certified"]}
 
 
+def case_medium_nuclear(quick=False):
+    """One nuclear Att-SVM at (n, T, d) = (16, 20, 385) per ``solve_svm`` call (N = 304 rows, reduced shape
+    (304, 16): the size of real-minilm-heads' 16-sentence SVMs, N ~ 300 and r1 + r2 ~ 315): seconds per call."""
+    from attnsvm.generators import random_problem
+    from attnsvm.svm import solve_svm
+
+    probs = [random_problem(16, 20, 385, seed=k) for k in range(1 if quick else 3)]
+    solve_svm(random_problem(6, 8, 10, seed=0), norm="nuclear")      # imports and first-call caches
+    tm = _Timer()
+    label = "nuclear (16, 20, 385): per solve_svm call"
+    with tm(label):
+        sols = [solve_svm(p, norm="nuclear") for p in probs]
+    ok = sum(s.status == "optimal" for s in sols)
+    its = [s.info.get("iterations") for s in sols]
+    return {"rows": tm.rows({label: len(probs)}),
+            "notes": [f"{ok} of {len(sols)} certified; iterations {its}; ||W||_* "
+                      + ", ".join(f"{s.norm_value:.12g}" for s in sols)]}
+
+
 def case_notebook(quick=False):
     """The local-convergence notebook workload: R problems, W and (K,Q) training, both SVMs of every run."""
     from attnsvm.generators import random_problem
@@ -158,7 +179,8 @@ def case_batch(quick=False):
 
 
 #: name -> timed case (``--baseline-rev`` runs these on both revisions)
-CASES = {"small-nuclear": case_small_nuclear, "notebook": case_notebook, "batch": case_batch}
+CASES = {"small-nuclear": case_small_nuclear, "medium-nuclear": case_medium_nuclear, "notebook": case_notebook,
+         "batch": case_batch}
 
 
 def print_case(name, res):

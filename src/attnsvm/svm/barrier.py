@@ -690,22 +690,21 @@ def _factor_lower(form, N: int, diag, buf=None):
     if buf is None:                     # C order: its lower triangle is the upper one of buf.T (Fortran order)
         buf = np.empty((N, N))
     sc = np.empty(N)
-    d0 = np.empty(N)                    # the scaled diagonal, (dg sc) sc
+    flat = buf.reshape(-1)              # a view (buf is C-contiguous): its diagonal is flat[::N + 1]
 
     def fill(shift):
         for i0 in range(0, N, _SCHUR_BLOCK_ROWS):
             i1 = min(N, i0 + _SCHUR_BLOCK_ROWS)
-            B = form(slice(i0, i1), slice(0, i1))
-            k = np.arange(i1 - i0)
-            B[k, i0 + k] += diag[i0:i1]
-            dg = B[k, i0 + k]
-            sc[i0:i1] = 1.0 / np.sqrt(np.where(dg > 0, dg, 1.0))
-            B *= sc[i0:i1, None]
-            out = buf[i0:i1, :i1]
-            np.multiply(B, sc[None, :i1], out=out)
-            d0[i0:i1] = out[k, i0 + k]
+            B = np.ascontiguousarray(form(slice(i0, i1), slice(0, i1)))
+            dg = B.reshape(-1)[i0::i1 + 1]          # the view B[k, i0 + k], k < i1 - i0 (strided, no index arrays)
+            dg += diag[i0:i1]
+            t = np.where(dg > 0, dg, 1.0)
+            np.sqrt(t, out=t)
+            s = np.divide(1.0, t, out=sc[i0:i1])
+            B *= s[:, None]
+            np.multiply(B, sc[None, :i1], out=buf[i0:i1, :i1])
             if shift:
-                out[k, i0 + k] += shift
+                flat[i0 * (N + 1):i1 * (N + 1):N + 1] += shift
 
     reg = shift = 0.0
     for _ in range(8):
@@ -789,8 +788,8 @@ def _start(pb, lam_init, M_init):
     Pm, sv, Qmt = _svd(M0)
     eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
-    X11 = (Pm * sv) @ Pm.T + eps0 * np.eye(pb.r1)
-    X22 = (Qmt.T * sv) @ Qmt + eps0 * np.eye(pb.r2)
+    X11 = (Pm * sv) @ Pm.T + eps0 * _eye(pb.r1)
+    X22 = (Qmt.T * sv) @ Qmt + eps0 * _eye(pb.r2)
     s = np.maximum(pb.amap(M0) - pb.rhs, 0.1 * eps0)[I]
     return lam, X11, M0.copy(), X22, s
 
@@ -911,7 +910,7 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     merit = max(gap, viol)
     if best is None or merit < best[0]:
         best = (merit, gap, viol, Xc.copy(), x.lam.copy())
-    pobj = 0.5 * x.X.trace()
+    pobj = 0.5 * float(_add_reduce(x.X.diagonal()))        # X.trace(): the same reduction, without its wrapper
     mu = (pobj - float(np.vdot(x.X12, G)) + float(x.s @ x.lam[pb.I])) / pb.n_tot
     return best, merit, mu, (nuc, dobj, gap, viol)
 
