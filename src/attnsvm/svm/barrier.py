@@ -901,8 +901,11 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     dobj = float(pb.rhs @ x.lam)
     gap = (nuc - dobj) / max(1.0, abs(nuc))
     Xc = x.X12
-    if gap <= 10 * tol and viol > feas_tol:
-        # near the end rounding leaves violations of ~1e-10: try the least-norm correction
+    if abs(gap) <= 10 * tol and viol > feas_tol:
+        # near the end rounding leaves violations of ~1e-10: try the least-norm correction. Only there: a gap below
+        # -10 tol means (weak duality) a violation far above rounding, whose least-norm correction over many nearly
+        # singular rows (an all-rows start: hundreds of rows, r1 r2 unknowns) is a regularized solve whose answer
+        # moves with the last bits and made the merit, and the stall test on it, a lottery
         Xc, viol_c, gap_c = _clean_primal(pb, x.X12, x.lam, feas_tol)
         if viol_c < viol:
             gap, viol = gap_c, viol_c
