@@ -150,3 +150,44 @@ def test_rows_violated_late_join_once_instead_of_a_further_round(monkeypatch):
     # the run now holds for all N rows: no further round is needed
     assert cert.max_violation <= 1e-9 and cert.duality_gap <= 1e-8
     assert _rel(float(np.linalg.svd(W, compute_uv=False).sum()), dense.norm_value) <= 1e-8
+
+
+@pytest.mark.parametrize("case_seed, perturbations", [(3, range(8)), (4, range(1))])
+def test_the_all_rows_start_converges_under_rounding_level_perturbations(case_seed, perturbations):
+    # started from all rows without a primal start, the iterate violates every row by 1/2 for a dozen iterations; a
+    # relative change of 1e-14 in the rows must not decide whether the run converges (it stalled at a gap of ~0.3 on
+    # some of these when the merit came from the clean-up's regularized solve over hundreds of violated rows)
+    cs = _case(case_seed, n=40)
+    dense = solve_nuclear(cs)
+    cs_n, sc = cs.normalized()
+    for p in perturbations:
+        rng = np.random.default_rng(p)
+        U = cs_n.U * (1.0 + 1e-14 * rng.standard_normal(cs_n.U.shape)) if p else cs_n.U
+        res, subset = nuclear_ipm_grow(U, cs_n.V, cs_n.rhs, cs_n.is_equality, np.ones(cs.N, bool), tol=1e-9)
+        assert res.status == "optimal", (p, res.info.get("stopped"), res.info["rel_gap"])
+        W = sc.W(res.W)
+        cert, _ = nuclear_certificate(cs, W, sc.lam(res.lam, "norm"))
+        assert cert.max_violation <= 1e-9 and cert.duality_gap <= 1e-8
+        assert _rel(float(np.linalg.svd(W, compute_uv=False).sum()), dense.norm_value) <= 1e-8
+
+
+def test_the_merit_of_a_far_infeasible_iterate_is_its_own_not_a_clean_up(monkeypatch):
+    # the least-norm clean-up repairs rounding-level violations near the end (|gap| <= 10 tol); at the all-rows start
+    # (M = 0: every row violated by 1/2, the gap far below -10 tol) the merit is the iterate's violation itself
+    import attnsvm.svm.barrier as br
+
+    cs = _case(3, n=40)
+    cs_n, _ = cs.normalized()
+    red = br._reduce(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, {})
+    pb = red.pb
+    x = br._Iterate(*br._start(pb, None, None))
+    du = br._Dual(pb.A, pb.Bm, x.lam)
+    calls = []
+    real = br._clean_primal
+    monkeypatch.setattr(br, "_clean_primal", lambda *a: calls.append(1) or real(*a))
+    best, merit, mu, (nuc, dobj, gap, viol) = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    assert gap < -1.0 and not calls
+    assert viol == pytest.approx(0.5, rel=1e-12) and merit == viol == best[0]
+    # within 10 tol of a zero gap the clean-up runs (tol = 1 here puts this iterate's gap inside)
+    br._measure(pb, x, du, None, 1.0, 1e-10)
+    assert calls

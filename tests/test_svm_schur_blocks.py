@@ -111,6 +111,25 @@ def test_successive_newton_solvers_share_the_triangle_and_each_solves_its_system
     assert pb._schur_buf is buf
 
 
+def test_grouped_parts_and_the_newton_vector_never_form_A_C(grouped_rows):
+    """On the distinct queries the Schur complement's parts and the Newton system's ``A(Z^{-1})`` are formed
+    without ``A C`` (N x r2, two N x r x r products): the dual never forms it, and the system is still the
+    definition's (the blocks test above) with ``g_k = 2 a_k^T C b_k``."""
+    pb, x, du, M_def = _case(True, seed=7)
+    assert pb.E is not None
+    nw = br._NewtonSystem(pb, x, du)
+    assert "AC" not in vars(du)
+    np.testing.assert_allclose(pb.schur(x.X11, x.X12, x.X22, du), M_def, rtol=0, atol=1e-12 * np.abs(M_def).max())
+    g_def = 2.0 * np.array([a @ du.C @ b for a, b in zip(pb.A, pb.Bm)])
+    np.testing.assert_allclose(nw.g, g_def, rtol=1e-12, atol=1e-12 * np.abs(g_def).max())
+    # without the distinct queries A C is formed on demand, as (A G) S^{-1}
+    pb2, x2, du2, _ = _case(False, seed=7)
+    nw2 = br._NewtonSystem(pb2, x2, du2)
+    np.testing.assert_allclose(du2.AC, pb2.A @ du2.C, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(nw2.g, 2.0 * np.array([a @ du2.C @ b for a, b in zip(pb2.A, pb2.Bm)]), rtol=1e-12,
+                               atol=1e-12)
+
+
 def _near_case(seed: int):
     """A reduced problem of 60 rows (35 = r1 r2 unknowns) and a primal point M violating its first 12 rows by at
     most 1e-9 and satisfying the others with a slack of 1 (the clean-up's rows: the first 12)."""

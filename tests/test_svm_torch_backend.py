@@ -42,7 +42,7 @@ def test_device_schur_complement_is_the_numpy_one(grouped, monkeypatch):
     M = pb.schur(X11, X12, X22, du)
     dp = _DeviceProblem(pb, torch.device("cpu"))
     t = dp.tensor
-    Mt = type(pb).schur(dp, t(X11), t(X12), t(X22), _DualView(t(du.AC), t(du.G), t(du.Si))).numpy()
+    Mt = type(pb).schur(dp, t(X11), t(X12), t(X22), _DualView(t(du.AC), t(du.G), t(du.Si), t(du.C), t(du.Zh))).numpy()
     assert Mt.shape == (pb.N, pb.N)
     assert np.max(np.abs(Mt - M)) <= 1e-12 * np.max(np.abs(M))
 

@@ -189,10 +189,11 @@ def _sym(T):
 
 class _Dual:
     """Dual quantities at ``lam``: G, the Cholesky factor L of S and its inverse ``Li = L^{-1}``, S^{-1}, C,
-    ``Zh = Z^{-1} / 2`` and the products with A; ``L`` and ``G`` when already known at ``lam`` (the step guard
-    computed them)."""
+    ``Zh = Z^{-1} / 2`` and, when first asked for, ``AC = A C (N, r2)``; ``L`` and ``G`` when already known at
+    ``lam`` (the step guard computed them)."""
 
     def __init__(self, A, Bm, lam, L=None, G=None):
+        self.A = A
         self.G = A.T @ (lam[:, None] * Bm) if G is None else G
         self.L = _chol_S(self.G) if L is None else L
         if self.L is None:
@@ -202,8 +203,12 @@ class _Dual:
         self.Si = Lit @ Lit.T            # S^{-1} = L^{-T} L^{-1}; a product with its own transpose: exactly symmetric
         self.C = self.G @ self.Si
         self.Zh = _z_half(self.G, self.C, self.Si)
-        self.AG = A @ self.G
-        self.AC = self.AG @ self.Si
+
+    @functools.cached_property
+    def AC(self) -> np.ndarray:
+        """``A C = (A G) S^{-1}`` (N, r2): read only without the distinct queries (:meth:`_Problem.schur_parts`,
+        the Newton system's ``A(Z^{-1})``), where it is two N x r x r products an iteration."""
+        return (self.A @ self.G) @ self.Si
 
 
 def _z_half(G, C, Si):
@@ -609,14 +614,18 @@ class _Problem:
         :meth:`schur_block` forms any block of M (see :meth:`schur`): ``(N, r)`` matrices, and on the distinct
         queries (when rows share them, :attr:`qidx`) ``(q, N)`` / ``(N, q)`` / ``(q, q)`` ones."""
         A, Bm = self.A, self.Bm
-        parts = {"AZ": A + du.AC @ _t(du.G), "AX": A @ X11, "A": A}      # A (I + C G^T), A X11
         if self.qidx is None:                                             # K1 = Bm P1^T, P1 = A X12
+            parts = {"AZ": A + du.AC @ _t(du.G), "AX": A @ X11, "A": A}  # A (I + C G^T), A X11
             parts.update(P1=A @ X12, AC=du.AC, Bm=Bm, BX=Bm @ X22, BS=Bm @ du.Si)
         else:
+            # the (q, N) factors as (Bq X12^T) A^T and (Bq C^T) A^T (q r1 r2 + q r1 N multiply-adds, not
+            # N r1 r2 + q r2 N each), A (I + C G^T) from Zh's leading block: no N x r x r product but A X11's
+            # and A (I + C G^T)'s, and no A C (the dual's AC is never formed)
             Bq = self.Bq
-            F1, F2 = Bq @ _t(A @ X12), Bq @ _t(du.AC)                   # F1 = Bq P1^T
-            parts.update(F1=F1, F1T=self._transposed(F1), F2=F2, F2T=self._transposed(F2),
-                         H22=(Bq @ X22) @ _t(Bq), HS=(Bq @ du.Si) @ _t(Bq))
+            F1, F2 = (Bq @ _t(X12)) @ _t(A), (Bq @ _t(du.C)) @ _t(A)    # F1 = Bq P1^T, F2 = Bq (A C)^T
+            parts = {"AZ": A @ du.Zh[..., :self.r1, :self.r1], "AX": A @ X11, "A": A,
+                     "F1": F1, "F1T": self._transposed(F1), "F2": F2, "F2T": self._transposed(F2),
+                     "H22": (Bq @ X22) @ _t(Bq), "HS": (Bq @ du.Si) @ _t(Bq)}
         return parts
 
     def schur_block(self, parts: dict, I: slice, J: slice):
@@ -900,8 +909,11 @@ def _measure(pb: _Problem, x: _Iterate, du: _Dual, best, tol: float, feas_tol: f
     dobj = float(pb.rhs @ x.lam)
     gap = (nuc - dobj) / max(1.0, abs(nuc))
     Xc = x.X12
-    if gap <= 10 * tol and viol > feas_tol:
-        # near the end rounding leaves violations of ~1e-10: try the least-norm correction
+    if abs(gap) <= 10 * tol and viol > feas_tol:
+        # near the end rounding leaves violations of ~1e-10: try the least-norm correction. Only there: a gap below
+        # -10 tol means (weak duality) a violation far above rounding, whose least-norm correction over many nearly
+        # singular rows (an all-rows start: hundreds of rows, r1 r2 unknowns) is a regularized solve whose answer
+        # moves with the last bits and made the merit, and the stall test on it, a lottery
         Xc, viol_c, gap_c = _clean_primal(pb, x.X12, x.lam, feas_tol)
         if viol_c < viol:
             gap, viol = gap_c, viol_c
@@ -959,7 +971,8 @@ class _NewtonSystem:
         self.solve = pb.newton_solver(x, du, diag)
         # L^{-1} of X's factor for the primal step bounds of small X (see :func:`_min_eig_congruent`)
         self.LXi = _tri_inv(self.LX) if self.LX.shape[0] <= _CONGRUENT_BY_INVERSE_MAX else None
-        self.g = 2.0 * np.einsum("kj,kj->k", du.AC, pb.Bm)       # A(Z^{-1})
+        # A(Z^{-1}) = 2 a_k^T C b_k: on the distinct queries when the maps group rows (no A C), else from A C
+        self.g = 2.0 * (np.einsum("kj,kj->k", du.AC, pb.Bm) if pb.E is None else pb.amap(du.C))
 
     def direction(self, rvec, sig_mu, corr):
         """``(dlam, dG, dX, ds)`` (``dX`` r1 + r2 square, exactly symmetric) for the right-hand side

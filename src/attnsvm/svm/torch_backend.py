@@ -101,7 +101,8 @@ class TorchNewton:
 
     def _solver(self, dp: _DeviceProblem, x, du, diag):
         torch, t = dp.torch, dp.tensor
-        dut = _DualView(t(du.AC), t(du.G), t(du.Si))
+        # A C only where the Schur complement reads it (without the distinct queries): else it is never formed
+        dut = _DualView(t(du.AC) if dp.qidx is None else None, t(du.G), t(du.Si), t(du.C), t(du.Zh))
         M = _Problem.schur(dp, t(x.X11), t(x.X12), t(x.X22), dut)
         M.diagonal().add_(t(diag))
         dg = M.diagonal().clone()
@@ -135,7 +136,8 @@ class TorchNewton:
 
 
 class _DualView:
-    """The dual quantities :meth:`_Problem.schur` reads (``AC``, ``G``, ``Si``), as device tensors."""
+    """The dual quantities :meth:`_Problem.schur` reads (``AC`` (None on the distinct queries, where it is not
+    read), ``G``, ``Si``, ``C``, ``Zh``), as device tensors."""
 
-    def __init__(self, AC, G, Si):
-        self.AC, self.G, self.Si = AC, G, Si
+    def __init__(self, AC, G, Si, C, Zh):
+        self.AC, self.G, self.Si, self.C, self.Zh = AC, G, Si, C, Zh
