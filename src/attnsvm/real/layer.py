@@ -31,9 +31,8 @@ import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import ConstraintSet, gen_constraints, solve
+from attnsvm.svm import ConstraintSet, certificate_passes, gen_constraints, solve
 from attnsvm.svm.analysis import row_basis
-from attnsvm.svm.solution import status_from
 
 #: the largest bound ``||lam||_1 span_residual`` on ``||S - P S_M B^T||_2`` (the multipliers' matrix outside the
 #: layer's bases) with which a solve in the layer's bases is kept; beyond it the SVM is solved in the full space
@@ -159,7 +158,9 @@ class LayerInputs:
         if not sol.feasible:  # infeasible (a Farkas certificate) or undecided: no W to map
             return dataclasses.replace(sol, constraints=cs, info=info)
         cert = dataclasses.replace(sol.certificate, duality_gap=sol.certificate.duality_gap + bound)
-        status = status_from(cert, "nuclear") if sol.status == "optimal" else sol.status
+        status = sol.status
+        if status == "optimal" and not certificate_passes(cert, "nuclear"):
+            status = "optimal_inaccurate"
         return dataclasses.replace(sol, W=self.P @ sol.W @ self.B.T, constraints=cs, certificate=cert,
                                    status=status, info=info)
 
