@@ -7,18 +7,36 @@ augmented, masked and checked once (:meth:`LayerInputs.build`); every head, rand
 head of the layer then builds its own Gen-SVM rows from these arrays through the public
 :func:`attnsvm.svm.gen_constraints` (the rows depend on the selection), whose own check of X is a scan
 for non-finite values, small next to building the rows (the svm layer exports no unchecked builder).
+
+**Solved in the layer's bases.** Every Gen-SVM row of the layer is ``(x_a - x_b)^T W z_i`` with
+``x_a - x_b`` in the span of P and ``z_i`` in the span of B, whatever the selection. When the layer has
+fewer rows than dimensions (``N = sum(cand) - m < D``: the probe's 16-sentence SVMs, N = 299 < 385), the
+solver would compute a basis of each SVM's rows anyway, the same span P for all of them; here the rows
+are built once on the reduced tokens ``X P (m, T, r1)`` and queries ``Z B (m, r2)`` and the solution is
+mapped back, ``W = P M B^T`` (:meth:`LayerInputs.svm`). This is exact for the full problem: margins
+``u^T (P M B^T) z = (P^T u)^T M (B^T z)`` and ``||W||_* = ||M||_*`` hold for any u, z; the multipliers'
+matrix ``S = sum_k lam_k u_k z_k^T`` equals ``P S_M B^T`` up to the rows' parts outside the bases, which
+:meth:`LayerInputs.build` measures (``span_residual``) and :meth:`LayerInputs.svm` bounds per solve by
+``||lam||_1 span_residual``; that bound is added to the certificate's duality gap (so "optimal" still
+proves the full problem's optimum) and a solve whose bound exceeds :data:`SPAN_TOL` is solved in the
+full space instead. With N >= D (the probe at scale) the rows are built in the full space as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import gen_constraints, solve
+from attnsvm.svm import ConstraintSet, certificate_passes, gen_constraints, solve
 from attnsvm.svm.analysis import row_basis
+
+#: the largest bound ``||lam||_1 span_residual`` on ``||S - P S_M B^T||_2`` (the multipliers' matrix outside the
+#: layer's bases) with which a solve in the layer's bases is kept; beyond it the SVM is solved in the full space
+SPAN_TOL = 1e-10
 
 
 def corr(A: np.ndarray, B) -> float:
@@ -62,6 +80,11 @@ class LayerInputs:
     cand : (m, T) bool, the tokens each query can select (real tokens; causal: up to the query)
     P : (D, r1) orthonormal basis of the token differences' span
     B : (D, r2) orthonormal basis of the queries' span
+    Xr : (m, T, r1) ``X P``, the tokens in the layer's bases, or None: the SVMs are solved in the full space
+        (the layer has at least as many rows as dimensions; see the module docstring)
+    Zr : (m, r2) ``Z B``, or None with Xr
+    span_residual : per unit of multiplier, the bound on the rows' parts outside the bases
+        (:func:`span_residual`; inf without Xr); a solve's bound is ``||lam||_1 span_residual``
     """
 
     X: np.ndarray
@@ -69,6 +92,9 @@ class LayerInputs:
     cand: np.ndarray
     P: np.ndarray
     B: np.ndarray
+    Xr: np.ndarray | None = None
+    Zr: np.ndarray | None = None
+    span_residual: float = float("inf")
 
     @classmethod
     def build(cls, X, Z, cand) -> "LayerInputs":
@@ -87,7 +113,10 @@ class LayerInputs:
             raise ValidationError("cand must mark at least one token per sentence")
         first = np.argmax(cand, axis=1)
         diffs = (X - X[np.arange(m), first][:, None, :])[cand]
-        return cls(X, Z, cand, row_basis(diffs), row_basis(Z))
+        P, B = row_basis(diffs), row_basis(Z)
+        if int(cand.sum()) - m >= D:  # as many rows as dimensions: the solver keeps the rows' own coordinates
+            return cls(X, Z, cand, P, B)
+        return cls(X, Z, cand, P, B, X @ P, Z @ B, span_residual(diffs, P, Z, B))
 
     @property
     def m(self) -> int:
@@ -99,10 +128,58 @@ class LayerInputs:
 
     def svm(self, selected: np.ndarray, **solver_options):
         """The nuclear Gen-SVM of ``selected (m, T)`` bool (inside ``cand``, one token at least per
-        sentence; :func:`attnsvm.svm.gen_constraints` with ``valid = cand``)."""
-        return solve(gen_constraints(self.X, self.Z, selected, valid=self.cand), "nuclear", formulation="gen",
-                     method=solver_options.pop("method", "auto"), **solver_options)
+        sentence; :func:`attnsvm.svm.gen_constraints` with ``valid = cand``): an SVMSolution of the full
+        rows, ``W (D, D)``. With :attr:`Xr` it is solved in the layer's bases and mapped back (see the module
+        docstring; ``info["layer_bases"]`` is ``[r1, r2]`` and ``info["span_bound"]`` the bound added to the
+        duality gap), unless that bound exceeds :data:`SPAN_TOL` (then solved in the full space)."""
+        method = solver_options.pop("method", "auto")
+        cs = gen_constraints(self.X, self.Z, selected, valid=self.cand)
+        if self.Xr is not None:
+            sol = solve(self.reduced(cs), "nuclear", formulation="gen", method=method, **solver_options)
+            bound = float(np.abs(sol.duals).sum() * self.span_residual)
+            if sol.certificate.farkas is not None:
+                bound = float(np.abs(sol.certificate.farkas).sum() * self.span_residual)
+            if bound <= SPAN_TOL:
+                return self._lift(sol, cs, bound)
+        return solve(cs, "nuclear", formulation="gen", method=method, **solver_options)
+
+    def reduced(self, cs: ConstraintSet) -> ConstraintSet:
+        """The rows of the layer's Gen-SVM ``cs`` (:func:`attnsvm.svm.gen_constraints` of these sentences) in the
+        layer's bases: ``U_r (N, r1) = P^T u`` (the reduced tokens' difference ``Xr[i, a] - Xr[i, b]`` of each row's
+        sentence i, token a and token b), ``V_r (N, r2) = B^T z_i``; rhs, equalities and labels as in ``cs``."""
+        r, a, b = cs.sample, cs.token, cs.other
+        return ConstraintSet(self.Xr[r, a] - self.Xr[r, b], self.Zr[r], cs.rhs, cs.is_equality, r, cs.query, a, b,
+                             kind=cs.kind, shape=cs.shape)
+
+    def _lift(self, sol, cs, bound: float):
+        """The reduced solution ``sol`` (``M (r1, r2)``) as the solution of the full rows ``cs``: ``W = P M B^T``,
+        the same margins and multipliers, the duality gap raised by ``bound`` (status from that certificate)."""
+        info = dict(sol.info or {}, layer_bases=[int(self.P.shape[1]), int(self.B.shape[1])], span_bound=bound)
+        if not sol.feasible:  # infeasible (a Farkas certificate) or undecided: no W to map
+            return dataclasses.replace(sol, constraints=cs, info=info)
+        cert = dataclasses.replace(sol.certificate, duality_gap=sol.certificate.duality_gap + bound)
+        status = sol.status
+        if status == "optimal" and not certificate_passes(cert, "nuclear"):
+            status = "optimal_inaccurate"
+        return dataclasses.replace(sol, W=self.P @ sol.W @ self.B.T, constraints=cs, certificate=cert,
+                                   status=status, info=info)
 
     def scores(self, W: np.ndarray) -> np.ndarray:
         """The bilinear scores ``x_t^T W z_i`` (m, T) of a head ``W (D, D)`` (key on the left)."""
         return np.einsum("ntd,nd->nt", self.X, self.Z @ W.T)
+
+
+def span_residual(diffs: np.ndarray, P: np.ndarray, Z: np.ndarray, B: np.ndarray) -> float:
+    """How far a layer's Gen-SVM rows reach outside its bases, per unit of multiplier.
+
+    ``diffs (K, D)`` the candidates' differences to their sentence's first candidate (spanned by ``P (D, r1)``),
+    ``Z (m, D)`` the queries (spanned by ``B (D, r2)``). A row is ``u z^T`` with ``u = d_a - d_b`` two differences
+    of one sentence, so ``||u - P P^T u|| <= 2 rho`` and ``||u|| <= 2 n_d`` (``rho``, ``n_d`` the largest residual
+    and norm of the differences), ``||z - B B^T z|| <= sigma`` and ``||z|| <= n_z``. Then
+    ``||sum_k lam_k (u_k z_k^T - P P^T u_k z_k^T B B^T)||_2 <= ||lam||_1 (2 rho n_z + 2 n_d sigma)``: the
+    returned factor ``2 (rho n_z + n_d sigma)``."""
+    rho = float(np.linalg.norm(diffs - (diffs @ P) @ P.T, axis=1).max(initial=0.0))
+    sigma = float(np.linalg.norm(Z - (Z @ B) @ B.T, axis=1).max(initial=0.0))
+    n_d = float(np.linalg.norm(diffs, axis=1).max(initial=0.0))
+    n_z = float(np.linalg.norm(Z, axis=1).max(initial=0.0))
+    return 2.0 * (rho * n_z + n_d * sigma)
