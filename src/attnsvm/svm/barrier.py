@@ -874,7 +874,7 @@ class _Iterate:
     of X), slacks ``s`` of the inequality rows and multipliers ``lam`` (N',); ``LX`` the lower Cholesky
     factor of X when the step that made the iterate computed it (else None)."""
 
-    G = None        #: ``G(lam)`` (r1, r2) when the step that made the iterate computed it exactly as :class:`_Dual` does
+    G = None        #: ``G(lam)`` (r1, r2) when the step that made the iterate computed it (the step guard's ``pb.Gmap``)
 
     def __init__(self, lam, X11, X12, X22, s):
         self.lam, self.s = lam, s
@@ -1191,9 +1191,9 @@ def _take_step(nw: _NewtonSystem, d, ap: float, ad: float) -> _Iterate:
     """The iterate after the steps ``ap`` (primal) and ``ad`` (dual) of :func:`_step_lengths`."""
     x = nw.x
     dlam, dG, dX, ds = d
-    # G at the new lam: the guard's, bit for bit the one _Dual computes when the rows are not grouped
-    G = nw.G_next if nw.pb.E is None else None
-    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, G)
+    # G at the new lam: the guard's (pb.Gmap; on grouped rows the per-query sum, which _Dual's A^T diag(lam) Bm equals
+    # up to rounding at N r1 r2 multiply-adds), the one the guard's Cholesky factor L_next of S belongs to
+    return _Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, nw.G_next)
 
 
 def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verbose: bool, equal_steps: bool = False):

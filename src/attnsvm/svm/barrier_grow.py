@@ -236,7 +236,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     it = 0
     for it in range(1, max_iter + 1):
         try:
-            du = _Dual(pb.A, pb.Bm, x.lam, L_next)
+            du = _Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
         except np.linalg.LinAlgError:
             info["stopped"] = "numerical limit"
             break
