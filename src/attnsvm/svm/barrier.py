@@ -1033,8 +1033,6 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     xz = (0.5 * (x.X.trace() + ap * dX_a.trace())
           - float(np.vdot(x.X12 + ap * dX_a[:r1, r1:], G + ad * dG_a)))
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
-    # (SDPT3's rule, exponent 1 after a short predictor step and 3 ap^2 beyond, took more iterations on the probe's
-    # grown rounds: 28 -> 37 and 35 -> 36 on layer 3 head 3 and its null at 512 sentences)
     sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
     nw.mu_aff = mu_a
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
@@ -1052,13 +1050,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
 #: :attr:`_Problem.correctors` to it; every other run takes Mehrotra's corrector only), taken when the Newton system has at least
 #: :data:`_CC_MIN_ROWS_PER_DIM` ``(r1 + r2)`` rows: a corrector costs ``O((r1 + r2)^3)`` (a partial eigensolver, the
 #: direction's products, the step bounds) and no factorization, one step ``O(N^3 / 3)`` and the Schur complement's
-#: formation, so below that size its cost is a large part of a step. Measured on the probe's grown rounds (layer 3,
-#: benchmarks/nuclear_steps.py --export-grown; one thread, loaded machine): at 512 sentences (r1 + r2 = 769) the nulls
-#: of heads 3 and 0 (N 2900-3900) took 29 and 33 iterations instead of 35 and 35, CPU equal within the run's noise
-#: (33.5 / 34.5 and 38.4 / 37.9 CPU-s); with the bar lifted, head 0 (N up to 2170) took 37 instead of 33 iterations
-#: (23.1 / 16.3 CPU-s) and head 3 (N up to 823) 25-26 instead of 28 (9.0-10.1 / 6.8 CPU-s). At 1000 sentences head 3's
-#: null (grown round alone): 31 instead of 33 iterations, 90.8 / 98.8 CPU-s. The bar 3 is a cost estimate, not fitted between
-#: 2.8 and 3.8, where nothing was measured
+#: formation, so below that size its cost is a large part of a step
 _CENTRALITY_CORRECTORS = 1
 _CC_MIN_ROWS_PER_DIM = 3
 #: the trial steps exceed the direction's step bounds by this much (:func:`_centrality_corrector`)
