@@ -104,7 +104,6 @@ def test_band_rows_are_the_least_slack_outside_rows_up_to_the_share_and_the_room
 
 @pytest.mark.parametrize("seed", [2, 5])
 def test_band_joins_fewer_times_to_the_same_certified_optimum(monkeypatch, seed):
-    monkeypatch.setattr("attnsvm.svm.barrier._CENTRALITY_CORRECTORS", 0)     # the paths measured without correctors
     cs = _case(seed)
     dense = solve_nuclear(cs)
     cs_n, sc = cs.normalized()

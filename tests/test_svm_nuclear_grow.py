@@ -137,9 +137,6 @@ def test_rows_violated_late_join_once_instead_of_a_further_round(monkeypatch):
     # on this start the iterate violates a row only once the gap is below 1e-4 (a "late" row) when nearly active rows
     # do not join early (the band of _with_band, which takes that row in before it is violated: off here)
     monkeypatch.setattr("attnsvm.svm.barrier_grow._JOIN_BAND_SHARE", 0.0)
-    # the path of this case is the one without centrality correctors (they change the iterates, and so the rows
-    # that are violated when)
-    monkeypatch.setattr("attnsvm.svm.barrier._CENTRALITY_CORRECTORS", 0)
     cs = _case(0)
     start = np.zeros(cs.N, bool)
     start[: cs.N // 5] = True
