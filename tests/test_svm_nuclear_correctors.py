@@ -73,44 +73,6 @@ def test_a_corrector_is_kept_only_when_it_lengthens_the_steps(monkeypatch, seed)
             assert same and after == before
 
 
-class _Scripted:
-    """A Newton system whose directions' step bounds follow a script: Mehrotra's direction is "d0", the k-th
-    corrected one "d<k>"."""
-
-    def __init__(self, bounds):
-        self.bounds, self.made = bounds, []
-        self.pb = type("pb", (), {"I": slice(None), "r1": 1, "amap": staticmethod(lambda T12: np.zeros(3))})()
-
-    def direction(self, rvec, smu, corr):
-        self.made.append((rvec, corr))
-        return f"d{len(self.made)}"
-
-    def max_steps(self, d):
-        self.lp_cap = self.bounds[d][0]
-        return self.bounds[d]
-
-
-@pytest.mark.parametrize("bounds, kept, tried, taken", [
-    ({"d0": (0.5, 0.9), "d1": (0.45, 0.94)}, 0, 1, "d0"),       # the sum shrinks: Mehrotra's direction stays
-    ({"d0": (0.5, 0.9), "d1": (0.3, 1.0)}, 0, 1, "d0"),
-    ({"d0": (0.5, 0.9), "d1": (0.5, 0.9)}, 0, 1, "d0"),         # no gain: rejected
-    ({"d0": (0.5, 0.9), "d1": (0.6, 0.9), "d2": (0.7, 0.8)}, 1, 2, "d1"),   # the second is rejected
-    ({"d0": (0.5, 0.9), "d1": (0.6, 0.9), "d2": (0.7, 0.9)}, 2, 2, "d2"),
-    ({"d0": (0.5, 0.9), "d1": (0.505, 0.9), "d2": (0.9, 0.9)}, 1, 1, "d1"),  # gain below 0.1 delta: no second
-    ({"d0": (1.0, 1.0)}, 0, 0, "d0"),                            # full steps: nothing to correct
-])
-def test_a_corrector_is_kept_only_when_it_lengthens_the_steps_scripted(monkeypatch, bounds, kept, tried, taken):
-    nw = _Scripted(bounds)
-    monkeypatch.setattr(b, "_centrality_corrector", lambda nw, d, steps: (np.zeros((2, 2)), np.ones(3)))
-    out = b._centrality_correctors(nw, "d0", np.zeros(3), (np.zeros((2, 2)), np.zeros(3)), 0.1, 2)
-    assert (out, nw.cc_kept, nw.cc_tried) == (taken, kept, tried)
-    assert nw.known == (taken, bounds[taken], bounds[taken][0])    # the bounds _step_lengths then uses
-    # each corrector adds its terms to those of the direction it corrects
-    for k, (rvec, corr) in enumerate(nw.made, 1):
-        np.testing.assert_array_equal(rvec, np.full(3, float(k)))
-        np.testing.assert_array_equal(corr[1], np.full(3, float(k)))
-
-
 def test_the_corrector_moves_the_trial_products_onto_the_band(monkeypatch):
     seen = _Seen(monkeypatch)
     _grow(_case(2))
