@@ -23,9 +23,7 @@ i.e. ``||G||_2 <= 1``. ``Z`` is never formed: with ``S = I - G^T G`` (r2 x r2) a
 The method
 ----------
 An infeasible-primal, feasible-dual path-following method with the HKM direction
-and Mehrotra's predictor-corrector (in the grown round of :mod:`attnsvm.svm.barrier_grow`, on systems of
-``N >= 3 (r1 + r2)`` rows, followed by one of Gondzio's centrality correctors, kept when it lengthens the steps:
-:func:`_centrality_correctors`). The dual stays exactly feasible (``Z`` keeps its
+and Mehrotra's predictor-corrector. The dual stays exactly feasible (``Z`` keeps its
 block structure), so the only N x N work per iteration is the Schur complement::
 
     M_kl = <A_k, X A_l Z^{-1}>
@@ -86,8 +84,7 @@ __all__ = ["IPMResult", "nuclear_ipm", "query_basis", "row_space_basis", "singul
 #: the per-iteration trace (DEBUG level, silent by default): every record carries a dict ``record.ipm`` with
 #: ``kind`` "iterate" (``N``, ``mu``, ``gap``, ``viol``, ``rp`` the largest primal residual ``|a_k^T X12 b_k - s_k -
 #: rhs_k|``), "step" (``sigma``, ``mu_aff`` the affine-scaling mu, the bounds ``ap_max``, ``ad_max``, the slacks' part
-#: ``ap_lp >= ap_max`` of the primal one, the steps taken ``ap``, ``ad`` and ``cc`` the centrality correctors kept and
-#: tried, :func:`_centrality_correctors`) or, from :mod:`attnsvm.svm.barrier_grow`,
+#: ``ap_lp >= ap_max`` of the primal one, and the steps taken ``ap``, ``ad``) or, from :mod:`attnsvm.svm.barrier_grow`,
 #: "join" / "drop" (``rows`` moved, ``N`` after); ``benchmarks/nuclear_steps.py --trace`` prints it
 _log = logging.getLogger("attnsvm.svm.barrier")
 
@@ -510,8 +507,6 @@ _XY_DENSE_MAX = 64
 
 class _Problem:
     """Reduced data and the linear maps of the SDP."""
-
-    correctors = 0      #: Gondzio's centrality correctors per step (:func:`_mehrotra_direction`); 0: Mehrotra's only
 
     def __init__(self, A, Bm, rhs, eq, groups=None):
         # A (N, r1), Bm (N, r2), rhs, eq (N,); or stacks (R, N, r1), (R, N, r2), (R, N) of a batch
@@ -1020,9 +1015,7 @@ class _NewtonSystem:
 
 def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     """Newton direction: the predictor (affine scaling), Mehrotra's centering parameter sigma and
-    the corrector, then up to ``pb.correctors`` of Gondzio's centrality correctors (:func:`_centrality_correctors`;
-    on systems of ``N >=`` :data:`_CC_MIN_ROWS_PER_DIM` ``(r1 + r2)`` rows). Returns
-    ``(d, sigma)`` with d as :meth:`_NewtonSystem.direction`."""
+    the corrector. Returns ``(d, sigma)`` with d as :meth:`_NewtonSystem.direction`."""
     pb, x, du, I, lamI = nw.pb, nw.x, nw.du, nw.pb.I, nw.lamI
     G, n_tot, r1 = du.G, pb.n_tot, pb.r1
     # predictor (affine scaling direction) and Mehrotra's centering parameter
@@ -1040,121 +1033,7 @@ def _mehrotra_direction(nw: _NewtonSystem, mu: float):
     cs = -(ds_a * dlam_a[I]) / lamI
     rvec = pb.rhs - sigma * mu * nw.g - pb.amap(cX[:r1, r1:])
     rvec[I] += sigma * mu / lamI + cs
-    d = nw.direction(rvec, sigma * mu, (cX, cs))
-    if pb.correctors > 0 and pb.N >= _CC_MIN_ROWS_PER_DIM * x.X.shape[0]:
-        d = _centrality_correctors(nw, d, rvec, (cX, cs), sigma * mu, pb.correctors)
-    return d, sigma
-
-
-#: Gondzio's centrality correctors per step in the grown round (:mod:`attnsvm.svm.barrier_grow` sets its problems'
-#: :attr:`_Problem.correctors` to it; every other run takes Mehrotra's corrector only), taken when the Newton system has at least
-#: :data:`_CC_MIN_ROWS_PER_DIM` ``(r1 + r2)`` rows: a corrector costs ``O((r1 + r2)^3)`` (a partial eigensolver, the
-#: direction's products, the step bounds) and no factorization, one step ``O(N^3 / 3)`` and the Schur complement's
-#: formation, so below that size its cost is a large part of a step
-_CENTRALITY_CORRECTORS = 1
-_CC_MIN_ROWS_PER_DIM = 3
-#: the trial steps exceed the direction's step bounds by this much (:func:`_centrality_corrector`)
-_CC_DELTA = 0.1
-#: the band ``[beta_min mu_t, beta_max mu_t]`` that the trial products are projected onto (mu_t their mean)
-_CC_BETA = (0.1, 10.0)
-#: a further corrector is tried only when the last one lengthened ``ap + ad`` by at least this share of
-#: :data:`_CC_DELTA`
-_CC_ACCEPT = 0.1
-
-
-def _centrality_target(v, lo: float, hi: float):
-    """Gondzio's target for the trial products ``v (k,)``: ``t = proj(v) - v`` with the projection onto
-    ``[lo, hi]``, the decrease of a large product capped at ``hi`` (``t >= -hi``); zero inside the band."""
-    t = np.where(v < lo, lo - v, 0.0)
-    return np.where(v > hi, np.maximum(hi - v, -hi), t)
-
-
-def _centrality_corrector(nw: _NewtonSystem, d, steps):
-    """``(cX, cs)``: the terms of one Gondzio centrality corrector for the direction ``d`` whose step bounds are
-    ``steps = (ap, ad)``, or None when no trial dual point is inside the ball.
-
-    The trial point takes the steps ``min(1, ap + delta)``, ``min(1, ad + delta)`` (:data:`_CC_DELTA`; the dual one
-    shortened to ``0.95 ad`` if its S is not positive definite). With ``Z_t = R R^T``
-    (``R = [[I, 0], [-G_t^T, L]] / sqrt(2)``), ``V = R^T X_t R (r1 + r2 square)`` is similar to ``X_t Z_t``; its
-    eigenvalues below ``beta_min mu_t`` (:data:`_CC_BETA`, ``mu_t`` the trial point's mean product, from V's trace
-    and the slacks') and the slack products ``s_t lam_t`` outside ``[beta_min mu_t, beta_max mu_t]`` get Gondzio's
-    targets ``t`` (:func:`_centrality_target`). The primal term is ``cX = W diag(t) W^T`` with
-    ``W = R^{-T} Q`` (Q those eigenvectors), so that ``R^T (X_t + cX) R = V + Q diag(t) Q^T``: ``X_t + cX`` times
-    ``Z_t`` has those eigenvalues moved onto the band; ``cs = t_lp / lam``. Only V's low eigenvalues are computed
-    (``X_t`` leaving the cone bounds the primal step; one partial eigensolver call)."""
-    pb, x, du, I, lamI = nw.pb, nw.x, nw.du, nw.pb.I, nw.lamI
-    r1 = pb.r1
-    dlam, dG, dX, ds = d
-    ap_t, ad_t = min(1.0, steps[0] + _CC_DELTA), min(1.0, steps[1] + _CC_DELTA)
-    G_t = du.G + ad_t * dG
-    L = _chol_S(G_t)
-    if L is None:
-        ad_t = 0.95 * steps[1]
-        G_t = du.G + ad_t * dG
-        L = _chol_S(G_t)
-        if L is None:
-            return None
-    X_t = x.X + ap_t * dX
-    # V = R^T X_t R with R^T = [[I, -G_t], [0, L^T]] / sqrt(2)
-    M1 = X_t[:, :r1] - X_t[:, r1:] @ G_t.T                  # (n, r1): X_t R's first block column, times sqrt(2)
-    M2 = X_t[:, r1:] @ L                                      # (n, r2)
-    V = np.empty_like(X_t)
-    V[:r1, :r1] = M1[:r1] - G_t @ M1[r1:]
-    V[:r1, r1:] = M2[:r1] - G_t @ M2[r1:]
-    V[r1:, :r1] = L.T @ M1[r1:]
-    V[r1:, r1:] = L.T @ M2[r1:]
-    V *= 0.5
-    V += V.T
-    V *= 0.5
-    v_lp = (x.s + ap_t * ds) * (lamI + ad_t * dlam[I])
-    mu_t = (float(np.trace(V)) + float(v_lp.sum())) / pb.n_tot
-    lo, hi = _CC_BETA[0] * mu_t, _CC_BETA[1] * mu_t
-    cs = _centrality_target(v_lp, lo, hi) / lamI
-    w, Q = sla.eigh(V, subset_by_value=(-np.inf, lo), driver="evr", check_finite=False)
-    if w.size:
-        W2 = np.sqrt(2.0) * _trsm(L, Q[r1:], 1)                # R^{-T} Q: back substitution through R^T's blocks
-        W = np.concatenate([np.sqrt(2.0) * Q[:r1] + G_t @ W2, W2])
-        cX = (W * _centrality_target(w, lo, hi)) @ W.T
-        cX += cX.T
-        cX *= 0.5
-    else:
-        cX = np.zeros_like(X_t)
-    return cX, cs
-
-
-def _centrality_correctors(nw: _NewtonSystem, d, rvec, corr, smu: float, k: int):
-    """Up to ``k`` of Gondzio's centrality correctors (:func:`_centrality_corrector`) on the direction ``d`` of the
-    right-hand side ``rvec (N,)``, centering ``smu`` and second-order terms ``corr = (cX, cs)`` (Mehrotra's): each
-    adds its terms to ``corr`` and ``rvec`` and solves with the same factorization. A corrected direction is kept only
-    when it lengthens the step bounds' sum ``ap + ad``; the next is tried only when that gain was at least
-    :data:`_CC_ACCEPT` ``*`` :data:`_CC_DELTA`. Returns the direction kept, and leaves its bounds for
-    :func:`_step_lengths` in ``nw.known`` and the counts in ``nw.cc_tried``, ``nw.cc_kept``."""
-    pb, I, r1 = nw.pb, nw.pb.I, nw.pb.r1
-    steps = nw.max_steps(d)
-    lp = nw.lp_cap
-    nw.cc_tried = nw.cc_kept = 0
-    for _ in range(k):
-        if steps[0] + steps[1] >= 2.0:
-            break
-        c = _centrality_corrector(nw, d, steps)
-        if c is None:
-            break
-        cXg, csg = c
-        rvec2 = rvec - pb.amap(cXg[:r1, r1:])
-        rvec2[I] += csg
-        corr2 = (corr[0] + cXg, corr[1] + csg)
-        d2 = nw.direction(rvec2, smu, corr2)
-        steps2 = nw.max_steps(d2)
-        nw.cc_tried += 1
-        gain = steps2[0] + steps2[1] - steps[0] - steps[1]
-        if not gain > 0.0:
-            break
-        nw.cc_kept += 1
-        d, steps, rvec, corr, lp = d2, steps2, rvec2, corr2, nw.lp_cap
-        if gain < _CC_ACCEPT * _CC_DELTA:
-            break
-    nw.known = (d, steps, lp)
-    return d
+    return nw.direction(rvec, sigma * mu, (cX, cs)), sigma
 
 
 def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
@@ -1163,11 +1042,7 @@ def _step_lengths(nw: _NewtonSystem, d, gamma: float) -> tuple[float, float]:
     Cholesky factors at the step in ``nw.L_next`` (of S) and ``nw.LX_next`` (of X), and X in
     ``nw.X_next``."""
     pb, x = nw.pb, nw.x
-    known = getattr(nw, "known", None)
-    if known is not None and known[0] is d:
-        (ap, ad), nw.lp_cap = known[1], known[2]
-    else:
-        ap, ad = nw.max_steps(d)
+    ap, ad = nw.max_steps(d)
     nw.bounds = (ap, ad)
     ap, ad = gamma * ap, gamma * ad
     dlam, dG, dX, ds = d
@@ -1217,7 +1092,7 @@ def ipm_step(pb: _Problem, x: _Iterate, du: _Dual, mu: float, gamma: float, verb
         print(f"        sigma {sigma:.2e} step primal {ap:.3f} dual {ad:.3f}", flush=True)
     if _tracing():
         _trace("step", sigma=sigma, mu_aff=nw.mu_aff, ap_max=nw.bounds[0], ad_max=nw.bounds[1], ap=ap, ad=ad,
-               ap_lp=nw.lp_cap, cc=(getattr(nw, "cc_kept", 0), getattr(nw, "cc_tried", 0)))
+               ap_lp=nw.lp_cap)
     return _take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
 
 

@@ -28,7 +28,6 @@ import time
 
 import numpy as np
 
-from attnsvm.svm import barrier as _barrier
 from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
                                  _start, _stopping_test, _trace, _trace_iterate, _tracing, _violation, distinct_rows,
                                  ipm_arrays, next_step, row_space_basis)
@@ -64,9 +63,7 @@ class _AllRows:
         used, qidx = np.unique(self.qinv[rows], return_inverse=True)
         qidx = np.asarray(qidx).ravel()
         Bq = self.Bq[used]
-        pb = _Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
-        pb.correctors = _barrier._CENTRALITY_CORRECTORS      # Gondzio's centrality correctors (grown round only)
-        return pb
+        return _Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
 
     def reduction(self, pb: _Problem, rows: np.ndarray) -> _Reduction:
         return _Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
