@@ -4,6 +4,7 @@ Usage:
   python benchmarks/nuclear_steps.py --export DIR [probe_cost.py options]   # write DIR/inst_*.npz
   python benchmarks/nuclear_steps.py DIR/inst_*.npz [--rounds 3] [--baseline-rev REV]
   python benchmarks/nuclear_steps.py DIR/inst_*.npz --trace
+  python benchmarks/nuclear_steps.py --export-grown DIR CASE.npz [CASE.npz ...]   # write DIR/CASE-grown.npz
 
 ``--export`` runs benchmarks/probe_cost.py (needs the real extra: MiniLM) with every ``nuclear_ipm`` call's inputs
 written to ``DIR/inst_NNN.npz`` (U, V, rhs, eq, lam_init, W_init, tol; the solver's own arguments from
@@ -15,6 +16,13 @@ and the relative difference of the objectives. ``--trace`` solves each file once
 and prints the solver's per-iteration trace (the DEBUG records of ``attnsvm.svm.barrier``): rows N, barrier
 parameter mu, relative gap, violation, largest primal residual rp, then sigma, the affine-scaling mu, the primal
 bound (and its LP part), the dual bound and the steps taken.
+
+``--export-grown DIR CASE.npz ...`` takes the probe's arrays (X, Z, selected, valid: ``probe_scale.py --export``
+or ``--baseline-rev``'s files), solves each case's nuclear Gen-SVM by the working set (this checkout, one thread)
+and writes the inputs of its grown round (``barrier_grow.nuclear_ipm_grow``: U, V, rhs, eq, start, lam_init,
+W_init, tol, max_rows) to ``DIR/CASE-grown.npz``. Files with a ``start`` array are solved by ``nuclear_ipm_grow``
+in the timing and trace modes (the iterations are then the grown round's, joins and drops included), the others
+by ``nuclear_ipm``.
 """
 
 from __future__ import annotations
@@ -50,18 +58,57 @@ def export(out: str, argv: list) -> None:
     runpy.run_path(os.path.join(_baseline.HERE, "probe_cost.py"), run_name="__main__")
 
 
+def export_grown(out: str, cases: list) -> None:
+    """Solve each probe case by the working set and write its grown round's inputs to ``out/CASE-grown.npz``."""
+    import numpy as np
+
+    import attnsvm.svm.barrier_grow as bg
+    from attnsvm.svm import gen_constraints, solve
+
+    os.makedirs(out, exist_ok=True)
+    real = bg.nuclear_ipm_grow
+    for case in cases:
+        path = os.path.join(out, os.path.basename(case).removesuffix(".npz") + "-grown.npz")
+
+        def dump(U, V, rhs, eq, start, path=path, **kw):
+            np.savez(path, U=U, V=V, rhs=rhs, eq=eq, start=start, lam_init=kw["lam_init"], W_init=kw["W_init"],
+                     tol=kw["tol"], max_rows=kw["max_rows"])
+            return real(U, V, rhs, eq, start, **kw)
+
+        bg.nuclear_ipm_grow = dump
+        with np.load(case) as f:
+            cs = gen_constraints(f["X"], f["Z"], f["selected"], valid=f["valid"])
+        c = time.process_time()
+        sol = solve(cs, "nuclear", formulation="gen", method="working_set")
+        i = sol.info or {}
+        print(f"{path}: N {cs.N} {sol.status} ||W||_* {float(sol.norm_value):.15g} CPU {time.process_time() - c:.1f} s "
+              f"rounds {i.get('rounds')} iterations {i.get('round_iterations')}", flush=True)
+    bg.nuclear_ipm_grow = real
+
+
+def _solve(z):
+    """``nuclear_ipm`` (or ``nuclear_ipm_grow`` when the file has a ``start`` array) on the arrays of one file."""
+    from attnsvm.svm.barrier import nuclear_ipm
+    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+
+    if "start" in z.files:
+        return nuclear_ipm_grow(z["U"], z["V"], z["rhs"], z["eq"], z["start"], lam_init=z["lam_init"],
+                                W_init=z["W_init"], tol=float(z["tol"]), max_rows=int(z["max_rows"]))[0]
+    kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
+    return nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+
+
 def child(files: list) -> None:
     """Solve each file once; emit per file the CPU seconds, status, iterations, reduced shape and ||W||_*."""
     import numpy as np
 
-    from attnsvm.svm.barrier import nuclear_ipm, singular_values
+    from attnsvm.svm.barrier import singular_values
 
     rows = []
     for f in files:
         z = np.load(f)
-        kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
         c = time.process_time()
-        res = nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+        res = _solve(z)
         rows.append({"cpu": time.process_time() - c, "status": res.status, "it": res.info.get("iterations"),
                      "shape": res.info.get("reduced_shape"), "obj": float(singular_values(res.W).sum())})
     _baseline.emit({"rows": rows})
@@ -72,8 +119,6 @@ def trace(files: list) -> None:
     import logging
 
     import numpy as np
-
-    from attnsvm.svm.barrier import nuclear_ipm
 
     class Lines(logging.Handler):
         def emit(self, record):
@@ -93,9 +138,8 @@ def trace(files: list) -> None:
     log.propagate = False
     for f in files:
         z = np.load(f)
-        kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
         print(os.path.basename(f))
-        res = nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+        res = _solve(z)
         print(f"\n  {res.status}, {res.info.get('iterations')} iterations, relative gap {res.info['rel_gap']:.1e}")
 
 
@@ -106,6 +150,14 @@ def main():
         if i + 1 >= len(argv):
             raise SystemExit("--export needs a folder")
         return export(argv[i + 1], argv[:i] + argv[i + 2:])
+    if "--export-grown" in argv:
+        i = argv.index("--export-grown")
+        if i + 2 >= len(argv):
+            raise SystemExit("--export-grown needs a folder and at least one case file")
+        from _offline import offline_threads
+
+        offline_threads(1)
+        return export_grown(argv[i + 1], argv[i + 2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*")
     ap.add_argument("--export", metavar="DIR", help="write the instances of probe_cost.py's run (its options follow)")
