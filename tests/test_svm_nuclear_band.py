@@ -63,7 +63,9 @@ def test_trace_steps_and_the_primal_residual_shrink_by_one_minus_the_step(trace,
             assert b["rp"] == pytest.approx((1.0 - st["ap"]) * a["rp"], rel=1e-9, abs=1e-9 * r0)
             checked += 1
     assert checked >= 10 and its[-1]["rp"] < 1e-6 * r0
-    assert its[-1]["gap"] <= 1e-9 and its[0]["mu"] > its[-1]["mu"]
+    # the run stops at a gap 10x below tol or one iteration after its best (_stopping_test): the best iterate, whose
+    # gap is below tol = 1e-9, is the last or the one before it
+    assert min(abs(r["gap"]) for r in its[-2:]) <= 1e-9 and its[0]["mu"] > its[-1]["mu"]
 
 
 def _all_rows(seed=2, n=40):
