@@ -87,6 +87,18 @@ def run_child(argv: list, src: str, threads: int = 1, timeout: float | None = No
     return out
 
 
+def run_pair(argv: list, base: str | None, threads: int = 1) -> tuple[dict, dict | None]:
+    """:func:`run_child` of ``argv`` on this checkout and, when ``base`` (a baseline's src) is given, on it:
+    ``(ours, theirs)`` (``theirs`` None without a baseline); SystemExit naming the side whose child failed."""
+    ours = run_child(argv, OURS, threads)
+    if "error" in ours:
+        raise SystemExit(f"ours: {ours['error']}")
+    theirs = run_child(argv, base, threads) if base else None
+    if theirs is not None and "error" in theirs:
+        raise SystemExit(f"baseline: {theirs['error']}")
+    return ours, theirs
+
+
 def emit(result: dict) -> None:
     """Print the child's result line (read by :func:`run_child`)."""
     print("RESULT " + json.dumps(result), flush=True)

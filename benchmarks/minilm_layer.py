@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _baseline import OURS, add_option, baseline_src, emit, ratio, run_child  # noqa: E402
+from _baseline import add_option, baseline_src, emit, ratio, run_pair  # noqa: E402
 
 VALUES = ("corr", "corr_restricted", "corr_random_restricted", "svm_nuclear", "null_mean", "p_upper")
 STATUSES = ("svm_status", "random_status")
@@ -59,14 +59,9 @@ def main() -> None:
     with baseline_src(a.baseline_rev) as base:
         for layer in a.layers:
             argv = [os.path.abspath(__file__), "--child", str(layer)]
-            ours = run_child(argv, OURS)
-            theirs = run_child(argv, base) if base else None
-            if "error" in ours:
-                raise SystemExit(f"ours: {ours['error']}")
+            ours, theirs = run_pair(argv, base)
             line = f"real-minilm-heads layer {layer}: ours {ours['cpu']:.1f} CPU-s"
             if theirs is not None:
-                if "error" in theirs:
-                    raise SystemExit(f"baseline: {theirs['error']}")
                 line += f", baseline {theirs['cpu']:.1f} CPU-s, baseline / ours {ratio(theirs['cpu'], ours['cpu'])}"
                 same = all(ours.get(c) == theirs.get(c) for c in STATUSES)
                 line += f"; statuses {'equal' if same else 'DIFFER'}"

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _baseline import OURS, add_option, baseline_src, emit, ratio, run_child  # noqa: E402
+from _baseline import add_option, baseline_src, emit, ratio, run_pair  # noqa: E402
 
 
 def child(n_cases: int, repeat: int) -> None:
@@ -64,14 +64,9 @@ def main() -> None:
         return
     argv = [os.path.abspath(__file__), "--child", "--cases", str(a.cases), "--repeat", str(a.repeat)]
     with baseline_src(a.baseline_rev) as base:
-        ours = run_child(argv, OURS)
-        theirs = run_child(argv, base) if base else None
-    if "error" in ours:
-        raise SystemExit(f"ours: {ours['error']}")
+        ours, theirs = run_pair(argv, base)
     line = f"random-direction control, {ours['cases']} cases: ours {ours['cpu']:.3f} CPU-s"
     if theirs is not None:
-        if "error" in theirs:
-            raise SystemExit(f"baseline: {theirs['error']}")
         line += f", baseline {theirs['cpu']:.3f} CPU-s, baseline / ours {ratio(theirs['cpu'], ours['cpu'])}"
     print(line + f" (best of {a.repeat}; load average {os.getloadavg()[0]:.1f})")
 
