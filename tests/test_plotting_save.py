@@ -22,9 +22,29 @@ def _figure():
     return fig
 
 
-def _reference_png(tmp_path):
+def _heatmap_figure():
+    """Artists laid out at draw time: an equal-aspect image with a colorbar, an annotation outside the axes,
+    a legend placed "best", an axis offset text (1e6) and a text beyond the figure's edge."""
+    fig, axes = subplots(1, 2)
+    rng = np.random.default_rng(0)
+    im = axes[0, 0].imshow(rng.random((6, 9)), aspect="equal")
+    fig.colorbar(im, ax=axes[0, 0], label="value")
+    axes[0, 0].annotate("outside", xy=(8, 0), xytext=(10.5, -2.0), arrowprops={"arrowstyle": "->"},
+                        annotation_clip=False)
+    x = np.linspace(0.0, 1.0, 30)
+    axes[0, 1].plot(x, 1e6 + 3e3 * x, "o-", label="large values")
+    axes[0, 1].plot(x, 1e6 + 3e3 * x ** 2, label="second")
+    label_axes(axes[0, 1], "x", "y", "offset text", legend=True)
+    fig.text(1.02, 0.5, "beyond the edge", rotation=90)
+    return fig
+
+
+FIGURES = {"lines": _figure, "heatmap": _heatmap_figure}
+
+
+def _reference_png(tmp_path, make=_figure):
     """The PNG the way it was written before: tight layout, then savefig's own tight box."""
-    fig = _figure()
+    fig = make()
     legible(fig)
     fig.tight_layout()
     path = tmp_path / "ref.png"
@@ -33,10 +53,11 @@ def _reference_png(tmp_path):
     return np.asarray(Image.open(path))
 
 
-def test_save_figure_writes_the_png_of_savefigs_tight_box_and_a_pdf_of_the_same_box(tmp_path):
-    png, pdf = save_figure(_figure(), str(tmp_path), "fig")
+@pytest.mark.parametrize("kind", sorted(FIGURES))
+def test_save_figure_writes_the_png_of_savefigs_tight_box_and_a_pdf_of_the_same_box(tmp_path, kind):
+    png, pdf = save_figure(FIGURES[kind](), str(tmp_path), "fig")
     got = np.asarray(Image.open(png))
-    ref = _reference_png(tmp_path)
+    ref = _reference_png(tmp_path, FIGURES[kind])
     assert got.shape == ref.shape and np.array_equal(got, ref)
     # the PDF's page is the PNG's box in points (72 per inch)
     (box,) = re.findall(rb"/MediaBox \[ *0 0 ([0-9.]+) ([0-9.]+) *\]", open(pdf, "rb").read())

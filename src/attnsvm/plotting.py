@@ -37,13 +37,16 @@ PNG_DPI = 130
 
 def tight_box(fig, dpi: float):
     """The box (inches) that ``fig.savefig(..., dpi=dpi, bbox_inches="tight")`` crops a PNG to: the tight box
-    of the figure's artists laid out at ``dpi``, padded by ``savefig.pad_inches``."""
+    of the figure's artists laid out at ``dpi``, padded by ``savefig.pad_inches``.
+
+    ``get_tightbbox`` lays out what it measures (ticks, tick labels, titles, the axes' aspect) itself, so no
+    draw comes before it (savefig's own "tight" draws the whole figure once first, at the cost of a draw).
+    Meant for a figure whose layout is fixed (:func:`save_figure` turns its layout engine off first)."""
     import matplotlib
 
     old = fig.dpi
     fig.dpi = dpi
     try:
-        fig.draw_without_rendering()
         return fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
     finally:
         fig.dpi = old
