@@ -129,6 +129,9 @@ def trace(files: list) -> None:
             elif r["kind"] == "step":
                 print(f" | sigma {r['sigma']:8.2e} mu_aff {r['mu_aff']:8.2e} bound p {r['ap_max']:.3f} (lp "
                       f"{r['ap_lp']:.3f}) d {r['ad_max']:.3f} step p {r['ap']:.3f} d {r['ad']:.3f}")
+            elif r["kind"] == "mixed":
+                print(f" [cg {r['cg']} res {r['res']:.1e}{' fallback ' + r['fallback'] if r['fallback'] else ''}]",
+                      end="")
             else:
                 print(f"\n  {r['kind']} {r['rows']} rows: N {r['N']}")
 
