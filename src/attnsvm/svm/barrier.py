@@ -710,12 +710,15 @@ class _Problem:
             out += np.einsum("ij,ij->i", p["AZ"] @ G, p["BX"])
             out += np.einsum("ij,ij->i", p["AX"] @ G, p["BS"])
         else:
+            from scipy.sparse import csr_matrix
+
             E, qidx = self._group_sum(), self.qidx
-            T1 = (E @ (p["F1"] * v).T).T                                           # F1 diag(v) E^T (q, q)
+            Ev = csr_matrix((v[E.indices], E.indices, E.indptr), shape=E.shape)   # E diag(v) (q, N)
+            T1 = np.ascontiguousarray((Ev @ p["F1T"]).T)                           # F1 diag(v) E^T (q, q)
             out = np.einsum("ic,ic->i", p["F2T"], T1[qidx])
-            T2 = (E @ (p["F2"] * v).T).T
+            T2 = np.ascontiguousarray((Ev @ p["F2T"]).T)
             out += np.einsum("ic,ic->i", p["F1T"], T2[qidx])
-            Y = E @ (v[:, None] * p["A"])                                           # E diag(v) A (q, r1)
+            Y = Ev @ p["A"]                                                         # E diag(v) A (q, r1)
             out += np.einsum("ij,ij->i", p["AZ"], (p["H22"] @ Y)[qidx])
             out += np.einsum("ij,ij->i", p["AX"], (p["HS"] @ Y)[qidx])
         out *= 0.5
