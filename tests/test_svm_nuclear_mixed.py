@@ -46,6 +46,7 @@ def _rhs(pb, seed=1):
 @pytest.mark.parametrize("grouped", [True, False])
 def test_the_mixed_direction_is_the_float64_direct_solves(grouped, monkeypatch):
     monkeypatch.setattr(b, "_MIXED_MIN_ROWS", 200)
+    monkeypatch.setattr(b, "_MIXED_ROWS_PER_CG", 10)      # these small systems' break-even is not the probe's
     pb, x, du, parts = _iterate(grouped)
     diag, r = _rhs(pb)
     y = pb.newton_solver(x, du, diag)(r)
@@ -60,6 +61,7 @@ def test_a_failed_float32_factorization_falls_back_to_float64(monkeypatch):
     """spotrf failing (as on a nearly singular M): the float64 factor solves the system, and the problem keeps the
     float64 path from then on."""
     monkeypatch.setattr(b, "_MIXED_MIN_ROWS", 200)
+    monkeypatch.setattr(b, "_MIXED_ROWS_PER_CG", 10)      # these small systems' break-even is not the probe's
     pb, x, du, parts = _iterate(True, seed=4)
     monkeypatch.setattr(b.sla.lapack, "spotrf", lambda a, **kw: (a, 5))
     diag, r = _rhs(pb, 2)
@@ -75,6 +77,7 @@ def test_a_nearly_singular_system_the_refinement_cannot_meet_falls_back_to_float
     with a refinement budget of one iteration the answer is not float64-accurate, so the solve falls back (counted)
     and its answer is the float64 solve's."""
     monkeypatch.setattr(b, "_MIXED_MIN_ROWS", 200)
+    monkeypatch.setattr(b, "_MIXED_ROWS_PER_CG", 10)      # these small systems' break-even is not the probe's
     monkeypatch.setattr(b, "_MIXED_MAX_CG", 1)
     pb, x, du, _ = _iterate(False, seed=5)
     pb.A[1] = pb.A[0] + 1e-4
@@ -94,9 +97,9 @@ def test_pcg_reports_an_unconverged_solve():
     Q = np.linalg.qr(rng.standard_normal((50, 50)))[0]
     M = Q @ np.diag(np.logspace(0, 3, 50)) @ Q.T
     b_ = rng.standard_normal(50)
-    y, rel, it, ok = b._pcg(lambda v: M @ v, lambda v: v, b_)
+    y, rel, it, ok = b._pcg(lambda v: M @ v, lambda v: v, b_, 25)
     assert not ok and rel > b._MIXED_RTOL
-    y, rel, it, ok = b._pcg(lambda v: M @ v, lambda v: np.linalg.solve(M, v), b_)
+    y, rel, it, ok = b._pcg(lambda v: M @ v, lambda v: np.linalg.solve(M, v), b_, 25)
     assert ok and np.linalg.norm(M @ y - b_) <= 1e-12 * np.linalg.norm(b_)
 
 
@@ -119,6 +122,7 @@ def test_a_solve_on_the_mixed_path_is_certified_with_the_float64_objective(monke
 
     monkeypatch.setattr(b._Problem, "_mixed_solver", spy)
     monkeypatch.setattr(b, "_MIXED_MIN_ROWS", 200)
+    monkeypatch.setattr(b, "_MIXED_ROWS_PER_CG", 10)      # these small systems' break-even is not the probe's
     res = b.nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality)
     assert sum(calls) >= 5                                       # the mixed path solved most systems
     assert res.status == ref.status == "optimal"

@@ -745,6 +745,7 @@ class _Problem:
         sc = sc.astype(np.float64)
         d2 = sc * diag * sc
         state = {"direct": None}
+        slow = max(1, N // _MIXED_ROWS_PER_CG)
 
         def Ms(y):                                      # the scaled system S (M + D) S y
             out = sc * self.schur_matvec(parts, sc * y)
@@ -759,10 +760,10 @@ class _Problem:
             if state["direct"] is not None:
                 return state["direct"](r)
             b = sc * r
-            y, res, it, ok = _pcg(Ms, prec, b)
+            y, res, it, ok = _pcg(Ms, prec, b, min(_MIXED_MAX_CG, 2 * slow))
             if _tracing():
                 _trace("mixed", N=int(N), cg=it, res=res, fallback="" if ok else "cg")
-            if it > _MIXED_SLOW_CG:                     # the next systems would cost more than a float64 factor
+            if it > slow:                               # the next systems would cost more than a float64 factor
                 self._mixed_fails = _MIXED_MAX_FAILS
             if ok:
                 return sc * y
@@ -791,20 +792,23 @@ _SCHUR_BLOCK_ROWS = 128
 _MIXED_MIN_ROWS = 2000
 #: the mixed path's stopping test: ``||b - Ms y||_2 <= _MIXED_RTOL ||b||_2`` on the Jacobi-scaled system
 _MIXED_RTOL = 1e-13
-#: the mixed path's most conjugate-gradient iterations per solve before it falls back to the float64 solve
-_MIXED_MAX_CG = 25
-#: after this many fallbacks a problem keeps the float64 path (at once after a failed float32 factorization or a
-#: solve that took more than :data:`_MIXED_SLOW_CG` iterations)
+#: a mixed system pays while its solves take at most ``N / _MIXED_ROWS_PER_CG`` conjugate-gradient iterations each
+#: (measured at N 3889, q 511, one BLAS thread: the float32 triangle and factor cost 0.53 CPU-s less than the float64
+#: ones, one iteration 35 ms, two solves a system): a problem whose solve took more keeps the float64 path (M's
+#: conditioning grows toward the optimum), and a solve that has not converged after twice as many falls back
+_MIXED_ROWS_PER_CG = 600
+#: the mixed path's most conjugate-gradient iterations per solve (whatever N)
+_MIXED_MAX_CG = 40
+#: after this many fallbacks a problem keeps the float64 path (at once after a failed float32 factorization)
 _MIXED_MAX_FAILS = 2
-_MIXED_SLOW_CG = 12
 
 
-def _pcg(Ms, prec, b):
+def _pcg(Ms, prec, b, max_it: int):
     """``(y, rel_res, iterations, converged)``: preconditioned conjugate gradients on ``Ms y = b`` (``b (N,)``,
     ``Ms`` and ``prec`` functions of an (N,) vector, ``prec`` an approximate inverse), started from ``prec(b)``,
     converged when the true residual meets ``||b - Ms y|| <= _MIXED_RTOL ||b||`` (the recurrence's residual is
     checked against the true one before it is accepted, and the iteration restarted from the true one when they
-    differ), at most :data:`_MIXED_MAX_CG` iterations. The flexible (Polak-Ribiere) beta tolerates a
+    differ), at most ``max_it`` iterations. The flexible (Polak-Ribiere) beta tolerates a
     preconditioner applied in float32."""
     nb = float(np.linalg.norm(b))
     if nb == 0.0:
@@ -813,7 +817,7 @@ def _pcg(Ms, prec, b):
     y = prec(b)
     r = b - Ms(y)
     p = r_old = rz_old = None
-    for it in range(_MIXED_MAX_CG + 1):
+    for it in range(max_it + 1):
         res = float(np.linalg.norm(r))
         if res <= stop and r_old is not None:               # the recurrence says so: check the true residual
             r = b - Ms(y)
@@ -821,7 +825,7 @@ def _pcg(Ms, prec, b):
             p = r_old = rz_old = None                       # a restart from the true residual if it is not met
         if res <= stop:
             return y, res / nb, it, bool(np.isfinite(y).all())
-        if it == _MIXED_MAX_CG:
+        if it == max_it:
             break
         z = prec(r)
         rz = float(r @ z)
