@@ -760,9 +760,15 @@ class _Problem:
             if state["direct"] is not None:
                 return state["direct"](r)
             b = sc * r
-            y, res, it, ok = _pcg(Ms, prec, b, min(_MIXED_MAX_CG, 2 * slow))
+            y0, last = None, state.get("last")
+            if last is not None:                        # the corrector's system: from the predictor's solution
+                d = b - last[0]
+                if np.linalg.norm(d) < 0.5 * np.linalg.norm(b):
+                    y0 = last[1] + prec(d)
+            y, res, it, ok = _pcg(Ms, prec, b, min(_MIXED_MAX_CG, 2 * slow), y0)
+            state["last"] = (b, y)
             if _tracing():
-                _trace("mixed", N=int(N), cg=it, res=res, fallback="" if ok else "cg")
+                _trace("mixed", N=int(N), cg=it, res=res, fallback="" if ok else "cg", warm=y0 is not None)
             if it > slow:                               # the next systems would cost more than a float64 factor
                 self._mixed_fails = _MIXED_MAX_FAILS
             if ok:
@@ -803,9 +809,10 @@ _MIXED_MAX_CG = 40
 _MIXED_MAX_FAILS = 2
 
 
-def _pcg(Ms, prec, b, max_it: int):
+def _pcg(Ms, prec, b, max_it: int, y0=None):
     """``(y, rel_res, iterations, converged)``: preconditioned conjugate gradients on ``Ms y = b`` (``b (N,)``,
-    ``Ms`` and ``prec`` functions of an (N,) vector, ``prec`` an approximate inverse), started from ``prec(b)``,
+    ``Ms`` and ``prec`` functions of an (N,) vector, ``prec`` an approximate inverse), started from ``y0`` (default
+    ``prec(b)``),
     converged when the true residual meets ``||b - Ms y|| <= _MIXED_RTOL ||b||`` (the recurrence's residual is
     checked against the true one before it is accepted, and the iteration restarted from the true one when they
     differ), at most ``max_it`` iterations. The flexible (Polak-Ribiere) beta tolerates a
@@ -814,7 +821,7 @@ def _pcg(Ms, prec, b, max_it: int):
     if nb == 0.0:
         return np.zeros_like(b), 0.0, 0, True
     stop = _MIXED_RTOL * nb
-    y = prec(b)
+    y = prec(b) if y0 is None else y0
     r = b - Ms(y)
     p = r_old = rz_old = None
     for it in range(max_it + 1):
