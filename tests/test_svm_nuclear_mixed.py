@@ -104,7 +104,7 @@ def test_pcg_reports_an_unconverged_solve():
 
 
 def _planted():
-    pr, sel, _ = planted_problem(40, 16, 6, seed=2)
+    pr, sel, _ = planted_problem(20, 16, 24, seed=2)     # 300 rows, r1 r2 = 480 > N as on the probe
     return att_constraints(pr.X, pr.Z, sel)
 
 
@@ -142,3 +142,18 @@ def test_below_the_threshold_only_the_float64_path_is_taken(monkeypatch):
     cs_n, _ = cs.normalized()
     assert cs.N < b._MIXED_MIN_ROWS
     assert b.nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality).status == "optimal"
+
+
+def test_a_problem_whose_schur_complement_is_singular_by_rank_keeps_float64(monkeypatch):
+    """``r1 r2 < N``: M has rank <= r1 r2 and only the diagonal keeps the system definite; such a problem is not
+    given to the float32 factor, whatever its rows."""
+    def boom(self, parts, diag):
+        raise AssertionError("mixed path for a rank-deficient M")
+
+    monkeypatch.setattr(b, "_MIXED_MIN_ROWS", 200)
+    pb, x, du, parts = _iterate(True)
+    monkeypatch.setattr(pb, "r2", pb.N // pb.r1 - 1)          # as if r1 r2 < N
+    monkeypatch.setattr(b._Problem, "_mixed_solver", boom)
+    diag, r = _rhs(pb)
+    y = pb.newton_solver(x, du, diag)(r)
+    assert np.array_equal(y, pb._float64_solver(parts, diag)(r))

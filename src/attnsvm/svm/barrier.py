@@ -535,7 +535,9 @@ class _Problem:
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
-        if self.N >= _MIXED_MIN_ROWS and self.A.ndim == 2 and getattr(self, "_mixed_fails", 0) < _MIXED_MAX_FAILS:
+        # the mixed path only where M can be nonsingular (rank <= r1 r2): else only the diagonal keeps it definite
+        if (self.N >= _MIXED_MIN_ROWS and self.A.ndim == 2 and self.r1 * self.r2 >= self.N
+                and getattr(self, "_mixed_fails", 0) < _MIXED_MAX_FAILS):
             solve = self._mixed_solver(parts, diag)
             if solve is not None:
                 return solve
