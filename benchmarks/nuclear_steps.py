@@ -129,9 +129,6 @@ def trace(files: list) -> None:
             elif r["kind"] == "step":
                 print(f" | sigma {r['sigma']:8.2e} mu_aff {r['mu_aff']:8.2e} bound p {r['ap_max']:.3f} (lp "
                       f"{r['ap_lp']:.3f}) d {r['ad_max']:.3f} step p {r['ap']:.3f} d {r['ad']:.3f}")
-            elif r["kind"] == "mixed":
-                fb = f" fallback {r['fallback']}" if r["fallback"] else ""
-                print(f" [cg {r['cg']}{'w' if r.get('warm') else ''} res {r['res']:.1e}{fb}]", end="")
             else:
                 print(f"\n  {r['kind']} {r['rows']} rows: N {r['N']}")
 

@@ -535,17 +535,6 @@ class _Problem:
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
         replaces this method to run it on a torch device)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
-        # the mixed path only where M can be nonsingular (rank <= r1 r2): else only the diagonal keeps it definite
-        if (self.N >= _MIXED_MIN_ROWS and self.A.ndim == 2 and self.r1 * self.r2 >= self.N
-                and getattr(self, "_mixed_fails", 0) < _MIXED_MAX_FAILS):
-            solve = self._mixed_solver(parts, diag)
-            if solve is not None:
-                return solve
-        return self._float64_solver(parts, diag)
-
-    def _float64_solver(self, parts, diag):
-        """:meth:`newton_solver`'s float64 direct path: M's scaled lower triangle formed and factored in float64."""
-        self._schur_buf32 = None
         # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs ~0.1 CPU-s of
         # page faults at 6000 rows): a solver is used only until the next one is made (one _NewtonSystem a step)
         buf = getattr(self, "_schur_buf", None)
@@ -678,109 +667,6 @@ class _Problem:
         S *= 0.5
         return S
 
-    def _group_sum(self):
-        """``E (q, N)`` (sparse): ``E[c, k] = 1`` when row k has query c (:attr:`E`, or one made for the matvec)."""
-        if self.E is not None:
-            return self.E
-        E = getattr(self, "_E_mv", None)
-        if E is None:
-            from scipy.sparse import csr_matrix
-
-            q = self.Bq.shape[0]
-            E = self._E_mv = csr_matrix((np.ones(self.N), (self.qidx, np.arange(self.N))), shape=(q, self.N))
-        return E
-
-    def schur_matvec(self, parts: dict, v):
-        """``M v`` (N,) in float64 for ``v (N,)``, M the Schur complement (:meth:`schur`) whose factors are
-        ``parts`` (:meth:`schur_parts`), from the low-rank factors, never the N x N matrix. Row i of each term of
-        :meth:`schur_block`'s formula is a bilinear form of row i's factors with one small matrix:
-
-        - on the distinct queries (``E (q, N)`` the rows' query indicator, ``qi`` row i's query):
-          ``(K1 o K2 v)_i = F2T[i] . T1[qi]`` with ``T1 = F1 diag(v) E^T`` (q, q), the transposed term
-          ``F1T[i] . T2[qi]`` with ``T2 = F2 diag(v) E^T``, and ``(((A H A^T) o (Bm H' Bm^T)) v)_i =
-          AH[i] . (H'q @ (E diag(v) A))[qi]``: ``O(N q + q^2 r1 + N r1)``;
-        - else ``(K1 o K2 v)_i = (Bm (P1^T diag(v) Bm))[i] . AC[i]``, the transposed term ``(P1 (Bm^T diag(v) AC))[i]
-          . Bm[i]`` and ``AH[i] . ((A^T diag(v) Bm) (Bm H')^T)``-like rows: ``O(N r1 r2)``.
-        """
-        p = parts
-        if self.qidx is None:
-            Bm, P1, AC = p["Bm"], p["P1"], p["AC"]
-            vB = v[:, None] * Bm
-            out = np.einsum("ij,ij->i", Bm @ (P1.T @ vB), AC)                      # K1 o K2
-            out += np.einsum("ij,ij->i", P1 @ (Bm.T @ (v[:, None] * AC)), Bm)      # (K1 o K2)^T
-            G = p["A"].T @ vB                                                       # A^T diag(v) Bm
-            out += np.einsum("ij,ij->i", p["AZ"] @ G, p["BX"])
-            out += np.einsum("ij,ij->i", p["AX"] @ G, p["BS"])
-        else:
-            from scipy.sparse import csr_matrix
-
-            E, qidx = self._group_sum(), self.qidx
-            Ev = csr_matrix((v[E.indices], E.indices, E.indptr), shape=E.shape)   # E diag(v) (q, N)
-            T1 = np.ascontiguousarray((Ev @ p["F1T"]).T)                           # F1 diag(v) E^T (q, q)
-            out = np.einsum("ic,ic->i", p["F2T"], T1[qidx])
-            T2 = np.ascontiguousarray((Ev @ p["F2T"]).T)
-            out += np.einsum("ic,ic->i", p["F1T"], T2[qidx])
-            Y = Ev @ p["A"]                                                         # E diag(v) A (q, r1)
-            out += np.einsum("ij,ij->i", p["AZ"], (p["H22"] @ Y)[qidx])
-            out += np.einsum("ij,ij->i", p["AX"], (p["HS"] @ Y)[qidx])
-        out *= 0.5
-        return out
-
-    def _mixed_solver(self, parts, diag):
-        """:meth:`newton_solver`'s mixed-precision path (rows >= :data:`_MIXED_MIN_ROWS`): M's scaled lower triangle
-        formed in float32 (float32 copies of the factors) and factored by spotrf, the system solved to float64
-        accuracy by preconditioned conjugate gradients with that factor and the exact float64 matvec
-        (:meth:`schur_matvec`). None when the float32 factorization fails; a system whose iterations do not reach
-        :data:`_MIXED_RTOL` falls back to :meth:`_float64_solver` (counted in ``_mixed_fails``)."""
-        N = self.N
-        self._schur_buf = None                          # one N x N buffer at a time
-        buf = getattr(self, "_schur_buf32", None)
-        if buf is None or buf.shape[0] != N:
-            buf = self._schur_buf32 = np.empty((N, N), dtype=np.float32)
-        p32 = {k: v.astype(np.float32) for k, v in parts.items()}
-        F, sc = _factor_scaled_lower(functools.partial(self.schur_block, p32), N, diag, buf, 0.0)
-        if F is None:                                   # M's conditioning only grows toward the optimum
-            self._mixed_fails = _MIXED_MAX_FAILS
-            if _tracing():
-                _trace("mixed", N=int(N), cg=0, res=float("nan"), fallback="spotrf")
-            return None
-        sc = sc.astype(np.float64)
-        d2 = sc * diag * sc
-        state = {"direct": None}
-        slow = max(1, N // _MIXED_ROWS_PER_CG)
-
-        def Ms(y):                                      # the scaled system S (M + D) S y
-            out = sc * self.schur_matvec(parts, sc * y)
-            out += d2 * y
-            return out
-
-        def prec(r):
-            z, info = sla.lapack.spotrs(F, r.astype(np.float32), lower=0)
-            return z.astype(np.float64)
-
-        def solve(r):
-            if state["direct"] is not None:
-                return state["direct"](r)
-            b = sc * r
-            y0, last = None, state.get("last")
-            if last is not None:                        # the corrector's system: from the predictor's solution
-                d = b - last[0]
-                if np.linalg.norm(d) < 0.5 * np.linalg.norm(b):
-                    y0 = last[1] + prec(d)
-            y, res, it, ok = _pcg(Ms, prec, b, min(_MIXED_MAX_CG, 2 * slow), y0)
-            state["last"] = (b, y)
-            if _tracing():
-                _trace("mixed", N=int(N), cg=it, res=res, fallback="" if ok else "cg", warm=y0 is not None)
-            if it > slow:                               # the next systems would cost more than a float64 factor
-                self._mixed_fails = _MIXED_MAX_FAILS
-            if ok:
-                return sc * y
-            self._mixed_fails = getattr(self, "_mixed_fails", 0) + 1
-            state["direct"] = self._float64_solver(parts, diag)
-            return state["direct"](r)
-
-        return solve
-
     def schur(self, X11, X12, X22, du):
         """``M_kl = <A_k, X A_l Z^{-1}>`` (N x N, or a stack), see the module docstring: the whole matrix of
         :meth:`schur_block`.
@@ -794,98 +680,12 @@ class _Problem:
 #: rows of one block of :func:`_factor_lower` (a block of all its columns stays in the cache)
 _SCHUR_BLOCK_ROWS = 128
 
-#: :meth:`_Problem.newton_solver` takes the mixed-precision path (float32 Schur triangle and factor, float64
-#: conjugate-gradient refinement, :meth:`_Problem._mixed_solver`) from this many rows; below it the float64 direct
-#: solve, unchanged
-_MIXED_MIN_ROWS = 2000
-#: the mixed path's stopping test: ``||b - Ms y||_2 <= _MIXED_RTOL ||b||_2`` on the Jacobi-scaled system
-_MIXED_RTOL = 1e-13
-#: a mixed system pays while its solves take at most ``N / _MIXED_ROWS_PER_CG`` conjugate-gradient iterations each
-#: (measured at N 3889, q 511, one BLAS thread: the float32 triangle and factor cost 0.53 CPU-s less than the float64
-#: ones, one iteration 35 ms, two solves a system): a problem whose solve took more keeps the float64 path (M's
-#: conditioning grows toward the optimum), and a solve that has not converged after twice as many falls back
-_MIXED_ROWS_PER_CG = 600
-#: the mixed path's most conjugate-gradient iterations per solve (whatever N)
-_MIXED_MAX_CG = 40
-#: after this many fallbacks a problem keeps the float64 path (at once after a failed float32 factorization)
-_MIXED_MAX_FAILS = 2
-
-
-def _pcg(Ms, prec, b, max_it: int, y0=None):
-    """``(y, rel_res, iterations, converged)``: preconditioned conjugate gradients on ``Ms y = b`` (``b (N,)``,
-    ``Ms`` and ``prec`` functions of an (N,) vector, ``prec`` an approximate inverse), started from ``y0`` (default
-    ``prec(b)``),
-    converged when the true residual meets ``||b - Ms y|| <= _MIXED_RTOL ||b||`` (the recurrence's residual is
-    checked against the true one before it is accepted, and the iteration restarted from the true one when they
-    differ), at most ``max_it`` iterations. The flexible (Polak-Ribiere) beta tolerates a
-    preconditioner applied in float32."""
-    nb = float(np.linalg.norm(b))
-    if nb == 0.0:
-        return np.zeros_like(b), 0.0, 0, True
-    stop = _MIXED_RTOL * nb
-    y = prec(b) if y0 is None else y0
-    r = b - Ms(y)
-    p = r_old = rz_old = None
-    for it in range(max_it + 1):
-        res = float(np.linalg.norm(r))
-        if res <= stop and r_old is not None:               # the recurrence says so: check the true residual
-            r = b - Ms(y)
-            res = float(np.linalg.norm(r))
-            p = r_old = rz_old = None                       # a restart from the true residual if it is not met
-        if res <= stop:
-            return y, res / nb, it, bool(np.isfinite(y).all())
-        if it == max_it:
-            break
-        z = prec(r)
-        rz = float(r @ z)
-        p = z if p is None else z + (float(z @ (r - r_old)) / rz_old) * p
-        Ap = Ms(p)
-        pAp = float(p @ Ap)
-        if not (pAp > 0.0 and np.isfinite(rz)):
-            break
-        alpha = rz / pAp
-        y = y + alpha * p
-        r_old, rz_old = r, rz
-        r = r - alpha * Ap
-    r = b - Ms(y)
-    return y, float(np.linalg.norm(r)) / nb, it, False
-
 
 def _chol_upper_in_place(Mf):
     """The upper Cholesky factor ``U (U^T U = Mf)`` of the Fortran-ordered ``Mf (N, N)`` from its upper
-    triangle, written over it (LAPACK potrf: spotrf for float32, dpotrf else), or None when Mf is not
-    (numerically) positive definite."""
-    potrf = sla.lapack.spotrf if Mf.dtype == np.float32 else sla.lapack.dpotrf
-    F, info = potrf(Mf, lower=0, clean=0, overwrite_a=1)
+    triangle, written over it (LAPACK potrf), or None when Mf is not (numerically) positive definite."""
+    F, info = sla.lapack.dpotrf(Mf, lower=0, clean=0, overwrite_a=1)
     return F if info == 0 and _finite_positive(F.diagonal()) else None
-
-
-def _fill_scaled_lower(form, N: int, diag, buf, sc, shift):
-    """Write the Jacobi-scaled lower triangle of ``M + diag(diag)`` (M's blocks from ``form(I, J)``) into ``buf
-    (N, N)`` (C order) and its scales into ``sc (N,)``, in the arithmetic of ``buf``'s dtype; ``shift`` is added
-    to the scaled diagonal."""
-    flat = buf.reshape(-1)              # a view (buf is C-contiguous): its diagonal is flat[::N + 1]
-    for i0 in range(0, N, _SCHUR_BLOCK_ROWS):
-        i1 = min(N, i0 + _SCHUR_BLOCK_ROWS)
-        B = np.ascontiguousarray(form(slice(i0, i1), slice(0, i1)))
-        dg = B.reshape(-1)[i0::i1 + 1]          # the view B[k, i0 + k], k < i1 - i0 (strided, no index arrays)
-        dg += diag[i0:i1]
-        t = np.where(dg > 0, dg, 1.0)
-        np.sqrt(t, out=t)
-        s = np.divide(1.0, t, out=sc[i0:i1])
-        B *= s[:, None]
-        np.multiply(B, sc[None, :i1], out=buf[i0:i1, :i1])
-        if shift:
-            flat[i0 * (N + 1):i1 * (N + 1):N + 1] += shift
-
-
-def _factor_scaled_lower(form, N: int, diag, buf, shift):
-    """``(F, sc)``: the upper Cholesky factor F (a view of ``buf.T``) of the Jacobi-scaled ``S (M + diag(diag)) S
-    + shift I`` (``S = diag(sc)``) formed by :func:`_fill_scaled_lower` in ``buf``'s dtype, ``(None, sc)`` when it
-    is not positive definite."""
-    sc = np.empty(N, dtype=buf.dtype)
-    _fill_scaled_lower(form, N, diag, buf, sc, shift)
-    return _chol_upper_in_place(buf.T), sc
 
 
 def _factor_lower(form, N: int, diag, buf=None):
@@ -898,15 +698,32 @@ def _factor_lower(form, N: int, diag, buf=None):
     shift (1e-14, then x99), the last resort an eigenvalue solve (of the triangle)."""
     if buf is None:                     # C order: its lower triangle is the upper one of buf.T (Fortran order)
         buf = np.empty((N, N))
+    sc = np.empty(N)
+    flat = buf.reshape(-1)              # a view (buf is C-contiguous): its diagonal is flat[::N + 1]
+
+    def fill(shift):
+        for i0 in range(0, N, _SCHUR_BLOCK_ROWS):
+            i1 = min(N, i0 + _SCHUR_BLOCK_ROWS)
+            B = np.ascontiguousarray(form(slice(i0, i1), slice(0, i1)))
+            dg = B.reshape(-1)[i0::i1 + 1]          # the view B[k, i0 + k], k < i1 - i0 (strided, no index arrays)
+            dg += diag[i0:i1]
+            t = np.where(dg > 0, dg, 1.0)
+            np.sqrt(t, out=t)
+            s = np.divide(1.0, t, out=sc[i0:i1])
+            B *= s[:, None]
+            np.multiply(B, sc[None, :i1], out=buf[i0:i1, :i1])
+            if shift:
+                flat[i0 * (N + 1):i1 * (N + 1):N + 1] += shift
+
     reg = shift = 0.0
     for _ in range(8):
         shift += reg
-        F, sc = _factor_scaled_lower(form, N, diag, buf, shift)
+        fill(shift)
+        F = _chol_upper_in_place(buf.T)
         if F is not None:
             return lambda r: sc * _potrs(F, sc * r, lower=False)
         reg = 1e-14 if reg == 0 else reg * 99
-    sc = np.empty(N)
-    _fill_scaled_lower(form, N, diag, buf, sc, 0.0)
+    fill(0.0)
     w, Q = np.linalg.eigh(buf, UPLO="L")          # reads the lower triangle
     cut = 1e-13 * max(float(w.max()), 1e-300)
     winv = np.where(w > cut, 1.0 / np.maximum(w, cut), 0.0)
