@@ -781,7 +781,14 @@ def _clean_primal(pb, M, lam, feas_tol):
 
 def _start(pb, lam_init, M_init):
     """Interior starting point: a dual point with ``||G|| = 1/2`` from the given multipliers and a
-    primal X built around the given M (typically the Frobenius solution), plus a multiple of I."""
+    primal X built around the given M (typically the Frobenius solution), plus ``eps0 I``.
+
+    ``X = [P; Q] diag(sv) [P; Q]^T + eps0 I`` (``M0 = P diag(sv) Q^T``) has trace ``2 sum(sv) + eps0 (r1 + r2)``;
+    ``eps0 = 2 sum(sv) / (r1 + r2)`` gives the identity the same share of it as M0's part, whatever the shape
+    (for ``r1 = r2`` it is the mean singular value ``sum(sv) / r1``, bit for bit). The mean singular value on
+    unequal shapes gave the identity ``(r1 + r2) / (2 min(r1, r2))`` times M0's share: at the 16-sentence
+    Gen-SVMs of real-minilm-heads (r1, r2 = 299, 16: ten times) the first iterations' steps stayed short (see
+    docs/guide/performance.md for the measured iterations)."""
     I = pb.ineq
     y = np.zeros(pb.N) if lam_init is None else np.asarray(lam_init, float).copy()
     y[I] = np.maximum(y[I], 0.0)
@@ -795,7 +802,7 @@ def _start(pb, lam_init, M_init):
     need = float(np.max(pb.rhs[ok] / m0[ok])) if ok.any() else 1.0
     M0 = M0 * (1.1 * max(1.0, need))
     Pm, sv, Qmt = _svd(M0)
-    eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
+    eps0 = 2.0 * float(sv.sum()) / (pb.r1 + pb.r2) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
     X11 = (Pm * sv) @ Pm.T + eps0 * _eye(pb.r1)
     X22 = (Qmt.T * sv) @ Qmt + eps0 * _eye(pb.r2)
