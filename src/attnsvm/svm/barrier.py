@@ -49,7 +49,7 @@ the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests
 test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
 (its ``dX`` is ``-X`` plus a low-rank term, :func:`_psd_step_low_rank`), and beyond 256 the corrector's is a
 Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`). The dual step guard's ``G`` travels with the iterate too.
-Up to 256 rows the primal and the dual take the same step length (the dual bound is then sought below the
+Up to 1024 rows the primal and the dual take the same step length (the dual bound is then sought below the
 primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
@@ -1117,10 +1117,11 @@ def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
 
 
 #: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
-#: Measured (docs/guide/performance.md): equal steps took fewer iterations on average on every tried shape of 42 to
-#: 240 rows, more on 4 of 6 planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose
-#: new rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
-_EQUAL_STEPS_MAX_ROWS = 256
+#: Measured (docs/guide/performance.md): equal steps took fewer iterations on every tried shape of 42 to 990 rows
+#: (random and planted Att-SVMs, real-minilm-heads' 299-row Gen-SVMs), more on 4 of 6 planted sets of 1380 to 1500;
+#: the growing set of :mod:`attnsvm.svm.barrier_grow`, whose new rows leave the primal infeasible, keeps separate
+#: ones (with equal steps it stalled where they converged)
+_EQUAL_STEPS_MAX_ROWS = 1024
 
 
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
