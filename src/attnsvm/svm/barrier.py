@@ -48,7 +48,7 @@ up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one,
 the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests), the dual one after a Cholesky
 test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
 (its ``dX`` is ``-X`` plus a low-rank term, :func:`_psd_step_low_rank`), and beyond 256 the corrector's is a
-Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`). The dual step guard's ``G`` travels with the iterate too.
+Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`, :func:`_lanczos_min`). The dual step guard's ``G`` travels with the iterate too.
 Up to 1024 rows the primal and the dual take the same step length (the dual bound is then sought below the
 primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
@@ -412,47 +412,80 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
 
 
 #: :func:`_psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
-#: by ARPACK's Lanczos (tol 1e-8, two triangular solves a product) beyond. Measured on the correctors' directions of
-#: exported real-minilm-heads instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at
-#: n = 202 dense 1.5-1.9 ms a call, ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within
-#: 2.5e-10 relative of the dense ones)
+#: by Lanczos (:func:`_lanczos_min`) beyond. Measured on the correctors' directions of exported real-minilm-heads
+#: instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at n = 202 dense 1.5-1.9 ms a call,
+#: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones)
 _PSD_STEP_DENSE_MAX = 256
 
-#: the Lanczos products of :func:`_psd_step` use ``L^{-1}`` (trtri once) up to this size, triangular solves beyond
-#: (measured at n = 315 as above: 2.4-2.7 ms a call against 3.3-3.6; at large n trtri's n^3 / 3 is not repaid by
-#: the ~20 products measured a call)
-_LANCZOS_BY_INVERSE_MAX = 400
+#: :func:`_lanczos_min` accepts a Ritz pair whose residual is at most this times ``max(|theta|, eps^(2/3))``
+#: (ARPACK's test, at the tolerance :func:`_psd_step` called ARPACK's ``eigsh`` with before)
+_LANCZOS_TOL = 1e-8
+
+
+def _lanczos_min(mv, v0, max_steps: int) -> float | None:
+    """Smallest Ritz value of the symmetric operator ``mv`` (a function of ``v (n,)``) from the start ``v0 (n,)``:
+    Lanczos with full reorthogonalization, the tridiagonal ``T_j`` solved (LAPACK stev) after every step, stopped
+    at the first ``j`` whose smallest Ritz pair ``(theta, T_j s = theta s)`` has residual
+    ``||mv(y) - theta y|| = beta_j |s_j| <=`` :data:`_LANCZOS_TOL` ``max(|theta|, eps^(2/3))``; None if none does
+    within ``max_steps`` (``<= n``) steps. A Ritz value is a Rayleigh quotient: ``theta >= lambda_min``.
+
+    One pass of classical Gram-Schmidt against all earlier vectors keeps them orthonormal (a few hundred entries,
+    some tens of vectors: cheap next to the products), so no spurious copies of converged Ritz values appear."""
+    n = v0.shape[0]
+    Q = np.empty((max_steps + 1, n))
+    alpha, beta = np.empty(max_steps), np.empty(max_steps)
+    Q[0] = v0 / np.linalg.norm(v0)
+    floor = np.finfo(float).eps ** (2.0 / 3.0)
+    for j in range(max_steps):
+        w = mv(Q[j])
+        alpha[j] = a = float(Q[j] @ w)
+        w -= a * Q[j]
+        if j:
+            w -= beta[j - 1] * Q[j - 1]
+        Qj = Q[: j + 1]
+        w -= (Qj @ w) @ Qj
+        beta[j] = b = float(np.linalg.norm(w))
+        if j:
+            theta, s, info = sla.lapack.dstev(alpha[: j + 1], beta[:j], compute_v=1)
+            if info != 0:
+                return None
+        else:                                     # T_1 = [alpha_0] (stev needs a subdiagonal)
+            theta, s = alpha[:1], np.ones((1, 1))
+        if b * abs(s[j, 0]) <= _LANCZOS_TOL * max(abs(theta[0]), floor):
+            return float(theta[0])
+        Q[j + 1] = w / b
+    return None
 
 
 def _psd_step(L, dX, cap, Li=None):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
     if known).
 
-    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value: a Rayleigh quotient, so
-    ``>= lambda_min`` and the bound may exceed the exact one by about ARPACK's tolerance (1e-8 relative). The step
+    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value (:func:`_lanczos_min`, from a
+    fixed start; products by two triangular solves with L, or by ``Li`` when given): a Rayleigh quotient, so
+    ``>= lambda_min`` and the bound may exceed the exact one by about the Lanczos tolerance (1e-8 relative). The step
     taken stays inside the cone regardless: :func:`_step_lengths` takes ``gamma <= 0.99`` of the bound and its guard
-    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds."""
+    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds. If Lanczos does not converge
+    within ``min(n, 200)`` steps, the dense computation decides."""
     n = L.shape[0]
     if n <= _PSD_STEP_DENSE_MAX:
         lmin = _min_eig_congruent(L, dX, Li)
     else:
-        from scipy.sparse.linalg import LinearOperator, eigsh
-
-        if n <= _LANCZOS_BY_INVERSE_MAX:        # three products a step instead of two triangular solves' calls
-            Li = _tri_inv(L) if Li is None else Li
+        if Li is not None:
             Lit = Li.T
 
             def mv(v):
                 return Li @ (dX @ (Lit @ v))
         else:
-            def mv(v):
-                return _trsm(L, dX @ _trsm(L, v, 1))
+            Lf = np.asfortranarray(L)             # BLAS trsv reads it in place (a C-ordered one is copied a call)
+            trsv = sla.blas.dtrsv
 
-        op = LinearOperator((n, n), matvec=mv, dtype=float)
-        try:
-            v0 = np.random.default_rng(0).standard_normal(n)     # deterministic start (ARPACK's is random)
-            lmin = float(eigsh(op, k=1, which="SA", tol=1e-8, maxiter=20 * n, v0=v0, return_eigenvectors=False)[0])
-        except Exception:  # ARPACK did not converge: fall back to the dense computation
+            def mv(v):
+                return trsv(Lf, dX @ trsv(Lf, v, lower=1, trans=1), lower=1, overwrite_x=1)
+
+        v0 = np.random.default_rng(0).standard_normal(n)         # a fixed start: the same bound for the same input
+        lmin = _lanczos_min(mv, v0, min(n, 200))
+        if lmin is None:
             lmin = _min_eig_congruent(L, dX)
     if lmin >= 0:
         return cap
