@@ -414,7 +414,11 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
 #: :func:`_psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
 #: by Lanczos (:func:`_lanczos_min`) beyond. Measured on the correctors' directions of exported real-minilm-heads
 #: instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at n = 202 dense 1.5-1.9 ms a call,
-#: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones)
+#: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones).
+#: :func:`_lanczos_min` on 48 correctors' directions of layer 3's 16-sentence Gen-SVMs (n = 315): 1.1-1.3 ms a call
+#: against dense 4.2-4.5 and ARPACK with ``L^{-1}`` 2.8-3.1 (its trtri included), 15.5 steps on average. On random
+#: symmetric directions (a dense spectrum at its lower end) it takes 25-38 steps and the dense solver is faster up to
+#: n = 315: the threshold stays where ARPACK put it
 _PSD_STEP_DENSE_MAX = 256
 
 #: :func:`_lanczos_min` accepts a Ritz pair whose residual is at most this times ``max(|theta|, eps^(2/3))``
@@ -820,8 +824,8 @@ def _start(pb, lam_init, M_init):
     ``eps0 = 2 sum(sv) / (r1 + r2)`` gives the identity the same share of it as M0's part, whatever the shape
     (for ``r1 = r2`` it is the mean singular value ``sum(sv) / r1``, bit for bit). The mean singular value on
     unequal shapes gave the identity ``(r1 + r2) / (2 min(r1, r2))`` times M0's share: at the 16-sentence
-    Gen-SVMs of real-minilm-heads (r1, r2 = 299, 16: ten times) the first iterations' steps stayed short (see
-    docs/guide/performance.md for the measured iterations)."""
+    Gen-SVMs of real-minilm-heads (r1, r2 = 299, 16: ten times) the first iterations' steps stayed short
+    (docs/guide/performance.md has the measured iterations)."""
     I = pb.ineq
     y = np.zeros(pb.N) if lam_init is None else np.asarray(lam_init, float).copy()
     y[I] = np.maximum(y[I], 0.0)
