@@ -416,7 +416,7 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
 #: instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at n = 202 dense 1.5-1.9 ms a call,
 #: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones).
 #: :func:`_lanczos_min` on 48 correctors' directions of layer 3's 16-sentence Gen-SVMs (n = 315): 1.1-1.3 ms a call
-#: against dense 4.2-4.5 and ARPACK with ``L^{-1}`` 2.8-3.1 (its trtri included), 15.5 steps on average. On random
+#: against dense 4.2-5.1 and ARPACK with ``L^{-1}`` 2.8-3.9 (its trtri included), 15.5 steps on average. On random
 #: symmetric directions (a dense spectrum at its lower end) it takes 25-38 steps and the dense solver is faster up to
 #: n = 315: the threshold stays where ARPACK put it
 _PSD_STEP_DENSE_MAX = 256
