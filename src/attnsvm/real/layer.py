@@ -123,8 +123,9 @@ class LayerInputs:
         return self.X.shape[0]
 
     def restrict(self, W: np.ndarray) -> np.ndarray:
-        """``P P^T W B B^T`` (D, D): the part of W these sentences can see."""
-        return self.P @ (self.P.T @ W @ self.B) @ self.B.T
+        """``P P^T W B B^T`` (D, D): the part of W these sentences can see (``W B`` first: ``D^2 r2`` multiply-adds
+        instead of ``D^2 r1``, r2 the queries' rank)."""
+        return (self.P @ (self.P.T @ (W @ self.B))) @ self.B.T
 
     def svm(self, selected: np.ndarray, **solver_options):
         """The nuclear Gen-SVM of ``selected (m, T)`` bool (inside ``cand``, one token at least per

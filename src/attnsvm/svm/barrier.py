@@ -48,8 +48,8 @@ up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one,
 the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests), the dual one after a Cholesky
 test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
 (its ``dX`` is ``-X`` plus a low-rank term, :func:`_psd_step_low_rank`), and beyond 256 the corrector's is a
-Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`). The dual step guard's ``G`` travels with the iterate too.
-Up to 256 rows the primal and the dual take the same step length (the dual bound is then sought below the
+Lanczos Ritz value (:data:`_PSD_STEP_DENSE_MAX`, :func:`_lanczos_min`). The dual step guard's ``G`` travels with the iterate too.
+Up to 1024 rows the primal and the dual take the same step length (the dual bound is then sought below the
 primal one), beyond each its own (:data:`_EQUAL_STEPS_MAX_ROWS`).
 
 Details: rows and right-hand sides are scaled to at most 1 (then ``||M||_* >= 1`` and
@@ -412,47 +412,84 @@ def _min_eig_congruent(L, dX, Li=None) -> float:
 
 
 #: :func:`_psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
-#: by ARPACK's Lanczos (tol 1e-8, two triangular solves a product) beyond. Measured on the correctors' directions of
-#: exported real-minilm-heads instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at
-#: n = 202 dense 1.5-1.9 ms a call, ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within
-#: 2.5e-10 relative of the dense ones)
+#: by Lanczos (:func:`_lanczos_min`) beyond. Measured on the correctors' directions of exported real-minilm-heads
+#: instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at n = 202 dense 1.5-1.9 ms a call,
+#: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones).
+#: :func:`_lanczos_min` on 48 correctors' directions of layer 3's 16-sentence Gen-SVMs (n = 315): 1.1-1.3 ms a call
+#: against dense 4.2-5.1 and ARPACK with ``L^{-1}`` 2.8-3.9 (its trtri included), 15.5 steps on average. On random
+#: symmetric directions (a dense spectrum at its lower end) it takes 25-38 steps and the dense solver is faster up to
+#: n = 315: the threshold stays where ARPACK put it
 _PSD_STEP_DENSE_MAX = 256
 
-#: the Lanczos products of :func:`_psd_step` use ``L^{-1}`` (trtri once) up to this size, triangular solves beyond
-#: (measured at n = 315 as above: 2.4-2.7 ms a call against 3.3-3.6; at large n trtri's n^3 / 3 is not repaid by
-#: the ~20 products measured a call)
-_LANCZOS_BY_INVERSE_MAX = 400
+#: :func:`_lanczos_min` accepts a Ritz pair whose residual is at most this times ``max(|theta|, eps^(2/3))``
+#: (ARPACK's test, at the tolerance :func:`_psd_step` called ARPACK's ``eigsh`` with before)
+_LANCZOS_TOL = 1e-8
+
+
+def _lanczos_min(mv, v0, max_steps: int) -> float | None:
+    """Smallest Ritz value of the symmetric operator ``mv`` (a function of ``v (n,)``) from the start ``v0 (n,)``:
+    Lanczos with full reorthogonalization, the tridiagonal ``T_j`` solved (LAPACK stev) after every step, stopped
+    at the first ``j`` whose smallest Ritz pair ``(theta, T_j s = theta s)`` has residual
+    ``||mv(y) - theta y|| = beta_j |s_j| <=`` :data:`_LANCZOS_TOL` ``max(|theta|, eps^(2/3))``; None if none does
+    within ``max_steps`` (``<= n``) steps. A Ritz value is a Rayleigh quotient: ``theta >= lambda_min``.
+
+    One pass of classical Gram-Schmidt against all earlier vectors keeps them orthonormal (a few hundred entries,
+    some tens of vectors: cheap next to the products), so no spurious copies of converged Ritz values appear."""
+    n = v0.shape[0]
+    Q = np.empty((max_steps + 1, n))
+    alpha, beta = np.empty(max_steps), np.empty(max_steps)
+    Q[0] = v0 / np.linalg.norm(v0)
+    floor = np.finfo(float).eps ** (2.0 / 3.0)
+    for j in range(max_steps):
+        w = mv(Q[j])
+        alpha[j] = a = float(Q[j] @ w)
+        w -= a * Q[j]
+        if j:
+            w -= beta[j - 1] * Q[j - 1]
+        Qj = Q[: j + 1]
+        w -= (Qj @ w) @ Qj
+        beta[j] = b = float(np.linalg.norm(w))
+        if j:
+            theta, s, info = sla.lapack.dstev(alpha[: j + 1], beta[:j], compute_v=1)
+            if info != 0:
+                return None
+        else:                                     # T_1 = [alpha_0] (stev needs a subdiagonal)
+            theta, s = alpha[:1], np.ones((1, 1))
+        if b * abs(s[j, 0]) <= _LANCZOS_TOL * max(abs(theta[0]), floor):
+            return float(theta[0])
+        Q[j + 1] = w / b
+    return None
 
 
 def _psd_step(L, dX, cap, Li=None):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (dX symmetric; ``Li = L^{-1}``
     if known).
 
-    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value: a Rayleigh quotient, so
-    ``>= lambda_min`` and the bound may exceed the exact one by about ARPACK's tolerance (1e-8 relative). The step
+    Beyond :data:`_PSD_STEP_DENSE_MAX` the smallest eigenvalue is a Lanczos Ritz value (:func:`_lanczos_min`, from a
+    fixed start; products by two triangular solves with L, or by ``Li`` when given): a Rayleigh quotient, so
+    ``>= lambda_min`` and the bound may exceed the exact one by about the Lanczos tolerance (1e-8 relative). The step
     taken stays inside the cone regardless: :func:`_step_lengths` takes ``gamma <= 0.99`` of the bound and its guard
-    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds."""
+    factorizes ``X + alpha dX`` by Cholesky, shortening the step until that succeeds. If Lanczos does not converge
+    within ``min(n, 200)`` steps, the dense computation decides."""
     n = L.shape[0]
     if n <= _PSD_STEP_DENSE_MAX:
         lmin = _min_eig_congruent(L, dX, Li)
     else:
-        from scipy.sparse.linalg import LinearOperator, eigsh
-
-        if n <= _LANCZOS_BY_INVERSE_MAX:        # three products a step instead of two triangular solves' calls
-            Li = _tri_inv(L) if Li is None else Li
+        if Li is not None:
             Lit = Li.T
 
             def mv(v):
                 return Li @ (dX @ (Lit @ v))
         else:
-            def mv(v):
-                return _trsm(L, dX @ _trsm(L, v, 1))
+            Lf = np.asfortranarray(L)             # BLAS trsv reads it in place (a C-ordered one is copied a call)
+            trsv = sla.blas.dtrsv
 
-        op = LinearOperator((n, n), matvec=mv, dtype=float)
-        try:
-            v0 = np.random.default_rng(0).standard_normal(n)     # deterministic start (ARPACK's is random)
-            lmin = float(eigsh(op, k=1, which="SA", tol=1e-8, maxiter=20 * n, v0=v0, return_eigenvectors=False)[0])
-        except Exception:  # ARPACK did not converge: fall back to the dense computation
+            def mv(v):
+                return trsv(Lf, dX @ trsv(Lf, v, lower=1, trans=1), lower=1, overwrite_x=1)
+
+        v0 = np.random.default_rng(0).standard_normal(n)         # a fixed start: the same bound for the same input
+        lmin = _lanczos_min(mv, v0, min(n, 200))
+        if lmin is None:
             lmin = _min_eig_congruent(L, dX)
     if lmin >= 0:
         return cap
@@ -781,7 +818,14 @@ def _clean_primal(pb, M, lam, feas_tol):
 
 def _start(pb, lam_init, M_init):
     """Interior starting point: a dual point with ``||G|| = 1/2`` from the given multipliers and a
-    primal X built around the given M (typically the Frobenius solution), plus a multiple of I."""
+    primal X built around the given M (typically the Frobenius solution), plus ``eps0 I``.
+
+    ``X = [P; Q] diag(sv) [P; Q]^T + eps0 I`` (``M0 = P diag(sv) Q^T``) has trace ``2 sum(sv) + eps0 (r1 + r2)``;
+    ``eps0 = 2 sum(sv) / (r1 + r2)`` gives the identity the same share of it as M0's part, whatever the shape
+    (for ``r1 = r2`` it is the mean singular value ``sum(sv) / r1``, bit for bit). The mean singular value on
+    unequal shapes gave the identity ``(r1 + r2) / (2 min(r1, r2))`` times M0's share: at the 16-sentence
+    Gen-SVMs of real-minilm-heads (r1, r2 = 299, 16: ten times) the first iterations' steps stayed short
+    (docs/guide/performance.md has the measured iterations)."""
     I = pb.ineq
     y = np.zeros(pb.N) if lam_init is None else np.asarray(lam_init, float).copy()
     y[I] = np.maximum(y[I], 0.0)
@@ -795,7 +839,7 @@ def _start(pb, lam_init, M_init):
     need = float(np.max(pb.rhs[ok] / m0[ok])) if ok.any() else 1.0
     M0 = M0 * (1.1 * max(1.0, need))
     Pm, sv, Qmt = _svd(M0)
-    eps0 = float(sv.sum()) / max(1, min(pb.r1, pb.r2)) if sv.size else 0.0
+    eps0 = 2.0 * float(sv.sum()) / (pb.r1 + pb.r2) if sv.size else 0.0
     eps0 = max(eps0, 1e-3 * max(1.0, float(np.abs(pb.rhs).max())))
     X11 = (Pm * sv) @ Pm.T + eps0 * _eye(pb.r1)
     X22 = (Qmt.T * sv) @ Qmt + eps0 * _eye(pb.r2)
@@ -1110,10 +1154,11 @@ def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
 
 
 #: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
-#: Measured (docs/guide/performance.md): equal steps took fewer iterations on average on every tried shape of 42 to
-#: 240 rows, more on 4 of 6 planted sets of 1380 to 1500; the growing set of :mod:`attnsvm.svm.barrier_grow`, whose
-#: new rows leave the primal infeasible, keeps separate ones (with equal steps it stalled where they converged)
-_EQUAL_STEPS_MAX_ROWS = 256
+#: Measured (docs/guide/performance.md): equal steps took fewer iterations on every tried shape of 42 to 990 rows
+#: (random and planted Att-SVMs, real-minilm-heads' 299-row Gen-SVMs), more on 4 of 6 planted sets of 1380 to 1500;
+#: the growing set of :mod:`attnsvm.svm.barrier_grow`, whose new rows leave the primal infeasible, keeps separate
+#: ones (with equal steps it stalled where they converged)
+_EQUAL_STEPS_MAX_ROWS = 1024
 
 
 def _iterate(pb: _Problem, x: _Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
