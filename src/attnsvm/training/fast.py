@@ -96,6 +96,7 @@ class TokenSpaceKernel(_FusedKernel):
         self.acc = torch.zeros(R, N, T, dtype=DTYPE)
         # H is symmetric: H c = (c^T H)^T; MKL's batched kernels are much faster for c^T H once NT > 16
         self.row = NT > 16
+        self.sym = None  # H bitwise symmetric, for token_norm (checked when first needed)
 
     def gradient(self, k):
         R, N, T, NT = self.R, self.N, self.T, self.NT
@@ -108,7 +109,14 @@ class TokenSpaceKernel(_FusedKernel):
         else:
             self.Hc = torch.bmm(self.H, c.reshape(R, NT, 1)).reshape(R, N, T)
         nrm = (c * self.Hc).reshape(R, NT).sum(-1).clamp_(min=0.0).sqrt_()  # ||G||_F (scaled by exp(-ls))
-        self.nrm = self.rec.check(k, nrm, log_scale=None if self.ngd else self.ls, exact=lambda: token_norm(c, self.H))
+        self.nrm = self.rec.check(k, nrm, log_scale=None if self.ngd else self.ls,
+                                  exact=lambda: token_norm(c, self.H, self._symmetric()))
+
+    def _symmetric(self):
+        """Whether :func:`token_norm` may form ``c^T H`` as ``H c`` (H bitwise symmetric, NT^2 < 400); checked once."""
+        if self.sym is None:
+            self.sym = self.NT * self.NT < 400 and torch.equal(self.H, self.H.transpose(1, 2))
+        return self.sym
 
     def record(self):
         R, N, d = self.R, self.N, self.d
