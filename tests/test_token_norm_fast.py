@@ -7,7 +7,8 @@ import torch
 
 import attnsvm.training.fast as fast
 from attnsvm.generators import relu_head_instance
-from attnsvm.training.kernel import ldexp, token_norm
+from attnsvm.training.kernel import token_norm
+from attnsvm.training.ops import ldexp
 from attnsvm.training.models import ReLUHead
 from attnsvm.training.train import train
 

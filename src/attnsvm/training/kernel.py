@@ -27,7 +27,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.training import losses as _losses
 from attnsvm.training.losses import apply_log_scale, margin_loss, margin_loss_grad, margin_loss_grad_scaled
 from attnsvm.training.ops import (
-    fixed_dot, attend, attention_logits, combine, fsum, prompt_logits, softmax, softmax_fast, token_scores,
+    fixed_dot, attend, attention_logits, combine, fsum, ldexp, prompt_logits, softmax, softmax_fast, token_scores,
 )
 
 
@@ -313,16 +313,3 @@ def token_norm(c, H, symmetric: bool = False):
     cH = torch.bmm(H, cT).transpose(1, 2) if symmetric else torch.bmm(cs, H)
     q = torch.bmm(cH, cT).reshape(R).clamp_(min=0.0)
     return ldexp(q.sqrt_(), e.reshape(R))
-
-
-#: exponents up to this size make 2^e an exact normal float64 (and 2^-e too)
-_LDEXP_EXACT = 1000
-
-
-def ldexp(x, e):
-    """``torch.ldexp(x, e)`` (x float64, e an integer tensor broadcasting to it): when every ``|e| <= 1000``, x
-    times the exact power of two ``2^e`` (one rounding, the same bits; several times cheaper than torch.ldexp
-    on small tensors), else torch.ldexp itself."""
-    if e.numel() and int(e.abs().max()) <= _LDEXP_EXACT:
-        return x * torch.pow(2.0, e.to(x.dtype))
-    return torch.ldexp(x, e)

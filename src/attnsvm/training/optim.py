@@ -10,7 +10,7 @@ import torch
 from attnsvm.errors import ValidationError
 from attnsvm.training.checks import OPTIMIZERS, check_lr
 from attnsvm.training.losses import apply_log_scale
-from attnsvm.training.ops import DTYPE, fsum
+from attnsvm.training.ops import DTYPE, fsum, ldexp
 
 
 def run_norm(x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,7 @@ def robust_norm(x: torch.Tensor, lead: int = 1) -> torch.Tensor:
     """
     f = x.reshape(*x.shape[:lead], -1)
     e = torch.frexp(f.abs().amax(-1)).exponent
-    return torch.ldexp(torch.linalg.vector_norm(torch.ldexp(f, -e.unsqueeze(-1)), dim=-1), e)
+    return ldexp(torch.linalg.vector_norm(ldexp(f, -e.unsqueeze(-1)), dim=-1), e)
 
 
 def norm_at_record(x: torch.Tensor, nrm: torch.Tensor, lead: int = 1) -> torch.Tensor:
