@@ -87,6 +87,10 @@ def format_solution(sol: SVMSolution) -> str:
             f"duality gap   {c.duality_gap:.3g} (relative; certified: <= {CERTIFIED_GAP.get(sol.norm, 1e-8):g}, "
             f"violation <= {CERTIFIED_VIOLATION:g})",
         ]
+    elif status == "undecided" and "farkas_unproven" in sol.info:
+        lines += [f"certificate   none: Farkas multipliers (relative residual {sol.info['farkas_residual']:.3g}) "
+                  f"that do not verify in exact arithmetic ({sol.info['farkas_unproven']})",
+                  f"norm bound    every W satisfying the rows has ||W||_F >= {c.norm_lower_bound:.6g}"]
     elif status == "undecided":
         lines += [f"certificate   none: the working set stopped ({sol.info.get('stopped', 'early')}) before it found "
                   "a W satisfying every row or a Farkas certificate",

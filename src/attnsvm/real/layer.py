@@ -149,8 +149,9 @@ class LayerInputs:
         layer's bases: ``U_r (N, r1) = P^T u`` (the reduced tokens' difference ``Xr[i, a] - Xr[i, b]`` of each row's
         sentence i, token a and token b), ``V_r (N, r2) = B^T z_i``; rhs, equalities and labels as in ``cs``."""
         r, a, b = cs.sample, cs.token, cs.other
-        return ConstraintSet(self.Xr[r, a] - self.Xr[r, b], self.Zr[r], cs.rhs, cs.is_equality, r, cs.query, a, b,
-                             kind=cs.kind, shape=cs.shape)
+        out = ConstraintSet(self.Xr[r, a] - self.Xr[r, b], self.Zr[r], cs.rhs, cs.is_equality, r, cs.query, a, b,
+                            kind=cs.kind, shape=cs.shape)
+        return out.with_tokens(self.Xr)   # an "infeasible" is proven on the reduced tokens' exact differences
 
     def _lift(self, sol, cs, bound: float):
         """The reduced solution ``sol`` (``M (r1, r2)``) as the solution of the full rows ``cs``: ``W = P M B^T``,

@@ -151,9 +151,42 @@ class ConstraintSet:
 
     def select_rows(self, mask: np.ndarray) -> "ConstraintSet":
         """The subset of rows where ``mask`` (N,) is true."""
-        return ConstraintSet._trusted(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask],
-                                      self.sample[mask], self.query[mask], self.token[mask], self.other[mask], self.kind,
-                                      self.shape)
+        out = ConstraintSet._trusted(self.U[mask], self.V[mask], self.rhs[mask], self.is_equality[mask],
+                                     self.sample[mask], self.query[mask], self.token[mask], self.other[mask], self.kind,
+                                     self.shape)
+        return with_token_source(out, getattr(self, "_tokens", None))
+
+    def token_differences(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(Xa, Xb)``, each ``(s, d1)``, with ``U[rows]`` bitwise equal to the float64 ``Xa - Xb``, when the set
+        was built from the tokens ``X (n, T, d1)`` as differences ``X[sample, token] - X[sample, other]``
+        (:func:`gen_constraints` and the other token builders, :func:`with_token_source`); else None. The
+        exact differences are then the data the rows stand for (:mod:`attnsvm.svm.farkas` proves on them)."""
+        X = getattr(self, "_tokens", None)
+        rows = np.asarray(rows, dtype=np.int64)
+        if X is None or rows.size == 0:
+            return None
+        i, a, b = self.sample[rows], self.token[rows], self.other[rows]
+        n, T = X.shape[:2]
+        if X.shape[-1] != self.d1 or np.any((i < 0) | (i >= n) | (a < 0) | (a >= T) | (b < 0) | (b >= T)):
+            return None
+        Xa, Xb = X[i, a], X[i, b]
+        return (Xa, Xb) if np.array_equal(Xa - Xb, self.U[rows]) else None
+
+    def with_tokens(self, X: np.ndarray) -> "ConstraintSet":
+        """The same set (arrays shared) marked as built from the tokens ``X (n, T, d1)`` as differences
+        ``X[sample, token] - X[sample, other]``: :meth:`token_differences` then gives the exact differences of
+        the rows it confirms bitwise (an "infeasible" is proven on them, :mod:`attnsvm.svm.farkas`)."""
+        out = ConstraintSet._trusted(self.U, self.V, self.rhs, self.is_equality, self.sample, self.query, self.token,
+                                     self.other, self.kind, self.shape)
+        return with_token_source(out, np.asarray(X, dtype=np.float64))
+
+
+def with_token_source(cs: ConstraintSet, X: np.ndarray | None) -> ConstraintSet:
+    """``cs`` marked as built from the tokens ``X (n, T, d1)`` (its rows differences of two of them; see
+    :meth:`ConstraintSet.token_differences`, which checks every row it is asked for). Returns ``cs``."""
+    if X is not None:
+        object.__setattr__(cs, "_tokens", X)
+    return cs
 
 
 _FIELDS = ("U", "V", "rhs", "is_equality", "sample", "query", "token", "other", "kind", "shape")
@@ -264,11 +297,12 @@ def bare_set(U, V, rhs, is_equality, kind: str) -> ConstraintSet:
     return ConstraintSet._trusted(U, V, rhs, is_equality, *(np.full(N, -1),) * 4, kind, (N, 1))
 
 
-def _make(U, V, rhs, eq, sample, query, token, other, kind, shape) -> ConstraintSet:
+def _make(U, V, rhs, eq, sample, query, token, other, kind, shape, tokens=None) -> ConstraintSet:
     as_i = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    return ConstraintSet._trusted(np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64),
-                                  np.ascontiguousarray(rhs, dtype=np.float64), np.ascontiguousarray(eq, dtype=bool),
-                                  as_i(sample), as_i(query), as_i(token), as_i(other), kind, tuple(shape))
+    cs = ConstraintSet._trusted(np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64),
+                                np.ascontiguousarray(rhs, dtype=np.float64), np.ascontiguousarray(eq, dtype=bool),
+                                as_i(sample), as_i(query), as_i(token), as_i(other), kind, tuple(shape))
+    return with_token_source(cs, None if tokens is None else np.asarray(tokens, dtype=np.float64))
 
 
 def _check_queries(Z, n: int, d: int, name: str = "Z") -> np.ndarray:
@@ -334,7 +368,7 @@ def _att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> 
     np.subtract(X[ii, sel[ii]], U, out=U)
     V = Z[ii]
     N = ii.size
-    return _make(U, V, np.ones(N), np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt, "att", (n, T))
+    return _make(U, V, np.ones(N), np.zeros(N, bool), ii, np.full(N, -1), sel[ii], tt, "att", (n, T), X)
 
 
 def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
@@ -380,7 +414,7 @@ def _gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> Co
     float64, ``O (n, T)`` bool (non-empty sets), ``ok (n, T)`` bool (containing ``O``)."""
     n, T, _ = X.shape
     r, a, b, rhs, eq = _gen_pairs(O, ok)
-    return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T))
+    return _make(X[r, a] - X[r, b], Z[r], rhs, eq, r, np.full(r.size, -1), a, b, "gen", (n, T), X)
 
 
 def _gen_pairs(O: np.ndarray, ok: np.ndarray):
@@ -454,7 +488,7 @@ def _fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> Con
     a = first[i].astype(np.int64)
     rhs = np.log(s[i, a] / s[i, b])
     N = i.size
-    return _make(X[i, a] - X[i, b], Z[i], rhs, np.ones(N, bool), i, np.full(N, -1), a, b, "fin", (n, T))
+    return _make(X[i, a] - X[i, b], Z[i], rhs, np.ones(N, bool), i, np.full(N, -1), a, b, "fin", (n, T), X)
 
 
 def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -> ConstraintSet:
@@ -517,7 +551,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
             raise ValidationError(f"select[{i}, {k}, {t}] selects token {t}, which is {why}")
         r, a, b, rhs, eq = _gen_pairs(O, C)
         i, k = qi[r], qk[r]
-        return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
+        return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T), X)
     sel = as_index_array(select, "select", (n, T), T, f"(n, T) = ({n}, {T}) or (n, T, T) bool sets")
     a_q = sel[qi, qk]
     bad = np.flatnonzero(~cand[qi, qk, a_q])
@@ -531,7 +565,7 @@ def seq_constraints(X, select, causal: bool = False, valid=None, queries=None) -
     O[np.arange(qi.size), a_q] = True
     r, a, b, rhs, eq = _gen_pairs(O, cand[qi, qk])
     i, k = qi[r], qk[r]
-    return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T))
+    return _make(X[i, a] - X[i, b], X[i, k], rhs, eq, i, k, a, b, kind, (n, T), X)
 
 
 def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:

@@ -30,7 +30,7 @@ from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, bare_set, checked_set, row_gram
 from attnsvm.svm.options import FrobeniusOptions
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, pdas_rhs, solve_gram_qp
-from attnsvm.svm.result import build_solution, farkas_certificate, farkas_residual, fro_certificate, infeasible_solution
+from attnsvm.svm.result import build_solution, farkas_residual, fro_certificate, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
@@ -258,9 +258,10 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
 
     Returns
     -------
-    W : (R, d1, d2), NaN for infeasible instances
-    lam : (R, N) multipliers (Farkas multipliers for infeasible instances)
-    status : (R,) array of str ("optimal", "optimal_inaccurate" or "infeasible")
+    W : (R, d1, d2), NaN for infeasible and undecided instances
+    lam : (R, N) multipliers (Farkas multipliers for infeasible instances: exact ones rounded, see
+        :func:`~attnsvm.svm.result.infeasible_solution`; the solver's for undecided ones)
+    status : (R,) array of str ("optimal", "optimal_inaccurate", "infeasible" (proven) or "undecided")
     certificates : list of R Certificate
     """
     check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
@@ -282,9 +283,10 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
         res = None if ok[r] else goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
         if res is not None and res.status == "infeasible":
             f = sc.farkas(res.farkas)
-            lam[r] = f
-            status[r] = "infeasible"
-            certs.append(farkas_certificate(cs_r, f, farkas_residual_of(cs_r, f)))
+            sol = infeasible_solution(cs_r, f, formulation="batch", norm="fro", residual=farkas_residual_of(cs_r, f))
+            lam[r] = f if sol.certificate.farkas is None else sol.certificate.farkas
+            status[r] = sol.status
+            certs.append(sol.certificate)
             continue
         ln = lam_n[r] if res is None else res.lam
         sol = frobenius_solution(cs_r, ln, "batch", {}, 1e-6, (cs_n, sc))

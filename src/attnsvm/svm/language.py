@@ -172,7 +172,8 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
 
     Returns
     -------
-    dict with ``status`` ("ok", "infeasible": no W separates the sets, "no_margin_rows": every
+    dict with ``status`` ("ok", "infeasible": no W separates the sets (proven), "undecided": not proven
+    either way (see :func:`~attnsvm.svm.result.infeasible_solution`), "no_margin_rows": every
     prefix token is selected), and when "ok": ``W_fin``, ``W_svm``, ``W_eq``, ``R``, ``W_rand_eq``
     (n_random, d, d) (the controls), ``gen``, ``fin`` (the SVMSolution objects; the projections'
     as the list ``proj``), ``dim`` (dimension of the subspace of W_svm and the control:
@@ -190,7 +191,7 @@ def gen_svm_fit(data: LMData, W, *, select_threshold: float = 1e-3, seed: int = 
     gen = solve_gen_svm(problem, selected, valid=valid)
     out["gen"] = gen
     if not gen.feasible:
-        out["status"] = "infeasible"
+        out["status"] = gen.status                       # "infeasible" (proven) or "undecided"
         return out
     fin = solve_fin(problem, selected, np.where(valid, s, 0.0))
     out["fin"] = fin

@@ -15,6 +15,7 @@ import numpy as np
 
 from attnsvm.svm.barrier import singular_values, spectral_norm
 from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.farkas import exact_farkas, norm_lower_bound
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, stationarity_residual
 
 __all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "fro_certificate",
@@ -178,8 +179,33 @@ def build_solution(cs: ConstraintSet, *, status: str, formulation: str, norm: st
 
 def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: str, norm: str, residual: float,
                         info: dict | None = None, offending=None) -> SVMSolution:
-    """An "infeasible" :class:`SVMSolution` (W None, margins NaN, duals 0) with the Farkas certificate."""
+    """The result of a solver that stopped on Farkas multipliers ``farkas (N,)`` (original units).
+
+    "infeasible" (W None, margins NaN, duals 0) only when :func:`~attnsvm.svm.farkas.exact_farkas`
+    proves it on the data as given (rows built from tokens: on the tokens' exact differences); the
+    certificate then holds the exact multipliers rounded to float64 (the solver's when those do not
+    fit). Otherwise "undecided": the multipliers proved only that every W satisfying the rows has
+    ``||W||_F >= certificate.norm_lower_bound`` (:func:`~attnsvm.svm.farkas.norm_lower_bound`),
+    ``info["farkas_unproven"]`` says why, and ``info["farkas_residual"]`` gives their relative
+    residual ``residual``.
+    """
     N = cs.N
-    return build_solution(cs, status="infeasible", formulation=formulation, norm=norm, W=None, norm_value=float("inf"),
-                          margins=np.full(N, np.nan), duals=np.zeros(N), support=np.zeros(N, bool),
-                          certificate=farkas_certificate(cs, farkas, residual, offending), info=info)
+    info = {} if info is None else info
+    proof = exact_farkas(cs.U, cs.V, cs.rhs, cs.is_equality, farkas, differences=cs.token_differences)
+    if proof.proven:
+        f = farkas if proof.farkas is None else proof.farkas
+        if proof.farkas is not None:
+            cs_n, sc = cs.normalized()
+            residual = farkas_residual(cs_n.U, cs_n.V, sc.farkas_to_n(f))
+            offending = proof.rows
+        cert = farkas_certificate(cs, f, residual, offending)
+        cert.norm_lower_bound = float("inf")
+        return build_solution(cs, status="infeasible", formulation=formulation, norm=norm, W=None,
+                              norm_value=float("inf"), margins=np.full(N, np.nan), duals=np.zeros(N),
+                              support=np.zeros(N, bool), certificate=cert, info=info)
+    bound = norm_lower_bound(cs.U, cs.V, cs.rhs, cs.is_equality, farkas)
+    info.update(farkas_unproven=proof.reason, farkas_residual=float(residual))
+    cert = Certificate(norm_lower_bound=bound)
+    return build_solution(cs, status="undecided", formulation=formulation, norm=norm, W=None,
+                          norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
+                          support=np.zeros(N, bool), certificate=cert, info=info)

@@ -156,6 +156,10 @@ class Certificate:
         single row with ``u = 0``).
     offending_labels : list of str
         Readable names of ``offending``.
+    norm_lower_bound : float
+        "undecided" after Farkas multipliers that did not verify exactly: a proven lower bound on
+        ``||W||_F`` (and ``||W||_*``) of every W satisfying the rows (see
+        :func:`~attnsvm.svm.farkas.norm_lower_bound`); ``inf`` for a proven "infeasible"; else ``nan``.
     """
 
     max_violation: float = float("nan")
@@ -166,19 +170,23 @@ class Certificate:
     farkas: np.ndarray | None = None
     offending: list = field(default_factory=list)
     offending_labels: list = field(default_factory=list)
+    norm_lower_bound: float = float("nan")
 
     def __repr__(self) -> str:
         """Status-like summary with the relative quantities; never whole arrays."""
         if self.farkas is not None:
             return (f"Certificate(infeasible, farkas_residual={self.stationarity_residual:.3g}, "
                     f"farkas=({self.farkas.shape[0]},), offending={len(self.offending)} rows)")
+        if self.norm_lower_bound == self.norm_lower_bound:
+            return f"Certificate(undecided, every W satisfying the rows has ||W||_F >= {self.norm_lower_bound:.3g})"
         return (f"Certificate(violation={self.max_violation:.3g}, gap={self.duality_gap:.3g}, "
                 f"residual={self.stationarity_residual:.3g}, dual_infeasibility={self.dual_infeasibility:.3g}, "
                 f"complementarity={self.complementarity:.3g})")
 
     def to_dict(self) -> dict:
         out = {k: _jsonable(getattr(self, k)) for k in
-               ("max_violation", "stationarity_residual", "duality_gap", "dual_infeasibility", "complementarity")}
+               ("max_violation", "stationarity_residual", "duality_gap", "dual_infeasibility", "complementarity",
+                "norm_lower_bound")}
         out["offending"] = [int(k) for k in self.offending]
         out["offending_labels"] = list(self.offending_labels)
         if self.farkas is not None:

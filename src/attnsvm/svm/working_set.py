@@ -543,6 +543,22 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
                           margins=margins, duals=lam, certificate=cert, support_tol=support_tol, info=info)
 
 
+def _subset_unsolved(cs: ConstraintSet, rows: np.ndarray, sol: SVMSolution, formulation: str, info: dict) -> SVMSolution:
+    """The whole set's result when the subset ``rows`` (indices into ``cs``) has no W: "infeasible" when the
+    subset's Farkas multipliers (zero on every other row) prove it for ``cs``, else "undecided" with the
+    subset's norm bound (every W satisfying all rows satisfies the subset)."""
+    info.update(sol.info)
+    N = cs.N
+    if sol.certificate.farkas is not None:
+        farkas = np.zeros(N)
+        farkas[rows] = sol.certificate.farkas
+        return infeasible_solution(cs, farkas, formulation=formulation, norm=sol.norm, info=info,
+                                   residual=sol.certificate.stationarity_residual)
+    return build_solution(cs, status="undecided", formulation=formulation, norm=sol.norm, W=None,
+                          norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
+                          support=np.zeros(N, bool), certificate=sol.certificate, info=info)
+
+
 def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
     """Status of a working set stopped by ``max_rounds`` or ``time_limit``: "optimal_inaccurate" when its W
     satisfies every row (feasibility proven by the margins), else "undecided" (``feasible`` False: neither a W
@@ -649,6 +665,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         if rnd > 1 or grown is None:
             sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
                                 max_memory=max_memory, gap_tol=gap_tol, device=device)
+        if not sol.feasible:                # the subset admits no W (so neither does cs) or was not decided
+            return _subset_unsolved(cs, rows, sol, formulation, info)
         W, lam_sub = sol.W, sol.duals
         its = int(sol.info.get("iterations") or 0)
         info["ipm_iterations"] += its
