@@ -64,6 +64,20 @@ def test_a_setting_a_norm_does_not_have_is_refused_at_every_size(received):
     assert received == []
 
 
+def test_the_settings_object_can_be_given_whole(received):
+    st = settings_mod.SolverSettings(**SETTINGS["nuclear"])
+    for N in (10, 20000):
+        received.clear()
+        solve(_rows(N), "nuclear", settings=st)
+        assert received[0].settings == st
+    with pytest.raises(ValidationError, match="not both"):
+        solve(_rows(10), "nuclear", settings=st, tol=1e-9)
+    with pytest.raises(ValidationError, match="gap_tol is not a setting of norm='fro'"):
+        solve(_rows(10), "fro", settings=st)
+    with pytest.raises(ValidationError, match="settings must be a SolverSettings"):
+        solve(_rows(10), "fro", settings={"feas_tol": 1e-9})
+
+
 def _count_checks(monkeypatch) -> dict:
     counts: dict = {}
     check = settings_mod.check_setting

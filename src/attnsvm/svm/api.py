@@ -135,7 +135,8 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
         memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"); the settings
         (:class:`~attnsvm.svm.settings.SolverSettings`, the same for every method of a norm) ``feas_tol``,
         ``support_tol``, ``time_limit``, ``max_memory``, nuclear ``gap_tol`` (``tol``: the deprecated
-        name of ``feas_tol``); the knobs nuclear: ``solver``, ``device`` (a torch device such as "cuda"
+        name of ``feas_tol``), or the object itself as ``settings=SolverSettings(...)``; the knobs
+        nuclear: ``solver``, ``device`` (a torch device such as "cuda"
         for the interior-point method's dense algebra; needs torch), working set: ``batch``,
         ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
         Checked once before any work: a ValidationError names a bad or unknown one (and lists the

@@ -104,9 +104,23 @@ class SolverSettings:
     @classmethod
     def take(cls, kw: dict, norm: str) -> "SolverSettings":
         """The settings among the keywords ``kw`` (removed from it) for ``norm`` (a key of
-        :data:`NORM_SETTINGS`); ``tol`` is mapped to
+        :data:`NORM_SETTINGS`), or the object given as ``settings=``; ``tol`` is mapped to
         ``feas_tol`` with a DeprecationWarning. A setting the norm does not have stays in ``kw`` (the
         caller's parser names it as unknown)."""
+        if "settings" in kw:
+            given = kw.pop("settings")
+            if not isinstance(given, cls):
+                raise ValidationError(f"settings must be a SolverSettings, got {type(given).__name__}")
+            both = [name for name in (*cls.names(), *DEPRECATED_SETTINGS) if name in kw]
+            if both:
+                raise ValidationError(f"give settings=SolverSettings(...) or the settings as keywords, not both "
+                                      f"(got {', '.join(both)})")
+            extra = [name for name in cls.names() if name not in NORM_SETTINGS[norm] and getattr(given, name)
+                     != getattr(cls, name)]
+            if extra:
+                raise ValidationError(f"settings: {', '.join(extra)} is not a setting of norm={norm!r} (its "
+                                      f"settings: {', '.join(NORM_SETTINGS[norm])})")
+            return given
         for old, new in DEPRECATED_SETTINGS.items():
             if old in kw and new in NORM_SETTINGS[norm]:
                 if new in kw:
