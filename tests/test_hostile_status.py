@@ -131,7 +131,7 @@ def test_nuclear_cvxpy_route_with_equality_rows_is_certified():
 # --------------------------------------------------------------------- Frobenius
 def test_frobenius_status_is_truthful_even_with_a_loose_tolerance():
     for tol in (1e-10, 1e-3, 0.5):
-        s = solve_svm(P0, SEL, tol=tol)
+        s = solve_svm(P0, SEL, feas_tol=tol)
         assert_truthful(s)
 
 

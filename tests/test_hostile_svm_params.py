@@ -36,16 +36,19 @@ BAD_TOL = [float("nan"), -1.0, 0.0, float("inf"), 1.5, "1e-10", True, None]
 
 
 # --------------------------------------------------------------- validation
+@pytest.mark.filterwarnings("ignore:solver option 'tol' is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("name", ["feas_tol", "tol"])          # tol: the deprecated name of feas_tol
 @pytest.mark.parametrize("val", BAD_TOL)
-def test_tol_is_validated(val):
-    with pytest.raises(ValidationError, match="tol"):
-        solve_svm(P0, SEL, tol=val)
-    with pytest.raises(ValidationError, match="tol"):
-        solve_p_svm(X0, None, SEL, tol=val)
-    with pytest.raises(ValidationError, match="tol"):
-        solve_v_svm(X0, Y0, SEL, tol=val)
-    with pytest.raises(ValidationError, match="tol"):
-        solve_svm_batch(X0[None], Z0[None], SEL[None], tol=val)
+def test_feas_tol_is_validated(val, name):
+    for norm in ("fro", "nuclear"):
+        with pytest.raises(ValidationError, match="feas_tol"):
+            solve_svm(P0, SEL, norm=norm, **{name: val})
+    with pytest.raises(ValidationError, match="feas_tol"):
+        solve_p_svm(X0, None, SEL, **{name: val})
+    with pytest.raises(ValidationError, match="feas_tol"):
+        solve_v_svm(X0, Y0, SEL, **{name: val})
+    with pytest.raises(ValidationError, match="feas_tol"):
+        solve_svm_batch(X0[None], Z0[None], SEL[None], **{name: val})
 
 
 @pytest.mark.parametrize("val", [float("nan"), -1.0, float("inf"), 1.0, "x"])
@@ -59,8 +62,9 @@ def test_support_tol_is_validated(val):
 
 @pytest.mark.parametrize("val", [float("nan"), -1.0, 0.0, float("inf"), "1"])
 def test_time_limit_is_validated(val):
-    with pytest.raises(ValidationError, match="time_limit"):
-        solve_svm(P0, SEL, norm="nuclear", time_limit=val)
+    for norm in ("fro", "nuclear"):
+        with pytest.raises(ValidationError, match="time_limit"):
+            solve_svm(P0, SEL, norm=norm, time_limit=val)
 
 
 @pytest.mark.parametrize("val", [float("nan"), float("inf"), 0.0, -1.0, True, "1", None])
@@ -74,8 +78,8 @@ def test_choices_and_unknown_options_are_named():
         solve_svm(P0, SEL, norm="nuclear", solver="bogus")
     with pytest.raises(ValidationError, match="method"):
         solve_svm(P0, SEL, method="bogus")
-    with pytest.raises(ValidationError, match="'tol'"):
-        solve_svm(P0, SEL, norm="nuclear", tol=1e-9)        # an option the nuclear solver has not
+    with pytest.raises(ValidationError, match="'gap_tol'"):
+        solve_svm(P0, SEL, gap_tol=1e-9)                    # a setting the Frobenius solvers have not
     with pytest.raises(ValidationError, match="'foo'"):
         solve_svm(P0, SEL, foo=1)
     with pytest.raises(ValidationError, match="squared"):

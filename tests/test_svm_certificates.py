@@ -78,8 +78,9 @@ def test_working_set_and_batch_paths_report_a_real_residual():
     assert sol.info["method"] == "working-set"
     assert 0.0 <= sol.certificate.stationarity_residual <= CERTIFIED_STATIONARITY["fro"]
     # the working-set residual reads the returned multipliers (N,): corrupting them is seen
+    from attnsvm.svm.settings import SolverSettings
     from attnsvm.svm.working_set import _returned_residual, _Setup
-    setup = _Setup(sol.constraints, 1e-10)
+    setup = _Setup(sol.constraints, SolverSettings())
     assert _returned_residual(setup, sol.duals, sol.W) <= 1e-12
     lam = sol.duals.copy()
     lam[int(np.argmax(lam))] *= 1 + 1e-4

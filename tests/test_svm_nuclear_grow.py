@@ -8,7 +8,11 @@ from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
 from attnsvm.svm.barrier_grow import nuclear_ipm_grow
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear, solve_nuclear_grown
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.working_set import solve_nuclear_ws
+
+#: what the nuclear working set gives its grown round: its settings (default) and no device
+WS = dict(formulation=None, settings=SolverSettings().resolved("nuclear", "working_set"), device=None)
 
 
 def _rel(a, b):
@@ -71,7 +75,7 @@ def test_solve_nuclear_grown_returns_the_subset_solution():
     cs = _case(5)
     fro_support = np.zeros(cs.N, bool)
     fro_support[::3] = True
-    out = solve_nuclear_grown(cs, fro_support, np.zeros(cs.N))
+    out = solve_nuclear_grown(cs, fro_support, np.zeros(cs.N), **WS)
     assert out is not None
     sol, subset = out
     assert sol.constraints.N == int(subset.sum()) and sol.certified
@@ -86,7 +90,7 @@ def test_a_failed_grown_run_falls_back_to_rounds(monkeypatch):
         raise np.linalg.LinAlgError("simulated breakdown")
 
     monkeypatch.setattr("attnsvm.svm.barrier_grow.nuclear_ipm_grow", broken)
-    assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N)) is None
+    assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N), **WS) is None
     ws = solve_nuclear_ws(cs)
     assert ws.info["grown_first_round"] is False
     assert ws.certified and _rel(ws.norm_value, dense.norm_value) <= 1e-6
@@ -104,7 +108,7 @@ def test_device_cpu_grown_run_equals_numpy():
 
 def test_an_empty_start_is_left_to_the_rounds():
     cs = _case(2)
-    assert solve_nuclear_grown(cs, np.zeros(cs.N, bool), np.zeros(cs.N)) is None
+    assert solve_nuclear_grown(cs, np.zeros(cs.N, bool), np.zeros(cs.N), **WS) is None
 
 
 def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monkeypatch):
@@ -121,7 +125,7 @@ def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monke
         return res, subset
 
     monkeypatch.setattr(bg, "nuclear_ipm_grow", stalled)
-    out = solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N))
+    out = solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N), **WS)
     assert out is not None and out[0].certified
 
     def poor(*a, **k):
@@ -130,7 +134,7 @@ def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monke
         return res, subset
 
     monkeypatch.setattr(bg, "nuclear_ipm_grow", poor)
-    assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N)) is None
+    assert solve_nuclear_grown(cs, np.ones(cs.N, bool), np.zeros(cs.N), **WS) is None
 
 
 def test_rows_violated_late_join_once_instead_of_a_further_round(monkeypatch):

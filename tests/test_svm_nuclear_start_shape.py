@@ -9,13 +9,14 @@ from attnsvm.generators import random_problem
 from attnsvm.svm import barrier as br
 from attnsvm.svm.constraints import att_constraints
 from attnsvm.svm.frobenius import frobenius_qp
+from attnsvm.svm.settings import SolverSettings
 
 
 def _problem(n, T, d, seed):
     """The row-normalized Att-SVM of ``random_problem(n, T, d)`` with its Frobenius start ``(cs, lam0, W0)``."""
     pr = random_problem(n, T, d, seed=seed)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index).normalized()[0]
-    res, _ = frobenius_qp(cs)
+    res, _ = frobenius_qp(cs, SolverSettings())
     return cs, res.lam, cs.combine(res.lam)
 
 

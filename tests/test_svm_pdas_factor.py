@@ -8,6 +8,7 @@ import scipy.linalg as sla
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
 from attnsvm.svm.pdas import _BasePDAS
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.working_set import _GramSet, _Setup
 
 
@@ -15,8 +16,8 @@ def _base(n=40, d=6):
     """A _BasePDAS over the rows of a planted Att-SVM (rank d^2: 40 rows in general position)."""
     pr, sel, _ = planted_problem(n, 11, d, seed=4)
     cs = att_constraints(pr.X, pr.queries, sel)
-    setup = _Setup(cs, 1e-10)
-    ws = _GramSet(setup)
+    setup = _Setup(cs, SolverSettings())
+    ws = _GramSet(setup, None)
     rng = np.random.default_rng(0)
     ws.add(rng.permutation(cs.N)[:40])
     base = _BasePDAS(setup)

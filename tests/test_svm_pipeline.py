@@ -137,10 +137,11 @@ def test_infeasible_results_come_from_the_one_builder(method):
 # ------------------------------------------------------------------ options per method
 def test_unknown_option_names_it_and_lists_the_valid_ones():
     cs = _att()
-    with pytest.raises(ValidationError, match="unknown solver option 'nope' .*tol, method, support_tol, max_memory"):
+    with pytest.raises(ValidationError, match="unknown solver option 'nope' for norm='fro' .*feas_tol, support_tol, "
+                       "time_limit, max_memory, method, batch"):
         solve(cs, nope=1)
-    with pytest.raises(ValidationError, match="unknown solver option 'tol' for the dense nuclear solver .*gap_tol"):
-        solve(cs, "nuclear", tol=1e-9)
+    with pytest.raises(ValidationError, match="unknown solver option 'gap_tol' for norm='fro'"):
+        solve(cs, gap_tol=1e-9)
     with pytest.raises(ValidationError, match="unknown solver option 'method' for the soft-margin solver"):
         solve(cs, C=1.0, method="dense")
     with pytest.raises(ValidationError, match="unknown solver option 'solver' for the v-SVM solver"):
@@ -148,8 +149,8 @@ def test_unknown_option_names_it_and_lists_the_valid_ones():
 
 
 BAD_OPTIONS = [
-    (FrobeniusOptions, "tol", 0.0), (FrobeniusOptions, "method", "simplex"), (FrobeniusOptions, "support_tol", 1.0),
-    (FrobeniusOptions, "max_memory", "lots"), (VectorOptions, "tol", float("nan")),
+    (FrobeniusOptions, "feas_tol", 0.0), (FrobeniusOptions, "method", "simplex"), (FrobeniusOptions, "support_tol", 1.0),
+    (FrobeniusOptions, "max_memory", "lots"), (VectorOptions, "feas_tol", float("nan")),
     (NuclearOptions, "solver", "mosek"), (NuclearOptions, "gap_tol", 1e-3), (NuclearOptions, "time_limit", -1.0),
     (FrobeniusWSOptions, "batch", 0), (FrobeniusWSOptions, "per_group", 1.5), (FrobeniusWSOptions, "max_rounds", True),
     (FrobeniusWSOptions, "verbose", "yes"), (NuclearWSOptions, "gap_tol", 0.0), (NuclearWSOptions, "solver", "x"),
@@ -170,14 +171,14 @@ def test_options_are_checked_before_any_solver_runs(monkeypatch):
             for key, s in dispatch.SOLVERS.items()}
     monkeypatch.setattr(dispatch, "SOLVERS", fake)
     cs = _att()
-    for norm, kw in (("fro", {"tol": 2.0}), ("fro", {"batch": -1}), ("nuclear", {"gap_tol": 1.0}),
+    for norm, kw in (("fro", {"feas_tol": 2.0}), ("fro", {"batch": -1}), ("nuclear", {"gap_tol": 1.0}),
                      ("nuclear", {"method": "working_set", "max_rounds": 0})):
         with pytest.raises(ValidationError):
             solve(cs, norm, **kw)
     assert calls == []
     solve(cs, "nuclear", method="working_set", batch=8)   # valid: the solver gets the checked options object
     assert calls and calls[0]["formulation"] == "att"
-    assert calls[0]["options"] == NuclearWSOptions(batch=8) and calls[0]["options"].gap_tol == 1e-8
+    assert calls[0]["options"] == NuclearWSOptions(batch=8) and calls[0]["options"].settings.gap_tol == 1e-8
 
 
 def test_a_solver_takes_its_options_object_or_keywords_not_both():

@@ -34,7 +34,8 @@ tokens, local optimality, ``matrix_rank``, ``row_basis``, ...) and :mod:`attnsvm
 scores and optimal tokens of causal language modeling, ``gen_svm_fit``, ...). Their names were also
 in this namespace before 0.2: ``attnsvm.svm.<name>`` still works for them, with a DeprecationWarning,
 until 0.3. Inside, a pipeline (``CONTRIBUTING.md``, "Add a solver"): :mod:`.scaling` (one row
-scaling), :mod:`.options` (options per method), :mod:`.dispatch` (the solver table), the methods
+scaling), :mod:`.settings` (the solver settings, one ``SolverSettings``), :mod:`.options` (their
+per-method views), :mod:`.dispatch` (the solver table), the methods
 (:mod:`.frobenius`, :mod:`.nuclear`, :mod:`.working_set` with :mod:`.pdas`, :mod:`.soft`,
 :mod:`.prompt`) and :mod:`.result` (certificates and the SVMSolution).
 """

@@ -43,7 +43,8 @@ from attnsvm.svm.constraints import (ConstraintSet, _att_rows, bare_set, check_f
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
-from attnsvm.svm.options import SoftOptions, VectorOptions
+from attnsvm.svm.options import NuclearOptions, SoftOptions, VectorOptions
+from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
 from attnsvm.svm.prompt import solve_vector_svm
 from attnsvm.svm.soft import solve_soft
 from attnsvm.svm.solution import Certificate, SVMSolution
@@ -106,9 +107,11 @@ def require_solution_memory(N: int, d1: int, d2: int, norm: str, max_memory=None
 
 
 def _dispatch(cs: ConstraintSet, norm: str, formulation: str, **solver_options) -> SVMSolution:
-    """:func:`solve_dispatch` after the memory of the solution arrays is checked against ``max_memory``."""
-    require_solution_memory(cs.N, cs.d1, cs.d2, norm, solver_options.get("max_memory"))
-    return solve_dispatch(cs, norm, formulation, **solver_options)
+    """:func:`solve_dispatch` after the settings are built (each checked, once) and the memory of the solution
+    arrays is checked against ``max_memory``."""
+    settings = SolverSettings.take(solver_options, norm)
+    require_solution_memory(cs.N, cs.d1, cs.d2, norm, settings.max_memory)
+    return solve_dispatch(cs, norm, formulation, settings=settings, **solver_options)
 
 
 def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: bool = False,
@@ -129,12 +132,15 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
     formulation : label stored in the solution (default ``constraints.kind``; soft margin: "soft")
     **solver_options : hard margin: ``method`` ("auto": dense up to
         :data:`~attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
-        memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"), ``tol``,
-        ``support_tol``, ``max_memory``, nuclear: ``solver``, ``time_limit``, ``device`` (a torch device
-        such as "cuda" for the interior-point method's dense algebra; needs torch), working set: ``batch``,
+        memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"); the settings
+        (:class:`~attnsvm.svm.settings.SolverSettings`, the same for every method of a norm) ``feas_tol``,
+        ``support_tol``, ``time_limit``, ``max_memory``, nuclear ``gap_tol`` (``tol``: the deprecated
+        name of ``feas_tol``), or the object itself as ``settings=SolverSettings(...)``; the knobs
+        nuclear: ``solver``, ``device`` (a torch device such as "cuda"
+        for the interior-point method's dense algebra; needs torch), working set: ``batch``,
         ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
-        Parsed into the chosen method's options dataclass (:mod:`attnsvm.svm.options`) before any work:
-        a ValidationError names a bad or unknown one and lists the valid ones.
+        Checked once before any work: a ValidationError names a bad or unknown one (and lists the
+        valid ones).
 
     Returns
     -------
@@ -200,10 +206,11 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     valid : (n, T) bool, optional real tokens when the sequences are padded (None: all
         tokens); padded tokens get no row and selected tokens must be valid. Not for
         prompt problems.
-    **solver_options : the chosen method's options (:mod:`attnsvm.svm.options`), checked before
-        any work (ValidationError naming a bad or unknown one): ``tol`` in (0, 1), ``support_tol`` in [0, 1), ``max_memory``
-        (bytes or "8G": refuse before allocating the N x N matrices), ``method``; nuclear:
-        ``solver``, ``time_limit`` (> 0), ``device`` (e.g. "cuda": the interior-point method on a torch device)
+    **solver_options : as :func:`solve`, checked before any work (ValidationError naming a bad or
+        unknown one): the settings ``feas_tol`` in (0, 1), ``support_tol`` in [0, 1), ``time_limit``
+        (> 0), ``max_memory`` (bytes or "8G": refuse before allocating the N x N matrices), nuclear
+        ``gap_tol``; ``method``; nuclear: ``solver``, ``device`` (e.g. "cuda": the interior-point method
+        on a torch device)
 
     Returns
     -------
@@ -484,7 +491,7 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
 def _solve_soft(cs: ConstraintSet, C, norm: str, squared, options: dict) -> SVMSolution:
     """:func:`solve_soft` after its options are parsed and the solution arrays' memory is checked."""
     opts = SoftOptions.parse(options, "the soft-margin solver")
-    require_solution_memory(cs.N, cs.d1, cs.d2, norm, opts.max_memory)
+    require_solution_memory(cs.N, cs.d1, cs.d2, norm, opts.settings.max_memory)
     return solve_soft(cs, C, norm=norm, squared=squared, options=opts)
 
 
@@ -520,8 +527,7 @@ class BatchSolution:
                 f"max residual={worst('stationarity_residual'):.3g})")
 
 
-def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fro", tol: float = 1e-10,
-                    max_memory=None) -> BatchSolution:
+def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fro", **settings) -> BatchSolution:
     """Solve R independent Att-SVMs of equal size at once.
 
     ``norm="fro"``: vectorized active-set QPs. ``norm="nuclear"``: per instance the same
@@ -537,17 +543,23 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     select : (R, n) int; None only with problems (their optimal tokens)
     query_index : int, self-attention query token
     norm : "fro" (default) or "nuclear"
-    tol : in (0, 1), feasibility tolerance of the active-set methods (Frobenius)
-    max_memory : bytes or a size string: refuse (ResourceLimitError) when the R x N x N
-        Gram matrices need more (default: the package limit)
+    **settings : the solver settings of ``norm`` (:class:`~attnsvm.svm.settings.SolverSettings`) but
+        ``time_limit`` (the batched solves run to their end): ``feas_tol``, ``support_tol``, ``max_memory``
+        (refuse, ResourceLimitError, when the R x N x N Gram matrices need more), nuclear ``gap_tol``;
+        ``tol`` is the deprecated name of ``feas_tol``
 
     Returns
     -------
     BatchSolution (status "optimal" only where the certificate passes; ``norm_value`` is the
     Frobenius or the nuclear norm).
     """
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_choice(norm, "norm", ("fro", "nuclear"))
+    st = SolverSettings.take(settings, norm)
+    if settings or st.time_limit is not None:
+        bad = next(iter(settings), "time_limit")
+        raise ValidationError(f"unknown solver option {bad!r} for solve_svm_batch (its options: "
+                              f"{', '.join(n for n in NORM_SETTINGS[norm] if n != 'time_limit')})")
+    max_memory = st.max_memory
     if isinstance(X, (list, tuple)) and X and isinstance(X[0], TokenProblem):
         probs = X
         shapes = {p.shape for p in probs}
@@ -587,9 +599,9 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     V = np.broadcast_to(Za[:, :, None, :], (R, n, T - 1, d)).reshape(R, n * (T - 1), d)
     N = n * (T - 1)
     if norm == "nuclear":
-        return _nuclear_batch(U, V, max_memory)
-    W, lam, status, certs = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool), tol=tol,
-                                                  max_memory=max_memory)
+        return _nuclear_batch(U, V, st)
+    W, lam, status, certs = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool),
+                                                  st.resolved("fro", "dense"))
     feas = status != "infeasible"
     margins = np.full((R, N), np.nan)
     if feas.any():
@@ -601,11 +613,11 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     return BatchSolution(W, status, nv, lam, margins, certs)
 
 
-def _nuclear_batch(U: np.ndarray, V: np.ndarray, max_memory) -> BatchSolution:
+def _nuclear_batch(U: np.ndarray, V: np.ndarray, settings: SolverSettings) -> BatchSolution:
     """The nuclear-norm Att-SVMs of the rows ``U (R, N, d)``, ``V (R, N, d)`` (right-hand sides 1)."""
     R, N, d = U.shape
     sets = [bare_set(U[r], V[r], np.ones(N), np.zeros(N, bool), "att") for r in range(R)]
-    sols = solve_nuclear_batch(sets, formulation="att", max_memory=max_memory)
+    sols = solve_nuclear_batch(sets, formulation="att", options=NuclearOptions(settings=settings))
     W = np.stack([s.W if s.W is not None else np.full((d, d), np.nan) for s in sols]) if R else np.zeros((0, d, d))
     W[[not s.feasible for s in sols]] = np.nan
     status = np.array([s.status for s in sols], dtype=object)

@@ -30,12 +30,13 @@ from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.nuclear import solve_nuclear
-from attnsvm.svm.options import (FrobeniusOptions, FrobeniusWSOptions, NuclearOptions, NuclearWSOptions,
+from attnsvm.svm.options import (WS_KNOBS, FrobeniusOptions, FrobeniusWSOptions, NuclearOptions, NuclearWSOptions,
                                  SolverOptions)
+from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
 from attnsvm.svm.solution import SVMSolution
 from attnsvm.svm.working_set import ScaleError, solve_frobenius_ws, solve_nuclear_ws
 
-__all__ = ["solve_dispatch", "Solver", "SOLVERS", "METHODS", "AUTO_DENSE_MAX_N"]
+__all__ = ["solve_dispatch", "Solver", "SOLVERS", "METHODS", "AUTO_DENSE_MAX_N", "accepted_options"]
 
 #: ``method`` values of :func:`solve_dispatch` ("pdas" and "goldfarb-idnani" select the dense
 #: Frobenius solver with that QP method).
@@ -69,15 +70,22 @@ SOLVERS = {
 
 
 #: options only the working sets have: under ``method="auto"`` giving one chooses the working set
-WS_ONLY = frozenset({"batch", "per_group", "max_rounds", "verbose"})
+WS_ONLY = frozenset(WS_KNOBS)
 
 
-def _parse(norm: str, method: str, kw: dict) -> tuple[Solver, SolverOptions]:
+def accepted_options(norm: str) -> tuple[str, ...]:
+    """The keyword options ``norm``'s methods accept: the settings of the norm and every method's knobs."""
+    knobs = [k for (nm, _), sv in SOLVERS.items() if nm == norm for k in sv.options.knobs()]
+    return NORM_SETTINGS[norm] + tuple(dict.fromkeys(knobs))
+
+
+def _parse(norm: str, method: str, settings: SolverSettings, kw: dict) -> tuple[Solver, SolverOptions]:
     solver = SOLVERS[(norm, method)]
-    return solver, solver.options.parse(kw, solver.name)
+    return solver, solver.options.with_knobs(settings, kw, solver.name)
 
 
-def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", **kw) -> SVMSolution:
+def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", *,
+                   settings: SolverSettings | None = None, **kw) -> SVMSolution:
     """Solve the SVM of ``cs`` (norm "fro" or "nuclear") by the dense or the working-set method.
 
     Parameters
@@ -85,12 +93,22 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
     method : "auto" (dense up to :data:`AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
         memory, else the working set; an option only the working set has chooses it), "dense",
         "working_set", or a dense Frobenius QP method ("pdas", "goldfarb-idnani")
-    **kw : options of the chosen method (:data:`SOLVERS`), parsed into its dataclass before any
-        work: an unknown or bad option is a ValidationError naming it. ``max_memory`` applies to every
-        path: the dense one refuses (ResourceLimitError) when its N x N matrices need more, and
-        ``method="auto"`` then takes the working set.
+    settings : the :class:`~attnsvm.svm.settings.SolverSettings` (None: built from ``kw``)
+    **kw : the settings (when ``settings`` is None) and the knobs of the chosen method (:data:`SOLVERS`),
+        parsed before any work: an unknown or bad option is a ValidationError naming it. Every method of a
+        norm accepts the same settings (:data:`~attnsvm.svm.settings.NORM_SETTINGS`); the working-set knobs
+        choose the working set under ``method="auto"``. ``max_memory`` applies to every path: the dense one
+        refuses (ResourceLimitError) when its N x N matrices need more, and ``method="auto"`` then takes the
+        working set.
     """
     check_choice(method, "method", METHODS)
+    if settings is None:
+        settings = SolverSettings.take(kw, norm)
+    valid = accepted_options(norm)
+    for name in kw:
+        if name not in valid:
+            raise ValidationError(f"unknown solver option {name!r} for norm={norm!r} (its options: "
+                                  f"{', '.join(valid)})")
     if method in ("pdas", "goldfarb-idnani"):
         if norm != "fro":
             raise ValidationError(f"method={method!r} is a Frobenius QP method; for norm='nuclear' use 'auto', "
@@ -101,7 +119,7 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
     ws_only = WS_ONLY
     if auto:
         method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not ws_only.intersection(kw) else "working_set"
-    solver, opts = _parse(norm, method, kw)
+    solver, opts = _parse(norm, method, settings, kw)
     if method == "working_set":
         try:
             return solver(cs, formulation, opts)
@@ -109,7 +127,7 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
             if not auto or ws_only.intersection(kw):
                 raise
         # extreme data scales: the dense solver normalizes the rows
-        solver, opts = _parse(norm, "dense", kw)
+        solver, opts = _parse(norm, "dense", settings, kw)
         return solver(cs, formulation, opts)
     try:
         return solver(cs, formulation, opts)
@@ -117,5 +135,5 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
         if not auto:
             raise
     # the dense solver refused (before allocating) for lack of memory: the working set needs O(N d)
-    solver, opts = _parse(norm, "working_set", kw)
+    solver, opts = _parse(norm, "working_set", settings, kw)
     return solver(cs, formulation, opts)

@@ -24,11 +24,12 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import as_float_array, check_number
+from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, bare_set, checked_set, row_gram
 from attnsvm.svm.options import FrobeniusOptions
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, pdas_rhs, solve_gram_qp
 from attnsvm.svm.result import build_solution, farkas_residual, fro_certificate, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
@@ -104,7 +105,7 @@ def not_representable_error(what: str, sc: RowScaling, top_n: float, exponent) -
 
 
 def frobenius_solution(cs: ConstraintSet, lam: np.ndarray, formulation: str, info: dict,
-                       support_tol: float = 1e-6, normalized: tuple[ConstraintSet, RowScaling] | None = None
+                       support_tol: float, normalized: tuple[ConstraintSet, RowScaling] | None = None
                        ) -> SVMSolution:
     """Assemble and certify the Frobenius solution ``W = sum lam_k u_k w_k^T``.
 
@@ -137,11 +138,11 @@ def _merit(cert: Certificate) -> float:
     return max(cert.max_violation / 1e-8, cert.duality_gap / 1e-8)
 
 
-def frobenius_qp(cs_n: ConstraintSet, tol: float = 1e-10, method: str = "auto") -> tuple[QPResult, np.ndarray]:
+def frobenius_qp(cs_n: ConstraintSet, settings: SolverSettings, method: str = "auto") -> tuple[QPResult, np.ndarray]:
     """The dual QP of a row-normalized set ``cs_n``: ``(QPResult, G (N, N))`` in its own units
-    (no mapping back, so any data scale works; used for feasibility and warm starts)."""
+    (no mapping back, so any data scale works; used for feasibility and warm starts) at ``settings.feas_tol``."""
     G = cs_n.gram()
-    return _gram_qp(G, cs_n, tol, method), G
+    return _gram_qp(G, cs_n, settings.feas_tol, method), G
 
 
 def _gram_qp(G: np.ndarray, cs_n: ConstraintSet, tol: float, method: str) -> QPResult:
@@ -163,10 +164,11 @@ def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, option
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    options : :class:`~attnsvm.svm.options.FrobeniusOptions`, or its fields as keywords: ``tol`` (feasibility
-        tolerance of the active-set method, relative to ``max |rhs|``), ``method`` ("auto", "pdas",
-        "goldfarb-idnani"), ``support_tol``, ``max_memory`` (refuse, ResourceLimitError, before building
-        the N x N Gram matrices when they need more; default: the package limit)
+    options : :class:`~attnsvm.svm.options.FrobeniusOptions`, or its settings and knobs as keywords:
+        the settings (:class:`~attnsvm.svm.settings.SolverSettings`) ``feas_tol`` (the active-set method's
+        KKT tolerance), ``support_tol``, ``time_limit`` (the active-set solve runs to its end), ``max_memory``
+        (refuse, ResourceLimitError, before building the N x N Gram matrices when they need more), and
+        ``method`` ("auto", "pdas", "goldfarb-idnani")
 
     Returns
     -------
@@ -176,9 +178,9 @@ def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, option
     o = FrobeniusOptions.resolve(options, kw, "solve_frobenius")
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
-    require_dense_memory(cs.N, o.max_memory)
+    require_dense_memory(cs.N, o.settings.max_memory)
     normalized = cs.normalized()
-    res, G = frobenius_qp(normalized[0], o.tol, o.method)
+    res, G = frobenius_qp(normalized[0], o.settings, o.method)
     return _finish(cs, normalized, G, res, o, formulation, t0)
 
 
@@ -199,21 +201,21 @@ def solve_frobenius_rhs(cs: ConstraintSet, rhs: np.ndarray, *, formulation: str 
     rhs.flags.writeable = False                                      # the rows become the sets' rhs
     formulation = formulation or cs.kind
     t0 = time.perf_counter()
-    require_dense_memory(cs.N, o.max_memory)
+    require_dense_memory(cs.N, o.settings.max_memory)
     scalings = [RowScaling.unit_rows(cs.U, cs.V, b) for b in rhs]      # the same row factors, E per rhs
     if not scalings:
         return []
     U_n, V_n = scalings[0].rows(cs.U, cs.V)
     G = row_gram(U_n, V_n)
     b_n = np.stack([sc.rhs(b) for sc, b in zip(scalings, rhs)])
-    fast = pdas_rhs(G, b_n, cs.is_equality, tol=o.tol) if o.method in ("auto", "pdas") else [None] * len(rhs)
+    fast = pdas_rhs(G, b_n, cs.is_equality, tol=o.settings.feas_tol) if o.method in ("auto", "pdas") else [None] * len(rhs)
     out = []
     for b, sc, bn, res in zip(rhs, scalings, b_n, fast):
         t1 = time.perf_counter() if out else t0
         cs_r = cs.with_rows(cs.U, cs.V, b)
         cs_n = cs_r.with_rows(U_n, V_n, bn)
         if res is None:                                             # what solve_frobenius does after pdas fails
-            res = _gram_qp(G, cs_n, o.tol, "goldfarb-idnani" if o.method == "auto" else o.method)
+            res = _gram_qp(G, cs_n, o.settings.feas_tol, "goldfarb-idnani" if o.method == "auto" else o.method)
         out.append(_finish(cs_r, (cs_n, sc), G, res, o, formulation, t1))
     return out
 
@@ -222,7 +224,7 @@ def _finish(cs: ConstraintSet, normalized: tuple[ConstraintSet, RowScaling], G: 
             o: FrobeniusOptions, formulation: str, t0: float) -> SVMSolution:
     """The SVMSolution of the QP result ``res`` of ``cs`` (its row-normalized pair and Gram matrix ``G (N, N)``):
     Farkas certificate when infeasible; else certified, refined by the robust method when pdas's is not optimal."""
-    tol, method, support_tol = o.tol, o.method, o.support_tol
+    tol, method, support_tol = o.settings.feas_tol, o.method, o.settings.support_tol
     cs_n, sc = normalized
     info = {"method": res.method, "iterations": res.iterations, "seconds": time.perf_counter() - t0}
     if res.status == "infeasible":
@@ -243,8 +245,8 @@ def _finish(cs: ConstraintSet, normalized: tuple[ConstraintSet, RowScaling], G: 
     return sol
 
 
-def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
-                          tol: float = 1e-10, max_memory=None):
+def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray,
+                          settings: SolverSettings):
     """Solve R independent Frobenius SVMs of equal size at once (vectorized numpy).
 
     Each instance is row-normalized first (as :func:`solve_frobenius`), so any data scale
@@ -253,8 +255,9 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
     Parameters
     ----------
     U : (R, N, d1), V : (R, N, d2), rhs : (R, N), is_equality : (R, N) bool
-    tol : in (0, 1), feasibility tolerance of the active-set methods
-    max_memory : limit for the R x N x N Gram matrices (default: the package limit)
+    settings : :class:`~attnsvm.svm.settings.SolverSettings` with its defaults filled
+        (``SolverSettings(...).resolved("fro", "dense")``): ``feas_tol`` of the active-set methods,
+        ``support_tol``, ``max_memory`` (the limit for the R x N x N Gram matrices)
 
     Returns
     -------
@@ -264,10 +267,10 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
     status : (R,) array of str ("optimal", "optimal_inaccurate", "infeasible" (proven) or "undecided")
     certificates : list of R Certificate
     """
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    tol, support_tol = settings.feas_tol, settings.support_tol
     R, N, d1 = U.shape
     d2 = V.shape[2]
-    require_dense_memory(N, max_memory, R=R, what="batched dense Frobenius solve")
+    require_dense_memory(N, settings.max_memory, R=R, what="batched dense Frobenius solve")
     sets = [bare_set(U[r], V[r], rhs[r], is_equality[r], "batch").normalized() for r in range(R)]
     Un = np.stack([s[0].U for s in sets]) if R else np.zeros((0, N, d1))
     Vn = np.stack([s[0].V for s in sets]) if R else np.zeros((0, N, d2))
@@ -289,11 +292,11 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
             certs.append(sol.certificate)
             continue
         ln = lam_n[r] if res is None else res.lam
-        sol = frobenius_solution(cs_r, ln, "batch", {}, 1e-6, (cs_n, sc))
+        sol = frobenius_solution(cs_r, ln, "batch", {}, support_tol, (cs_n, sc))
         if sol.status != "optimal" and res is None:
             res2 = goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
             if res2.status == "optimal":
-                sol2 = frobenius_solution(cs_r, res2.lam, "batch", {}, 1e-6, (cs_n, sc))
+                sol2 = frobenius_solution(cs_r, res2.lam, "batch", {}, support_tol, (cs_n, sc))
                 if _merit(sol2.certificate) < _merit(sol.certificate):
                     sol = sol2
         W[r], lam[r], status[r] = sol.W, sol.duals, sol.status

@@ -30,13 +30,14 @@ import time
 
 import numpy as np
 
-from attnsvm._validate import check_number
+from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
                                    row_sizes)
 from attnsvm.svm.options import NuclearOptions
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.result import build_solution, infeasible_solution
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
@@ -156,16 +157,16 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    options : :class:`~attnsvm.svm.options.NuclearOptions`, or its fields as keywords:
-    solver : "auto" (default) or "ipm": the structured interior-point method (relative
-        duality gap <= 1e-9; "auto" falls back to cvxpy on small problems if it does not
-        converge); "cvxpy", "CLARABEL" or "SCS": the reduced SDP through cvxpy
-    time_limit : seconds (finite, > 0), optional cap (the certificate then reports the accuracy reached)
-    support_tol : margins within this (relative) distance of rhs count as support, in [0, 1)
-    max_memory : bytes or a size string: refuse (ResourceLimitError) before allocating the
-        N x N matrices when they need more (default: the package limit)
-    gap_tol : in (0, 1e-6]: the relative duality gap the interior-point method aims at (its
-        ``tol``); the status below still comes from the certificate
+    options : :class:`~attnsvm.svm.options.NuclearOptions`, or its settings and knobs as keywords:
+        the settings (:class:`~attnsvm.svm.settings.SolverSettings`) ``feas_tol`` (the Frobenius start's
+        KKT tolerance and the interior-point method's feasibility target), ``gap_tol`` (the relative
+        duality gap the interior-point method aims at, 1e-9; the status below still comes from the
+        certificate), ``support_tol``, ``time_limit`` (seconds: the certificate then reports the accuracy
+        reached), ``max_memory`` (refuse, ResourceLimitError, before allocating the N x N matrices when
+        they need more); and the knobs
+    solver : "auto" (default) or "ipm": the structured interior-point method ("auto" falls back to
+        cvxpy on small problems if it does not converge); "cvxpy", "CLARABEL" or "SCS": the reduced
+        SDP through cvxpy (at its own fixed accuracy)
     device : None (default: numpy / scipy) or a torch device ("cuda", "cuda:1", "cpu" or a
         ``torch.device``): the interior-point method's Schur complement, its Cholesky factorization and
         the Newton solves run there in float64 (:mod:`attnsvm.svm.torch_backend`, imported only then);
@@ -181,8 +182,8 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
     for the IPM; cvxpy's status otherwise).
     """
     o = NuclearOptions.resolve(options, kw, "solve_nuclear")
-    solver, support_tol, time_limit, max_memory, gap_tol, device = (o.solver, o.support_tol, o.time_limit,
-                                                                    o.max_memory, o.gap_tol, o.device)
+    st, solver, device = o.settings, o.solver, o.device
+    max_memory = st.max_memory
     formulation = formulation or cs.kind
     backend = _device_backend(device, solver)
     t0 = time.perf_counter()
@@ -194,7 +195,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
         require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
                        "(N x N Schur complement)", max_memory,
                        hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
-    start = _frobenius_start(cs, formulation, t0)
+    start = _frobenius_start(cs, st, formulation, t0)
     if isinstance(start, SVMSolution):
         return start
     normalized, lam0, W0 = start
@@ -202,19 +203,19 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
     if solver in ("auto", "ipm"):
         try:
             res, err = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
-                                   tol=gap_tol, time_limit=time_limit, backend=backend), ""
+                                   tol=st.gap_tol, feas_tol=st.feas_tol, time_limit=st.time_limit,
+                                   backend=backend), ""
         except Exception as exc:  # numerical breakdown the method could not absorb
             if solver == "ipm":
                 raise
             res, err = None, f"{type(exc).__name__}: {exc}"
-        return _ipm_outcome(cs, normalized, res, err, solver, time_limit, formulation, support_tol, t0)
-    W_n, lam_n, info = _solve_cvxpy(cs_n, solver, time_limit)
-    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+        return _ipm_outcome(cs, normalized, res, err, solver, st, formulation, t0)
+    W_n, lam_n, info = _solve_cvxpy(cs_n, solver, st.time_limit)
+    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, st.support_tol, info, t0)
 
 
-def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndarray, *, formulation: str | None = None,
-                        support_tol: float = 1e-5, gap_tol: float = 1e-8, time_limit: float | None = None,
-                        max_memory=None, device=None) -> tuple[SVMSolution, np.ndarray] | None:
+def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndarray, *, formulation: str | None,
+                        settings: SolverSettings, device) -> tuple[SVMSolution, np.ndarray] | None:
     """The first round of the nuclear working set in one interior-point run whose subset grows and shrinks
     (:func:`attnsvm.svm.barrier_grow.nuclear_ipm_grow`): rows of ``cs`` outside the subset join when the
     iterate violates them, clearly inactive rows leave.
@@ -224,14 +225,15 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     cs : ConstraintSet (N rows), feasible (decided by the caller)
     start : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_start : (N,) multipliers of ``cs`` to start from (e.g. the Frobenius dual, zero outside ``start``)
-    formulation, support_tol, gap_tol, time_limit, max_memory, device : as :func:`solve_nuclear`
+    formulation, device : as :func:`solve_nuclear`
+    settings : the :class:`~attnsvm.svm.settings.SolverSettings` of the working set (``gap_tol`` that of its subsets)
 
     Returns
     -------
     ``(sol, subset)``: the certified :class:`SVMSolution` of the final subset ``cs.select_rows(subset)``
     (as :func:`solve_nuclear` returns it for that subset) and ``subset (N,) bool``; or None when the run
-    ended neither optimal nor at the rounding floor (relative gap <= 1e-7, violation <= 1e-8), as an
-    ordinary round would have been rejected (the caller then solves round by round). Rows outside the subset
+    ended neither optimal nor at the rounding floor (:func:`_ipm_accepted`), as an ordinary round would have
+    been rejected (the caller then solves round by round). Rows outside the subset
     may be violated: the caller checks all rows.
     """
     from attnsvm.svm.barrier_grow import nuclear_ipm_grow
@@ -242,20 +244,18 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     backend = _device_backend(device, "auto")
     n0 = int(start.sum())
     require_memory(nuclear_bytes(2 * n0, cs.d1, cs.d2), f"nuclear-norm solve of up to {2 * n0} constraints "
-                   "(N x N Schur complement)", max_memory,
+                   "(N x N Schur complement)", settings.max_memory,
                    hint="fewer samples or tokens per solve (the interior-point method's memory grows as N^2)")
     t0 = time.perf_counter()
     cs_n, sc = cs.normalized()
     lam0 = sc.lam_to_n(np.asarray(lam_start, dtype=np.float64), "squared")
     try:
         res, subset = nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, lam_init=lam0,
-                                       W_init=cs_n.combine(lam0), tol=gap_tol, max_rows=2 * n0, time_limit=time_limit,
-                                       backend=backend)
+                                       W_init=cs_n.combine(lam0), tol=settings.gap_tol, feas_tol=settings.feas_tol,
+                                       max_rows=2 * n0, time_limit=settings.time_limit, backend=backend)
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         return None
-    # accepted as the ordinary round accepts its run (:func:`_ipm_outcome`): optimal, or stopped at the rounding
-    # floor with a relative gap <= 1e-7 and violation <= 1e-8 (the certificate then decides the status)
-    if not (res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)):
+    if not _ipm_accepted(res):         # as the ordinary round accepts its run (:func:`_ipm_outcome`)
         return None
     sub = cs.select_rows(subset)
     normalized = sub.normalized()
@@ -264,7 +264,7 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     lam = sc.lam(res.lam, "norm")[subset]
     info = dict(res.info, solver="ipm", solver_status=res.status)
     sol = _nuclear_solution(sub, normalized, sub_sc.W_to_n(W), sub_sc.lam_to_n(lam, "norm"), formulation or cs.kind,
-                            support_tol, info, t0)
+                            settings.support_tol, info, t0)
     return sol, subset
 
 
@@ -277,12 +277,12 @@ def _device_backend(device, solver: str):
     return TorchNewton(device)
 
 
-def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):
-    """Feasibility and the start of the IPM from the exact Frobenius dual QP of the row-normalized set:
-    the infeasible SVMSolution (Farkas certificate), or ``(normalized, lam0, W0)``."""
+def _frobenius_start(cs: ConstraintSet, settings: SolverSettings, formulation: str, t0: float):
+    """Feasibility and the start of the IPM from the exact Frobenius dual QP of the row-normalized set (at
+    ``settings.feas_tol``): the infeasible SVMSolution (Farkas certificate), or ``(normalized, lam0, W0)``."""
     normalized = cs.normalized()
     cs_n, sc = normalized
-    res0, G = frobenius_qp(cs_n)
+    res0, G = frobenius_qp(cs_n, settings)
     del G
     if res0.status == "infeasible":
         info = {"method": res0.method, "iterations": res0.iterations, "seconds": time.perf_counter() - t0}
@@ -292,7 +292,7 @@ def _frobenius_start(cs: ConstraintSet, formulation: str, t0: float):
     return normalized, res0.lam, cs_n.combine(res0.lam)
 
 
-def _frobenius_starts(sets, formulation, t0) -> list:
+def _frobenius_starts(sets, settings: SolverSettings, formulation, t0) -> list:
     """:func:`_frobenius_start` of every set; the Frobenius dual QPs of sets of equal size run batched
     (:func:`~attnsvm.svm.qp.pdas_batch`), a set it does not verify (infeasible or hard) alone."""
     from attnsvm.svm.qp import pdas_batch
@@ -307,24 +307,37 @@ def _frobenius_starts(sets, formulation, t0) -> list:
             Un = np.stack([normalized[k][0].U for k in ks])
             Vn = np.stack([normalized[k][0].V for k in ks])
             lam, ok = pdas_batch(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
-                                 np.stack([normalized[k][0].is_equality for k in ks]))
+                                 np.stack([normalized[k][0].is_equality for k in ks]), tol=settings.feas_tol)
             for j, k in enumerate(ks):
                 if ok[j]:
                     out[k] = (normalized[k], lam[j], normalized[k][0].combine(lam[j]))
         for k in ks:
             if out[k] is None:
-                out[k] = _frobenius_start(sets[k], formulation or sets[k].kind, t0)
+                out[k] = _frobenius_start(sets[k], settings, formulation or sets[k].kind, t0)
     return out
 
 
-def _ipm_outcome(cs, normalized, res, err: str, solver: str, time_limit, formulation, support_tol, t0) -> SVMSolution:
+#: an interior-point run that did not reach its own targets is still kept (no cvxpy fallback, the grown round
+#: not redone) when it stopped at the rounding floor with at most this relative gap and violation (its
+#: certificate then decides the status)
+FLOOR_GAP, FLOOR_VIOLATION = 1e-7, 1e-8
+
+
+def _ipm_accepted(res) -> bool:
+    """Whether the interior-point result ``res`` is kept: "optimal", or stopped at the rounding floor
+    (:data:`FLOOR_GAP`, :data:`FLOOR_VIOLATION`)."""
+    return res.status == "optimal" or (res.info["rel_gap"] <= FLOOR_GAP and res.info["violation"] <= FLOOR_VIOLATION)
+
+
+def _ipm_outcome(cs, normalized, res, err: str, solver: str, settings: SolverSettings, formulation, t0) -> SVMSolution:
     """The solution from the IPM's result ``res`` (None: it raised ``err``), after the cvxpy fallback
     of ``solver="auto"`` on small problems it did not solve accurately."""
     cs_n = normalized[0]
+    time_limit = settings.time_limit
     if res is not None:
         W_n, lam_n = res.W, res.lam
         info = dict(res.info, solver="ipm", solver_status=res.status)
-        good = res.status == "optimal" or (res.info["rel_gap"] <= 1e-7 and res.info["violation"] <= 1e-8)
+        good = _ipm_accepted(res)
     else:
         info, good = {"solver": "ipm", "ipm_error": err}, False
     small = min(cs.d1, cs.N) + min(cs.d2, cs.N) <= 300
@@ -337,11 +350,10 @@ def _ipm_outcome(cs, normalized, res, err: str, solver: str, time_limit, formula
             info["fallback_error"] = f"{type(exc).__name__}: {exc}"
         else:
             info = dict(info2, ipm=info)
-    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, support_tol, info, t0)
+    return _nuclear_solution(cs, normalized, W_n, lam_n, formulation, settings.support_tol, info, t0)
 
 
-def solve_nuclear_batch(sets, *, formulation: str | None = None, support_tol: float = 1e-5,
-                        gap_tol: float = 1e-9, max_memory=None) -> list:
+def solve_nuclear_batch(sets, *, formulation: str | None = None, options: NuclearOptions | None = None, **kw) -> list:
     """:func:`solve_nuclear` (solver "auto") of many small constraint sets at once: the interior-point
     iterations of sets with equal reduced shape run stacked (:func:`attnsvm.svm.barrier_batch.nuclear_ipm_batch`),
     which removes most of the per-call cost of small solves; feasibility, start and certificate are
@@ -350,7 +362,8 @@ def solve_nuclear_batch(sets, *, formulation: str | None = None, support_tol: fl
     Parameters
     ----------
     sets : list of ConstraintSet
-    formulation, support_tol, gap_tol, max_memory : as :func:`solve_nuclear`
+    formulation, options (or its settings as keywords) : as :func:`solve_nuclear`, solver "auto" on the
+        default device only (``time_limit`` is refused: the stacked iterations run to their end)
 
     Returns
     -------
@@ -358,8 +371,12 @@ def solve_nuclear_batch(sets, *, formulation: str | None = None, support_tol: fl
     """
     from attnsvm.svm.barrier_batch import nuclear_ipm_batch
 
-    support_tol = check_number(support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    gap_tol = check_number(gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
+    o = NuclearOptions.resolve(options, kw, "solve_nuclear_batch")
+    st = o.settings
+    if o.solver != "auto" or o.device is not None or st.time_limit is not None:
+        raise ValidationError("solve_nuclear_batch runs the interior-point method of solver 'auto' on the default "
+                              "device to its end: give no solver, device or time_limit")
+    max_memory = st.max_memory
     t0 = time.perf_counter()
     out: list = [None] * len(sets)
     todo = []
@@ -369,20 +386,19 @@ def solve_nuclear_batch(sets, *, formulation: str | None = None, support_tol: fl
         require_memory(sum(nuclear_bytes(cs.N, cs.d1, cs.d2) for cs in sets),
                        f"batched nuclear-norm solve of {len(sets)} sets of up to {n_max} constraints", max_memory,
                        hint="fewer sets per batch or fewer constraints per set")
-    for k, start in enumerate(_frobenius_starts(sets, formulation, t0)):
+    for k, start in enumerate(_frobenius_starts(sets, st, formulation, t0)):
         if isinstance(start, SVMSolution):
             out[k] = start
         else:
             todo.append((k, start))
     problems = [(st[0][0].U, st[0][0].V, st[0][0].rhs, st[0][0].is_equality, st[1], st[2]) for _, st in todo]
     try:
-        results, err = nuclear_ipm_batch(problems, tol=gap_tol), ""
+        results, err = nuclear_ipm_batch(problems, tol=st.gap_tol, feas_tol=st.feas_tol), ""
     except Exception:  # a numerical breakdown of the stack: every set alone
-        return [o if o is not None else solve_nuclear(cs, formulation=formulation, support_tol=support_tol,
-                                                      gap_tol=gap_tol, max_memory=max_memory)
-                for o, cs in zip(out, sets)]
+        return [done if done is not None else solve_nuclear(cs, formulation=formulation, options=o)
+                for done, cs in zip(out, sets)]
     for (k, start), res in zip(todo, results):
-        out[k] = _ipm_outcome(sets[k], start[0], res, err, "auto", None, formulation or sets[k].kind, support_tol, t0)
+        out[k] = _ipm_outcome(sets[k], start[0], res, err, "auto", st, formulation or sets[k].kind, t0)
     return out
 
 

@@ -1,37 +1,36 @@
-"""The options of each solver, declared once (a frozen dataclass per method) and checked before any work.
+"""The per-method view of the solver settings: a frozen dataclass per method, built before any work.
 
-``SomeOptions.parse(options, what)`` turns the keyword options a caller gave into the method's
-dataclass: an unknown name is a :class:`~attnsvm.errors.ValidationError` naming it and listing the
-valid ones, a bad value one naming the option (``__post_init__`` checks every field). The solvers
-take an instance (``options=``) or its fields as keywords (:meth:`SolverOptions.resolve`): the dataclass
-is the one place where an option, its default and its check are declared; :mod:`attnsvm.svm.dispatch`
-parses them before it calls a solver.
-Every method has room for a ``device`` (today the nuclear interior-point methods use it).
+Every method of a norm takes the same :class:`~attnsvm.svm.settings.SolverSettings` (its ``settings``
+field: tolerances, limits, memory; each checked once, where the object is built) and adds the knobs
+of its strategy (the QP method, the nuclear inner solver and device, the working set's batches and
+rounds). ``SomeOptions.parse(options, what)`` turns the keyword options a caller gave into the
+method's dataclass: the settings into one SolverSettings (``tol`` mapped to ``feas_tol`` with a
+DeprecationWarning), the rest into the knobs; an unknown name is a
+:class:`~attnsvm.errors.ValidationError` naming it and listing the valid ones, a bad value one naming
+the option. The solvers take an instance (``options=``) or the keywords
+(:meth:`SolverOptions.resolve`); :mod:`attnsvm.svm.dispatch` parses them before it calls a solver.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 import numpy as np
 
-from attnsvm._validate import check_choice, check_number
+from attnsvm._validate import check_choice
 from attnsvm.errors import ValidationError
+from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
 
 __all__ = ["SolverOptions", "FrobeniusOptions", "NuclearOptions", "FrobeniusWSOptions", "NuclearWSOptions",
-           "SoftOptions", "VectorOptions", "QP_METHODS", "NUCLEAR_SOLVERS"]
+           "SoftOptions", "VectorOptions", "QP_METHODS", "NUCLEAR_SOLVERS", "SolverSettings", "WS_KNOBS"]
 
 #: ``method`` of the dense Frobenius solver (the QP method)
 QP_METHODS = ("auto", "pdas", "goldfarb-idnani")
 #: ``solver`` of the nuclear solvers: the interior-point method or the reduced SDP through cvxpy
 NUCLEAR_SOLVERS = ("auto", "ipm", "cvxpy", "SCS", "CLARABEL")
-
-
-def _check_memory(value) -> None:
-    if value is not None:
-        from attnsvm.memory import parse_size
-
-        parse_size(value, "max_memory")
+#: the knobs of the working sets' strategy (only a working set has them)
+WS_KNOBS = ("batch", "per_group", "max_rounds", "verbose")
 
 
 def _check_count(name: str, value, low: int) -> None:
@@ -48,22 +47,52 @@ def _check_flag(name: str, value) -> None:
 
 @dataclass(frozen=True)
 class SolverOptions:
-    """Base of the per-method option dataclasses."""
+    """Base of the per-method option dataclasses: ``settings`` (a
+    :class:`~attnsvm.svm.settings.SolverSettings`, its None defaults filled for the method's norm and
+    kind) and the method's knobs."""
+
+    #: whose settings it accepts (a key of :data:`~attnsvm.svm.settings.NORM_SETTINGS`) and its kind ("dense" or
+    #: "working_set"): they choose the defaults :meth:`SolverSettings.resolved` fills in
+    NORM: ClassVar[str] = "fro"
+    KIND: ClassVar[str] = "dense"
+
+    settings: SolverSettings = field(default_factory=SolverSettings)
+
+    def __post_init__(self):
+        if not isinstance(self.settings, SolverSettings):
+            raise ValidationError(f"settings must be a SolverSettings, got {type(self.settings).__name__}")
+        object.__setattr__(self, "settings", self.settings.resolved(self.NORM, self.KIND))
+        self.check()
+
+    def check(self) -> None:
+        """Check the method's knobs (the settings are checked where they are built)."""
+
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The knob names of this method (its fields but ``settings``)."""
+        return tuple(f.name for f in fields(cls) if f.name != "settings")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """The option names of this method."""
-        return tuple(f.name for f in fields(cls))
+        """The option names of this method: its settings and its knobs."""
+        return NORM_SETTINGS[cls.NORM] + cls.knobs()
 
     @classmethod
     def parse(cls, options: dict, what: str) -> "SolverOptions":
         """The options of this method from keyword ``options`` (a dict); ``what`` names the solver in errors."""
-        valid = cls.names()
-        for name in options:
+        kw = dict(options)
+        settings = SolverSettings.take(kw, cls.NORM)
+        return cls.with_knobs(settings, kw, what)
+
+    @classmethod
+    def with_knobs(cls, settings: SolverSettings, knobs: dict, what: str) -> "SolverOptions":
+        """This method's options from ``settings`` (already built, so checked) and the keyword ``knobs``."""
+        valid = cls.knobs()
+        for name in knobs:
             if name not in valid:
                 raise ValidationError(f"unknown solver option {name!r} for {what} (its options: "
-                                      f"{', '.join(valid)})")
-        return cls(**options)
+                                      f"{', '.join(cls.names())})")
+        return cls(settings=settings, **knobs)
 
     @classmethod
     def resolve(cls, options, kw: dict, what: str) -> "SolverOptions":
@@ -77,73 +106,41 @@ class SolverOptions:
             raise ValidationError(f"{what}: options must be a {cls.__name__}, got {type(options).__name__}")
         return options
 
-    def kwargs(self) -> dict:
-        """The options as keyword arguments of the solver function."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 @dataclass(frozen=True)
 class FrobeniusOptions(SolverOptions):
-    """Dense Frobenius solver (:func:`~attnsvm.svm.frobenius.solve_frobenius`).
+    """Dense Frobenius solver (:func:`~attnsvm.svm.frobenius.solve_frobenius`): ``settings`` and
 
-    tol : in (0, 1), feasibility tolerance of the active-set method (relative to ``max |rhs|``)
     method : QP method, one of :data:`QP_METHODS`
-    support_tol : in [0, 1), margins within it (relative) of rhs count as support
-    max_memory : bytes or a size string ("8G"), limit of the N x N matrices (None: the package limit)
     """
 
-    tol: float = 1e-10
     method: str = "auto"
-    support_tol: float = 1e-6
-    max_memory: object = None
 
-    def __post_init__(self):
-        check_number(self.tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-        check_number(self.support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
+    def check(self) -> None:
         check_choice(self.method, "method", QP_METHODS)
-        _check_memory(self.max_memory)
 
 
 @dataclass(frozen=True)
 class VectorOptions(SolverOptions):
-    """Vector SVMs (p-SVM, v-SVM; :func:`~attnsvm.svm.prompt.solve_vector_svm`): as :class:`FrobeniusOptions`
-    without ``method``."""
-
-    tol: float = 1e-10
-    support_tol: float = 1e-6
-    max_memory: object = None
-
-    def __post_init__(self):
-        check_number(self.tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-        check_number(self.support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-        _check_memory(self.max_memory)
+    """Vector SVMs (p-SVM, v-SVM; :func:`~attnsvm.svm.prompt.solve_vector_svm`): the dense Frobenius
+    solver's ``settings``, without a QP method."""
 
 
 @dataclass(frozen=True)
 class NuclearOptions(SolverOptions):
-    """Dense nuclear solver (:func:`~attnsvm.svm.nuclear.solve_nuclear`).
+    """Dense nuclear solver (:func:`~attnsvm.svm.nuclear.solve_nuclear`): ``settings`` and
 
     solver : one of :data:`NUCLEAR_SOLVERS`
-    support_tol : in [0, 1)
-    time_limit : seconds (> 0) or None
-    max_memory : as :class:`FrobeniusOptions`
-    gap_tol : in (0, 1e-6], the relative duality gap the interior-point method aims at
     device : None (numpy / scipy) or a torch device for the interior-point method's dense algebra
     """
 
+    NORM: ClassVar[str] = "nuclear"
+
     solver: str = "auto"
-    support_tol: float = 1e-5
-    time_limit: float | None = None
-    max_memory: object = None
-    gap_tol: float = 1e-9
     device: object = None
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_choice(self.solver, "solver", NUCLEAR_SOLVERS)
-        check_number(self.support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-        check_number(self.time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-        check_number(self.gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
-        _check_memory(self.max_memory)
         if self.device is not None and self.solver not in ("auto", "ipm"):
             raise ValidationError(f"device={self.device!r} runs the interior-point method: use solver 'auto' or "
                                   f"'ipm', not {self.solver!r}")
@@ -151,69 +148,48 @@ class NuclearOptions(SolverOptions):
 
 @dataclass(frozen=True)
 class FrobeniusWSOptions(SolverOptions):
-    """Frobenius working set (:func:`~attnsvm.svm.working_set.solve_frobenius_ws`).
+    """Frobenius working set (:func:`~attnsvm.svm.working_set.solve_frobenius_ws`): ``settings`` and
 
-    tol, support_tol, max_memory : as :class:`FrobeniusOptions`
     batch, per_group, max_rounds : integers (>= 1, >= 0, >= 1) or None (the defaults of
         :class:`~attnsvm.svm.working_set.WorkingSetSettings`)
-    time_limit : seconds (> 0) or None
     verbose : print one line per round
     """
 
-    tol: float = 1e-10
-    support_tol: float = 1e-6
+    KIND: ClassVar[str] = "working_set"
+
     batch: int | None = None
     per_group: int | None = None
     max_rounds: int | None = None
-    time_limit: float | None = None
-    max_memory: object = None
     verbose: bool = False
 
-    def __post_init__(self):
-        _check_working_set(self)
+    def check(self) -> None:
+        for name, low in (("batch", 1), ("per_group", 0), ("max_rounds", 1)):
+            _check_count(name, getattr(self, name), low)
+        _check_flag("verbose", self.verbose)
 
 
 @dataclass(frozen=True)
 class NuclearWSOptions(SolverOptions):
-    """Nuclear working set (:func:`~attnsvm.svm.working_set.solve_nuclear_ws`): the options of
-    :class:`FrobeniusWSOptions` (``tol`` 1e-9) and ``solver``, ``gap_tol`` (1e-8), ``device`` of
-    :class:`NuclearOptions` for the subsets."""
+    """Nuclear working set (:func:`~attnsvm.svm.working_set.solve_nuclear_ws`): the knobs of
+    :class:`FrobeniusWSOptions` and ``solver``, ``device`` of :class:`NuclearOptions` for the subsets."""
 
-    tol: float = 1e-9
-    support_tol: float = 1e-5
+    NORM: ClassVar[str] = "nuclear"
+    KIND: ClassVar[str] = "working_set"
+
     batch: int | None = None
     per_group: int | None = None
     max_rounds: int | None = None
-    time_limit: float | None = None
-    max_memory: object = None
-    solver: str = "auto"
-    gap_tol: float = 1e-8
     verbose: bool = False
+    solver: str = "auto"
     device: object = None
 
-    def __post_init__(self):
-        _check_working_set(self)
-        check_choice(self.solver, "solver", NUCLEAR_SOLVERS)
-        check_number(self.gap_tol, "gap_tol", low=0.0, high=1e-6, low_open=True)
-
-
-def _check_working_set(o) -> None:
-    check_number(o.tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
-    check_number(o.support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-    check_number(o.time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
-    for name, low in (("batch", 1), ("per_group", 0), ("max_rounds", 1)):
-        _check_count(name, getattr(o, name), low)
-    _check_flag("verbose", o.verbose)
-    _check_memory(o.max_memory)
+    def check(self) -> None:
+        FrobeniusWSOptions.check(self)
+        NuclearOptions.check(self)
 
 
 @dataclass(frozen=True)
 class SoftOptions(SolverOptions):
-    """Soft margin (:func:`~attnsvm.svm.soft.solve_soft`): ``support_tol`` in [0, 1), ``max_memory``."""
+    """Soft margin (:func:`~attnsvm.svm.soft.solve_soft`): the settings ``support_tol`` and ``max_memory``."""
 
-    support_tol: float = 1e-6
-    max_memory: object = None
-
-    def __post_init__(self):
-        check_number(self.support_tol, "support_tol", low=0.0, high=1.0, high_open=True)
-        _check_memory(self.max_memory)
+    NORM: ClassVar[str] = "soft"

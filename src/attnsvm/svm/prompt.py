@@ -32,8 +32,8 @@ def solve_vector_svm(cs: ConstraintSet, vector: str, formulation: str, *, option
     cs : ConstraintSet with ``U (N, d)`` and ``V = 1 (N, 1)``
     vector : "p" (prompt) or "v" (head): the SVMSolution attribute that receives the solution
     formulation : label stored in the solution ("prompt", "prompt-relaxed" or "v")
-    options : :class:`~attnsvm.svm.options.VectorOptions`, or its fields as keywords (``tol``,
-        ``support_tol``, ``max_memory``: see :func:`~attnsvm.svm.frobenius.solve_frobenius`)
+    options : :class:`~attnsvm.svm.options.VectorOptions`, or its settings as keywords (``feas_tol``,
+        ``support_tol``, ``time_limit``, ``max_memory``: see :func:`~attnsvm.svm.frobenius.solve_frobenius`)
 
     Returns
     -------
@@ -41,7 +41,7 @@ def solve_vector_svm(cs: ConstraintSet, vector: str, formulation: str, *, option
     """
     assert vector in _VECTORS, vector
     o = VectorOptions.resolve(options, kw, "solve_vector_svm")
-    sol = solve_frobenius(cs, formulation=formulation, options=FrobeniusOptions(**o.kwargs()))
+    sol = solve_frobenius(cs, formulation=formulation, options=FrobeniusOptions(settings=o.settings))
     if sol.W is not None:
         setattr(sol, vector, sol.W[:, 0].copy())
         sol.W = None

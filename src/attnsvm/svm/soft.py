@@ -30,7 +30,8 @@ from attnsvm.errors import ValidationError
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.scaling import RowScaling, representable
 from attnsvm.svm.nuclear import row_basis
-from attnsvm.svm.options import SoftOptions
+from attnsvm.svm.options import FrobeniusOptions, NuclearOptions, SoftOptions
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.result import build_solution, soft_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
@@ -54,15 +55,16 @@ def _certify(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, slack: np.ndarra
                             lam=lam, margins=margins, slack=slack, C=C, norm=norm, squared=squared, nrm=_norm(W, norm))
 
 
-def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, max_memory):
-    """The hard-margin solution if it is also the soft one (multipliers <= C), else None.
+def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, settings: SolverSettings):
+    """The hard-margin solution (at the soft margin's ``settings``, the rest at their defaults) if it is also the
+    soft one (multipliers <= C), else None.
 
     Returns ``(W, mu, info)`` for the scaled set ``cs_s``.
     """
     from attnsvm.svm.frobenius import solve_frobenius
     from attnsvm.svm.nuclear import solve_nuclear
 
-    hard = solve_frobenius(cs_s, formulation="soft", max_memory=max_memory)
+    hard = solve_frobenius(cs_s, formulation="soft", options=FrobeniusOptions(settings=settings))
     if hard.status != "optimal":
         return None
     if norm == "fro":
@@ -71,7 +73,7 @@ def _hard_margin(cs_s: ConstraintSet, C: float, norm: str, squared: bool, max_me
             return None
         mu = 2.0 * hard.duals if squared else hard.duals / nrm
     else:
-        hard = solve_nuclear(cs_s, formulation="soft", max_memory=max_memory)
+        hard = solve_nuclear(cs_s, formulation="soft", options=NuclearOptions(settings=settings))
         if hard.status != "optimal":
             return None
         mu = 2.0 * hard.norm_value * hard.duals if squared else hard.duals
@@ -162,8 +164,8 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     C : float > 0 (finite), slack penalty
     norm : "fro" or "nuclear"
     squared : bool, use ``||W||^2`` instead of ``||W||`` in the objective
-    options : :class:`~attnsvm.svm.options.SoftOptions`, or its fields as keywords: ``support_tol`` in
-        [0, 1), margins within it of rhs (or positive slack) count as support; ``max_memory``, the
+    options : :class:`~attnsvm.svm.options.SoftOptions`, or its settings as keywords: ``support_tol`` in
+        [0, 1) (1e-6), margins within it of rhs (or positive slack) count as support; ``max_memory``, the
         limit for the hard-margin check's N x N matrices (default: the package limit)
 
     Returns
@@ -174,7 +176,7 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     """
     C = check_number(C, "C", low=0.0, low_open=True)
     o = SoftOptions.resolve(options, kw, "solve_soft")
-    support_tol, max_memory = o.support_tol, o.max_memory
+    support_tol = o.settings.support_tol
     if norm not in ("fro", "nuclear"):
         raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
     if not isinstance(squared, (bool, np.bool_)):
@@ -197,7 +199,7 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     k = 2 if squared else 1
     C_s = float(sc.lam_to_n(np.array([C], dtype=np.float64), kind)[0])   # C bounds the multipliers: maps as they do
     cs_s = sc.apply(cs)
-    got = _hard_margin(cs_s, C_s, norm, squared, max_memory)
+    got = _hard_margin(cs_s, C_s, norm, squared, o.settings)
     if got is not None:
         W_s, lam_s, info = got
         slack = np.zeros(cs.N)

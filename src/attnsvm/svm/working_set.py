@@ -12,7 +12,7 @@ a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
    nuclear: :func:`~attnsvm.svm.nuclear.solve_nuclear`, the reduced interior-point method,
    on the subset),
 2. computes all N margins of its solution in one streaming pass,
-3. stops if no row is violated (beyond ``tol``): the subset optimum is feasible for
+3. stops if no row is violated (beyond ``feas_tol``): the subset optimum is feasible for
    all rows and optimal for a relaxation, hence optimal;
 4. otherwise drops the inequality rows of S whose multiplier is zero (the subset optimum
    does not change) and adds the most violated rows (largest violation relative to
@@ -51,7 +51,8 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
-from attnsvm.svm.options import FrobeniusWSOptions, NuclearWSOptions
+from attnsvm.svm.options import FrobeniusWSOptions, NuclearOptions, NuclearWSOptions
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.pdas import _BasePDAS, _principal, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
@@ -117,7 +118,7 @@ class _GramSet:
     """The working set S: row indices, their scaled factors (:class:`_Setup`) and their Gram matrix
     ``(U_S U_S^T) * (V_S V_S^T)``."""
 
-    def __init__(self, setup: "_Setup", max_memory=None):
+    def __init__(self, setup: "_Setup", max_memory):
         cs = setup.cs
         self.setup = setup
         self.cs = cs
@@ -267,7 +268,7 @@ class _Setup:
     ``lam_k = lam'_k 2^-e_k``). Violations are compared in these units (relative to the row).
     """
 
-    def __init__(self, cs: ConstraintSet, tol: float):
+    def __init__(self, cs: ConstraintSet, settings: SolverSettings):
         N = cs.N
         self.cs = cs
         self.groups = query_groups(cs)
@@ -286,7 +287,7 @@ class _Setup:
         self.scaling = RowScaling.row_norms(un, wn)                  # E = 0: W is that of the scaled rows
         self.e = self.scaling.s                                      # a_k + b_k
         self.rhs = self.scaling.rhs(cs.rhs)                          # scaled right-hand sides
-        self.btol = tol * max(1.0, float(np.max(np.abs(self.rhs))) if N else 1.0)
+        self.btol = settings.feas_tol * max(1.0, float(np.max(np.abs(self.rhs))) if N else 1.0)
 
     def rows(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scaled factors ``(U_r 2^-a, V_r 2^-b)`` of rows r."""
@@ -437,17 +438,16 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     ----------
     cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
     formulation : label stored in the solution (defaults to ``cs.kind``)
-    options : :class:`~attnsvm.svm.options.FrobeniusWSOptions`, or its fields as keywords:
-    tol : in (0, 1); a row counts as violated when ``rhs - margin > tol * max(1, max |rhs|)``
-        (also the tolerance of the subset QP)
-    support_tol : in [0, 1); margins within ``support_tol`` (relative) of their rhs count as support
-    batch, per_group, max_rounds : see :class:`WorkingSetSettings`
-    time_limit : seconds (> 0); when reached (or when ``max_rounds`` is) the current subset solution is
+    options : :class:`~attnsvm.svm.options.FrobeniusWSOptions`, or its settings and knobs as keywords:
+    feas_tol : a row (scaled to unit size) counts as violated when ``rhs - margin > feas_tol * max(1, max |rhs|)``
+        (also the tolerance of the subset QP); :class:`~attnsvm.svm.settings.SolverSettings`
+    support_tol : margins within ``support_tol`` (relative) of their rhs count as support
+    time_limit : seconds; when reached (or when ``max_rounds`` is) the current subset solution is
         returned with status "optimal_inaccurate" if it satisfies every row, else "undecided" (``feasible``
         False: neither a W for all rows nor a Farkas certificate was found; its certificate shows the
         violation left)
-    max_memory : bytes or a size string: refuse (ResourceLimitError) a working set whose
-        Gram matrix needs more (default: the package limit)
+    max_memory : refuse (ResourceLimitError) a working set whose Gram matrix needs more
+    batch, per_group, max_rounds : see :class:`WorkingSetSettings`
     verbose : print one line per round
 
     Returns
@@ -459,13 +459,14 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     method), seconds, cpu_seconds.
     """
     o = FrobeniusWSOptions.resolve(options, kw, "solve_frobenius_ws")
-    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
+    cfg, verbose = o.settings, o.verbose
+    tol, support_tol, time_limit, max_memory = cfg.feas_tol, cfg.support_tol, cfg.time_limit, cfg.max_memory
     batch, per_group, max_rounds = _defaults(cs, o.batch, o.per_group, o.max_rounds)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N, d1, d2 = cs.N, cs.d1, cs.d2
     st = WorkingSetSettings
-    setup = _Setup(cs, tol)
+    setup = _Setup(cs, cfg)
     rank = _rank_bound(cs, setup.groups)
     cap = rank + 1              # free rows at most: a minimal infeasible set has rank + 1 rows
     ws = _GramSet(setup, max_memory)
@@ -575,6 +576,12 @@ def _returned_residual(setup: _Setup, lam: np.ndarray, W: np.ndarray) -> float:
     return stationarity_residual(Un, Vn, setup.scaling.subset(rows).lam_to_n(lam[rows], "squared"), W)
 
 
+#: a row outside the nuclear working set joins when its relative violation (the certificate's measure) exceeds
+#: ``JOIN_FACTOR * feas_tol``: the subsets' interior-point solves leave violations up to ``feas_tol`` in their own
+#: units, and the certificate asks for 1e-8 (1e-9 at the default feas_tol)
+JOIN_FACTOR = 10.0
+
+
 def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearWSOptions | None = None,
                      **kw) -> SVMSolution:
     """``min ||W||_* s.t.`` the rows of ``cs``, by the working-set method around the reduced IPM.
@@ -592,9 +599,11 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     Parameters
     ----------
     cs : ConstraintSet
-    options : :class:`~attnsvm.svm.options.NuclearWSOptions`, or its fields as keywords:
-    tol : in (0, 1): a row is violated when its relative violation (see
-        :func:`~attnsvm.svm.solution.relative_violation`) exceeds ``tol``
+    options : :class:`~attnsvm.svm.options.NuclearWSOptions`, or its settings and knobs as keywords:
+    feas_tol : a row outside the subset joins when its relative violation (see
+        :func:`~attnsvm.svm.solution.relative_violation`) exceeds :data:`JOIN_FACTOR` ``feas_tol``; also the
+        Frobenius working set's (feasibility) and the subsets' interior-point method's
+        (:class:`~attnsvm.svm.settings.SolverSettings`)
     support_tol, batch, max_rounds, max_memory, verbose : as :func:`solve_frobenius_ws`
         (timings: ``python benchmarks/solvers.py --scale --only nuc-planted-1e5``, docs/guide/performance.md)
     per_group : as :func:`solve_frobenius_ws`, default ``WorkingSetSettings.nuclear_per_group`` (0: no limit)
@@ -623,8 +632,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_grown
 
     o = NuclearWSOptions.resolve(options, kw, "solve_nuclear_ws")
-    tol, support_tol, time_limit, max_memory, verbose = o.tol, o.support_tol, o.time_limit, o.max_memory, o.verbose
-    solver, gap_tol, device = o.solver, o.gap_tol, o.device
+    cfg, verbose, solver, device = o.settings, o.verbose, o.solver, o.device
+    support_tol, time_limit = cfg.support_tol, cfg.time_limit
     batch, per_group, max_rounds = _defaults(cs, o.batch, WorkingSetSettings.nuclear_per_group
                                              if o.per_group is None else o.per_group, o.max_rounds)
     if device is not None:                  # refuse a bad device before any work
@@ -634,13 +643,13 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
     N = cs.N
-    fro = solve_frobenius_ws(cs, formulation=formulation, max_memory=max_memory, time_limit=time_limit)
+    fro = solve_frobenius_ws(cs, formulation=formulation, options=FrobeniusWSOptions(settings=cfg))
     if fro.status in ("infeasible", "undecided"):    # a Farkas certificate, or stopped before feasibility was decided
         fro.norm = "nuclear"
         if fro.W is not None:
             fro.norm_value = fro.objective = float(np.linalg.svd(fro.W, compute_uv=False).sum()) if fro.W.size else 0.0
         return fro
-    setup = _Setup(cs, tol)
+    setup = _Setup(cs, cfg)
     in_ws = (fro.duals != 0) | cs.is_equality
     first = in_ws.copy()
     info = {"method": "working-set (nuclear IPM on subsets)", "rounds": 0, "max_working_set": 0,
@@ -650,8 +659,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     W = lam_sub = rows = margins = sub = None
     # round 1: one interior-point run whose subset grows and shrinks (None: it did not end optimal)
     grown = None if solver not in ("auto", "ipm") else solve_nuclear_grown(
-        cs, in_ws, np.where(in_ws, fro.duals, 0.0), formulation=formulation, support_tol=support_tol, gap_tol=gap_tol,
-        time_limit=time_limit, max_memory=max_memory, device=device)
+        cs, in_ws, np.where(in_ws, fro.duals, 0.0), formulation=formulation, settings=cfg, device=device)
     info["grown_first_round"] = grown is not None
     for rnd in range(1, max_rounds + 1):
         if rnd == 1 and grown is not None:
@@ -663,8 +671,8 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
         if rnd > 1 or grown is None:
-            sol = solve_nuclear(sub, formulation=formulation, solver=solver, support_tol=support_tol, time_limit=left,
-                                max_memory=max_memory, gap_tol=gap_tol, device=device)
+            sol = solve_nuclear(sub, formulation=formulation, options=NuclearOptions(
+                settings=cfg.derive(time_limit=left), solver=solver, device=device))
         if not sol.feasible:                # the subset admits no W (so neither does cs) or was not decided
             return _subset_unsolved(cs, rows, sol, formulation, info)
         W, lam_sub = sol.W, sol.duals
@@ -678,7 +686,7 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
         nw = float(np.linalg.norm(W))
         raw = _violations(cs, margins)
         rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
-        cand = np.flatnonzero((rel > tol) & ~in_ws)
+        cand = np.flatnonzero((rel > JOIN_FACTOR * cfg.feas_tol) & ~in_ws)
         if verbose:
             print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
                   f"max rel {float(rel.max()) if N else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "

@@ -1,0 +1,161 @@
+"""The solver settings: one frozen dataclass, one meaning and one check per setting (names after Clarabel's).
+
+:class:`SolverSettings` holds what every hard-margin method of a norm accepts; :func:`attnsvm.svm.solve`
+(through :func:`attnsvm.svm.dispatch.solve_dispatch`) builds it once from the caller's keywords, which
+checks each setting once (:func:`check_setting`, a :class:`~attnsvm.errors.ValidationError` naming the
+setting and its range). The per-method views of :mod:`attnsvm.svm.options` carry the object down;
+no inner function has a default of its own for a setting.
+
+==============  ===========================================================================================
+setting         meaning (default)
+==============  ===========================================================================================
+``feas_tol``    in (0, 1): the violation a row may keep, relative to ``max(1, max |rhs|)`` of the rows
+                scaled to unit size (``|u_k| |w_k| ~ 1``): the active-set QP's KKT test, the working set's
+                violated-row test (the nuclear working set's, measured as the certificate measures it, at
+                ``10 feas_tol``: the subsets' own solves leave up to ``feas_tol``), the interior-point
+                method's feasibility target, and the Frobenius start and feasibility test of the nuclear
+                solvers (1e-10)
+``gap_tol``     nuclear norm, in (0, 1e-6]: the relative duality gap ``(||W||_* - rhs^T lam) / max(1,
+                ||W||_*)`` the interior-point method aims at (None: 1e-9 for a dense solve, 1e-8 for each
+                subset of the working set, whose certificate over all rows needs 1e-6)
+``support_tol`` in [0, 1): margins within ``support_tol * max(|rhs_k|, max |rhs|)`` of their rhs count
+                as support (None: 1e-6 Frobenius, 1e-5 nuclear, whose interior-point margins are less exact)
+``time_limit``  seconds (> 0) or None: the working set stops between rounds and the interior-point method
+                between iterations once it has run this long (the status then says what was proven); the
+                dense Frobenius active-set solve, which has no intermediate W, runs to its end
+``max_memory``  bytes or a size string ("8G"), or None (the package limit): refuse (ResourceLimitError)
+                before allocating N x N matrices, or a working set's Gram matrix, that need more
+==============  ===========================================================================================
+
+The statuses do not depend on these tolerances: "optimal" means the certificate passes its fixed
+thresholds (:data:`~attnsvm.svm.solution.CERTIFIED_VIOLATION`, :data:`~attnsvm.svm.solution.CERTIFIED_GAP`).
+``tol``, the old name of ``feas_tol``, is accepted with a DeprecationWarning until 0.3.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import warnings
+from dataclasses import dataclass, fields
+
+from attnsvm._validate import check_number
+from attnsvm.errors import ValidationError
+
+__all__ = ["SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS"]
+
+#: the settings each norm's hard-margin methods accept (gap_tol: the Frobenius QP is solved exactly by an
+#: active-set method), and those of the soft margin (one cvxpy solve at fixed tolerances)
+NORM_SETTINGS = {"fro": ("feas_tol", "support_tol", "time_limit", "max_memory"),
+                 "nuclear": ("feas_tol", "gap_tol", "support_tol", "time_limit", "max_memory"),
+                 "soft": ("support_tol", "max_memory")}
+
+#: old name -> setting, accepted with a DeprecationWarning until 0.3
+DEPRECATED_SETTINGS = {"tol": "feas_tol"}
+
+#: the defaults that depend on the norm (support_tol) or on the method (gap_tol), in this one place
+SUPPORT_TOL = {"fro": 1e-6, "nuclear": 1e-5, "soft": 1e-6}
+GAP_TOL = {"dense": 1e-9, "working_set": 1e-8}
+
+
+def check_setting(name: str, value) -> None:
+    """The one check of each setting (ValidationError naming it and the expected range)."""
+    if name == "feas_tol":
+        check_number(value, name, low=0.0, high=1.0, low_open=True, high_open=True)
+    elif name == "gap_tol":
+        check_number(value, name, low=0.0, high=1e-6, low_open=True, allow_none=True)
+    elif name == "support_tol":
+        check_number(value, name, low=0.0, high=1.0, high_open=True, allow_none=True)
+    elif name == "time_limit":
+        check_number(value, name, low=0.0, low_open=True, allow_none=True)
+    elif name == "max_memory":
+        if value is not None:
+            from attnsvm.memory import parse_size
+
+            parse_size(value, name)
+    else:  # pragma: no cover - every field is listed above
+        raise AssertionError(name)
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """The settings of the hard-margin solvers (module docstring: meaning, range, default of each).
+
+    Each field is checked once, when the object is built; :meth:`resolved` fills the defaults that
+    depend on the norm and the method (``None`` fields) without checking again.
+    """
+
+    feas_tol: float = 1e-10
+    gap_tol: float | None = None
+    support_tol: float | None = None
+    time_limit: float | None = None
+    max_memory: object = None
+
+    def __post_init__(self):
+        for f in fields(self):
+            check_setting(f.name, getattr(self, f.name))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """All setting names."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def take(cls, kw: dict, norm: str) -> "SolverSettings":
+        """The settings among the keywords ``kw`` (removed from it) for ``norm`` (a key of
+        :data:`NORM_SETTINGS`), or the object given as ``settings=``; ``tol`` is mapped to
+        ``feas_tol`` with a DeprecationWarning. A setting the norm does not have stays in ``kw`` (the
+        caller's parser names it as unknown)."""
+        if "settings" in kw:
+            given = kw.pop("settings")
+            if not isinstance(given, cls):
+                raise ValidationError(f"settings must be a SolverSettings, got {type(given).__name__}")
+            both = [name for name in (*cls.names(), *DEPRECATED_SETTINGS) if name in kw]
+            if both:
+                raise ValidationError(f"give settings=SolverSettings(...) or the settings as keywords, not both "
+                                      f"(got {', '.join(both)})")
+            extra = [name for name in cls.names() if name not in NORM_SETTINGS[norm] and getattr(given, name)
+                     != getattr(cls, name)]
+            if extra:
+                raise ValidationError(f"settings: {', '.join(extra)} is not a setting of norm={norm!r} (its "
+                                      f"settings: {', '.join(NORM_SETTINGS[norm])})")
+            return given
+        for old, new in DEPRECATED_SETTINGS.items():
+            if old in kw and new in NORM_SETTINGS[norm]:
+                if new in kw:
+                    raise ValidationError(f"give {new} only: {old} is its deprecated name")
+                warnings.warn(f"solver option {old!r} is deprecated and will be removed in 0.3: it maps to "
+                              f"{new!r} ({old}={kw[old]!r} -> {new}={kw[old]!r})", DeprecationWarning,
+                              stacklevel=_outside_stacklevel())
+                kw[new] = kw.pop(old)
+        return cls(**{name: kw.pop(name) for name in NORM_SETTINGS[norm] if name in kw})
+
+    def resolved(self, norm: str, method: str) -> "SolverSettings":
+        """These settings with the defaults of ``norm`` and ``method`` ("dense" or "working_set") in place of None."""
+        fill = {}
+        if self.support_tol is None:
+            fill["support_tol"] = SUPPORT_TOL[norm]
+        if self.gap_tol is None and norm == "nuclear":
+            fill["gap_tol"] = GAP_TOL[method]
+        return self.derive(**fill) if fill else self
+
+    def derive(self, **changes) -> "SolverSettings":
+        """A copy with ``changes``, values the solvers derived from checked ones (e.g. the time left for a
+        round); not checked again."""
+        new = copy.copy(self)
+        for name, value in changes.items():
+            if name not in self.names():
+                raise AttributeError(name)
+            object.__setattr__(new, name, value)
+        return new
+
+
+def _outside_stacklevel() -> int:
+    """The stacklevel of the first frame outside the attnsvm package (the caller who gave the option)."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg + os.sep):
+        level += 1
+        frame = frame.f_back
+    return level

@@ -1,0 +1,161 @@
+"""The solver settings (attnsvm.svm.settings): every method of a norm accepts the same settings at every
+size N, each setting is checked once per solve, the deprecated ``tol`` warns and maps to ``feas_tol``, and
+the nuclear solvers' Frobenius start, feasibility phase and interior-point method receive the caller's
+``feas_tol``."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from attnsvm.errors import ValidationError
+from attnsvm.svm import ConstraintSet, att_constraints, dispatch, solve, solve_svm_batch
+from attnsvm.svm import nuclear as nuclear_mod
+from attnsvm.svm import settings as settings_mod
+from attnsvm.svm import working_set as ws_mod
+
+#: a value of every setting of each norm, none of them a default
+SETTINGS = {"fro": dict(feas_tol=3e-10, support_tol=2e-6, time_limit=50.0, max_memory="4G"),
+            "nuclear": dict(feas_tol=3e-10, gap_tol=2e-9, support_tol=2e-5, time_limit=50.0, max_memory="4G")}
+#: the methods of each norm (``method`` of solve)
+METHODS = {"fro": ("auto", "dense", "working_set", "pdas", "goldfarb-idnani"),
+           "nuclear": ("auto", "dense", "working_set")}
+
+
+def _rows(N: int, d: int = 3) -> ConstraintSet:
+    """N random rank-one rows (cheap at N = 20000: no solve runs on them)."""
+    rng = np.random.default_rng(N)
+    return ConstraintSet(rng.standard_normal((N, d)), rng.standard_normal((N, d)), np.ones(N))
+
+
+@pytest.fixture
+def received(monkeypatch):
+    """Replace every solver by one that records the options object it gets (no solve runs)."""
+    calls = []
+    fake = {key: dispatch.Solver(s.name, s.options, lambda cs, **kw: calls.append(kw["options"]))
+            for key, s in dispatch.SOLVERS.items()}
+    monkeypatch.setattr(dispatch, "SOLVERS", fake)
+    return calls
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear"])
+def test_every_method_accepts_the_same_settings_at_every_size(norm, received):
+    seen = set()
+    for N in (10, 900, 20000):
+        cs = _rows(N)
+        for method in METHODS[norm]:
+            received.clear()
+            solve(cs, norm, method=method, **SETTINGS[norm])
+            (opts,) = received
+            got = {name: getattr(opts.settings, name) for name in SETTINGS[norm]}
+            assert got == SETTINGS[norm], (N, method)
+            seen.add(type(opts).__name__)
+            # and a bad value of each is refused, naming the setting and its range, whatever N and method
+            for name, bad in (("feas_tol", 1.0), ("support_tol", -1e-3), ("time_limit", 0.0)):
+                with pytest.raises(ValidationError, match=f"{name} must be .*(>|<)"):
+                    solve(cs, norm, method=method, **dict(SETTINGS[norm], **{name: bad}))
+    assert len(seen) == 2                        # a dense and a working-set method each received them
+
+
+def test_a_setting_a_norm_does_not_have_is_refused_at_every_size(received):
+    for N in (10, 900, 20000):
+        with pytest.raises(ValidationError, match="unknown solver option 'gap_tol' for norm='fro'"):
+            solve(_rows(N), "fro", gap_tol=1e-9)
+    assert received == []
+
+
+def test_the_settings_object_can_be_given_whole(received):
+    st = settings_mod.SolverSettings(**SETTINGS["nuclear"])
+    for N in (10, 20000):
+        received.clear()
+        solve(_rows(N), "nuclear", settings=st)
+        assert received[0].settings == st
+    with pytest.raises(ValidationError, match="not both"):
+        solve(_rows(10), "nuclear", settings=st, tol=1e-9)
+    with pytest.raises(ValidationError, match="gap_tol is not a setting of norm='fro'"):
+        solve(_rows(10), "fro", settings=st)
+    with pytest.raises(ValidationError, match="settings must be a SolverSettings"):
+        solve(_rows(10), "fro", settings={"feas_tol": 1e-9})
+
+
+def _count_checks(monkeypatch) -> dict:
+    counts: dict = {}
+    check = settings_mod.check_setting
+
+    def counting(name, value):
+        counts[name] = counts.get(name, 0) + 1
+        return check(name, value)
+
+    monkeypatch.setattr(settings_mod, "check_setting", counting)
+    return counts
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear"])
+@pytest.mark.parametrize("method", ["dense", "working_set"])
+def test_each_setting_is_checked_once_per_solve(norm, method, monkeypatch):
+    from attnsvm.problem import TokenProblem
+
+    rng = np.random.default_rng(5)
+    p = TokenProblem(rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6)))
+    cs = att_constraints(p.X, p.queries, np.zeros(8, int))
+    counts = _count_checks(monkeypatch)
+    sol = solve(cs, norm, method=method, **SETTINGS[norm])      # a real solve, through every inner layer
+    assert sol.status == "optimal"
+    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+
+
+def test_the_batch_and_soft_paths_check_their_settings_once(monkeypatch):
+    rng = np.random.default_rng(6)
+    X, Z = rng.standard_normal((2, 5, 4, 6)), rng.standard_normal((2, 5, 6))
+    counts = _count_checks(monkeypatch)
+    solve_svm_batch(X, Z, np.zeros((2, 5), int), norm="nuclear", feas_tol=1e-10)
+    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    counts.clear()
+    solve(att_constraints(X[0], Z[0], np.zeros(5, int)), "nuclear", C=1.0, support_tol=1e-6)
+    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear"])
+def test_tol_warns_and_maps_to_feas_tol_for_every_method(norm, received):
+    for N in (10, 900):
+        for method in METHODS[norm]:
+            received.clear()
+            with pytest.warns(DeprecationWarning, match="'tol' is deprecated .*maps to 'feas_tol'") as rec:
+                solve(_rows(N), norm, method=method, tol=1e-9)
+            assert rec[0].filename == __file__          # the warning points at the caller
+            assert received[0].settings.feas_tol == 1e-9
+    with pytest.raises(ValidationError, match="give feas_tol only"):
+        solve(_rows(10), norm, tol=1e-9, feas_tol=1e-9)
+
+
+def test_tol_gives_the_solution_of_feas_tol():
+    rng = np.random.default_rng(7)
+    X, Z = rng.standard_normal((6, 4, 5)), rng.standard_normal((6, 5))
+    cs = att_constraints(X, Z, np.zeros(6, int))
+    for norm in ("fro", "nuclear"):
+        a = solve(cs, norm, feas_tol=1e-9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            b = solve(cs, norm, tol=1e-9)
+        assert np.array_equal(a.W, b.W) and np.array_equal(a.duals, b.duals)
+    with pytest.warns(DeprecationWarning, match="feas_tol"):
+        solve_svm_batch(X[None], Z[None], np.zeros((1, 6), int), tol=1e-9)
+
+
+def test_the_nuclear_start_feasibility_and_ipm_receive_feas_tol(monkeypatch):
+    rng = np.random.default_rng(8)
+    X, Z = rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6))
+    cs = att_constraints(X, Z, np.zeros(8, int))
+    seen = []
+    qp, ipm, fro_ws = nuclear_mod.frobenius_qp, nuclear_mod.nuclear_ipm, ws_mod.solve_frobenius_ws
+    monkeypatch.setattr(nuclear_mod, "frobenius_qp",
+                        lambda cs_n, settings, *a: seen.append(("start", settings.feas_tol)) or qp(cs_n, settings, *a))
+    monkeypatch.setattr(nuclear_mod, "nuclear_ipm",
+                        lambda *a, **kw: seen.append(("ipm", kw["feas_tol"], kw["tol"])) or ipm(*a, **kw))
+    monkeypatch.setattr(ws_mod, "solve_frobenius_ws", lambda cs, **kw: seen.append(
+        ("feasibility", kw["options"].settings.feas_tol)) or fro_ws(cs, **kw))
+    assert solve(cs, "nuclear", method="dense", feas_tol=2e-10, gap_tol=3e-9).status == "optimal"
+    assert seen == [("start", 2e-10), ("ipm", 2e-10, 3e-9)]
+    seen.clear()
+    assert solve(cs, "nuclear", method="working_set", feas_tol=2e-10).status == "optimal"
+    assert seen[0] == ("feasibility", 2e-10)
