@@ -39,6 +39,7 @@ MODULES = [
     "attnsvm.svm",
     "attnsvm.svm.analysis",
     "attnsvm.svm.language",
+    "attnsvm.svm.farkas",
     "attnsvm.training",
     "attnsvm.training.models",
     "attnsvm.training.language_model",
