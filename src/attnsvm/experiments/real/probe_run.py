@@ -115,6 +115,9 @@ def combine(config, table):
 
     if table.empty or "part" not in table.columns:
         return table
+    # layer and head stay integers: a task that stored no rows (a head without an SVM draws no nulls) is a
+    # zero-row shard, and concatenating it made them float (printed "3.0000  0.0000", stored "3.0,0.0")
+    table = table.astype({c: "int64" for c in ("layer", "head") if c in table.columns})
     nulls = table[table["part"] == "null"]
     null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds", "source")
                  if c in table]
