@@ -177,9 +177,20 @@ def describe_problem(problem, tol: float = 1e-9) -> dict:
 @click.option("--tol", type=float, default=1e-9, show_default=True, help="Relative tolerance for score ties.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def info(problem_file, tol, as_json):
-    """Describe a problem file: shapes, attention mode, optimal tokens, ties, score gaps."""
+    """Describe a problem file (shapes, attention mode, optimal tokens, ties, score gaps) or a solution file
+    written by 'attnsvm solve -o' (status, norm, margin, certificate)."""
+    from attnsvm.cli.solve import (
+        archive_format, format_solution_summary, not_an_archive, solution_file_summary)
     from attnsvm.problem import TokenProblem
+    from attnsvm.svm import SOLUTION_FORMAT
 
+    wrong = not_an_archive(problem_file)
+    if wrong is not None:
+        raise UserError(wrong)
+    if archive_format(problem_file) == SOLUTION_FORMAT:
+        summary = solution_file_summary(problem_file)
+        click.echo(json.dumps(summary, indent=2) if as_json else format_solution_summary(summary))
+        return
     problem = TokenProblem.load(problem_file)
     summary = describe_problem(problem, tol=tol)
     if as_json:
@@ -254,7 +265,8 @@ def _sizes(text):
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
-@click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
+@click.option("--n-sentences", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Sentences to read selections from.")
 @click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
