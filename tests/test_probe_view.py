@@ -229,7 +229,8 @@ def test_heads_without_a_number_say_why(probe):
     page = render_probe_view(type(res)(**{**res.__dict__, "table": table}))
     sec0 = page[page.index(f"id='{head_anchor(LAYER, HEADS[0])}'"):page.index(f"id='{head_anchor(LAYER, HEADS[1])}'")]
     sec1 = page[page.index(f"id='{head_anchor(LAYER, HEADS[1])}'"):]
-    assert "<p class='reason'>No number: the SVM of this head&#x27;s selections is infeasible." in sec0
+    assert "<p class='reason'>No number: the SVM of this head&#x27;s selections is infeasible: the Gen-SVM asks " \
+        "every selected token of a sentence to tie" in sec0
     assert "<p class='reason'>No number: the solver stopped without a certificate" in sec1
     assert head_reason(res.table.iloc[0]) == ""  # a certified head with a number needs no reason
     bare = table.drop(columns=[c for c in ("verdict", "n_null") if c in table.columns])

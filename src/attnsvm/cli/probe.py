@@ -72,7 +72,8 @@ _COLUMNS = ("columns: mean_selected = mean |O_i|, the tokens a query attends to 
             "its selections; corr_restricted = the same with W_h projected on what the sentences reveal;\n  "
             "corr_random_restricted = that cosine for random selections of the same sizes (the baseline); advantage = "
             "corr_restricted - baseline;\n  svm_status = optimal (certified) / optimal_inaccurate / infeasible (no "
-            "number: no matrix separates the selections); svm_gap = its relative duality gap")
+            "number: no matrix makes the selected tokens tie above the others, as the Gen-SVM requires);\n  "
+            "svm_gap = its relative duality gap")
 
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
