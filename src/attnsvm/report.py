@@ -35,6 +35,8 @@ from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
+#: the last ``attnsvm reproduce`` run's own clock: ``{"wall_seconds", "cpu_seconds", "experiments", "preset"}``
+RUN_FILE = "run.json"
 #: the verdicts a check can carry, in the order the banner counts them
 VERDICTS = ("pass", "fail", "inconclusive", "finding")
 
@@ -124,6 +126,45 @@ def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
     merged = [s for s in old if isinstance(s, dict) and s.get("name") not in names] + list(skipped)
     data = json.dumps(merged, indent=2).encode("utf-8")
     atomic_write(path, lambda fh: fh.write(data))
+
+
+def record_run(outdir: str, wall_seconds: float, cpu_seconds: float, experiments, preset: str) -> None:
+    """Write ``OUT/run.json``: the wall clock and CPU time of one ``attnsvm reproduce`` (``experiments``: the names
+    it ran together, ``preset``: "quick" or "full"), which the report's banner gives instead of the experiments'
+    summed (overlapping) times."""
+    os.makedirs(outdir, exist_ok=True)
+    data = json.dumps({"wall_seconds": round(float(wall_seconds), 3), "cpu_seconds": round(float(cpu_seconds), 3),
+                       "experiments": [str(n) for n in experiments], "preset": str(preset)}, indent=2).encode("utf-8")
+    atomic_write(os.path.join(outdir, RUN_FILE), lambda fh: fh.write(data))
+
+
+def run_time_text(run, exps: list[dict]) -> str:
+    """The banner's time: the reproduce run's wall clock and CPU (``run``: :data:`RUN_FILE`'s content, None when
+    absent) when it ran every experiment shown; else the experiments' own recorded task times, said to overlap."""
+    names = {e.get("name") for e in exps}
+    if isinstance(run, dict) and isinstance(run.get("experiments"), list) and names <= set(run["experiments"]):
+        wall, cpu = _number(run.get("wall_seconds")), _number(run.get("cpu_seconds"))
+        if wall is not None and cpu is not None:
+            return (f"the run took {wall:.1f} s of wall clock and {cpu:.1f} s of CPU (this process and its "
+                    "worker processes)")
+    walls = [_seconds(e) for e in exps]
+    cpus = [_number(e.get("task_cpu_seconds")) for e in exps]
+    cpu = f", {sum(c for c in cpus if c is not None):.1f} s of CPU" if any(c is not None for c in cpus) else ""
+    return (f"the experiments' recorded times add up to {sum(walls):.1f} s{cpu}; experiments run together overlap, so "
+            "this is more than the run's wall clock (not recorded for these results)")
+
+
+def probe_folder(outdir: str) -> str | None:
+    """The page of a probe's folder (``attnsvm probe --out DIR``: ``DIR/probe/meta.json`` of the experiment
+    "probe", and no other experiment's results): ``DIR/probe.html`` (which may be missing); None for any other
+    folder."""
+    if not os.path.isdir(outdir):
+        return None
+    meta, _ = _read_json(os.path.join(outdir, "probe", "meta.json"), None)
+    if not isinstance(meta, dict) or meta.get("name") != "probe":
+        return None
+    others = [d for d in os.listdir(outdir) if d != "probe" and os.path.isfile(os.path.join(outdir, d, "meta.json"))]
+    return None if others else os.path.join(outdir, "probe.html")
 
 
 def collect(outdir: str) -> list[dict]:
@@ -434,7 +475,7 @@ def _preset_line(e: dict) -> str:
             "describe the full preset are not this run's.")
 
 
-def _banner(all_checks, broken, skipped, n_exps, total_wall):
+def _banner(all_checks, broken, skipped, n_exps, time_text):
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
     inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
     findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
@@ -454,7 +495,7 @@ def _banner(all_checks, broken, skipped, n_exps, total_wall):
         head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
     n_bad = sum(1 for _, c in all_checks if verdict_of(c) != "pass")
     summary = (f"{counts_line([c for _, c in all_checks])}; {n_bad} not passed, {len(skipped)} experiments skipped; "
-               f"{n_exps} experiment(s), {total_wall:.1f} s of wall time.")
+               f"{n_exps} experiment(s); {time_text}.")
     items = []
     for label, rows in (("failed", failed), ("inconclusive", inconclusive), ("finding", findings)):
         for n, c in rows[:8]:
@@ -481,8 +522,8 @@ def write_report(outdir: str) -> tuple[str, str]:
     resolved = [(n, c) for n, c in all_checks if c.get("passed") and c.get("finding_resolved")]
     broken = [e for e in exps if e.get("problems")]
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
-    total_wall = sum(_seconds(e) for e in exps)
-    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), total_wall)
+    run, _ = _read_json(os.path.join(outdir, RUN_FILE), None)
+    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), run_time_text(run, exps))
     power = any("power" in c for _, c in all_checks)
     groups = _groups(exps)
 

@@ -508,10 +508,17 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
-    from attnsvm.experiments import build_config, registry
-    from attnsvm.report import write_report
-    from attnsvm.report import record_skipped
+    import resource
+    import time
 
+    from attnsvm.experiments import build_config, registry
+    from attnsvm.report import record_run, record_skipped, write_report
+
+    def cpu() -> float:  # this process and its finished children (the pool's workers)
+        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    t0, cpu0 = time.perf_counter(), cpu()
     out = _outdir(out)
     reg = registry()
     names = list(only) if only else list(reg)
@@ -532,6 +539,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
                                 connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
                                 on_done=_print_summary)
     record_skipped(out, skipped, ran=[s.name for s in summaries])
+    record_run(out, time.perf_counter() - t0, cpu() - cpu0, [s.name for s in summaries], "quick" if quick else "full")
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
     _finish(summaries, skipped, allow_failures)
@@ -540,10 +548,21 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 @cli.command()
 @click.argument("outdir", type=click.Path(file_okay=False))
 def report(outdir):
-    """Write OUTDIR/report.html and report.md from finished experiments."""
-    from attnsvm.report import write_report
+    """Write OUTDIR/report.html and report.md from finished experiments (a probe's folder, written by
+    'attnsvm probe --out', has its own page, probe.html: named instead)."""
+    import os
+
+    from attnsvm.report import probe_folder, write_report
 
     outdir = _outdir(outdir)
+    page = probe_folder(outdir)
+    if page is not None:
+        if not os.path.isfile(page):
+            raise UserError(f"{printable(outdir)} is a probe's folder without its page {printable(page)}: run the same "
+                            "'attnsvm probe --out' command again (it reuses the stored heads and writes the page)")
+        click.echo(f"{printable(outdir)} is a probe's folder (attnsvm probe --out): its page is {printable(page)} "
+                   "(the reproduction report is for 'attnsvm reproduce' folders)")
+        return
     html_path, md_path = write_report(outdir)
     click.echo(f"report: {html_path} and {md_path}")
 

@@ -406,11 +406,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("<h2>Run</h2><div class='maps'>")
     h.append(_kv([("model", _e(model)), ("family", _e(family))] + [(key, _e(v)) for key, v in cfg.items()
                                                                  if key not in ("model", "family")], "config"))
-    timing = [(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items() if not isinstance(v, (bool, np.bool_))]
-    if getattr(result, "forward_cached", False) or sec.get("forward_cached") is True:
-        timing = [(k, "cached (reused from the previous probe of the same sentences)" if k == "forward (s)" else v)
-                  for k, v in timing]
-    h.append(_kv(timing, "timings"))
+    h.append(_kv([(k, _e(v)) for k, v in cost_items(sec, getattr(result, "forward_cached", False))], "timings"))
     h.append("</div>")
     h.append("<h2>Per layer</h2>" + _layer_summary(table))
     h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head, each with the probe's own query; the SVM "
@@ -440,6 +436,33 @@ def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentenc
     except OSError as exc:
         raise ValidationError(f"cannot write the probe view to {path!r}: {oserror_text(exc, path)}") from None
     return path
+
+
+# ------------------------------------------------------------------ costs
+def cost_items(seconds: dict, forward_cached: bool = False, null_count: str = "") -> list[tuple[str, str]]:
+    """A probe's costs in words, ``[(what, how long), ...]``: the one reading of :attr:`ProbeResult.seconds` that
+    the terminal (``attnsvm probe``) and probe.html's run table share.
+
+    ``seconds``: ``forward``, ``forward_cached``, ``svm`` and ``nulls`` (the heads' and null heads' SVM time,
+    summed over heads), ``total`` (this command's wall clock); a stored probe (``--out``) adds ``tasks_computed``
+    and ``tasks_reused`` (tasks this command ran / found stored by an earlier run: their SVM times are from when
+    they ran, so the sums can exceed ``total``). ``null_count``: the null heads' count, put before their label."""
+    computed, reused = seconds.get("tasks_computed"), seconds.get("tasks_reused")
+    stored = computed is not None or reused is not None
+    if forward_cached or seconds.get("forward_cached") is True:
+        fwd = ("computed inside the heads' tasks (part of their time)" if stored and computed else
+               "reused from an earlier forward pass of the same sentences in this process (not re-timed)")
+    else:
+        fwd = f"{float(seconds.get('forward', 0.0)):.1f} s"
+    summed = " (task time summed over heads)" if stored else ""
+    items = [("forward pass", fwd), ("head and baseline SVMs", f"{float(seconds.get('svm', 0.0)):.1f} s{summed}"),
+             (f"{null_count} null-head SVMs".strip(), f"{float(seconds.get('nulls', 0.0)):.1f} s{summed}")]
+    if reused:
+        items.append(("stored tasks reused", f"{int(reused)} of {int(reused) + int(computed or 0)} (stored by an earlier "
+                                             "run of the same probe: their SVM times above are from that run, not this "
+                                             "command)"))
+    items.append(("this command", f"{float(seconds.get('total', 0.0)):.1f} s wall clock"))
+    return items
 
 
 # ------------------------------------------------------------------ verdict, reasons, explorer
