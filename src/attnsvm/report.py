@@ -345,6 +345,16 @@ def verdict_of(c: dict) -> str:
     return "finding" if c.get("finding") else "fail"
 
 
+def inconclusive_reason(c: dict) -> str:
+    """Why a check is inconclusive, in the words the terminal (``attnsvm run/reproduce``), checks.json's fields and
+    the report's banner share: its power against its ``alternative`` (the check's own statement, e.g. "decided at
+    the full preset (2000 steps)"), or that the power is unknown and why."""
+    power, alt = _number(c.get("power")), str(c.get("alternative") or "").strip()
+    if power is not None:
+        return f"power {power:.2f} < 0.8 against {alt or 'its alternative'}"
+    return f"power unknown: {alt}" if alt else "power unknown: no planning sigma or alternative stated"
+
+
 def _verdict_label(c: dict) -> str:
     v = verdict_of(c)
     if v == "pass":
@@ -475,7 +485,17 @@ def _preset_line(e: dict) -> str:
             "describe the full preset are not this run's.")
 
 
-def _banner(all_checks, broken, skipped, n_exps, time_text):
+def _preset_note(exps: list[dict]) -> str:
+    """The banner's word on the preset: "" when every experiment ran the full preset."""
+    quick = sorted(str(e.get("name")) for e in exps if e.get("preset") == "quick")
+    if not quick:
+        return ""
+    which = "every experiment" if len(quick) == len(exps) else f"{len(quick)} of {len(exps)} experiments"
+    return (f" This run used the quick preset ({which}): smaller sizes than the papers' protocol, so some checks are "
+            "decided only at the full preset.")
+
+
+def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note=""):
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
     inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
     findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
@@ -495,12 +515,13 @@ def _banner(all_checks, broken, skipped, n_exps, time_text):
         head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
     n_bad = sum(1 for _, c in all_checks if verdict_of(c) != "pass")
     summary = (f"{counts_line([c for _, c in all_checks])}; {n_bad} not passed, {len(skipped)} experiments skipped; "
-               f"{n_exps} experiment(s); {time_text}.")
+               f"{n_exps} experiment(s); {time_text}.{preset_note}")
     items = []
     for label, rows in (("failed", failed), ("inconclusive", inconclusive), ("finding", findings)):
         for n, c in rows[:8]:
+            why = f": {inconclusive_reason(c)}" if label == "inconclusive" else ""
             items.append((label, n, f"{human(c['name'])} (value {_fmt(c.get('value'))}, needs "
-                                    f"{human(c.get('threshold', ''))})"))
+                                    f"{human(c.get('threshold', ''))}){why}"))
         if len(rows) > 8:
             items.append((label, "", f"and {len(rows) - 8} more {label} check(s), listed below"))
     for e in broken:
@@ -523,7 +544,8 @@ def write_report(outdir: str) -> tuple[str, str]:
     broken = [e for e in exps if e.get("problems")]
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
     run, _ = _read_json(os.path.join(outdir, RUN_FILE), None)
-    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), run_time_text(run, exps))
+    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), run_time_text(run, exps),
+                                               _preset_note(exps))
     power = any("power" in c for _, c in all_checks)
     groups = _groups(exps)
 

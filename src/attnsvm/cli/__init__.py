@@ -349,6 +349,7 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 def _print_summary(summary):
     """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
+    from attnsvm.report import inconclusive_reason
 
     v = count_verdicts(summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
@@ -363,10 +364,8 @@ def _print_summary(summary):
         elif verdict == "fail":
             click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
         elif verdict == "inconclusive":
-            power = c.get("power")
-            why = ("power unknown: no planning sigma or alternative stated" if power is None else
-                   f"power {power:.2f} < 0.8 against {c.get('alternative') or 'its alternative'}")
-            click.echo(f"  inconclusive ({why}) {c['name']}: value {c['value']} {c['threshold']}", err=True)
+            click.echo(f"  inconclusive ({inconclusive_reason(c)}) {c['name']}: value {c['value']} {c['threshold']}",
+                       err=True)
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
