@@ -191,6 +191,8 @@ def collect(outdir: str) -> list[dict]:
 _NP_SCALAR = re.compile(r"np\.(?:u?int|float|complex|bool|str)_?\d*\(\s*([^()]*?)\s*\)")
 _NP_BOOL = re.compile(r"np\.(True|False)_")
 _FLAT_DICT = re.compile(r"\{((?:\s*'[^'{}]*'\s*:\s*[^,{}]+,?)+)\}")
+#: "planning sigma 0.16 (planning sigma measured on ...)": the words once
+_SIGMA_TWICE = re.compile(r"(planning sigmas? [^()]*?) \(planning sigmas? measured")
 
 
 def human(text) -> str:
@@ -205,7 +207,12 @@ def human(text) -> str:
         items = re.findall(r"'([^']*)'\s*:\s*([^,{}]+)", m.group(1))
         return ", ".join(f"{k} {v.strip()}" for k, v in items)
 
-    return _FLAT_DICT.sub(flat, s)
+    return _SIGMA_TWICE.sub(r"\1 (measured", _FLAT_DICT.sub(flat, s))
+
+
+def value_text(value) -> str:
+    """A check's value as the report shows it (4 significant digits, integers without ``.0``): for the terminal too."""
+    return _fmt(value)
 
 
 def _fmt(value) -> str:
@@ -349,7 +356,7 @@ def inconclusive_reason(c: dict) -> str:
     """Why a check is inconclusive, in the words the terminal (``attnsvm run/reproduce``), checks.json's fields and
     the report's banner share: its power against its ``alternative`` (the check's own statement, e.g. "decided at
     the full preset (2000 steps)"), or that the power is unknown and why."""
-    power, alt = _number(c.get("power")), str(c.get("alternative") or "").strip()
+    power, alt = _number(c.get("power")), human(c.get("alternative") or "").strip()
     if power is not None:
         return f"power {power:.2f} < 0.8 against {alt or 'its alternative'}"
     return f"power unknown: {alt}" if alt else "power unknown: no planning sigma or alternative stated"
@@ -394,9 +401,26 @@ def _detail(c: dict) -> str:
     detail = human(c.get("detail", ""))
     if c.get("finding") and verdict_of(c) == "finding":
         detail = f"finding: {human(c.get('finding_reason', ''))}" + (f"; {detail}" if detail else "")
-    if c.get("alternative"):
-        detail += ("; " if detail else "") + f"alternative: {human(c['alternative'])}"
+    alt = human(c.get("alternative") or "")
+    if alt and alt not in human(c.get("threshold_reason", "")) and alt not in detail:  # each sentence once a row
+        detail += ("; " if detail else "") + f"alternative: {alt}"
     return detail
+
+
+def _text(value) -> str:
+    """Escaped HTML of a text for people (:func:`human`), its Markdown `code` spans as <code> (no raw backticks)."""
+    return _inline(_e(human(value)))
+
+
+#: what a check name's "[RUN]" tag means (the spec's source tags)
+RUN_TAG = ("[RUN] marks a number from re-running the paper's official notebook code (the spec's reproduction "
+           "target), not one printed in the paper.")
+
+
+def power_text(c: dict) -> str:
+    """A check's power for the power column: two decimals, or words when none was computed."""
+    p = _number(c.get("power"))
+    return f"{p:.2f}" if p is not None else "not computed (no alternative stated)"
 
 
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.45}"
@@ -423,17 +447,14 @@ def _check_rows_html(checks, with_experiment=False, exp_name="", power=False):
     for item in checks:
         e, c = item if with_experiment else (exp_name, item)
         v = verdict_of(c)
-        pw = ""
-        if power:
-            p = _number(c.get("power"))
-            pw = f"<td>{_e(_fmt(p)) if p is not None else 'not computed'}</td>"
+        pw = f"<td>{_e(power_text(c))}</td>" if power else ""
         rows.append("<tr class='check' data-verdict='" + _e(v) + "'>" +
                     (f"<td><a href='#{_e(e)}'>{_e(e)}</a></td>" if with_experiment else "") +
-                    f"<td>{_e(human(c['name']))}</td><td class='small'>{_e(human(c.get('source', '')))}</td>"
+                    f"<td>{_text(c['name'])}</td><td class='small'>{_text(c.get('source', ''))}</td>"
                     f"<td>{_e(c.get('kind', ''))}</td><td>{_e(_fmt(c.get('value')))}</td>"
-                    f"<td>{_e(human(c.get('threshold', '')))}</td>"
-                    f"<td class='small'>{_e(human(c.get('threshold_reason', '')))}</td>{pw}"
-                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_e(_detail(c))}</td></tr>")
+                    f"<td>{_text(c.get('threshold', ''))}</td>"
+                    f"<td class='small'>{_text(c.get('threshold_reason', ''))}</td>{pw}"
+                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_text(_detail(c))}</td></tr>")
     return "<table class='checks'>" + "".join(rows) + "</table>"
 
 
@@ -566,6 +587,9 @@ def write_report(outdir: str) -> tuple[str, str]:
             ("environment", "environment", True)) if show) + "</p>")
     md = ["# attnsvm reproduction report", "", f"**{headline}.** {summary}", ""]
     md += [f"- {label} {n + ': ' if n else ''}{text}" for label, n, text in items] + ([""] if items else [])
+    if any(str(c.get("name", "")).startswith("[RUN]") for _, c in all_checks):  # the tag, said once
+        h.append(f"<p class='small' id='run-tag'>{_e(RUN_TAG)}</p>")
+        md += [RUN_TAG, ""]
 
     # ---- unexpected failures first (usually none), then the contents by paper
     if failed:
@@ -702,8 +726,8 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
         md += [f"### Deviations from the paper's protocol ({len(devs)})", "", "| the paper's protocol | this run | why |",
                "|---|---|---|"]
         for d in devs:
-            h.append(f"<tr><td>{_e(human(d.get('spec')))}</td><td>{_e(human(d.get('here')))}</td>"
-                     f"<td>{_e(human(d.get('reason')))}</td></tr>")
+            h.append(f"<tr><td>{_text(d.get('spec'))}</td><td>{_text(d.get('here'))}</td>"
+                     f"<td>{_text(d.get('reason'))}</td></tr>")
             md.append(f"| {_md(d.get('spec'))} | {_md(d.get('here'))} | {_md(d.get('reason'))} |")
         h.append("</table></details>")
         md.append("")

@@ -349,7 +349,7 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 def _print_summary(summary):
     """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
-    from attnsvm.report import inconclusive_reason
+    from attnsvm.report import inconclusive_reason, value_text
 
     v = count_verdicts(summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
@@ -359,13 +359,13 @@ def _print_summary(summary):
     for c in summary.checks:
         verdict = c.get("verdict") or ("pass" if c["passed"] else "fail")
         if verdict == "finding":
-            click.echo(f"  finding (listed, does not fail the run) {c['name']}: value {c['value']} {c['threshold']}",
-                       err=True)
+            click.echo(f"  finding (listed, does not fail the run) {c['name']}: value {value_text(c['value'])} "
+                       f"{c['threshold']}", err=True)
         elif verdict == "fail":
-            click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
+            click.echo(f"  FAILED check {c['name']}: value {value_text(c['value'])} {c['threshold']}", err=True)
         elif verdict == "inconclusive":
-            click.echo(f"  inconclusive ({inconclusive_reason(c)}) {c['name']}: value {c['value']} {c['threshold']}",
-                       err=True)
+            click.echo(f"  inconclusive ({inconclusive_reason(c)}) {c['name']}: value {value_text(c['value'])} "
+                       f"{c['threshold']}", err=True)
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
