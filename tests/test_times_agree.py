@@ -72,3 +72,12 @@ def test_a_resumed_probe_says_what_it_reused():
     # an in-process probe (no stored tasks): a forward pass cached by an earlier probe in this process
     plain = dict(cost_items({"forward": 0.0, "forward_cached": True, "svm": 1.0, "nulls": 0.0, "total": 2.0}))
     assert plain["forward pass"].startswith("reused from an earlier forward pass") and "summed" not in plain["null-head SVMs"]
+
+
+def test_reproduce_records_its_clock_for_the_banner(quick_reproduce):
+    """Slow (the session's ``reproduce --quick``): the run's own wall clock and CPU in run.json and the banner."""
+    out, _ = quick_reproduce
+    run = json.loads((out / "run.json").read_text())
+    assert run["preset"] == "quick" and run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert f"the run took {run['wall_seconds']:.1f} s of wall clock" in md

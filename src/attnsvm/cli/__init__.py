@@ -507,13 +507,16 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
-    import resource
     import time
 
     from attnsvm.experiments import build_config, registry
     from attnsvm.report import record_run, record_skipped, write_report
 
     def cpu() -> float:  # this process and its finished children (the pool's workers)
+        try:
+            import resource
+        except ImportError:  # pragma: no cover - not POSIX: this process only
+            return time.process_time()
         return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
 
