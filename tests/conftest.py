@@ -44,7 +44,7 @@ def quick_out(quick_reproduce):
 #: several on 2 cores. Tests that use the session's ``reproduce --quick`` (the fixtures below) are slow too.
 SLOW_FILES = {"test_browser.py", "test_wheel.py", "test_real_minilm.py", "test_real_probe.py", "test_probe_view.py",
               "test_probe_stored.py", "test_probe_query_all.py", "test_real_agreement.py", "test_real_any_model.py",
-              "test_cli_probe_curve.py"}
+              "test_cli_probe_curve.py", "test_probe_no_svm_words.py"}
 SLOW_FIXTURES = {"quick_reproduce", "quick_out", "quick_results"}
 
 

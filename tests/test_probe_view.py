@@ -229,7 +229,8 @@ def test_heads_without_a_number_say_why(probe):
     page = render_probe_view(type(res)(**{**res.__dict__, "table": table}))
     sec0 = page[page.index(f"id='{head_anchor(LAYER, HEADS[0])}'"):page.index(f"id='{head_anchor(LAYER, HEADS[1])}'")]
     sec1 = page[page.index(f"id='{head_anchor(LAYER, HEADS[1])}'"):]
-    assert "<p class='reason'>No number: the SVM of this head&#x27;s selections is infeasible." in sec0
+    assert "<p class='reason'>No number: the SVM of this head&#x27;s selections is infeasible: the Gen-SVM asks " \
+        "every selected token of a sentence to tie" in sec0
     assert "<p class='reason'>No number: the solver stopped without a certificate" in sec1
     assert head_reason(res.table.iloc[0]) == ""  # a certified head with a number needs no reason
     bare = table.drop(columns=[c for c in ("verdict", "n_null") if c in table.columns])
@@ -239,8 +240,9 @@ def test_heads_without_a_number_say_why(probe):
 def test_cached_forward_is_labelled(probe):
     res, _, _ = probe
     page = render_probe_view(type(res)(**{**res.__dict__, "forward_cached": True}))
-    assert "cached (reused from the previous probe of the same sentences)" in page
-    assert "cached" not in render_probe_view(type(res)(**{**res.__dict__, "forward_cached": False}))
+    assert "reused from an earlier forward pass of the same sentences in this process" in page
+    assert "reused from an earlier" not in render_probe_view(type(res)(**{**res.__dict__, "forward_cached": False,
+                                                                       "seconds": {**res.seconds, "forward_cached": False}}))
 
 
 def test_legend_classes_and_self_contained(probe):
@@ -264,8 +266,8 @@ def test_run_probe_and_cli_write_the_page(tmp_path):
     assert r.exit_code == 0, r.output
     page_path = tmp_path / "probe.html"
     assert "columns: mean_selected = mean |O_i|" in r.stdout  # the table's column legend
-    # the view's pass reuses the forward pass of the stored heads: labelled, not printed as "forward 0.0 s"
-    assert "forward reused from an earlier probe" in r.stdout and "forward 0.0 s" not in r.stdout
+    # the view's pass reuses the forward pass of the stored heads: labelled, not printed as "forward pass 0.0 s"
+    assert "forward pass computed inside the heads' tasks" in r.stdout and "forward pass 0.0 s" not in r.stdout
     last = r.stdout.splitlines()[-1]  # stdout: the progress bar of the stored heads goes to stderr
     assert str(page_path) in last and last.startswith("wrote ")
     page = _Page()

@@ -232,6 +232,34 @@ def file_kind(path: str) -> str:
     return "other"
 
 
+def file_description(path: str) -> str:
+    """What a file that is not a NumPy archive looks like, in words for an error message, from its first
+    4 KiB: "an empty file", "a CSV table", "a JSON file", "an HTML or XML file", "a text file", or
+    "not an .npz archive (corrupt, truncated or another binary format)"."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        head = b""
+    if not head:
+        return "an empty file"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the 4 KiB boundary
+            return "not an .npz archive (corrupt, truncated or another binary format)"
+        text = head[:exc.start].decode("utf-8")
+    body = text.lstrip("\ufeff \t\r\n")
+    first_line = body.split("\n", 1)[0]
+    if body[:1] in "{[" and body:
+        return "a JSON file"
+    if body[:1] == "<":
+        return "an HTML or XML file"
+    if str(path).lower().endswith(".csv") or first_line.count(",") >= 2:
+        return "a CSV table"
+    return "a text file"
+
+
 def read_npz(path, label: str = "", factor: float = 1.0, first=(), check_first=None) -> dict:
     """Every array of an ``.npz`` file, read safely, mapping every failure to :class:`ProblemFileError`.
 
@@ -250,8 +278,9 @@ def read_npz(path, label: str = "", factor: float = 1.0, first=(), check_first=N
     if kind == "npy":
         raise ProblemFileError(f"{pre}{path!r} is a bare .npy array, expected an .npz archive")
     if kind != "npz":
-        raise ProblemFileError(f"{pre}{path!r} is corrupt, truncated or not an .npz archive (it does not start "
-                               "with the zip signature)")
+        what = file_description(path)
+        what = what if what.startswith("not ") else f"{what}, not an .npz archive"
+        raise ProblemFileError(f"{pre}{path!r} is {what} (it does not start with the zip signature)")
     headers = npz_headers(path, label)
     early = [k for k in first if k in headers and headers[k][2] <= 1 << 20]
     data = read_npz_arrays(path, early, label)

@@ -35,6 +35,8 @@ from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
+#: the last ``attnsvm reproduce`` run's own clock: ``{"wall_seconds", "cpu_seconds", "experiments", "preset"}``
+RUN_FILE = "run.json"
 #: the verdicts a check can carry, in the order the banner counts them
 VERDICTS = ("pass", "fail", "inconclusive", "finding")
 
@@ -126,6 +128,45 @@ def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
     atomic_write(path, lambda fh: fh.write(data))
 
 
+def record_run(outdir: str, wall_seconds: float, cpu_seconds: float, experiments, preset: str) -> None:
+    """Write ``OUT/run.json``: the wall clock and CPU time of one ``attnsvm reproduce`` (``experiments``: the names
+    it ran together, ``preset``: "quick" or "full"), which the report's banner gives instead of the experiments'
+    summed (overlapping) times."""
+    os.makedirs(outdir, exist_ok=True)
+    data = json.dumps({"wall_seconds": round(float(wall_seconds), 3), "cpu_seconds": round(float(cpu_seconds), 3),
+                       "experiments": [str(n) for n in experiments], "preset": str(preset)}, indent=2).encode("utf-8")
+    atomic_write(os.path.join(outdir, RUN_FILE), lambda fh: fh.write(data))
+
+
+def run_time_text(run, exps: list[dict]) -> str:
+    """The banner's time: the reproduce run's wall clock and CPU (``run``: :data:`RUN_FILE`'s content, None when
+    absent) when it ran every experiment shown; else the experiments' own recorded task times, said to overlap."""
+    names = {e.get("name") for e in exps}
+    if isinstance(run, dict) and isinstance(run.get("experiments"), list) and names <= set(run["experiments"]):
+        wall, cpu = _number(run.get("wall_seconds")), _number(run.get("cpu_seconds"))
+        if wall is not None and cpu is not None:
+            return (f"the run took {wall:.1f} s of wall clock and {cpu:.1f} s of CPU (this process and its "
+                    "worker processes)")
+    walls = [_seconds(e) for e in exps]
+    cpus = [_number(e.get("task_cpu_seconds")) for e in exps]
+    cpu = f", {sum(c for c in cpus if c is not None):.1f} s of CPU" if any(c is not None for c in cpus) else ""
+    return (f"the experiments' recorded times add up to {sum(walls):.1f} s{cpu}; experiments run together overlap, so "
+            "this is more than the run's wall clock (not recorded for these results)")
+
+
+def probe_folder(outdir: str) -> str | None:
+    """The page of a probe's folder (``attnsvm probe --out DIR``: ``DIR/probe/meta.json`` of the experiment
+    "probe", and no other experiment's results): ``DIR/probe.html`` (which may be missing); None for any other
+    folder."""
+    if not os.path.isdir(outdir):
+        return None
+    meta, _ = _read_json(os.path.join(outdir, "probe", "meta.json"), None)
+    if not isinstance(meta, dict) or meta.get("name") != "probe":
+        return None
+    others = [d for d in os.listdir(outdir) if d != "probe" and os.path.isfile(os.path.join(outdir, d, "meta.json"))]
+    return None if others else os.path.join(outdir, "probe.html")
+
+
 def collect(outdir: str) -> list[dict]:
     """Every experiment folder of ``outdir`` that holds a finished run, in registry order."""
     if not os.path.isdir(outdir):
@@ -150,6 +191,8 @@ def collect(outdir: str) -> list[dict]:
 _NP_SCALAR = re.compile(r"np\.(?:u?int|float|complex|bool|str)_?\d*\(\s*([^()]*?)\s*\)")
 _NP_BOOL = re.compile(r"np\.(True|False)_")
 _FLAT_DICT = re.compile(r"\{((?:\s*'[^'{}]*'\s*:\s*[^,{}]+,?)+)\}")
+#: "planning sigma 0.16 (planning sigma measured on ...)": the words once
+_SIGMA_TWICE = re.compile(r"(planning sigmas? [^()]*?) \(planning sigmas? measured")
 
 
 def human(text) -> str:
@@ -164,7 +207,12 @@ def human(text) -> str:
         items = re.findall(r"'([^']*)'\s*:\s*([^,{}]+)", m.group(1))
         return ", ".join(f"{k} {v.strip()}" for k, v in items)
 
-    return _FLAT_DICT.sub(flat, s)
+    return _SIGMA_TWICE.sub(r"\1 (measured", _FLAT_DICT.sub(flat, s))
+
+
+def value_text(value) -> str:
+    """A check's value as the report shows it (4 significant digits, integers without ``.0``): for the terminal too."""
+    return _fmt(value)
 
 
 def _fmt(value) -> str:
@@ -304,6 +352,16 @@ def verdict_of(c: dict) -> str:
     return "finding" if c.get("finding") else "fail"
 
 
+def inconclusive_reason(c: dict) -> str:
+    """Why a check is inconclusive, in the words the terminal (``attnsvm run/reproduce``), checks.json's fields and
+    the report's banner share: its power against its ``alternative`` (the check's own statement, e.g. "decided at
+    the full preset (2000 steps)"), or that the power is unknown and why."""
+    power, alt = _number(c.get("power")), human(c.get("alternative") or "").strip()
+    if power is not None:
+        return f"power {power:.2f} < 0.8 against {alt or 'its alternative'}"
+    return f"power unknown: {alt}" if alt else "power unknown: no planning sigma or alternative stated"
+
+
 def _verdict_label(c: dict) -> str:
     v = verdict_of(c)
     if v == "pass":
@@ -343,9 +401,26 @@ def _detail(c: dict) -> str:
     detail = human(c.get("detail", ""))
     if c.get("finding") and verdict_of(c) == "finding":
         detail = f"finding: {human(c.get('finding_reason', ''))}" + (f"; {detail}" if detail else "")
-    if c.get("alternative"):
-        detail += ("; " if detail else "") + f"alternative: {human(c['alternative'])}"
+    alt = human(c.get("alternative") or "")
+    if alt and alt not in human(c.get("threshold_reason", "")) and alt not in detail:  # each sentence once a row
+        detail += ("; " if detail else "") + f"alternative: {alt}"
     return detail
+
+
+def _text(value) -> str:
+    """Escaped HTML of a text for people (:func:`human`), its Markdown `code` spans as <code> (no raw backticks)."""
+    return _inline(_e(human(value)))
+
+
+#: what a check name's "[RUN]" tag means (the spec's source tags)
+RUN_TAG = ("[RUN] marks a number from re-running the paper's official notebook code (the spec's reproduction "
+           "target), not one printed in the paper.")
+
+
+def power_text(c: dict) -> str:
+    """A check's power for the power column: two decimals, or words when none was computed."""
+    p = _number(c.get("power"))
+    return f"{p:.2f}" if p is not None else "not computed (no alternative stated)"
 
 
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.45}"
@@ -372,17 +447,14 @@ def _check_rows_html(checks, with_experiment=False, exp_name="", power=False):
     for item in checks:
         e, c = item if with_experiment else (exp_name, item)
         v = verdict_of(c)
-        pw = ""
-        if power:
-            p = _number(c.get("power"))
-            pw = f"<td>{_e(_fmt(p)) if p is not None else 'not computed'}</td>"
+        pw = f"<td>{_e(power_text(c))}</td>" if power else ""
         rows.append("<tr class='check' data-verdict='" + _e(v) + "'>" +
                     (f"<td><a href='#{_e(e)}'>{_e(e)}</a></td>" if with_experiment else "") +
-                    f"<td>{_e(human(c['name']))}</td><td class='small'>{_e(human(c.get('source', '')))}</td>"
+                    f"<td>{_text(c['name'])}</td><td class='small'>{_text(c.get('source', ''))}</td>"
                     f"<td>{_e(c.get('kind', ''))}</td><td>{_e(_fmt(c.get('value')))}</td>"
-                    f"<td>{_e(human(c.get('threshold', '')))}</td>"
-                    f"<td class='small'>{_e(human(c.get('threshold_reason', '')))}</td>{pw}"
-                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_e(_detail(c))}</td></tr>")
+                    f"<td>{_text(c.get('threshold', ''))}</td>"
+                    f"<td class='small'>{_text(c.get('threshold_reason', ''))}</td>{pw}"
+                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_text(_detail(c))}</td></tr>")
     return "<table class='checks'>" + "".join(rows) + "</table>"
 
 
@@ -434,7 +506,17 @@ def _preset_line(e: dict) -> str:
             "describe the full preset are not this run's.")
 
 
-def _banner(all_checks, broken, skipped, n_exps, total_wall):
+def _preset_note(exps: list[dict]) -> str:
+    """The banner's word on the preset: "" when every experiment ran the full preset."""
+    quick = sorted(str(e.get("name")) for e in exps if e.get("preset") == "quick")
+    if not quick:
+        return ""
+    which = "every experiment" if len(quick) == len(exps) else f"{len(quick)} of {len(exps)} experiments"
+    return (f" This run used the quick preset ({which}): smaller sizes than the papers' protocol, so some checks are "
+            "decided only at the full preset.")
+
+
+def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note=""):
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
     inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
     findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
@@ -454,12 +536,13 @@ def _banner(all_checks, broken, skipped, n_exps, total_wall):
         head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
     n_bad = sum(1 for _, c in all_checks if verdict_of(c) != "pass")
     summary = (f"{counts_line([c for _, c in all_checks])}; {n_bad} not passed, {len(skipped)} experiments skipped; "
-               f"{n_exps} experiment(s), {total_wall:.1f} s of wall time.")
+               f"{n_exps} experiment(s); {time_text}.{preset_note}")
     items = []
     for label, rows in (("failed", failed), ("inconclusive", inconclusive), ("finding", findings)):
         for n, c in rows[:8]:
+            why = f": {inconclusive_reason(c)}" if label == "inconclusive" else ""
             items.append((label, n, f"{human(c['name'])} (value {_fmt(c.get('value'))}, needs "
-                                    f"{human(c.get('threshold', ''))})"))
+                                    f"{human(c.get('threshold', ''))}){why}"))
         if len(rows) > 8:
             items.append((label, "", f"and {len(rows) - 8} more {label} check(s), listed below"))
     for e in broken:
@@ -481,8 +564,9 @@ def write_report(outdir: str) -> tuple[str, str]:
     resolved = [(n, c) for n, c in all_checks if c.get("passed") and c.get("finding_resolved")]
     broken = [e for e in exps if e.get("problems")]
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
-    total_wall = sum(_seconds(e) for e in exps)
-    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), total_wall)
+    run, _ = _read_json(os.path.join(outdir, RUN_FILE), None)
+    colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), run_time_text(run, exps),
+                                               _preset_note(exps))
     power = any("power" in c for _, c in all_checks)
     groups = _groups(exps)
 
@@ -503,6 +587,9 @@ def write_report(outdir: str) -> tuple[str, str]:
             ("environment", "environment", True)) if show) + "</p>")
     md = ["# attnsvm reproduction report", "", f"**{headline}.** {summary}", ""]
     md += [f"- {label} {n + ': ' if n else ''}{text}" for label, n, text in items] + ([""] if items else [])
+    if any(str(c.get("name", "")).startswith("[RUN]") for _, c in all_checks):  # the tag, said once
+        h.append(f"<p class='small' id='run-tag'>{_e(RUN_TAG)}</p>")
+        md += [RUN_TAG, ""]
 
     # ---- unexpected failures first (usually none), then the contents by paper
     if failed:
@@ -639,8 +726,8 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
         md += [f"### Deviations from the paper's protocol ({len(devs)})", "", "| the paper's protocol | this run | why |",
                "|---|---|---|"]
         for d in devs:
-            h.append(f"<tr><td>{_e(human(d.get('spec')))}</td><td>{_e(human(d.get('here')))}</td>"
-                     f"<td>{_e(human(d.get('reason')))}</td></tr>")
+            h.append(f"<tr><td>{_text(d.get('spec'))}</td><td>{_text(d.get('here'))}</td>"
+                     f"<td>{_text(d.get('reason'))}</td></tr>")
             md.append(f"| {_md(d.get('spec'))} | {_md(d.get('here'))} | {_md(d.get('reason'))} |")
         h.append("</table></details>")
         md.append("")

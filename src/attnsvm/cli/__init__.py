@@ -177,9 +177,20 @@ def describe_problem(problem, tol: float = 1e-9) -> dict:
 @click.option("--tol", type=float, default=1e-9, show_default=True, help="Relative tolerance for score ties.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def info(problem_file, tol, as_json):
-    """Describe a problem file: shapes, attention mode, optimal tokens, ties, score gaps."""
+    """Describe a problem file (shapes, attention mode, optimal tokens, ties, score gaps) or a solution file
+    written by 'attnsvm solve -o' (status, norm, margin, certificate)."""
+    from attnsvm.cli.solve import (
+        archive_format, format_solution_summary, not_an_archive, solution_file_summary)
     from attnsvm.problem import TokenProblem
+    from attnsvm.svm import SOLUTION_FORMAT
 
+    wrong = not_an_archive(problem_file)
+    if wrong is not None:
+        raise UserError(wrong)
+    if archive_format(problem_file) == SOLUTION_FORMAT:
+        summary = solution_file_summary(problem_file)
+        click.echo(json.dumps(summary, indent=2) if as_json else format_solution_summary(summary))
+        return
     problem = TokenProblem.load(problem_file)
     summary = describe_problem(problem, tol=tol)
     if as_json:
@@ -254,7 +265,8 @@ def _sizes(text):
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
-@click.option("--n-sentences", type=int, default=256, show_default=True, help="Sentences to read selections from.")
+@click.option("--n-sentences", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Sentences to read selections from.")
 @click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
@@ -337,6 +349,7 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 def _print_summary(summary):
     """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
+    from attnsvm.report import inconclusive_reason, value_text
 
     v = count_verdicts(summary.checks)
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
@@ -346,15 +359,13 @@ def _print_summary(summary):
     for c in summary.checks:
         verdict = c.get("verdict") or ("pass" if c["passed"] else "fail")
         if verdict == "finding":
-            click.echo(f"  finding (listed, does not fail the run) {c['name']}: value {c['value']} {c['threshold']}",
-                       err=True)
+            click.echo(f"  finding (listed, does not fail the run) {c['name']}: value {value_text(c['value'])} "
+                       f"{c['threshold']}", err=True)
         elif verdict == "fail":
-            click.echo(f"  FAILED check {c['name']}: value {c['value']} {c['threshold']}", err=True)
+            click.echo(f"  FAILED check {c['name']}: value {value_text(c['value'])} {c['threshold']}", err=True)
         elif verdict == "inconclusive":
-            power = c.get("power")
-            why = ("power unknown: no planning sigma or alternative stated" if power is None else
-                   f"power {power:.2f} < 0.8 against {c.get('alternative') or 'its alternative'}")
-            click.echo(f"  inconclusive ({why}) {c['name']}: value {c['value']} {c['threshold']}", err=True)
+            click.echo(f"  inconclusive ({inconclusive_reason(c)}) {c['name']}: value {value_text(c['value'])} "
+                       f"{c['threshold']}", err=True)
         elif c.get("finding_resolved"):
             click.echo(f"  NOTE listed finding now passes (remove it from findings.txt): {c['name']}", err=True)
     for f in summary.failed:
@@ -496,10 +507,20 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
-    from attnsvm.experiments import build_config, registry
-    from attnsvm.report import write_report
-    from attnsvm.report import record_skipped
+    import time
 
+    from attnsvm.experiments import build_config, registry
+    from attnsvm.report import record_run, record_skipped, write_report
+
+    def cpu() -> float:  # this process and its finished children (the pool's workers)
+        try:
+            import resource
+        except ImportError:  # pragma: no cover - not POSIX: this process only
+            return time.process_time()
+        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    t0, cpu0 = time.perf_counter(), cpu()
     out = _outdir(out)
     reg = registry()
     names = list(only) if only else list(reg)
@@ -520,6 +541,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
                                 connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
                                 on_done=_print_summary)
     record_skipped(out, skipped, ran=[s.name for s in summaries])
+    record_run(out, time.perf_counter() - t0, cpu() - cpu0, [s.name for s in summaries], "quick" if quick else "full")
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
     _finish(summaries, skipped, allow_failures)
@@ -528,10 +550,21 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 @cli.command()
 @click.argument("outdir", type=click.Path(file_okay=False))
 def report(outdir):
-    """Write OUTDIR/report.html and report.md from finished experiments."""
-    from attnsvm.report import write_report
+    """Write OUTDIR/report.html and report.md from finished experiments (a probe's folder, written by
+    'attnsvm probe --out', has its own page, probe.html: named instead)."""
+    import os
+
+    from attnsvm.report import probe_folder, write_report
 
     outdir = _outdir(outdir)
+    page = probe_folder(outdir)
+    if page is not None:
+        if not os.path.isfile(page):
+            raise UserError(f"{printable(outdir)} is a probe's folder without its page {printable(page)}: run the same "
+                            "'attnsvm probe --out' command again (it reuses the stored heads and writes the page)")
+        click.echo(f"{printable(outdir)} is a probe's folder (attnsvm probe --out): its page is {printable(page)} "
+                   "(the reproduction report is for 'attnsvm reproduce' folders)")
+        return
     html_path, md_path = write_report(outdir)
     click.echo(f"report: {html_path} and {md_path}")
 

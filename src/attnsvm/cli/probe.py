@@ -14,7 +14,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.figures import heatmap_figure
-from attnsvm.real.probe_view import write_probe_view
+from attnsvm.real.probe_view import cost_items, write_probe_view
 
 
 #: the longest line ``--sentences`` accepts (characters); the model reads at most its position limit in tokens
@@ -72,7 +72,8 @@ _COLUMNS = ("columns: mean_selected = mean |O_i|, the tokens a query attends to 
             "its selections; corr_restricted = the same with W_h projected on what the sentences reveal;\n  "
             "corr_random_restricted = that cosine for random selections of the same sizes (the baseline); advantage = "
             "corr_restricted - baseline;\n  svm_status = optimal (certified) / optimal_inaccurate / infeasible (no "
-            "number: no matrix separates the selections); svm_gap = its relative duality gap")
+            "number: no matrix makes the selected tokens tie above the others, as the Gen-SVM requires);\n  "
+            "svm_gap = its relative duality gap")
 
 
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
@@ -162,6 +163,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         if problem is not None:
             raise StorageError(f"{summary.outdir}: {problem}")
         res = stored_result(cfg, summary.outdir, max_memory=max_memory, t0=t0)
+        res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
         stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
                   "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
                   "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
@@ -208,17 +210,13 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         elif query == "all":
                 lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)
-    sec = res.seconds
-    fwd = ("reused from an earlier probe of the same sentences in this process (not re-timed)"
-           if res.forward_cached or sec.get("forward_cached") else f"{sec['forward']:.1f} s")
     nnull = int(table["n_null"].sum() + table["n_null_dropped"].sum()) if "n_null" in table.columns else 0
-    null_s = float(table["null_seconds"].sum()) if "null_seconds" in table.columns else sec.get("nulls", 0.0)
     if "null_planned" in table.columns:  # the draws stopped early where no further one could change a verdict
         early = int((table["null_stop"].astype(str) != "all drawn").sum())
         nnull = f"{nnull} (of {int(table['null_planned'].sum())} planned; {early} heads stopped early)"
-    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; cost: forward {fwd}, "
-                 f"head and baseline SVMs {sec['svm']:.1f} s, {nnull} null-head SVMs {null_s:.1f} s, "
-                 f"total {sec['total']:.1f} s (wall)")
+    costs = cost_items(res.seconds, res.forward_cached, null_count=str(nnull))
+    lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; cost: "
+                 + "; ".join(f"{what} {how}" for what, how in costs))
     if agreement is not None:
         lines += ["", "agreement with the SVM by the number of sentences m in it (mean over the layer's heads):",
                   f"{'layer':>5}  {'m':>6}  {'corr_restricted':>15}  {'random':>8}  {'above':>7}  {'certified':>9}"]

@@ -12,7 +12,8 @@ from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
 
-__all__ = ["run_solve", "read_selection_file", "format_solution", "describe_selection"]
+__all__ = ["run_solve", "read_selection_file", "format_solution", "describe_selection", "archive_format",
+           "solution_file_summary", "format_solution_summary", "not_an_archive"]
 
 
 def read_selection_file(path: str) -> np.ndarray:
@@ -197,3 +198,87 @@ def describe_selection(problem, select, arr, sol: SVMSolution, norm: str) -> tup
     if is_locally_optimal(problem, arr, norm=norm, solution=sol):
         return what, "locally optimal (each selected token scores above all of its support tokens), not global"
     return what, "neither (a support token scores at least as high as the selected token of its sample)"
+
+
+#: what ``attnsvm info`` reads, said when it is given another kind of file
+INFO_READS = ("info reads the .npz archives that 'attnsvm generate -o' (problems) and 'attnsvm solve -o' "
+              "(solutions) write, or TokenProblem.save / SVMSolution.save")
+
+
+def not_an_archive(path: str) -> str | None:
+    """None when ``path`` starts like a NumPy file (.npz or .npy); else the one-line error ``attnsvm info``
+    gives, naming what the file looks like (:func:`attnsvm.npzfile.file_description`), e.g.
+    "probe.csv is a CSV table; info reads the .npz archives ..."."""
+    from attnsvm.npzfile import file_description, file_kind, input_file
+
+    path = input_file(path)
+    try:
+        kind = file_kind(path)
+    except OSError as exc:
+        raise ValidationError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if kind != "other":
+        return None
+    what = file_description(path)
+    return f"{printable(path)} is {what if what.startswith('not ') else what + ', not an .npz archive'}; {INFO_READS}"
+
+
+def archive_format(path: str) -> str | None:
+    """The ``format`` tag of an .npz archive (``"attnsvm.TokenProblem"``, ``"attnsvm.SVMSolution"``), or None
+    when it has none or is no .npz archive; reads only that member (a ProblemFileError for a file that is no readable archive)."""
+    from attnsvm.npzfile import file_kind, input_file, npz_headers, read_npz_arrays
+
+    path = input_file(path)
+    if file_kind(path) != "npz":
+        return None
+    headers = npz_headers(path)
+    if "format" not in headers or headers["format"][2] > 1 << 16:
+        return None
+    tag = read_npz_arrays(path, ["format"])["format"]
+    return str(tag) if tag.shape == () and tag.dtype.kind == "U" else None
+
+
+def solution_file_summary(path: str) -> dict:
+    """The summary a solution file stores (:meth:`attnsvm.svm.SVMSolution.to_dict`, written by ``solve -o``),
+    plus ``file``. Raises :class:`attnsvm.errors.ProblemFileError` when the file is no solution file."""
+    from attnsvm.errors import ProblemFileError
+    from attnsvm.npzfile import read_npz
+    from attnsvm.svm import SOLUTION_FORMAT
+
+    def check(data):
+        fmt = data.get("format")
+        if fmt is None or fmt.shape != () or str(fmt) != SOLUTION_FORMAT:
+            raise ProblemFileError(f"{path!r} is not an attnsvm solution file (missing format tag {SOLUTION_FORMAT!r})")
+
+    data = read_npz(path, first=("format", "summary_json"), check_first=check)
+    raw = data.get("summary_json")
+    try:
+        # + 0.0: no -0.0 (files written before solutions' JSON dropped the sign of zero)
+        summary = json.loads(str(raw), parse_float=lambda t: float(t) + 0.0) \
+            if raw is not None and raw.shape == () else None
+    except ValueError:
+        summary = None
+    if not isinstance(summary, dict):
+        raise ProblemFileError(f"{path!r} is a solution file without a readable summary (summary_json)")
+    return {"file": os.fspath(path), **summary}
+
+
+def format_solution_summary(summary: dict) -> str:
+    """The text ``attnsvm info`` prints for a solution file (from :func:`solution_file_summary`)."""
+    def num(key, source=summary):
+        v = source.get(key)
+        return "n/a" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+    cert = summary.get("certificate") if isinstance(summary.get("certificate"), dict) else {}
+    shape = summary.get("solution_shape")
+    lines = [f"solution      {printable(summary['file'])} (written by 'attnsvm solve -o')",
+             f"status        {printable(str(summary.get('status')))}",
+             f"formulation   {printable(str(summary.get('formulation')))}",
+             f"norm          {printable(str(summary.get('norm')))}",
+             f"norm value    {num('norm_value')}",
+             f"min margin    {num('min_margin')}",
+             f"support       {num('n_support')} of {num('n_constraints')} constraints",
+             f"max violation {num('max_violation', cert)} (relative)",
+             f"duality gap   {num('duality_gap', cert)} (relative)"]
+    if isinstance(shape, list):
+        lines.append(f"solution      shape {' x '.join(str(int(k)) for k in shape)}")
+    return "\n".join(lines)

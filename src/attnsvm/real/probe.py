@@ -339,7 +339,8 @@ def result_of(setup: ProbeSetup, table, view: dict, support: dict, seconds: dict
 
 def format_table(table, columns=None) -> str:
     """Plain-text table of a probe (one line per head): with null heads the verdict first, the
-    random-selection baseline after it (secondary)."""
+    random-selection baseline after it (secondary). A value that is no number reads "no SVM" in the row of a
+    head without one (no finite ``corr_restricted``), else "none"."""
     if columns is None:
         names = (("layer", "head", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
                   "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
@@ -351,9 +352,12 @@ def format_table(table, columns=None) -> str:
     lines = [head]
     for _, r in table[columns].astype(object).iterrows():  # object: integer columns stay integers
         cells = []
+        no_svm = "corr_restricted" in table.columns and not np.isfinite(float(table.at[r.name, "corr_restricted"]))
         for c in columns:
             v = r[c]
-            if isinstance(v, (float, np.floating)):
+            if isinstance(v, (float, np.floating)) and not np.isfinite(v):  # words, never nan / inf
+                cells.append(f"{'no SVM' if no_svm else 'none':>{width[c]}}")
+            elif isinstance(v, (float, np.floating)):
                 fmt = ".1e" if c in ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper",
                                      "q_lower") else ".4f"
                 cells.append(f"{v:>{width[c]}{fmt}}")

@@ -230,6 +230,9 @@ def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=
     if not 0.0 < float(threshold) <= 1.0:
         raise ValidationError(f"threshold must lie in (0, 1], got {threshold!r}")
     if sentences is None:
+        if isinstance(n_sentences, (bool, np.bool_)) or not isinstance(n_sentences, (int, np.integer)) \
+                or n_sentences < 1:
+            raise ValidationError(f"n_sentences (--n-sentences) must be an integer >= 1, got {n_sentences!r}")
         sentences = corpus_sentences(n_sentences, seed)
     sentences = check_sentences(sentences)
     model = resolve_model(model, max_memory)

@@ -49,6 +49,7 @@ import numpy as np
 
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
+from attnsvm.real.verdict import no_svm_reason
 
 __all__ = ["ROLES", "PROBE_VERDICTS", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
            "head_reason"]
@@ -100,16 +101,30 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _num(value, fmt: str = ".4f") -> str:
+def _num(value, fmt: str = ".4f", missing: str = "no value") -> str:
+    """``value`` formatted with ``fmt``; words for what is not a number (never "nan" or "inf" on the page):
+    ``missing`` for NaN or None, "unbounded" for an infinity."""
+    if value is None:
+        return _e(missing)
     try:
         value = float(value)
     except (TypeError, ValueError):
         return _e(value)
     if math.isnan(value):
-        return "nan"
+        return _e(missing)
     if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+        return "unbounded" if value > 0 else "unbounded below"
     return format(value, fmt)
+
+
+def _has_number(r) -> bool:
+    """Whether a probe row has a head-vs-SVM number (``corr_restricted`` finite): False for a head without a
+    certified SVM."""
+    v = r.get("corr_restricted") if hasattr(r, "get") else None
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
 def _shade(att: float) -> str:
@@ -191,8 +206,9 @@ def _grid(table, key: str, lim: float, layers, heads, title: str) -> str:
     def cell(l, h, r):
         v = float(r[key])
         bg, fg = _diverging(v, lim) if lim > 0 else ("#eeeeee", "#222")
-        tip = f"layer {l}, head {h}: {key} {_num(v)}" + (f". {head_reason(r)}" if v != v else "")
-        return bg, fg, tip, _num(v, '.2f'), ""
+        word = "no SVM" if not _has_number(r) else "none"
+        tip = f"layer {l}, head {h}: {key} {_num(v, missing=word)}" + (f". {head_reason(r)}" if v != v else "")
+        return bg, fg, tip, _num(v, '.2f', missing=word), ""
 
     return _layer_head_table(table, layers, heads, f"grid-{key}", title, cell)
 
@@ -210,9 +226,12 @@ def _verdict_grid(table, layers, heads) -> str:
         bg, fg = VERDICT_COLOURS.get(v, ("#eeeeee", "#777"))
         p = float(r.get("p_upper", float("nan")))
         text = "-" if p != p else (_num(p, ".0e") if p < 0.01 else _num(p, ".2f"))
-        tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
-               f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
-               f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
+        if _has_number(r):
+            tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
+                   f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
+                   f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
+        else:
+            tip = f"layer {l}, head {h}: {v}, so no p-value. {head_reason(r)}"
         return bg, fg, tip, text, f" data-verdict='{_e(v)}'"
 
     caption = ("verdict (cell: p_upper; red beyond null, blue below, white not distinguishable, grey no SVM)")
@@ -266,11 +285,27 @@ def _sentence_html(result, layer: int, head: int, i: int) -> str:
             f"<div class='toks'>{''.join(spans)}</div></div>")
 
 
+def _no_svm_html(result, r) -> str:
+    """A head without a certified SVM in words: what has no value and why (:func:`head_reason`), the random
+    baseline it cannot be compared with, the solver's status (no nan, inf or advantage shown)."""
+    verdict = r.get("verdict") if isinstance(r.get("verdict"), str) else "no SVM"
+    m = int(result.config.get("svm_sentences", 0))
+    base = r.get("corr_random_restricted")
+    return (f"<p class='score'>verdict <b>{_e(verdict)}</b>: this head has no certified SVM on its {m} SVM sentences, "
+            "so there is no corr_restricted to compare with null heads or with random selections (no p-value, no "
+            f"advantage). Random selections of the same sizes give corr_restricted {_num(base)}.</p>"
+            + _kv([("SVM status", _e(r.get("svm_status"))), ("relative duality gap", _num(r.get("svm_gap"), ".2e")),
+                   ("random baselines", f"{_e(r.get('random_status', ''))}")])
+            + f"<p class='reason'>{_e(head_reason(r))}</p>")
+
+
 def _head_section(result, r, n_show: int) -> str:
     l, h = int(r["layer"]), int(r["head"])
     out = [f"<section id='{head_anchor(l, h)}' class='head' data-layer='{l}' data-head='{h}'>"
            f"<h3>Layer {l}, head {h} <a class='small' href='#top'>(back to the heat map)</a></h3>"]
-    if "advantage" in r.index:
+    if "advantage" in r.index and not _has_number(r):
+        out.append(_no_svm_html(result, r))
+    elif "advantage" in r.index:
         adv = float(r["advantage"])
         cls = "above" if adv > 0 else "below"
         if "verdict" in r.index and isinstance(r["verdict"], str):
@@ -371,11 +406,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("<h2>Run</h2><div class='maps'>")
     h.append(_kv([("model", _e(model)), ("family", _e(family))] + [(key, _e(v)) for key, v in cfg.items()
                                                                  if key not in ("model", "family")], "config"))
-    timing = [(f"{key} (s)", _num(v, ".2f")) for key, v in sec.items() if not isinstance(v, (bool, np.bool_))]
-    if getattr(result, "forward_cached", False) or sec.get("forward_cached") is True:
-        timing = [(k, "cached (reused from the previous probe of the same sentences)" if k == "forward (s)" else v)
-                  for k, v in timing]
-    h.append(_kv(timing, "timings"))
+    h.append(_kv([(k, _e(v)) for k, v in cost_items(sec, getattr(result, "forward_cached", False))], "timings"))
     h.append("</div>")
     h.append("<h2>Per layer</h2>" + _layer_summary(table))
     h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head, each with the probe's own query; the SVM "
@@ -407,6 +438,33 @@ def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentenc
     return path
 
 
+# ------------------------------------------------------------------ costs
+def cost_items(seconds: dict, forward_cached: bool = False, null_count: str = "") -> list[tuple[str, str]]:
+    """A probe's costs in words, ``[(what, how long), ...]``: the one reading of :attr:`ProbeResult.seconds` that
+    the terminal (``attnsvm probe``) and probe.html's run table share.
+
+    ``seconds``: ``forward``, ``forward_cached``, ``svm`` and ``nulls`` (the heads' and null heads' SVM time,
+    summed over heads), ``total`` (this command's wall clock); a stored probe (``--out``) adds ``tasks_computed``
+    and ``tasks_reused`` (tasks this command ran / found stored by an earlier run: their SVM times are from when
+    they ran, so the sums can exceed ``total``). ``null_count``: the null heads' count, put before their label."""
+    computed, reused = seconds.get("tasks_computed"), seconds.get("tasks_reused")
+    stored = computed is not None or reused is not None
+    if forward_cached or seconds.get("forward_cached") is True:
+        fwd = ("computed inside the heads' tasks (part of their time)" if stored and computed else
+               "reused from an earlier forward pass of the same sentences in this process (not re-timed)")
+    else:
+        fwd = f"{float(seconds.get('forward', 0.0)):.1f} s"
+    summed = " (task time summed over heads)" if stored else ""
+    items = [("forward pass", fwd), ("head and baseline SVMs", f"{float(seconds.get('svm', 0.0)):.1f} s{summed}"),
+             (f"{null_count} null-head SVMs".strip(), f"{float(seconds.get('nulls', 0.0)):.1f} s{summed}")]
+    if reused:
+        items.append(("stored tasks reused", f"{int(reused)} of {int(reused) + int(computed or 0)} (stored by an earlier "
+                                             "run of the same probe: their SVM times above are from that run, not this "
+                                             "command)"))
+    items.append(("this command", f"{float(seconds.get('total', 0.0)):.1f} s wall clock"))
+    return items
+
+
 # ------------------------------------------------------------------ verdict, reasons, explorer
 #: the verdicts a probe row can carry (a null distribution of the score exists), in the order counted
 PROBE_VERDICTS = ("beyond null", "not distinguishable", "below null", "no SVM")
@@ -425,10 +483,9 @@ def head_reason(r) -> str:
     corr = get("corr_restricted")
     nan = corr is None or (isinstance(corr, float) and corr != corr)
     if status == "infeasible":
-        return ("No number: the SVM of this head's selections is infeasible. No key-query matrix gives every selected "
-                "token a higher score than the other tokens of its sentence by a margin (for instance, two sentences "
-                "present the same token states but the head selects differently), so there is no max-margin "
-                "direction to compare the head with; the nuclear norm is reported as inf.")
+        return ("No number: the SVM of this head's selections is " + no_svm_reason("infeasible")
+                + ". So there is no max-margin direction to compare the "
+                "head with; this is no evidence against the head.")
     if status == "optimal_inaccurate":
         return ("No number: the solver stopped without a certificate (duality gap or violation above tolerance), "
                 "so the SVM direction is not trusted and its correlation is withheld.")

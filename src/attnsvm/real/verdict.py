@@ -320,7 +320,9 @@ def no_svm_reason(status: str, selected_all: bool = False) -> str:
     if selected_all:
         return "all candidates selected: W = 0"
     if status == "infeasible":
-        return "infeasible: no bilinear W separates the selections (Farkas certificate)"
+        return ("infeasible: the Gen-SVM asks every selected token of a sentence to tie (equal scores) and beat the "
+                "sentence's other tokens by a margin, and no key-query matrix does that on these sentences (Farkas "
+                "certificate); the head's own scores need not tie, so the head has no SVM to be compared with")
     return f"SVM not certified (status {status})"
 
 
@@ -402,20 +404,24 @@ def verdict_summary(table) -> str:
     """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
     against the spectrum nulls' mean, and the random-selection baseline (secondary); then all heads.
     Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
+    def mean(col) -> str:  # words where no head has a value (never "nan")
+        v = float(col.mean()) if col.notna().any() else float("nan")
+        return f"{v:.4f}" if np.isfinite(v) else "none (no head has a value)"
+
     lines = []
     groups = list(table.groupby("layer")) + [("all", table)]
     for layer, g in groups:
         lab = f"layer {int(layer)}" if layer != "all" else "all layers"
-        base = (f"random-selection baseline {g['corr_random_restricted'].mean():.4f} "
+        base = (f"random-selection baseline {mean(g['corr_random_restricted'])} "
                 f"({int((g['advantage'] > 0).sum())}/{len(g)} above)" if "corr_random_restricted" in g.columns else "")
         if "verdict" in g.columns:
             c = verdict_counts(g)
             lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
                          f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
-                         f"{g['corr_restricted'].mean():.4f} vs spectrum nulls {g['null_mean'].mean():.4f}; "
+                         f"{mean(g['corr_restricted'])} vs spectrum nulls {mean(g['null_mean'])}; "
                          f"secondary: {base}")
         else:
-            lines.append(f"{lab}: corr_restricted {g['corr_restricted'].mean():.4f}, {base} (no null heads: no verdict)")
+            lines.append(f"{lab}: corr_restricted {mean(g['corr_restricted'])}, {base} (no null heads: no verdict)")
     if "null_stop_proven" in table.columns and not table["null_stop_proven"].astype(bool).all():
         bad = table[~table["null_stop_proven"].astype(bool)]
         lines.append(f"WARNING: {len(bad)} verdict(s) NOT proven equal to those of all null draws ("

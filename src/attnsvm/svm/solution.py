@@ -195,8 +195,9 @@ class Certificate:
 
 
 def _jsonable(x):
+    """A JSON value: finite floats as floats (never -0.0: ``x + 0.0`` is +0.0), non-finite ones as None."""
     if isinstance(x, (float, np.floating)):
-        x = float(x)
+        x = float(x) + 0.0
         return x if np.isfinite(x) else None
     return x
 
@@ -320,7 +321,7 @@ class SVMSolution:
         if sol is not None:
             out["solution_shape"] = list(sol.shape)
             if sol.size <= 64:
-                out["solution"] = np.asarray(sol).tolist()
+                out["solution"] = (np.asarray(sol, dtype=np.float64) + 0.0).tolist()  # + 0.0: no -0.0
         return out
 
     def to_json(self) -> str:

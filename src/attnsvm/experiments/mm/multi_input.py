@@ -416,6 +416,8 @@ class MultiInput(Experiment):
 
     # ------------------------------------------------------------------ plot
     def plot(self, config, table, outdir):
+        # legends at fixed corners (where "best" put them): "best" searches every vertex of the long NGD/GD paths,
+        # which took up to 0.4 s per legend on an idle machine and over matplotlib's 1 s warning during reproduce
         prob = mm_multi_input()
         svm = table[table["record"] == "svm"].set_index("variant")
         pm = svm.loc["model-W", ["p0", "p1"]].to_numpy(float)
@@ -442,7 +444,7 @@ class MultiInput(Experiment):
         ax.plot(line[:, 0], line[:, 1], ":", color="0.4", lw=1.4, label="separating hyperplane")
         ax.set_aspect("equal", adjustable="datalim")
         label_axes(ax, "key coordinate 1", "key coordinate 2",
-                   f"(a) keys and NGD paths (scaled x{scale:.3f}), 6 inits", legend=7, grid="major")
+                   f"(a) keys and NGD paths (scaled x{scale:.3f}), 6 inits", legend=7, grid="major", loc="upper right")
         ax = axes[1]
         for opt, color in (("ngd", "red"), ("gd", "blue")):
             for prec, ls in (("float64", "-"), ("float32", "--")):
@@ -451,7 +453,7 @@ class MultiInput(Experiment):
                 if len(g):
                     ax.plot(g["step"], g["prob_opt"], color=color, ls=ls, label=f"{opt.upper()} ({prec})")
         label_axes(ax, "iteration", "mean softmax probability of the optimal tokens",
-                   "(b) softmax probability, p(0) = 0", legend=8, grid="major")
+                   "(b) softmax probability, p(0) = 0", legend=8, grid="major", loc="lower right")
         ax = axes[2]
         for opt, color in (("ngd", "red"), ("gd", "blue")):
             g = tr[(tr["optimizer"] == opt) & (tr["precision"] == "float64") & (tr["init_x"] == 0.0)
@@ -460,7 +462,7 @@ class MultiInput(Experiment):
         ax.set_xscale("log")
         ax.set_yscale("log")
         label_axes(ax, "iteration t (log scale)", "||p(t)|| (log scale)",
-                   "(c) norm growth: NGD ~ eta t, GD ~ c log t", legend=8, grid="both")
+                   "(c) norm growth: NGD ~ eta t, GD ~ c log t", legend=8, grid="both", loc="upper left")
         return save_figure(fig, outdir, "mm_multi_input")
 
     def explain(self, config, table):

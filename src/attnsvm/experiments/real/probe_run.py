@@ -115,6 +115,9 @@ def combine(config, table):
 
     if table.empty or "part" not in table.columns:
         return table
+    # layer and head stay integers: a task that stored no rows (a head without an SVM draws no nulls) is a
+    # zero-row shard, and concatenating it made them float (printed "3.0000  0.0000", stored "3.0,0.0")
+    table = table.astype({c: "int64" for c in ("layer", "head") if c in table.columns})
     nulls = table[table["part"] == "null"]
     null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds", "source")
                  if c in table]
@@ -270,13 +273,14 @@ def stored_result(config: ProbeConfig, outdir: str, *, max_memory=None, t0: floa
                           max_length=config.max_length, model=config.model, max_memory=max_memory)
     view = view_arrays(setup, config.view_sentences)
     table = combine(config, table)
-    support, svm = {}, 0.0
+    support, svm, nulls = {}, 0.0, 0.0
     if not table.empty:
         table = table.sort_values(["layer", "head"], ignore_index=True)
         if "view_support" in table.columns:
             support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
                        for r in table.itertuples() if r.view_support != "[]"}
         svm = float(table["seconds_svm"].sum()) if "seconds_svm" in table.columns else 0.0
+        nulls = float(table["null_seconds"].sum()) if "null_seconds" in table.columns else 0.0
         table = table.drop(columns=[c for c in ("view_support", "seconds_svm") if c in table.columns])
     n = len(setup.sentences)
     cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=config.query,
@@ -284,6 +288,6 @@ def stored_result(config: ProbeConfig, outdir: str, *, max_memory=None, t0: floa
                baseline_draws=int(config.baseline_draws), seed=int(setup.seed), max_length=int(setup.max_length))
     if getattr(setup.model, "name", "") != "MiniLM":
         cfg.update(model=setup.model.path, family=setup.model.family.name)
-    seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": svm, "nulls": 0.0,
+    seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": svm, "nulls": nulls,
                "total": time.perf_counter() - t0}
     return result_of(setup, table, view, support, seconds, cfg)
