@@ -497,10 +497,12 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
     from attnsvm.experiments import build_config, registry
-    from attnsvm.report import write_report
-    from attnsvm.report import record_skipped
+    from attnsvm.report import record_skipped, skipped_file_problem, write_report
 
     out = _outdir(out)
+    problem = skipped_file_problem(out)    # found now, not after computing everything
+    if problem is not None:
+        raise ValidationError(problem)
     reg = registry()
     names = list(only) if only else list(reg)
     for name in names:
