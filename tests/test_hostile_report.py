@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+from sealed_folder import seal
 
 from attnsvm import report as rp
 from attnsvm.errors import ValidationError
@@ -67,6 +68,7 @@ def _folder(root, name="exp-one", checks=None, **meta):
     m.update(meta)
     (d / "meta.json").write_text(json.dumps(m))
     (d / "checks.json").write_text(json.dumps([_check()] if checks is None else checks))
+    seal(d)
     return d
 
 

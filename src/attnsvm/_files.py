@@ -129,13 +129,13 @@ def loads_json(raw: bytes, max_depth: int = 64, max_digits: int = 100):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        raise ValueError(f"UnicodeDecodeError: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
     try:
         value = json.loads(text, parse_int=parse_int)
     except RecursionError:
         raise ValueError(f"its values nest more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
+        raise ValueError(f"JSONDecodeError: {exc}") from None
     if nesting_depth(value, max_depth) > max_depth:
         raise ValueError(f"its values nest more than {max_depth} levels deep")
     return _replace_surrogates(value) if _SURROGATE_ESCAPE.search(raw) else value

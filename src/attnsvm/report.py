@@ -25,6 +25,7 @@ checksum or whose ``checks.json`` is not the one the run wrote with it
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
@@ -36,6 +37,8 @@ from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, 
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
+#: the seal of skipped.json: ``sha256:<hex>`` of its bytes, written with it by :func:`record_skipped`
+SKIPPED_SEAL = "skipped.sha256"
 #: the largest meta.json, checks.json, skipped.json or config.yaml the report reads (bytes)
 MAX_JSON_BYTES = 64 << 20
 #: the deepest nesting of arrays and objects read from them (the run writes at most 5 levels)
@@ -75,14 +78,24 @@ def _number(value):
 
 
 def _load(expdir: str) -> dict | None:
+    """The folder's meta with its ``checks``, ``problems`` (its checks are then not counted) and ``warnings``
+    (what is shown unverified); None for a folder that holds no run (no meta.json, checks.json or results)."""
+    from attnsvm.runner import CHECKS_FILE, RESULTS_FILE, results_seal
+
     meta_path = os.path.join(expdir, "meta.json")
-    if not os.path.lexists(meta_path):
+    if not any(os.path.lexists(os.path.join(expdir, f)) for f in ("meta.json", CHECKS_FILE, RESULTS_FILE)):
         return None
     meta, err = _read_json(meta_path, None)
     problems = []
+    if not os.path.lexists(meta_path):
+        err = "meta.json is missing (removed after the run?); re-run the experiment"
     if not isinstance(meta, dict):
         problems.append(err or "meta.json does not hold a JSON object; re-run the experiment")
         meta = {"name": os.path.basename(expdir)}
+    if meta.get("name", os.path.basename(expdir)) != os.path.basename(expdir):
+        problems.append(f"meta.json names experiment {human(meta['name'])!r:.80}, not the folder's "
+                        f"{os.path.basename(expdir)!r} (copied from another folder); re-run the experiment")
+        meta["name"] = os.path.basename(expdir)
     for key in ("wall_seconds",):
         if key in meta and meta[key] is not None and _number(meta[key]) is None:
             problems.append(f"meta.json: {key} is {meta[key]!r}, not a number; re-run the experiment")
@@ -103,14 +116,13 @@ def _load(expdir: str) -> dict | None:
     if not isinstance(checks, list) or not all(isinstance(c, dict) and "name" in c and "passed" in c for c in checks):
         problems.append("checks.json does not hold a list of checks; re-run the experiment")
         checks = []
-    from attnsvm.runner import results_problem
-
-    sealed = results_problem(expdir)
+    sealed, unverified = results_seal(expdir)
     if sealed is not None:      # its checks are not the run's: shown as the problem, never counted as verdicts
         problems.append(sealed)
         checks = []
     meta["checks"] = checks
     meta["problems"] = problems
+    meta["warnings"] = [unverified] if unverified and not problems else []
     cfg = meta.get("config")
     if isinstance(cfg, dict):
         import yaml
@@ -138,8 +150,32 @@ def skipped_file_problem(outdir: str) -> str | None:
     return f"cannot record the skipped experiments in {path!r}: it is {kind}, not a regular file; remove it"
 
 
+def skipped_seal_warning(outdir: str) -> str | None:
+    """Why ``OUT/skipped.json`` is shown unverified: it does not match its seal ``OUT/skipped.sha256`` (edited
+    after :func:`record_skipped` wrote it, e.g. an experiment removed from it), has no seal (an earlier attnsvm
+    wrote it), or was removed while its seal is there; None when it matches or neither is there."""
+    path, seal_path = os.path.join(outdir, SKIPPED_FILE), os.path.join(outdir, SKIPPED_SEAL)
+    has_list, has_seal = os.path.lexists(path), os.path.lexists(seal_path)
+    if not has_list:
+        return (f"{SKIPPED_FILE} was removed after the run (its seal {SKIPPED_SEAL} is there): which experiments "
+                "were skipped is unknown") if has_seal else None
+    if not has_seal:
+        return (f"{SKIPPED_FILE} is not sealed (written by an earlier attnsvm, or its seal {SKIPPED_SEAL} was "
+                "removed): the skipped experiments are shown unverified")
+    try:
+        actual = "sha256:" + hashlib.sha256(read_regular(path, MAX_JSON_BYTES)).hexdigest()
+        stored = read_regular(seal_path, 200).decode("ascii", "replace").strip()
+    except OSError as exc:
+        return f"cannot verify {SKIPPED_FILE} against {SKIPPED_SEAL} ({exc.strerror or exc})"
+    if actual != stored:
+        return (f"{SKIPPED_FILE} changed after the run (its digest {actual[7:19]}... is not the {stored[7:19]}... "
+                f"of {SKIPPED_SEAL}): the experiments it lists as skipped may not be the run's")
+    return None
+
+
 def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
-    """Keep ``OUT/skipped.json`` current: add ``skipped`` experiments, drop those that ``ran``.
+    """Keep ``OUT/skipped.json`` current: add ``skipped`` experiments, drop those that ``ran``; seal it in
+    ``OUT/skipped.sha256`` (:func:`skipped_seal_warning`).
 
     Raises :class:`~attnsvm.errors.ValidationError` when it cannot be written (:func:`skipped_file_problem`)."""
     os.makedirs(outdir, exist_ok=True)
@@ -152,8 +188,10 @@ def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
     names = {s["name"] for s in skipped} | set(ran)
     merged = [s for s in old if isinstance(s, dict) and s.get("name") not in names] + list(skipped)
     data = json.dumps(merged, indent=2).encode("utf-8")
+    seal = ("sha256:" + hashlib.sha256(data).hexdigest() + "\n").encode("ascii")
     try:
         atomic_write(path, lambda fh: fh.write(data))
+        atomic_write(os.path.join(outdir, SKIPPED_SEAL), lambda fh: fh.write(seal))
     except OSError as exc:
         raise ValidationError(f"cannot record the skipped experiments in {path!r}: {oserror_text(exc, path)}") from None
 
@@ -550,6 +588,9 @@ def write_report(outdir: str) -> tuple[str, str]:
         if err else []
     if not err and not isinstance(skipped, list):
         warnings.append(("", f"{SKIPPED_FILE} does not hold a list; the experiments it lists as skipped are unknown"))
+    seal = None if err else skipped_seal_warning(outdir)
+    warnings += [("", seal)] if seal else []
+    warnings += [(e["name"], w) for e in exps for w in e.get("warnings", [])]
     skipped = [s for s in (skipped if isinstance(skipped, list) else []) if isinstance(s, dict)]
     all_checks = [(e["name"], c) for e in exps for c in e["checks"]]
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
@@ -692,6 +733,9 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     for p in e.get("problems", []):
         h.append(f"<p class='fail'>{_e(p)}</p>")
         md += [f"**{_md(p)}**", ""]
+    for w in e.get("warnings", []):
+        h.append(f"<p class='finding'>warning: {_e(w)}</p>")
+        md += [f"*warning: {_md(w)}*", ""]
     for fig in e.get("figures", []) or []:
         if isinstance(fig, str) and fig.endswith(".png"):
             src = f"{e['dir']}/{fig}"
