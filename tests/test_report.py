@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from sealed_folder import seal
 
 from attnsvm.report import counts_line, human, markdown_html, takeaway, verdict_of, write_report
 
@@ -27,6 +28,7 @@ def _folder(root, name, checks, **meta):
     (d / "meta.json").write_text(json.dumps(m))
     (d / "checks.json").write_text(json.dumps(checks))
     (d / "fig.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    seal(d)
     return d
 
 

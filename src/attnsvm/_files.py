@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
+import re
 import secrets
 import stat
 import unicodedata
 from typing import BinaryIO, Callable
 
-__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "not_regular", "open_lock", "oserror_text",
-           "printable"]
+__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "loads_json", "nesting_depth", "not_regular",
+           "open_lock", "oserror_text", "printable", "read_regular"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -60,6 +62,83 @@ def not_regular(path: str, follow: bool = True) -> str | None:
     if stat.S_ISREG(st.st_mode):
         return None
     return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def read_regular(path: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (a link to one is followed), read without ever blocking on what is
+    not one: ``OSError`` saying what it is (a fifo, a device such as ``/dev/zero``, a folder) before anything is
+    read, or that it holds more than ``limit`` bytes (None: no limit)."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", path)
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)     # what was opened, in case it was swapped after the check above
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", path)
+        if limit is not None and st.st_size > limit:
+            raise OSError(errno.EFBIG, f"it holds {st.st_size} bytes, more than the {limit} read", path)
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise OSError(errno.EFBIG, f"it holds more than the {limit} bytes read (it grew while read)", path)
+    return data
+
+
+def nesting_depth(obj, limit: int) -> int:
+    """Nesting depth of a JSON value (a scalar: 1), counted without recursion (a hostile value cannot exhaust
+    the stack) and only up to the first level beyond ``limit``: a result above ``limit`` means too deep."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            break
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+    return deepest
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _replace_surrogates(value):
+    """``value`` (nesting already bounded) with every lone surrogate of its texts replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
+            "\ud800" <= c <= "\udfff" for c in value) else value
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    return value
+
+
+def loads_json(raw: bytes, max_depth: int = 64, max_digits: int = 100):
+    """The JSON value of the UTF-8 bytes ``raw``, read defensively: ``ValueError`` with a one-line reason when
+    they are not UTF-8 JSON, nest arrays and objects more than ``max_depth`` levels deep, or spell an integer
+    with more than ``max_digits`` digits (Python would refuse past 4300 digits with a traceback); a lone
+    surrogate escape (``"\\ud800"``, which no file can encode) becomes U+FFFD."""
+    def parse_int(text: str) -> int:
+        if len(text.lstrip("-")) > max_digits:
+            raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {max_digits} are read)")
+        return int(text)
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"UnicodeDecodeError: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+    try:
+        value = json.loads(text, parse_int=parse_int)
+    except RecursionError:
+        raise ValueError(f"its values nest more than {max_depth} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"JSONDecodeError: {exc}") from None
+    if nesting_depth(value, max_depth) > max_depth:
+        raise ValueError(f"its values nest more than {max_depth} levels deep")
+    return _replace_surrogates(value) if _SURROGATE_ESCAPE.search(raw) else value
 
 
 def printable(text, keep: str = "") -> str:

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from attnsvm.errors import ValidationError
+from attnsvm.memory import require_memory
 from attnsvm.problem import TokenProblem
 
 
@@ -45,7 +46,18 @@ def _unit_rows(A: np.ndarray) -> np.ndarray:
     return A / np.linalg.norm(A, axis=-1, keepdims=True)
 
 
-def random_problem(n: int, T: int, d: int, seed: int = 0, *, mode: str = "cross", rng: str = "numpy") -> TokenProblem:
+#: below this many bytes an instance is not checked against the default memory limit (reading the available
+#: memory costs about 0.15 ms, a quarter of drawing a small instance; experiments draw thousands)
+_UNCHECKED_BYTES = 1 << 28
+
+
+def _require_memory(nbytes: float, what: str, max_memory) -> None:
+    if max_memory is not None or nbytes > _UNCHECKED_BYTES:
+        require_memory(nbytes, what, max_memory)
+
+
+def random_problem(n: int, T: int, d: int, seed: int = 0, *, mode: str = "cross", rng: str = "numpy",
+                   max_memory=None) -> TokenProblem:
     """The papers' random model ("RD").
 
     Head ``v`` and every token ``x_it`` and query ``z_i`` are standard Gaussian
@@ -62,6 +74,9 @@ def random_problem(n: int, T: int, d: int, seed: int = 0, *, mode: str = "cross"
         first token as the query (``query_index = 0``; no Z is drawn).
     rng : {"numpy", "torch"}
         Random stream; "torch" reproduces the official notebooks' instances.
+    max_memory : int or str, optional
+        Memory limit (default: the package's, :mod:`attnsvm.memory`): an instance whose arrays would need more
+        raises :class:`~attnsvm.errors.ResourceLimitError` before anything is drawn.
 
     Returns
     -------
@@ -69,6 +84,8 @@ def random_problem(n: int, T: int, d: int, seed: int = 0, *, mode: str = "cross"
     """
     n, T, d = _check_size(n, "n", 1), _check_size(T, "T", 2), _check_size(d, "d", 1)
     seed = _check_seed(seed)
+    # drawn, normalized and stored tokens and queries (float64; torch draws float32 first)
+    _require_memory(24.0 * (n * T * d + n * d + n + d), f"a random instance of n={n}, T={T}, d={d}", max_memory)
     if mode not in ("cross", "self"):
         raise ValidationError(f"mode must be 'cross' or 'self', got {mode!r}")
     if rng == "numpy":
@@ -187,11 +204,16 @@ def mm_loss(C: float = 1.0) -> TokenProblem:
     return TokenProblem(X, Y=np.ones(2), v=_E3, W=_W_MASK, name=f"mm-loss(C={C:g})")
 
 
-def orthonormal_problem(n: int, T: int, d: int, seed: int = 0) -> TokenProblem:
-    """Lambda-head data (E6): each X_i is T orthonormal rows (needs d >= T); v, z_i unit; Y = +1."""
+def orthonormal_problem(n: int, T: int, d: int, seed: int = 0, *, max_memory=None) -> TokenProblem:
+    """Lambda-head data (E6): each X_i is T orthonormal rows (needs d >= T); v, z_i unit; Y = +1.
+
+    X (n, T, d), Z (n, d), Y (n,), v (d,). ``max_memory``: as in :func:`random_problem` (the QR of n Gaussian
+    d x d matrices is the peak)."""
     n, T, d = _check_size(n, "n", 1), _check_size(T, "T", 2), _check_size(d, "d", 1)
     if d < T:
         raise ValidationError(f"orthonormal tokens need d >= T, got d = {d}, T = {T}")
+    _require_memory(8.0 * (4 * n * d * d + n * T * d + n * d + n + d), f"an orthonormal instance of n={n}, T={T}, d={d}",
+                   max_memory)
     gen = np.random.Generator(np.random.PCG64(_check_seed(seed)))
     Q, _ = np.linalg.qr(gen.standard_normal((n, d, d)))
     X = np.transpose(Q, (0, 2, 1))[:, :T]

@@ -25,31 +25,47 @@ checksum or whose ``checks.json`` is not the one the run wrote with it
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
 import os
 import re
+from urllib.parse import quote
 
-from attnsvm._files import atomic_write, oserror_text
+from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, read_regular
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
 #: the last ``attnsvm reproduce`` run's own clock: ``{"wall_seconds", "cpu_seconds", "experiments", "preset"}``
 RUN_FILE = "run.json"
+#: the seal of skipped.json: ``sha256:<hex>`` of its bytes, written with it by :func:`record_skipped`
+SKIPPED_SEAL = "skipped.sha256"
+#: the largest meta.json, checks.json, skipped.json or config.yaml the report reads (bytes)
+MAX_JSON_BYTES = 64 << 20
+#: the deepest nesting of arrays and objects read from them (the run writes at most 5 levels)
+MAX_JSON_DEPTH = 64
+#: the most digits of an integer read from them
+MAX_INT_DIGITS = 100
 #: the verdicts a check can carry, in the order the banner counts them
 VERDICTS = ("pass", "fail", "inconclusive", "finding")
 
 
 def _read_json(path: str, default):
-    """``(value, error)``: the parsed JSON file, or ``default`` and a one-line reason."""
-    if not os.path.isfile(path):
+    """``(value, error)``: the parsed JSON file, or ``default`` and a one-line reason. Nothing there: ``default``
+    and no error. Read defensively (:func:`attnsvm._files.read_regular`, :func:`attnsvm._files.loads_json`):
+    a fifo, a device or a folder is named, never opened for reading; a file over :data:`MAX_JSON_BYTES`, values
+    nested more than :data:`MAX_JSON_DEPTH` levels or an integer of more than :data:`MAX_INT_DIGITS` digits is
+    refused; lone surrogates become U+FFFD."""
+    if not os.path.lexists(path):
         return default, None
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh), None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return default, f"{os.path.basename(path)} is unreadable ({type(exc).__name__}: {exc}); re-run the experiment"
+        return loads_json(read_regular(path, MAX_JSON_BYTES), MAX_JSON_DEPTH, MAX_INT_DIGITS), None
+    except FileNotFoundError:
+        return default, None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return default, f"{os.path.basename(path)} is unreadable ({reason}); re-run the experiment"
 
 
 def _number(value):
@@ -64,14 +80,24 @@ def _number(value):
 
 
 def _load(expdir: str) -> dict | None:
+    """The folder's meta with its ``checks``, ``problems`` (its checks are then not counted) and ``warnings``
+    (what is shown unverified); None for a folder that holds no run (no meta.json, checks.json or results)."""
+    from attnsvm.runner import CHECKS_FILE, RESULTS_FILE, results_seal
+
     meta_path = os.path.join(expdir, "meta.json")
-    if not os.path.isfile(meta_path):
+    if not any(os.path.lexists(os.path.join(expdir, f)) for f in ("meta.json", CHECKS_FILE, RESULTS_FILE)):
         return None
     meta, err = _read_json(meta_path, None)
     problems = []
+    if not os.path.lexists(meta_path):
+        err = "meta.json is missing (removed after the run?); re-run the experiment"
     if not isinstance(meta, dict):
         problems.append(err or "meta.json does not hold a JSON object; re-run the experiment")
         meta = {"name": os.path.basename(expdir)}
+    if meta.get("name", os.path.basename(expdir)) != os.path.basename(expdir):
+        problems.append(f"meta.json names experiment {human(meta['name'])!r:.80}, not the folder's "
+                        f"{os.path.basename(expdir)!r} (copied from another folder); re-run the experiment")
+        meta["name"] = os.path.basename(expdir)
     for key in ("wall_seconds",):
         if key in meta and meta[key] is not None and _number(meta[key]) is None:
             problems.append(f"meta.json: {key} is {meta[key]!r}, not a number; re-run the experiment")
@@ -92,14 +118,13 @@ def _load(expdir: str) -> dict | None:
     if not isinstance(checks, list) or not all(isinstance(c, dict) and "name" in c and "passed" in c for c in checks):
         problems.append("checks.json does not hold a list of checks; re-run the experiment")
         checks = []
-    from attnsvm.runner import results_problem
-
-    sealed = results_problem(expdir)
+    sealed, unverified = results_seal(expdir)
     if sealed is not None:      # its checks are not the run's: shown as the problem, never counted as verdicts
         problems.append(sealed)
         checks = []
     meta["checks"] = checks
     meta["problems"] = problems
+    meta["warnings"] = [unverified] if unverified and not problems else []
     cfg = meta.get("config")
     if isinstance(cfg, dict):
         import yaml
@@ -108,24 +133,69 @@ def _load(expdir: str) -> dict | None:
     else:
         cfg_path = os.path.join(expdir, "config.yaml")
         try:
-            meta["config_text"] = open(cfg_path, encoding="utf-8").read() if os.path.isfile(cfg_path) else ""
-        except (OSError, UnicodeDecodeError):
-            meta["config_text"] = "(config.yaml unreadable)"
+            raw = read_regular(cfg_path, MAX_JSON_BYTES) if os.path.lexists(cfg_path) else b""
+            meta["config_text"] = raw.decode("utf-8", "replace")
+        except OSError as exc:
+            meta["config_text"] = f"(config.yaml unreadable: {exc.strerror or exc})"
     meta.setdefault("name", os.path.basename(expdir))
     meta["dir"] = os.path.basename(expdir)
     return meta
 
 
+def skipped_file_problem(outdir: str) -> str | None:
+    """Why ``OUT/skipped.json`` cannot be replaced (it is a folder, a fifo, a device), else None: checked by
+    ``attnsvm reproduce`` before it computes anything."""
+    path = os.path.join(outdir, SKIPPED_FILE)
+    kind = not_regular(path, follow=False)
+    if kind is None or kind == "a symbolic link":     # a link is replaced, never written through
+        return None
+    return f"cannot record the skipped experiments in {path!r}: it is {kind}, not a regular file; remove it"
+
+
+def skipped_seal_warning(outdir: str) -> str | None:
+    """Why ``OUT/skipped.json`` is shown unverified: it does not match its seal ``OUT/skipped.sha256`` (edited
+    after :func:`record_skipped` wrote it, e.g. an experiment removed from it), has no seal (an earlier attnsvm
+    wrote it), or was removed while its seal is there; None when it matches or neither is there."""
+    path, seal_path = os.path.join(outdir, SKIPPED_FILE), os.path.join(outdir, SKIPPED_SEAL)
+    has_list, has_seal = os.path.lexists(path), os.path.lexists(seal_path)
+    if not has_list:
+        return (f"{SKIPPED_FILE} was removed after the run (its seal {SKIPPED_SEAL} is there): which experiments "
+                "were skipped is unknown") if has_seal else None
+    if not has_seal:
+        return (f"{SKIPPED_FILE} is not sealed (written by an earlier attnsvm, or its seal {SKIPPED_SEAL} was "
+                "removed): the skipped experiments are shown unverified")
+    try:
+        actual = "sha256:" + hashlib.sha256(read_regular(path, MAX_JSON_BYTES)).hexdigest()
+        stored = read_regular(seal_path, 200).decode("ascii", "replace").strip()
+    except OSError as exc:
+        return f"cannot verify {SKIPPED_FILE} against {SKIPPED_SEAL} ({exc.strerror or exc})"
+    if actual != stored:
+        return (f"{SKIPPED_FILE} changed after the run (its digest {actual[7:19]}... is not the {stored[7:19]}... "
+                f"of {SKIPPED_SEAL}): the experiments it lists as skipped may not be the run's")
+    return None
+
+
 def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
-    """Keep ``OUT/skipped.json`` current: add ``skipped`` experiments, drop those that ``ran``."""
+    """Keep ``OUT/skipped.json`` current: add ``skipped`` experiments, drop those that ``ran``; seal it in
+    ``OUT/skipped.sha256`` (:func:`skipped_seal_warning`).
+
+    Raises :class:`~attnsvm.errors.ValidationError` when it cannot be written (:func:`skipped_file_problem`)."""
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, SKIPPED_FILE)
-    old, _ = _read_json(path, [])
+    problem = skipped_file_problem(outdir)
+    if problem is not None:
+        raise ValidationError(problem)
+    old, _ = _read_json(path, [])       # unreadable: rewritten from this run's list
     old = old if isinstance(old, list) else []
     names = {s["name"] for s in skipped} | set(ran)
     merged = [s for s in old if isinstance(s, dict) and s.get("name") not in names] + list(skipped)
     data = json.dumps(merged, indent=2).encode("utf-8")
-    atomic_write(path, lambda fh: fh.write(data))
+    seal = ("sha256:" + hashlib.sha256(data).hexdigest() + "\n").encode("ascii")
+    try:
+        atomic_write(path, lambda fh: fh.write(data))
+        atomic_write(os.path.join(outdir, SKIPPED_SEAL), lambda fh: fh.write(seal))
+    except OSError as exc:
+        raise ValidationError(f"cannot record the skipped experiments in {path!r}: {oserror_text(exc, path)}") from None
 
 
 def record_run(outdir: str, wall_seconds: float, cpu_seconds: float, experiments, preset: str) -> None:
@@ -188,11 +258,39 @@ def collect(outdir: str) -> list[dict]:
 
 
 # ------------------------------------------------------------------ values for people
-_NP_SCALAR = re.compile(r"np\.(?:u?int|float|complex|bool|str)_?\d*\(\s*([^()]*?)\s*\)")
+# each pattern runs in linear time on any text: no two quantifiers can share the same characters
+_NP_SCALAR = re.compile(r"np\.(?:u?int|float|complex|bool|str)_?\d*\(([^()]*)\)")
 _NP_BOOL = re.compile(r"np\.(True|False)_")
-_FLAT_DICT = re.compile(r"\{((?:\s*'[^'{}]*'\s*:\s*[^,{}]+,?)+)\}")
-#: "planning sigma 0.16 (planning sigma measured on ...)": the words once
-_SIGMA_TWICE = re.compile(r"(planning sigmas? [^()]*?) \(planning sigmas? measured")
+_DICT_ITEM = re.compile(r"\s*'([^'{}]*)'\s*:(.+)", re.DOTALL)
+
+
+def _flat_dicts(s: str) -> str:
+    """``{'a': 1, 'b': x}`` -> ``a 1, b x`` wherever a pair of braces holds only such items (no regex: a text
+    of unclosed braces costs one pass)."""
+    out, k = [], 0
+    while True:
+        end = s.find("}", k)
+        if end < 0:
+            out.append(s[k:])
+            return "".join(out)
+        start = s.rfind("{", k, end)       # the innermost pair: no brace between them
+        if start < 0:
+            out.append(s[k:end + 1])
+            k = end + 1
+            continue
+        pieces = s[start + 1:end].split(",")
+        if len(pieces) > 1 and not pieces[-1].strip():
+            pieces.pop()                    # a trailing comma
+        items = [_DICT_ITEM.fullmatch(p) for p in pieces]
+        if all(m is not None and m.group(2).strip() for m in items):
+            out.append(s[k:start] + ", ".join(f"{m.group(1)} {m.group(2).strip()}" for m in items))
+        else:
+            out.append(s[k:end + 1])
+        k = end + 1
+
+
+#: "planning sigma 0.16 (planning sigma measured on ...)": the words once (bounded: linear time)
+_SIGMA_TWICE = re.compile(r"(planning sigmas? [^()]{0,300}?) \(planning sigmas? measured")
 
 
 def human(text) -> str:
@@ -200,14 +298,9 @@ def human(text) -> str:
     ``{'ok': 15, 'infeasible': 11}`` -> ``ok 15, infeasible 11``. Not escaped."""
     s = str(text if text is not None else "")
     for _ in range(3):  # nested reprs, e.g. np.float64(np.int64(1)) never occur, lists of them do
-        s = _NP_SCALAR.sub(r"\1", s)
+        s = _NP_SCALAR.sub(lambda m: m.group(1).strip(), s)
     s = _NP_BOOL.sub(r"\1", s)
-
-    def flat(m):
-        items = re.findall(r"'([^']*)'\s*:\s*([^,{}]+)", m.group(1))
-        return ", ".join(f"{k} {v.strip()}" for k, v in items)
-
-    return _SIGMA_TWICE.sub(r"\1 (measured", _FLAT_DICT.sub(flat, s))
+    return _SIGMA_TWICE.sub(r"\1 (measured", _flat_dicts(s))
 
 
 def value_text(value) -> str:
@@ -243,12 +336,24 @@ def _e(text) -> str:
 
 
 def _md(text) -> str:
-    return human(text).replace("|", "\\|").replace("\n", " ")
+    """A value in a report.md table cell or line: human, HTML escaped (Markdown viewers render raw HTML), one line."""
+    return _md_block(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_block(text) -> str:
+    """Markdown text from a file (an experiment's notes) for report.md: its markup kept, raw HTML escaped."""
+    return html.escape(human(text), quote=False)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than every run of backticks in ``text`` (which then cannot end the block)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 # ------------------------------------------------------------------ markdown
 _INLINE = [
-    (re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"), r"<b>\1</b>"),
+    (re.compile(r"\*\*(?=\S)((?:(?!\*\*).)+?)(?<=\S)\*\*"), r"<b>\1</b>"),   # never across a ** (linear)
     (re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])"), r"<i>\1</i>"),
     (re.compile(r"(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"), r"<i>\1</i>"),
 ]
@@ -516,7 +621,9 @@ def _preset_note(exps: list[dict]) -> str:
             "decided only at the full preset.")
 
 
-def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note=""):
+def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note="", warnings=()):
+    """``(colour, headline, summary, items)``. ``warnings``: ``[(experiment or "", text)]`` of what the report
+    could not verify; any makes a green banner amber."""
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
     inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
     findings = [(n, c) for n, c in all_checks if verdict_of(c) == "finding"]
@@ -525,12 +632,13 @@ def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note=""):
         head = ("FAILURES: " + ", ".join(x for x in (f"{len(failed)} check(s) failed unexpectedly" if failed else "",
                                                       f"{len(broken)} result folder(s) unreadable" if broken else "")
                                           if x))
-    elif findings or inconclusive or skipped:
+    elif findings or inconclusive or skipped or warnings:
         colour = "amber"
         head = "No unexpected failures, but not everything passed: " + ", ".join(
             x for x in (f"{len(findings)} listed finding(s)" if findings else "",
                         f"{len(inconclusive)} inconclusive check(s)" if inconclusive else "",
-                        f"{len(skipped)} experiment(s) skipped" if skipped else "") if x)
+                        f"{len(skipped)} experiment(s) skipped" if skipped else "",
+                        f"{len(warnings)} warning(s)" if warnings else "") if x)
     else:
         colour = "green"
         head = f"All checks pass: every one of the {len(all_checks)} checks of {n_exps} experiment(s) passed"
@@ -549,13 +657,25 @@ def _banner(all_checks, broken, skipped, n_exps, time_text, preset_note=""):
         items.append(("unreadable", e["name"], "; ".join(human(p) for p in e["problems"])))
     for s in skipped:
         items.append(("skipped", s.get("name", ""), human(s.get("reason", ""))))
+    for n, text in warnings:
+        items.append(("warning", n, human(text)))
     return colour, head, summary, items
 
 
 def write_report(outdir: str) -> tuple[str, str]:
-    """Write ``outdir/report.html`` and ``outdir/report.md``; returns their paths."""
+    """Write ``outdir/report.html`` and ``outdir/report.md``; returns their paths.
+
+    Report-wide warnings (a skipped.json that cannot be read: which experiments were skipped is then unknown)
+    are listed in the banner, which is then not green."""
     exps = collect(outdir)
-    skipped, _ = _read_json(os.path.join(outdir, SKIPPED_FILE), [])
+    skipped, err = _read_json(os.path.join(outdir, SKIPPED_FILE), [])
+    warnings = [("", err.replace("; re-run the experiment", "; the experiments it lists as skipped are unknown"))] \
+        if err else []
+    if not err and not isinstance(skipped, list):
+        warnings.append(("", f"{SKIPPED_FILE} does not hold a list; the experiments it lists as skipped are unknown"))
+    seal = None if err else skipped_seal_warning(outdir)
+    warnings += [("", seal)] if seal else []
+    warnings += [(e["name"], w) for e in exps for w in e.get("warnings", [])]
     skipped = [s for s in (skipped if isinstance(skipped, list) else []) if isinstance(s, dict)]
     all_checks = [(e["name"], c) for e in exps for c in e["checks"]]
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
@@ -566,7 +686,7 @@ def write_report(outdir: str) -> tuple[str, str]:
     env = next((e.get("environment") for e in exps if e.get("environment")), {}) or {}
     run, _ = _read_json(os.path.join(outdir, RUN_FILE), None)
     colour, headline, summary, items = _banner(all_checks, broken, skipped, len(exps), run_time_text(run, exps),
-                                               _preset_note(exps))
+                                               _preset_note(exps), warnings)
     power = any("power" in c for _, c in all_checks)
     groups = _groups(exps)
 
@@ -586,7 +706,7 @@ def write_report(outdir: str) -> tuple[str, str]:
             ("findings", "findings", findings), ("skipped", "skipped experiments", skipped),
             ("environment", "environment", True)) if show) + "</p>")
     md = ["# attnsvm reproduction report", "", f"**{headline}.** {summary}", ""]
-    md += [f"- {label} {n + ': ' if n else ''}{text}" for label, n, text in items] + ([""] if items else [])
+    md += [f"- {label} {_md(n) + ': ' if n else ''}{_md(text)}" for label, n, text in items] + ([""] if items else [])
     if any(str(c.get("name", "")).startswith("[RUN]") for _, c in all_checks):  # the tag, said once
         h.append(f"<p class='small' id='run-tag'>{_e(RUN_TAG)}</p>")
         md += [RUN_TAG, ""]
@@ -636,12 +756,12 @@ def write_report(outdir: str) -> tuple[str, str]:
         for e in broken:
             for p in e["problems"]:
                 h.append(f"<li><a href='#{_e(e['name'])}'>{_e(e['name'])}</a>: {_e(p)}</li>")
-                md.append(f"- {e['name']}: {p}")
+                md.append(f"- {_md(e['name'])}: {_md(p)}")
         h.append("</ul>")
         md.append("")
     for title, members in groups:
         h.append(f"<h2 class='paper'>{_e(title)}</h2>")
-        md += [f"# {title}", ""]
+        md += [f"# {_md(title)}", ""]
         for e in members:
             _section(e, h, md, power)
 
@@ -675,14 +795,14 @@ def write_report(outdir: str) -> tuple[str, str]:
     h.append("<h2 id='environment'>Environment</h2><table>")
     h.append(f"<tr><td>python</td><td>{_e(env.get('python'))}</td></tr><tr><td>platform</td><td>{_e(env.get('platform'))}</td></tr>"
              f"<tr><td>cpus</td><td>{_e(env.get('cpus'))}</td></tr>")
-    md += ["## Environment", "", f"- python {env.get('python')}, {env.get('platform')}, {env.get('cpus')} cpus"]
+    md += ["## Environment", "", f"- python {_md(env.get('python'))}, {_md(env.get('platform'))}, {_md(env.get('cpus'))} cpus"]
     for k, v in pk.items():
         h.append(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>")
-        md.append(f"- {k} {v}")
+        md.append(f"- {_md(k)} {_md(v)}")
     h.append("</table><p>Seeds are part of each config above; every run of a task is seeded by its run index.</p></body></html>")
     html_path, md_path = os.path.join(outdir, "report.html"), os.path.join(outdir, "report.md")
     for path, text in ((html_path, "\n".join(h)), (md_path, "\n".join(md) + "\n")):
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", "replace")     # lone surrogates are replaced when read; none can stop the write
         try:
             atomic_write(path, lambda fh: fh.write(data))
         except OSError as exc:
@@ -694,19 +814,22 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     """One experiment: title, paper, takeaway, figures, checks, notes, deviations, provenance, config."""
     name = e["name"]
     h.append(f"<section id='{_e(name)}'><h2>{_e(name)}: {_e(human(e.get('title', '')))}</h2>")
-    md += [f"## {name}: {human(e.get('title', ''))}", ""]
+    md += [f"## {_md(name)}: {_md(e.get('title', ''))}", ""]
     if e.get("paper"):
         h.append(f"<p><i>{_e(human(e['paper']))}</i></p>")
-        md += [f"*{human(e['paper'])}*", ""]
+        md += [f"*{_md(e['paper'])}*", ""]
     h.append(f"<p class='takeaway'><b>Takeaway:</b> {_e(takeaway(e['checks'], e.get('problems', [])))}</p>")
     for p in e.get("problems", []):
         h.append(f"<p class='fail'>{_e(p)}</p>")
-        md += [f"**{p}**", ""]
+        md += [f"**{_md(p)}**", ""]
+    for w in e.get("warnings", []):
+        h.append(f"<p class='finding'>warning: {_e(w)}</p>")
+        md += [f"*warning: {_md(w)}*", ""]
     for fig in e.get("figures", []) or []:
         if isinstance(fig, str) and fig.endswith(".png"):
             src = f"{e['dir']}/{fig}"
             h.append(f"<div class='fig'><img src='{_e(src)}' alt='{_e(fig)}'></div>")
-            md += [f"![{fig}]({src})", ""]
+            md += [f"![{_md(fig)}]({quote(src)})", ""]
     h.append("<h3>Checks</h3>")
     if e["checks"]:
         h.append(_check_rows_html(e["checks"], exp_name=name, power=power))
@@ -718,7 +841,7 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     if e.get("explain") or preset:
         h.append("<h3>Notes</h3><div class='notes'>" + (f"<p class='preset'>{_e(preset)}</p>" if preset else "")
                  + markdown_html(e.get("explain") or "") + "</div>")
-        md += ["### Notes", ""] + ([preset, ""] if preset else []) + [human(e.get("explain") or ""), ""]
+        md += ["### Notes", ""] + ([_md(preset), ""] if preset else []) + [_md_block(e.get("explain") or ""), ""]
     devs = [d for d in (e.get("deviations") or []) if isinstance(d, dict)]
     if devs:
         h.append(f"<details class='deviations'><summary>Deviations from the paper's protocol ({len(devs)})</summary>"
@@ -745,4 +868,5 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {_seconds(e):.1f} s, "
              f"workers: {_e(e.get('workers'))}"
              f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
-    md += ["```yaml", str(e.get("config_text", "")).rstrip(), "```", ""]
+    config_text = str(e.get("config_text", "")).rstrip()
+    md += [_fence(config_text) + "yaml", config_text, _fence(config_text), ""]

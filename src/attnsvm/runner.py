@@ -52,7 +52,7 @@ from functools import lru_cache, partial
 
 import pandas as pd
 
-from attnsvm._files import atomic_write, not_regular, open_lock, oserror_text
+from attnsvm._files import atomic_write, loads_json, not_regular, open_lock, oserror_text, read_regular
 from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
@@ -64,6 +64,10 @@ RESULTS_FILE = "results.parquet"
 CHECKS_FILE = "checks.json"
 #: provenance key of results.parquet: the digest of the checks.json written with it
 CHECKS_DIGEST_KEY = "checks_sha256"
+#: provenance key of results.parquet: the digest of the meta.json written with it (seals since issue 43)
+META_DIGEST_KEY = "meta_sha256"
+#: the largest checks.json or meta.json whose digest is verified (bytes)
+MAX_SEALED_BYTES = 64 << 20
 LOCK_FILE = ".lock"
 #: the checksum's value in the parquet footer: this tag, then 64 lowercase hex digits
 _CHECKSUM_TAG = b"attnsvm-sha256:"
@@ -409,52 +413,85 @@ def _sha256_text(text: str) -> str:
 
 
 def results_problem(expdir: str) -> str | None:
-    """Why the stored checks of the experiment folder ``expdir`` cannot be trusted (None: they can).
+    """Why the stored checks and meta of the experiment folder ``expdir`` cannot be trusted (None: they can,
+    or the folder predates the seal: see :func:`results_seal`)."""
+    return results_seal(expdir)[0]
 
-    ``expdir/results.parquet`` must pass its checksum (:func:`verify_shard_bytes`) and ``expdir/checks.json``
-    must have the digest that results.parquet's provenance holds (key ``checks_sha256``, written by the run
-    after its checks). So a flipped bit in either file, a checks.json edited by hand, or checks left over from
-    an earlier run whose new run stopped before its checks is reported, never shown as the run's verdict.
-    A folder without results.parquet (no task finished), or whose results.parquet carries no provenance
-    (written by attnsvm before 0.3), has nothing to verify against: None.
+
+def _file_digest(expdir: str, name: str) -> tuple[str | None, str | None]:
+    """``(digest, problem)`` of the file ``expdir/name``: its ``sha256:<hex>``, or why it cannot be read."""
+    path = os.path.join(expdir, name)
+    try:
+        return "sha256:" + hashlib.sha256(read_regular(path, MAX_SEALED_BYTES)).hexdigest(), None
+    except OSError as exc:
+        return None, f"cannot read {name}: {exc.strerror or exc}; re-run the experiment"
+
+
+def results_seal(expdir: str) -> tuple[str | None, str | None]:
+    """``(problem, warning)`` of the experiment folder ``expdir``'s seal: why its checks and meta cannot be
+    shown as the run's (None: they can), and what of it predates the seal and is shown unverified (None: all
+    is verified).
+
+    The run seals the folder's meaning in ``expdir/results.parquet``, which must pass its checksum
+    (:func:`verify_shard_bytes`); its provenance names the experiment (which must be the folder's name) and
+    the config hash (which must be meta.json's) and holds the digests of the ``checks.json`` (key
+    ``checks_sha256``) and ``meta.json`` (key ``meta_sha256``) written after it. So a flipped bit, a checks.json
+    or meta.json edited by hand (its preset, its run count), another experiment's results and checks copied in,
+    checks left over from an earlier run whose new run stopped before its checks, or checks whose
+    results.parquet was removed are problems, never shown as a run's verdict. Folders sealed before meta.json
+    was (only ``checks_sha256``) or written without provenance get a warning saying what is unverified.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    name = os.path.basename(os.path.normpath(expdir))
     path = os.path.join(expdir, RESULTS_FILE)
     if not os.path.lexists(path):
-        return None
-    kind = not_regular(path)
-    if kind is not None:
-        return f"{RESULTS_FILE} is {kind}, not a regular file; re-run the experiment"
+        return (f"{RESULTS_FILE} is missing, so nothing verifies this folder's {CHECKS_FILE} and meta.json: its "
+                "checks are not shown as the run's verdict; re-run the experiment"), None
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path)
     except OSError as exc:
-        return f"cannot read {RESULTS_FILE}: {oserror_text(exc, path)}"
+        return f"cannot read {RESULTS_FILE}: {exc.strerror or exc}; re-run the experiment", None
     problem = verify_shard_bytes(raw)
     if problem is not None:
-        return f"{RESULTS_FILE}: {problem}; re-run the experiment"
+        return f"{RESULTS_FILE}: {problem}; re-run the experiment", None
     try:
         text = (pq.read_schema(pa.BufferReader(raw)).metadata or {}).get(PROVENANCE_KEY)
-        prov = json.loads(text.decode("utf-8")) if text else None
+        prov = loads_json(text) if text else None
     except Exception as exc:  # noqa: BLE001 - checksummed yet unreadable: say so
-        return f"{RESULTS_FILE} is unreadable ({type(exc).__name__}); re-run the experiment"
+        return f"{RESULTS_FILE} is unreadable ({type(exc).__name__}); re-run the experiment", None
     if not isinstance(prov, dict) or CHECKS_DIGEST_KEY not in prov:
-        return None
-    digest = prov[CHECKS_DIGEST_KEY]
-    if digest is None:
-        return (f"{CHECKS_FILE} was not written for these results (the run stopped after storing them, before its "
-                "checks); re-run the experiment")
+        return None, (f"{RESULTS_FILE} predates the seal (written by an earlier attnsvm): its {CHECKS_FILE} and "
+                      "meta.json are shown as they are, unverified")
+    if prov.get("experiment") != name:
+        return (f"{RESULTS_FILE} and its {CHECKS_FILE} are sealed for experiment {_short(prov.get('experiment'))}, "
+                f"not {name!r} (copied from another experiment's folder); re-run the experiment"), None
+    for key, file in ((CHECKS_DIGEST_KEY, CHECKS_FILE), (META_DIGEST_KEY, "meta.json")):
+        if key not in prov:
+            continue
+        digest = prov[key]
+        if digest is None:
+            return (f"{file} was not written for these results (the run stopped after storing them, before its "
+                    "checks); re-run the experiment"), None
+        actual, problem = _file_digest(expdir, file)
+        if problem is not None:
+            return problem, None
+        if actual != digest:
+            return (f"{file} changed after the run (its digest {actual[7:19]}... is not the {str(digest)[7:19]}... "
+                    f"that {RESULTS_FILE} holds); re-run the experiment"), None
     try:
-        with open(os.path.join(expdir, CHECKS_FILE), "rb") as fh:
-            actual = "sha256:" + hashlib.sha256(fh.read()).hexdigest()
-    except OSError as exc:
-        return f"cannot read {CHECKS_FILE}: {oserror_text(exc, os.path.join(expdir, CHECKS_FILE))}; re-run the experiment"
-    if actual != digest:
-        return (f"{CHECKS_FILE} changed after the run (its digest {actual[7:19]}... is not the {digest[7:19]}... "
-                f"that {RESULTS_FILE} holds); re-run the experiment")
-    return None
+        meta = loads_json(read_regular(os.path.join(expdir, "meta.json"), MAX_SEALED_BYTES))
+    except (OSError, ValueError):
+        meta = None     # the report names why meta.json cannot be read
+    if isinstance(meta, dict) and meta.get("config_hash") != prov.get("config_hash"):
+        return (f"{RESULTS_FILE} and its {CHECKS_FILE} are sealed for config {_short(prov.get('config_hash'))}, not "
+                f"the {_short(meta.get('config_hash'))} of meta.json (copied from another run); re-run the "
+                "experiment"), None
+    if META_DIGEST_KEY not in prov:
+        return None, (f"sealed by an earlier attnsvm, before meta.json was: {RESULTS_FILE} and {CHECKS_FILE} are "
+                      "verified, meta.json (preset, run count, notes, config) is shown unverified")
+    return None, None
 
 
 def _shard_is_stored(path: str) -> bool:
@@ -1064,8 +1101,8 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     results_path = os.path.join(expdir, RESULTS_FILE)
     sealed = {"experiment": name, "config_hash": chash}
-    # the data first (kept if a check or a figure fails), then sealed again with the digest of its checks
-    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None})
+    # the data first (kept if a check or a figure fails), then sealed again with the digests of its checks and meta
+    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
     # the config that produced the stored numbers is what the shards say (one config per shard folder)
     shown = configs[0] if len(configs) == 1 else config_json
     _atomic_text(config_to_yaml(experiment.Config(**shown)), os.path.join(expdir, "config.yaml"))
@@ -1087,7 +1124,6 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     checks = mark_findings(name, checks, preset)
     checks_text = json.dumps(checks, indent=2)
     _atomic_text(checks_text, os.path.join(expdir, CHECKS_FILE))
-    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text)})
     timing = dict(timing or {})
     wall = timing["task_seconds"] + time.time() - collect_start if timing else time.time() - start
     meta = {
@@ -1101,7 +1137,10 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
         "config": shown, "provenance": provenance, "code_version": run_prov["version"], "source": run_prov["source"],
         "recomputed_unreadable": recomputed, **timing,
     }
-    _atomic_text(json.dumps(meta, indent=2, default=str), os.path.join(expdir, "meta.json"))
+    meta_text = json.dumps(meta, indent=2, default=str)
+    _atomic_text(meta_text, os.path.join(expdir, "meta.json"))
+    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text),
+                                          META_DIGEST_KEY: _sha256_text(meta_text)})
     return RunSummary(name, expdir, len(tasks), computed, resumed, failures, checks, wall, preset, recomputed)
 
 

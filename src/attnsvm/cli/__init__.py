@@ -101,7 +101,9 @@ def cli():
               help="rd: random stream; torch replays the research code (default numpy).")
 @click.option("--C", "C", type=float, default=None, help="mm-loss: score of the first input's optimal token (default 1).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output .npz file.")
-def generate(name, n, T, d, seed, mode, rng, C, output):
+@click.option("--max-memory", default=None,
+              help="Memory limit of a random instance, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% of available).")
+def generate(name, n, T, d, seed, mode, rng, C, output, max_memory):
     """Generate the problem instance NAME and save it as .npz.
 
     \b
@@ -127,7 +129,7 @@ def generate(name, n, T, d, seed, mode, rng, C, output):
         missing = [flag for flag, val in (("--n", n), ("--T", T), ("--d", d)) if val is None]
         if missing:
             raise UserError(f"generator {name!r} needs {' '.join(missing)}")
-        kwargs = {"seed": 0 if seed is None else seed}
+        kwargs = {"seed": 0 if seed is None else seed, "max_memory": _max_memory(max_memory)}
         if name == "rd":
             kwargs.update(mode=mode or "cross", rng=rng or "numpy")
         elif mode is not None or rng is not None:
@@ -510,7 +512,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     import time
 
     from attnsvm.experiments import build_config, registry
-    from attnsvm.report import record_run, record_skipped, write_report
+    from attnsvm.report import record_run, record_skipped, skipped_file_problem, write_report
 
     def cpu() -> float:  # this process and its finished children (the pool's workers)
         try:
@@ -522,6 +524,9 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     t0, cpu0 = time.perf_counter(), cpu()
     out = _outdir(out)
+    problem = skipped_file_problem(out)    # found now, not after computing everything
+    if problem is not None:
+        raise ValidationError(problem)
     reg = registry()
     names = list(only) if only else list(reg)
     for name in names:

@@ -9,11 +9,48 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
+from attnsvm._files import nesting_depth, read_regular
 from attnsvm.errors import ValidationError
+
+#: the largest ``--config`` file read (bytes); a config is a few lines
+MAX_CONFIG_BYTES = 1 << 20
+#: the deepest nesting of lists and mappings in a ``--config`` file or a ``--set`` value
+MAX_CONFIG_DEPTH = 16
+
+
+class _AliasError(ValueError):
+    pass
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): a config never needs them, and with them a file of
+    under 1 KB expands to billions of values (billion laughs) or to a value that holds itself."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _AliasError(f"it uses the alias *{event.anchor} (line {event.start_mark.line + 1}): YAML aliases "
+                              "(*name) are not accepted in a config; write the value out")
+        return super().compose_node(parent, index)
+
+
+def load_config_yaml(text: str):
+    """The value of the YAML ``text`` of a config (a file or a ``--set`` value), read without aliases.
+
+    Raises ``ValueError`` (one line) for an alias or values nested more than :data:`MAX_CONFIG_DEPTH` levels,
+    ``yaml.YAMLError`` for text that is not YAML."""
+    try:
+        value = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader without aliases
+    except RecursionError:
+        raise ValueError(f"its values nest more than {MAX_CONFIG_DEPTH} levels deep") from None
+    if nesting_depth(value, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        raise ValueError(f"its values nest more than {MAX_CONFIG_DEPTH} levels deep")
+    return value
 
 
 def parse_assignments(items) -> dict:
-    """Parse ``["key=value", ...]``; values are read as YAML scalars/lists (``3``, ``0.1``, ``[2, 4]``)."""
+    """Parse ``["key=value", ...]``; values are read as YAML scalars/lists (``3``, ``0.1``, ``[2, 4]``), without
+    aliases (:func:`load_config_yaml`); text that is not YAML is kept as the string."""
     out = {}
     for item in items or ():
         if "=" not in item:
@@ -23,28 +60,35 @@ def parse_assignments(items) -> dict:
         if not key:
             raise ValidationError(f"--set expects key=value, got {item!r}")
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else raw
+            out[key] = load_config_yaml(raw) if raw.strip() else raw
         except yaml.YAMLError:
             out[key] = raw
+        except ValueError as exc:
+            raise ValidationError(f"--set {key}: {exc}") from None
     return out
 
 
 def read_config_file(path) -> dict:
-    """Read a YAML mapping of config overrides."""
+    """Read a YAML mapping of config overrides: a regular file of at most :data:`MAX_CONFIG_BYTES`, without
+    aliases and nested at most :data:`MAX_CONFIG_DEPTH` levels (:func:`load_config_yaml`)."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ValidationError(f"no such config file: {path!r}")
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        raw = read_regular(path, MAX_CONFIG_BYTES)
+    except OSError as exc:
+        raise ValidationError(f"config file {path!r} cannot be read: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValidationError(f"config file {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}): expected a YAML mapping of key: value") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_config_yaml(text)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"config file {path!r} is not valid YAML: {exc}") from None
+        raise ValidationError(f"config file {path!r} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:
+        raise ValidationError(f"config file {path!r}: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -61,6 +61,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from attnsvm._files import nesting_depth
 from attnsvm.errors import NonFiniteError, ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.real.adapters import family_of
@@ -233,21 +234,6 @@ def position_limit(config) -> int:
     if getattr(config, "model_type", "") == "roberta":
         limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
     return limit
-
-
-def _depth(obj) -> int:
-    """Nesting depth of a JSON value (iterative: a hostile file cannot exhaust the stack)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        value, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > MAX_CONFIG_DEPTH:
-            break
-        if isinstance(value, dict):
-            stack += [(v, depth + 1) for v in value.values()]
-        elif isinstance(value, list):
-            stack += [(v, depth + 1) for v in value]
-    return deepest
 
 
 def check_sentences(sentences) -> list:
@@ -622,7 +608,7 @@ def read_model_config(path) -> dict:
         raise ValidationError(f"cannot read the model config {cfg_path!r}: {exc}") from None
     except RecursionError:
         raise ValidationError(f"cannot read the model config {cfg_path!r}: its values are nested too deeply") from None
-    if _depth(cfg) > MAX_CONFIG_DEPTH:
+    if nesting_depth(cfg, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
         raise ValidationError(f"the model config {cfg_path!r} nests values more than {MAX_CONFIG_DEPTH} levels deep; "
                               "a config.json is a flat object of settings")
     if not isinstance(cfg, dict) or "model_type" not in cfg:
