@@ -7,6 +7,8 @@ import json
 from types import SimpleNamespace
 
 from attnsvm.cli import _print_summary
+from sealed_folder import seal
+
 from attnsvm.report import inconclusive_reason, write_report
 
 #: lm-margins' C2 as its quick run stores it in checks.json (experiments/lm/margins.py)
@@ -28,6 +30,7 @@ def test_terminal_and_banner_give_the_checks_own_reason(tmp_path, capsys):
     (d / "meta.json").write_text(json.dumps({"name": "lm-margins", "title": "t", "paper": "p", "wall_seconds": 1.0,
                                              "preset": "quick", "figures": [], "explain": ""}))
     (d / "checks.json").write_text(json.dumps([C2]))
+    seal(d)  # the run's seal: checks without it are not shown as a verdict
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
     banner = page[page.index("id='verdict'"):page.index("</div>\n", page.index("id='verdict'"))]
     banner = page[page.index("id='verdict'"):page.index("<p class='nav'>")]
@@ -41,6 +44,7 @@ def test_a_full_run_banner_does_not_mention_the_quick_preset(tmp_path):
     (d / "meta.json").write_text(json.dumps({"name": "lm-margins", "title": "t", "paper": "p", "wall_seconds": 1.0,
                                              "preset": "full", "figures": [], "explain": ""}))
     (d / "checks.json").write_text(json.dumps([{**C2, "power": 0.42, "alternative": "a true share of 0.1"}]))
+    seal(d)  # the run's seal: checks without it are not shown as a verdict
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
     banner = page[page.index("id='verdict'"):page.index("<p class='nav'>")]
     assert "power 0.42 &lt; 0.8 against a true share of 0.1" in banner and "quick preset" not in banner

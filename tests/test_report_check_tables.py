@@ -9,6 +9,8 @@ import re
 from types import SimpleNamespace
 
 from attnsvm.cli import _print_summary
+from sealed_folder import seal
+
 from attnsvm.report import RUN_TAG, write_report
 
 SIGMA = "planning sigma 0.1648 (planning sigma measured on the tf-multi-token quick preset (50 runs))"
@@ -31,6 +33,7 @@ def _page(tmp_path) -> str:
     (d / "meta.json").write_text(json.dumps({"name": "exp-one", "title": "t", "paper": "p", "wall_seconds": 1.0,
                                              "preset": "full", "figures": [], "explain": ""}))
     (d / "checks.json").write_text(json.dumps(CHECKS))
+    seal(d)  # the run's seal: checks without it are not shown as a verdict
     html_path, md_path = write_report(str(tmp_path))
     return open(html_path, encoding="utf-8").read(), open(md_path, encoding="utf-8").read()
 
