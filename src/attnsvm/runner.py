@@ -21,8 +21,10 @@ Storage is crash-safe and checked:
   (:attr:`RunSummary.recomputed`); results, checks and the report's config and provenance are
   built only from verified shards;
 * one run at a time per experiment folder (a file lock ``OUT/NAME/.lock``, opened without
-  following links): a second ``attnsvm run`` on the same folder waits, then reuses the first
-  one's shards; stale temporary files are removed;
+  following links): a second ``attnsvm run`` on the same folder waits, at most ``lock_timeout``
+  seconds (``--lock-timeout``; then a :class:`LockError` naming the pid that holds it), then
+  reuses the first one's shards; a run of several experiments takes their locks in one order
+  (sorted folder paths), so two runs never wait for each other; stale temporary files are removed;
 * a write error (disk full, read-only folder) stops the sweep with one clear error naming
   the path, removes the temporary file and keeps every shard already stored; Ctrl-C does
   the same (:class:`RunInterrupted`).
@@ -83,6 +85,11 @@ class ShardError(StorageError):
     def __init__(self, path: str, reason: str):
         super().__init__(f"the stored shard {path} cannot be used: {reason}")
         self.path, self.reason = path, reason
+
+
+class LockError(StorageError, TimeoutError):
+    """An experiment folder's lock is held by another run for longer than the lock timeout, or already by this
+    process (the same experiment twice in one run); the message names the process that holds it."""
 
 
 class SchedulerError(AttnSVMError, ConnectionError):
@@ -480,32 +487,76 @@ def _clean_temp_files(expdir: str) -> int:
     return removed
 
 
+#: seconds a run waits for another run's lock on an experiment folder before a :class:`LockError` (``--lock-timeout``)
+LOCK_TIMEOUT = 3600.0
+#: ``(st_dev, st_ino)`` of the lock files this process holds: a second lock of one folder fails at once
+_HELD_LOCKS: set = set()
+
+
+def _lock_holder(fh) -> str:
+    """The pid the holder of the lock file ``fh`` wrote there ("?" when none is readable)."""
+    try:
+        fh.seek(0)
+        holder = fh.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return "?"
+    return holder if holder.isdigit() else "?"
+
+
+def _acquire(fh, expdir: str, timeout: float) -> None:
+    """Take the exclusive flock of the open lock file ``fh`` of ``expdir``, waiting (saying so once) at most
+    ``timeout`` seconds while another process holds it; :class:`LockError` naming that process after that."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        holder = _lock_holder(fh)
+        if not waiting:
+            waiting = True
+            print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, then its "
+                  f"stored tasks are reused (waiting at most --lock-timeout {timeout:g} s)", file=sys.stderr, flush=True)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LockError(f"{expdir} is in use by another run (pid {holder}), still after waiting --lock-timeout "
+                            f"{timeout:g} s: let that run finish (or stop it), then run the same command again")
+        time.sleep(min(0.1, left))
+
+
 @contextmanager
-def _folder_lock(expdir: str):
-    """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, while another run holds it."""
+def _folder_lock(expdir: str, timeout: float = LOCK_TIMEOUT):
+    """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, at most ``timeout``
+    seconds while another run holds it (:class:`LockError` after that, or at once when this process holds it)."""
     path = os.path.join(expdir, LOCK_FILE)
     try:
         fh = open_lock(path)
     except OSError as exc:
         raise StorageError(f"cannot use the lock file {path}: {oserror_text(exc, path)}") from None
+    key = None
     try:
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) in _HELD_LOCKS:
+            raise LockError(f"{expdir} is already locked by this process (pid {os.getpid()}): one experiment folder "
+                            "is used twice in one run")
         try:
-            import fcntl
+            import fcntl  # noqa: F401
         except ImportError:  # pragma: no cover - not POSIX: no lock
-            fcntl = None
-        if fcntl is not None:
+            pass
+        else:
             try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                fh.seek(0)
-                holder = fh.read(32).decode("ascii", "replace").strip()
-                holder = holder if holder.isdigit() else "?"
-                print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, "
-                      "then its stored tasks are reused", file=sys.stderr, flush=True)
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                _acquire(fh, expdir, timeout)
+            except LockError:
+                raise
             except OSError as exc:  # file system without locks (some network mounts)
                 print(f"attnsvm: warning: cannot lock {path} ({exc.strerror}); do not run two sweeps on this folder "
                       "at once", file=sys.stderr, flush=True)
+        key = (st.st_dev, st.st_ino)
+        _HELD_LOCKS.add(key)
         try:
             fh.seek(0)
             fh.truncate()
@@ -515,7 +566,21 @@ def _folder_lock(expdir: str):
             pass
         yield
     finally:
+        if key is not None:
+            _HELD_LOCKS.discard(key)
         fh.close()
+
+
+@contextmanager
+def _folder_locks(expdirs, timeout: float = LOCK_TIMEOUT):
+    """Hold the locks of every folder of ``expdirs``, taken in one canonical order (sorted resolved paths), so
+    that two runs locking the same folders in any order never wait for each other."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for expdir in sorted(set(expdirs), key=lambda d: (os.path.realpath(d), d)):
+            stack.enter_context(_folder_lock(expdir, timeout))
+        yield
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
@@ -584,7 +649,8 @@ def _check_seconds(value, option: str) -> float:
     return float(value)
 
 
-def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, max_memory) -> tuple:
+def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, max_memory,
+                   lock_timeout=LOCK_TIMEOUT) -> tuple:
     """Validate the run options; returns ``(worker_timeout as a float, outdir as a str, max_memory in bytes or
     None)``."""
     from attnsvm.memory import max_memory as _limit_of
@@ -597,6 +663,7 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, 
                               "give its address with --scheduler")
     _check_seconds(connect_timeout, "--connect-timeout")
     worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
+    _check_seconds(lock_timeout, "--lock-timeout")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
     outdir = _check_outdir(outdir)
@@ -634,7 +701,8 @@ def _plan(experiment, config, outdir: str, max_memory) -> dict:
 
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                    progress: bool = True, task_hook=None, connect_timeout: float = 20.0,
-                   max_memory=None, worker_timeout: float = WORKER_TIMEOUT) -> RunSummary:
+                   max_memory=None, worker_timeout: float = WORKER_TIMEOUT,
+                   lock_timeout: float = LOCK_TIMEOUT) -> RunSummary:
     """Run (or resume) ``experiment`` with ``config`` into ``outdir/NAME``.
 
     Parameters
@@ -656,11 +724,16 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         Memory limit for planning and for one task (see :mod:`attnsvm.memory`; default
         ``$ATTNSVM_MAX_MEMORY``, else 80 % of available memory). Work estimated above it
         is refused before it starts (:class:`~attnsvm.errors.ResourceLimitError`).
+    lock_timeout : float
+        Seconds to wait while another run holds the experiment folder's lock (default :data:`LOCK_TIMEOUT`,
+        an hour) before a :class:`LockError` naming that run's pid.
 
     Raises
     ------
     StorageError
         The results folder cannot be created or written; shards already stored are kept.
+    LockError
+        (a StorageError) another run holds the folder for longer than ``lock_timeout``.
     SchedulerError
         No scheduler answers, it has no worker within ``worker_timeout``, or it is lost during the run
         (shards already stored are kept; the message says how to resume).
@@ -670,12 +743,12 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
-                                                        max_memory)
+                                                        max_memory, lock_timeout)
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
     _makedirs(plan["sharddir"])
-    with _folder_lock(plan["expdir"]):
+    with _folder_lock(plan["expdir"], lock_timeout):
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
         outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
@@ -814,7 +887,8 @@ def default_workers(tasks: int) -> int:
 
 def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                     progress: bool = True, connect_timeout: float = 20.0, max_memory=None,
-                    worker_timeout: float = WORKER_TIMEOUT, on_done=None) -> list[RunSummary]:
+                    worker_timeout: float = WORKER_TIMEOUT, on_done=None,
+                    lock_timeout: float = LOCK_TIMEOUT) -> list[RunSummary]:
     """Run (or resume) several experiments into ``outdir``: ``jobs`` is a list of ``(experiment, config)``.
 
     ``workers=None`` and no ``scheduler``: the tasks of all the experiments share one pool of
@@ -831,29 +905,34 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
 
     ``on_done(summary)`` is called for each experiment as soon as it is written (experiments finishing
     together: in the order of ``jobs``).
+    Each experiment may appear once in ``jobs`` (one folder each; a :class:`~attnsvm.errors.ValidationError`
+    otherwise); their folder locks are taken in one order whatever the order of ``jobs``, so two runs of the same
+    experiments never wait for each other (``lock_timeout`` as in :func:`run_experiment`).
     Returns the summaries in the order of ``jobs``. Raises as :func:`run_experiment`; a worker process that
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
     """
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
-                                                        max_memory)
+                                                        max_memory, lock_timeout)
+    jobs = list(jobs)
+    names = [experiment.name for experiment, _ in jobs]
+    twice = sorted({n for n in names if names.count(n) > 1}, key=str)
+    if twice:
+        raise ValidationError(f"jobs must name each experiment once (one results folder each): {twice[0]!r} is "
+                              f"listed {names.count(twice[0])} times")
     done = on_done or (lambda summary: None)
     if scheduler or (workers is not None and workers > 1):
         out = []
         for experiment, config in jobs:
             out.append(run_experiment(experiment, config, outdir, workers=workers, scheduler=scheduler,
                                       progress=progress, connect_timeout=connect_timeout, max_memory=max_memory,
-                                      worker_timeout=worker_timeout))
+                                      worker_timeout=worker_timeout, lock_timeout=lock_timeout))
             done(out[-1])
         return out
     plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
     for plan in plans:
         _makedirs(plan["sharddir"])
-    from contextlib import ExitStack
-
-    with ExitStack() as locks:
-        for plan in plans:
-            locks.enter_context(_folder_lock(plan["expdir"]))
+    with _folder_locks([plan["expdir"] for plan in plans], lock_timeout):
         sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
         n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
         for s in sweeps:

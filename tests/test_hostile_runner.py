@@ -1,0 +1,166 @@
+"""Hostile runner: lock order, temporary names, folders behind links, tasks that end badly, a killed main process.
+
+Each case was tried against the runner before its fix and hung, deleted a user's file, wrote into another
+folder, or ended the sweep silently; the subprocess cases run under a time limit, so a hang fails the test.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from attnsvm import runner
+from attnsvm.runner import run_experiment, run_experiments
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TESTS)
+from test_reproduce_pool import PoolToy, PoolToyConfig  # noqa: E402
+
+
+class RunnerToyConfig(PoolToyConfig):
+    pass
+
+
+class RunnerToy(PoolToy):
+    """The pool's toy (seeded rows, three tasks of two runs) under its own name."""
+
+    name = "runner-toy"
+    title = "runner toy"
+    Config = RunnerToyConfig
+
+
+def _script(tmp_path, name: str, body: str):
+    """A script that registers two toy experiments (lock-a, lock-b) and runs ``body`` under a __main__ guard."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent("""
+        import os, sys, time
+        sys.path.insert(0, {tests!r})
+        from test_hostile_runner import RunnerToy
+        from attnsvm.experiments.base import register
+        from attnsvm import runner
+
+        @register
+        class A(RunnerToy):
+            name = "lock-a"
+
+        @register
+        class B(RunnerToy):
+            name = "lock-b"
+
+        """).format(tests=TESTS) + textwrap.dedent(body))
+    return path
+
+
+def _python(script, timeout=120, **kw):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+# ------------------------------------------------------------------ locks
+OPPOSITE_ORDER = """
+real_open_lock = runner.open_lock
+
+def slow_open_lock(path):  # widen the window between taking one experiment's lock and the next
+    fh = real_open_lock(path)
+    time.sleep(1.0)
+    return fh
+
+runner.open_lock = slow_open_lock
+if __name__ == "__main__":
+    from attnsvm.cli import main
+    while not os.path.exists({go!r}):  # both runs take their first lock at the same moment
+        time.sleep(0.01)
+    main(["reproduce", "--workers", "1", "--out", {out!r}, {only}])
+"""
+
+
+def test_two_runs_with_opposite_only_orders_do_not_deadlock(tmp_path):
+    """Before: each run held its first experiment's lock and waited forever for the other's."""
+    out, go = str(tmp_path / "out"), str(tmp_path / "go")
+    procs = []
+    for k, order in enumerate((("lock-a", "lock-b"), ("lock-b", "lock-a"))):
+        only = ", ".join(f'"--only", "{n}"' for n in order)
+        script = _script(tmp_path, f"run{k}.py", OPPOSITE_ORDER.format(go=go, out=out, only=only))
+        env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    time.sleep(0.5)
+    open(go, "w").close()
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=150))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for name in ("lock-a", "lock-b"):
+        assert os.path.exists(os.path.join(out, name, "checks.json"))
+    # the run that took the first lock computed both experiments, the other waited and reused their shards
+    text = outs[0][0] + outs[1][0]
+    for name in ("lock-a", "lock-b"):
+        assert text.count(f"{name}: 3 task(s) (3 computed") == 1 and text.count(f"{name}: 3 task(s) (0 computed, 3 resumed") == 1
+        assert any("waiting for it to finish" in o[1] for o in outs)
+
+
+def test_the_same_only_twice_runs_it_once(tmp_path):
+    """Before: `--only X --only X` waited forever on its own lock."""
+    out = str(tmp_path / "out")
+    script = _script(tmp_path, "twice.py", f"""
+        if __name__ == "__main__":
+            from attnsvm.cli import main
+            main(["reproduce", "--workers", "1", "--out", {out!r}, "--only", "lock-a", "--only", "lock-a"])
+        """)
+    r = _python(script, timeout=150)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("lock-a: 3 task(s) (3 computed") == 1, r.stdout
+
+
+def test_run_experiments_refuses_one_experiment_twice(tmp_path):
+    toy = RunnerToy()
+    with pytest.raises(ValueError, match="'runner-toy' is listed 2 times"):
+        run_experiments([(toy, toy.Config()), (toy, toy.Config(runs=4))], str(tmp_path), workers=1, progress=False)
+    assert not os.path.exists(tmp_path / "runner-toy")  # refused before anything was written
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fh = open(sys.argv[1], "a+b")
+fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+fh.seek(0); fh.truncate(); fh.write(str(os.getpid()).encode()); fh.flush()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_waiting_for_another_runs_lock_times_out_naming_its_pid(tmp_path):
+    """Before: a run waited without limit for the lock of a run that never ends."""
+    toy = RunnerToy()
+    expdir = tmp_path / "runner-toy"
+    expdir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(expdir / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        with pytest.raises(runner.LockError, match=rf"in use by another run \(pid {holder.pid}\).*1 s") as info:
+            run_experiment(toy, toy.Config(), str(tmp_path), progress=False, lock_timeout=1.0)
+        assert time.monotonic() - start < 30
+        assert "\n" not in str(info.value)
+        with pytest.raises(runner.LockError, match=rf"pid {holder.pid}"):
+            run_experiments([(toy, toy.Config())], str(tmp_path), workers=1, progress=False, lock_timeout=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_experiment(toy, toy.Config(), str(tmp_path), progress=False, lock_timeout=1.0).ok
+
+
+def test_lock_timeout_is_validated(tmp_path):
+    toy = RunnerToy()
+    for bad in (0, -1.0, float("nan"), "5"):
+        with pytest.raises(ValueError, match="--lock-timeout"):
+            run_experiment(toy, toy.Config(), str(tmp_path), progress=False, lock_timeout=bad)
