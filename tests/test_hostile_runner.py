@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from attnsvm import runner
+from attnsvm import _files, runner
 from attnsvm.runner import run_experiment, run_experiments
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -164,3 +164,30 @@ def test_lock_timeout_is_validated(tmp_path):
     for bad in (0, -1.0, float("nan"), "5"):
         with pytest.raises(ValueError, match="--lock-timeout"):
             run_experiment(toy, toy.Config(), str(tmp_path), progress=False, lock_timeout=bad)
+
+
+# ------------------------------------------------------- temporary files
+def test_stale_temporary_cleanup_keeps_a_users_files(tmp_path):
+    """Before: the clean-up removed every `*.tmp-*` name, a user's `analysis.tmp-notes.txt` included."""
+    toy = RunnerToy()
+    cfg = toy.Config()
+    summary = run_experiment(toy, cfg, str(tmp_path), progress=False)
+    sharddir = os.path.join(summary.outdir, "shards", runner.config_hash(cfg))
+    users = [os.path.join(summary.outdir, "analysis.tmp-notes.txt"), os.path.join(sharddir, "notes.tmp-1"),
+             os.path.join(summary.outdir, "meta.json.tmp-123-0a1b2c3d")]
+    for path in users:
+        open(path, "w").write("mine\n")
+    stale = [_files.temp_name(os.path.join(summary.outdir, "meta.json")),
+             _files.temp_name(os.path.join(sharddir, "seeds-000.parquet"))]
+    for path in stale:
+        open(path, "wb").write(b"half")
+    assert run_experiment(toy, cfg, str(tmp_path), progress=False).ok
+    assert [open(p).read() for p in users] == ["mine\n"] * len(users)
+    assert not any(os.path.exists(p) for p in stale)
+
+
+def test_temporary_names_carry_the_marker_and_a_random_token(tmp_path):
+    a, b = (_files.temp_name(str(tmp_path / "x.parquet")) for _ in range(2))
+    assert a != b and _files.is_temp_name(os.path.basename(a)) and _files.is_temp_name(os.path.basename(b))
+    for name in ("analysis.tmp-notes.txt", "x.parquet.tmp-123-0a1b2c3d", "x.tmp-attnsvm-1-short"):
+        assert not _files.is_temp_name(name)

@@ -37,7 +37,6 @@ the solvers inside the tasks.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import math
@@ -54,7 +53,7 @@ from functools import lru_cache, partial
 
 import pandas as pd
 
-from attnsvm._files import atomic_write, not_regular, open_lock, oserror_text
+from attnsvm._files import atomic_write, is_temp_name, not_regular, open_lock, oserror_text
 from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
@@ -475,16 +474,31 @@ def _shard_is_stored(path: str) -> bool:
 
 
 def _clean_temp_files(expdir: str) -> int:
-    """Remove temporary files left by a writer that died (the folder lock is held: none is live)."""
+    """Remove temporary files left by a writer that died (the folder lock is held: none is live): in ``expdir``
+    and its shard folders, the names of :func:`attnsvm._files.temp_name`'s form only (a user's
+    ``analysis.tmp-notes.txt`` stays); shard folders that are symbolic links are not entered."""
     removed = 0
-    for pattern in ("*.tmp-*", os.path.join("shards", "*", "*.tmp-*")):
-        for path in glob.glob(os.path.join(glob.escape(expdir), pattern)):
-            try:
-                os.unlink(path)
-                removed += 1
-            except OSError:
-                pass
+    shards = os.path.join(expdir, "shards")
+    folders = [expdir] + [os.path.join(shards, d) for d in _entries(shards)]
+    for folder in folders:
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        for name in _entries(folder):
+            if is_temp_name(name):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+                except OSError:
+                    pass
     return removed
+
+
+def _entries(folder: str) -> list:
+    """The names in ``folder`` (none when it cannot be listed)."""
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
 
 
 #: seconds a run waits for another run's lock on an experiment folder before a :class:`LockError` (``--lock-timeout``)
