@@ -191,3 +191,63 @@ def test_temporary_names_carry_the_marker_and_a_random_token(tmp_path):
     assert a != b and _files.is_temp_name(os.path.basename(a)) and _files.is_temp_name(os.path.basename(b))
     for name in ("analysis.tmp-notes.txt", "x.parquet.tmp-123-0a1b2c3d", "x.tmp-attnsvm-1-short"):
         assert not _files.is_temp_name(name)
+
+
+# ------------------------------------------------------- folders behind links
+def _snapshot(folder) -> dict:
+    """Every path under ``folder`` with its bytes (folders: None)."""
+    out = {}
+    for d, dirs, files in os.walk(folder):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(d, name), folder)] = None
+        for name in files:
+            path = os.path.join(d, name)
+            out[os.path.relpath(path, folder)] = open(path, "rb").read()
+    return out
+
+
+def _victim(tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "shards").mkdir(parents=True)
+    for name in ("checks.json", "meta.json", "results.parquet", "notes.tmp-attnsvm-1-" + "0" * 32):
+        (victim / name).write_text(f"precious {name}\n")
+    return victim
+
+
+@pytest.mark.parametrize("where", ["runner-toy", "runner-toy/shards", "runner-toy/shards/HASH"])
+def test_a_folder_under_the_run_root_that_is_a_link_is_refused_and_the_victim_untouched(tmp_path, where):
+    """Before: OUT/NAME as a link into another folder was followed: its checks.json and meta.json were replaced."""
+    toy = RunnerToy()
+    cfg = toy.Config()
+    victim = _victim(tmp_path)
+    before = _snapshot(victim)
+    out = tmp_path / "out"
+    link = out / where.replace("HASH", runner.config_hash(cfg))
+    link.parent.mkdir(parents=True)
+    os.symlink(victim, link)
+    for call in (lambda: run_experiment(toy, cfg, str(out), progress=False),
+                 lambda: run_experiments([(toy, cfg)], str(out), workers=1, progress=False)):
+        with pytest.raises(runner.StorageError, match=rf"{link}.* is a symbolic link .*refused") as info:
+            call()
+        assert "\n" not in str(info.value)
+        assert _snapshot(victim) == before and os.path.islink(link)
+
+
+def test_the_run_root_itself_may_be_a_link(tmp_path):
+    toy = RunnerToy()
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "out")
+    assert run_experiment(toy, toy.Config(), str(tmp_path / "out"), progress=False).ok
+    assert (tmp_path / "real" / "runner-toy" / "checks.json").exists()
+
+
+def test_the_cli_refuses_an_experiment_folder_behind_a_link_in_one_line(tmp_path):
+    from conftest import attnsvm_cli
+
+    victim = _victim(tmp_path)
+    before = _snapshot(victim)
+    (tmp_path / "out").mkdir()
+    os.symlink(victim, tmp_path / "out" / "mm-loss-functions")
+    r = attnsvm_cli("run", "mm-loss-functions", "--quick", "--out", str(tmp_path / "out"), timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "symbolic link" in r.stderr, r.stderr
+    assert _snapshot(victim) == before

@@ -25,6 +25,8 @@ Storage is crash-safe and checked:
   seconds (``--lock-timeout``; then a :class:`LockError` naming the pid that holds it), then
   reuses the first one's shards; a run of several experiments takes their locks in one order
   (sorted folder paths), so two runs never wait for each other; stale temporary files are removed;
+* no folder below the run's ``outdir`` is followed when it is a symbolic link (``OUT/NAME``, its ``shards`` and
+  shard folders are created one at a time and checked before the lock is taken and again after);
 * a write error (disk full, read-only folder) stops the sweep with one clear error naming
   the path, removes the temporary file and keeps every shard already stored; Ctrl-C does
   the same (:class:`RunInterrupted`).
@@ -646,6 +648,57 @@ def _makedirs(path: str) -> None:
         raise StorageError(f"cannot create the results folder {path}: {oserror_text(exc, path)}") from None
 
 
+def _below(root: str, path: str) -> list:
+    """The folder names leading from ``root`` to ``path`` (``path`` must lie below ``root``)."""
+    rel = os.path.relpath(path, root)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if any(part in ("", os.curdir, os.pardir) for part in parts):
+        raise StorageError(f"the results folder {path} is not below the run's folder {root}")
+    return parts
+
+
+def _check_folders(root: str, path: str) -> None:
+    """Raise :class:`StorageError` unless every folder from ``root`` (excluded: it may be a link) down to ``path``
+    is a real folder, not a symbolic link, and ``path`` resolves to where those names lead: nothing a run writes
+    below its ``--out`` is written through a link into another folder."""
+    import stat
+
+    parts = _below(root, path)
+    cur = root
+    for part in parts:
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except OSError as exc:
+            raise StorageError(f"cannot use the results folder {cur}: {oserror_text(exc, cur)}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise StorageError(f"{cur} is a symbolic link (to {_short(os.readlink(cur), 60)}); refused: attnsvm does "
+                               f"not follow links below the results folder {root} (remove the link, or give --out the "
+                               "folder itself)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise StorageError(f"cannot create the results folder {path}: {cur!r} is a file, not a folder")
+    if os.path.realpath(path) != os.path.join(os.path.realpath(root), *parts):
+        raise StorageError(f"{path} resolves to {os.path.realpath(path)}, not below {os.path.realpath(root)}; "
+                           "refused: attnsvm does not follow links below the results folder")
+
+
+def _make_run_folders(plan: dict) -> None:
+    """Create the experiment's shard folder below the run's ``--out`` (which may itself be a link), one folder at a
+    time, never through a symbolic link (:func:`_check_folders`)."""
+    root = plan["outdir"]
+    _makedirs(root)
+    cur = root
+    for part in _below(root, plan["sharddir"]):
+        cur = os.path.join(cur, part)
+        try:
+            os.mkdir(cur)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot create the results folder {cur}: {oserror_text(exc, cur)}") from None
+        _check_folders(root, cur)
+
+
 #: ``--workers`` beyond this many local worker processes per CPU is refused (more start no task sooner)
 WORKERS_PER_CPU = 4
 #: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
@@ -688,7 +741,7 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, 
 def _plan(experiment, config, outdir: str, max_memory) -> dict:
     """The tasks of ``experiment`` with ``config``, each checked against the memory limit, and its folders
     (not created yet: nothing is written before the run's last check, e.g. of the scheduler):
-    ``{"tasks", "config_json", "expdir", "sharddir", "chash", "start"}``."""
+    ``{"tasks", "config_json", "outdir", "expdir", "sharddir", "chash", "start"}``."""
     from attnsvm.memory import require_memory
 
     start = time.time()
@@ -709,8 +762,8 @@ def _plan(experiment, config, outdir: str, max_memory) -> dict:
     expdir = os.path.join(outdir, name)
     chash = config_hash(config)
     sharddir = os.path.join(expdir, "shards", chash)
-    return {"tasks": tasks, "config_json": config_json, "expdir": expdir, "sharddir": sharddir, "chash": chash,
-            "start": start}
+    return {"tasks": tasks, "config_json": config_json, "outdir": outdir, "expdir": expdir, "sharddir": sharddir,
+            "chash": chash, "start": start}
 
 
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
@@ -761,8 +814,9 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
-    _makedirs(plan["sharddir"])
+    _make_run_folders(plan)
     with _folder_lock(plan["expdir"], lock_timeout):
+        _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folder is ours
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
         outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
@@ -945,8 +999,10 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
         return out
     plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
     for plan in plans:
-        _makedirs(plan["sharddir"])
+        _make_run_folders(plan)
     with _folder_locks([plan["expdir"] for plan in plans], lock_timeout):
+        for plan in plans:
+            _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folders are ours
         sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
         n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
         for s in sweeps:
