@@ -4,12 +4,14 @@ Each case was tried against the runner before its fix and hung, deleted a user's
 folder, or ended the sweep silently; the subprocess cases run under a time limit, so a hang fails the test.
 """
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
 
+import pandas as pd
 import pytest
 
 from attnsvm import _files, runner
@@ -251,3 +253,134 @@ def test_the_cli_refuses_an_experiment_folder_behind_a_link_in_one_line(tmp_path
     r = attnsvm_cli("run", "mm-loss-functions", "--quick", "--out", str(tmp_path / "out"), timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "symbolic link" in r.stderr, r.stderr
     assert _snapshot(victim) == before
+
+
+# ------------------------------------------------------- tasks that end badly
+class Tagged:
+    """An object pyarrow cannot store (a column of these is not a table of numbers)."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+
+class EndConfig(PoolToyConfig):
+    #: how the task of seed 2 (task seeds-002) ends
+    end: str = "table"
+
+
+class EndToy(PoolToy):
+    """The pool's toy whose task seeds-002 ends as ``config.end`` says."""
+
+    name = "end-toy"
+    title = "end toy"
+    Config = EndConfig
+
+    def run_task(self, config, task):
+        if 2 in task.params["seeds"]:
+            if config.end == "exit0":
+                raise SystemExit(0)
+            if config.end == "exit3":
+                sys.exit(3)
+            if config.end == "interrupt":
+                raise KeyboardInterrupt
+            if config.end in ("objects", "dicts"):
+                values = [Tagged(s) for s in task.params["seeds"]] if config.end == "objects" else \
+                    [{"tag": "run", "seed": s} for s in task.params["seeds"]]
+                return pd.DataFrame({"seed": task.params["seeds"], "value": values})
+        return super().run_task(config, task)
+
+
+ENDS = {"exit0": "SystemExit", "exit3": "SystemExit", "interrupt": "KeyboardInterrupt", "objects": "cannot store",
+        "dicts": "cannot store"}
+
+
+@pytest.mark.parametrize("workers", [1, None], ids=["one-process", "pool"])
+@pytest.mark.parametrize("end", sorted(ENDS))
+def test_a_task_that_ends_badly_is_that_tasks_failure_and_the_others_finish(tmp_path, end, workers):
+    """Before: SystemExit(0) ended the sweep (exit 0, 2 of 6 tasks stored, no failure), KeyboardInterrupt stopped it
+    as a Ctrl-C, a column of objects was an ArrowInvalid traceback after the work, and a column of dicts was stored
+    as a struct with "ok": true."""
+    if workers is None and (os.cpu_count() or 1) < 2:
+        pytest.skip("a pool needs 2 CPUs")
+    toy = EndToy()
+    (summary,) = run_experiments([(toy, toy.Config(end=end))], str(tmp_path), workers=workers, progress=False)
+    assert [f["key"] for f in summary.failed] == ["seeds-002"], summary.failed
+    assert ENDS[end] in summary.failed[0]["error"]
+    assert summary.computed == 2 and not summary.ok
+    table = pd.read_parquet(tmp_path / "end-toy" / "results.parquet")
+    assert sorted(table["seed"]) == [0, 1, 4, 5]
+    failures = json.load(open(tmp_path / "end-toy" / "failures.json"))
+    assert [f["key"] for f in failures] == ["seeds-002"]
+
+
+def test_a_real_ctrl_c_still_interrupts_the_one_process_run(tmp_path):
+    """The guard above tells a task's own KeyboardInterrupt from a SIGINT: a SIGINT during a task is Ctrl-C."""
+    import signal
+
+    class Sigint(PoolToy):
+        name = "sigint-toy"
+
+        def run_task(self, config, task):
+            if 2 in task.params["seeds"]:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            return super().run_task(config, task)
+
+    toy = Sigint()
+    with pytest.raises(runner.RunInterrupted, match="1 finished task"):
+        run_experiments([(toy, toy.Config())], str(tmp_path), workers=1, progress=False)
+
+
+def test_the_cli_exits_1_when_a_pooled_task_raises_systemexit_0(tmp_path):
+    """Before: `reproduce` exited 0 with 2 of 6 tasks stored and no failure recorded."""
+    out = str(tmp_path / "out")
+    script = _script(tmp_path, "exit0.py", f"""
+        from test_hostile_runner import EndToy, EndConfig
+
+        class Exit0Config(EndConfig):
+            end: str = "exit0"
+
+        @register
+        class Exit0(EndToy):
+            name = "exit0-toy"
+            Config = Exit0Config
+
+        if __name__ == "__main__":
+            from attnsvm.cli import main
+            main(["reproduce", "--out", {out!r}, "--only", "exit0-toy"])
+        """)
+    r = _python(script, timeout=200)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "FAILED task seeds-002" in r.stderr and "SystemExit" in r.stderr and "Traceback" not in r.stderr
+    assert "exit0-toy: 3 task(s) (2 computed, 0 resumed, 1 failed)" in r.stdout
+
+
+def test_a_skipped_json_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    """Before: reproduce computed everything, then stopped with an OSError traceback and wrote no report."""
+    from conftest import attnsvm_cli
+
+    (tmp_path / "skipped.json").mkdir()
+    r = attnsvm_cli("reproduce", "--quick", "--workers", "1", "--only", "mm-loss-functions", "--out", str(tmp_path),
+                    timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "skipped.json" in r.stderr and "a directory" in r.stderr
+    assert not (tmp_path / "mm-loss-functions").exists()  # refused before any work
+
+
+def test_skipped_json_turned_into_a_folder_during_the_run_keeps_the_report(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    toy = RunnerToy()
+    run_experiment(toy, toy.Config(), str(tmp_path), progress=False)
+
+    def replaced(jobs, outdir, **kw):  # the run took place; meanwhile skipped.json became a folder
+        (tmp_path / "skipped.json").mkdir()
+        return []
+
+    monkeypatch.setattr(runner, "run_experiments", replaced)
+    r = CliRunner().invoke(cli, ["reproduce", "--only", "mm-loss-functions", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "skipped.json" in r.output and "a directory" in r.output
+    assert (tmp_path / "report.md").exists() and "runner-toy" in (tmp_path / "report.md").read_text()

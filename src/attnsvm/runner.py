@@ -93,6 +93,15 @@ class LockError(StorageError, TimeoutError):
     process (the same experiment twice in one run); the message names the process that holds it."""
 
 
+class TaskAborted(AttnSVMError, RuntimeError):
+    """A task raised ``SystemExit``, a ``KeyboardInterrupt`` of its own (no SIGINT arrived) or another exception that
+    is not an ``Exception``: recorded as that task's failure instead of ending the sweep."""
+
+
+class TableError(ValidationError):
+    """A task's table cannot be stored as it is (a column pyarrow cannot convert, or of lists, dicts or objects)."""
+
+
 class SchedulerError(AttnSVMError, ConnectionError):
     """The Dask scheduler cannot be reached, or what answers is not a Dask scheduler."""
 
@@ -248,19 +257,54 @@ def _memory_limit(limit):
             os.environ[ENV_VAR] = old
 
 
+@contextmanager
+def _sigint_watch():
+    """Yields ``{"sigint": False}``, set True when SIGINT arrives while the block runs (then KeyboardInterrupt is
+    raised as usual), so that a task's own ``raise KeyboardInterrupt`` can be told from Ctrl-C; yields None (cannot
+    tell) outside the main thread or when SIGINT has a handler other than Python's default."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield None
+        return
+    seen = {"sigint": False}
+
+    def handler(signum, frame):
+        seen["sigint"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def execute_task(experiment, config_json: dict, task: Task, shard_path: str | None = None,
                  max_memory: int | None = None) -> pd.DataFrame | None:
     """Run one task (module-level, so Dask can ship it to any worker with the experiment object).
 
     Returns ``None`` without computing when ``shard_path`` already holds a readable shard
     (a task resubmitted by Dask after a worker died, whose result is already stored).
+    A task that raises ``SystemExit``, its own ``KeyboardInterrupt`` (not a SIGINT: Ctrl-C still interrupts) or
+    another non-``Exception`` raises :class:`TaskAborted` instead, so that it is recorded as that task's failure.
     """
     if shard_path is not None and _shard_is_stored(shard_path):
         return None
     name = experiment.name
     config = experiment.Config(**config_json)
-    with _memory_limit(max_memory), _one_thread():
-        table = experiment.run_task(config, task)
+    with _memory_limit(max_memory), _one_thread(), _sigint_watch() as seen:
+        try:
+            table = experiment.run_task(config, task)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and (seen is None or seen["sigint"]):
+                raise  # Ctrl-C (or cannot tell): interrupt the sweep
+            raise TaskAborted(f"{name}.run_task raised {type(exc).__name__}{exc.args!r:.200} instead of returning a "
+                              "table (a task must return a DataFrame or raise an Exception)") from None
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"{name}.run_task must return a DataFrame, got {type(table).__name__}")
     table = table.copy()
@@ -306,11 +350,21 @@ def shard_bytes(table: pd.DataFrame, provenance: dict | None = None) -> bytes:
     """Parquet bytes of ``table`` (columns as they are, no index) carrying ``provenance`` (JSON, key
     ``attnsvm.provenance``) and a checksum (key ``attnsvm.checksum``): the SHA-256 of the whole file with the
     checksum's own 64 hex digits read as zeros. Any change to the file, in the data, the metadata or the
-    checksum itself, makes :func:`verify_shard_bytes` fail."""
+    checksum itself, makes :func:`verify_shard_bytes` fail. :class:`TableError` when a column cannot be stored as
+    it is: one pyarrow cannot convert, or of lists, dicts or objects (nested arrow types)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    at = pa.Table.from_pandas(table, preserve_index=False)
+    try:
+        at = pa.Table.from_pandas(table, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise TableError(f"cannot store the table: {type(exc).__name__}: {text}"[:400]) from None
+    nested = next((f for f in at.schema if pa.types.is_nested(f.type)), None)
+    if nested is not None:
+        raise TableError(f"cannot store the table: column {_short(nested.name, 40)} holds lists, dicts or objects "
+                         f"(arrow type {_short(str(nested.type), 60)}), not numbers, strings or booleans (store such "
+                         "values as text, e.g. JSON)")
     meta = dict(at.schema.metadata or {})
     if provenance is not None:
         text = json.dumps(provenance, default=str, sort_keys=True)
@@ -884,15 +938,18 @@ class _Sweep:
         """Store the outcome of ``task``: ``result()`` returns its table (None: already stored) or raises."""
         try:
             table = result()
-        except SchedulerError:  # the scheduler is lost: stop the sweep (not a failure of this task)
+            data = None if table is None else shard_bytes(table, self._provenance(task))
+        except (SchedulerError, KeyboardInterrupt):  # the scheduler is lost, or Ctrl-C: stop the sweep
             raise
-        except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
+        except BaseException as exc:  # noqa: BLE001 - a failing task (SystemExit included) must not stop the sweep
+            if isinstance(exc, TableError):
+                exc = TableError(f"{self.experiment.name}.run_task: {exc}")
             self.failures.append(_failure(task, exc))
         else:
-            if table is None:  # resubmitted by Dask after its shard was stored
+            if data is None:  # resubmitted by Dask after its shard was stored
                 self.resumed += 1
             else:
-                _atomic_parquet(table, self.shard[task.key], self._provenance(task))
+                _durable_write(self.shard[task.key], data)
                 self.computed += 1
             if self.task_hook is not None:
                 self.task_hook(task.key)

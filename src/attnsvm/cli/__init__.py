@@ -505,11 +505,18 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
+    import os
+
+    from attnsvm._files import not_regular, oserror_text
     from attnsvm.experiments import build_config, registry
-    from attnsvm.report import write_report
-    from attnsvm.report import record_skipped
+    from attnsvm.report import SKIPPED_FILE, record_skipped, write_report
 
     out = _outdir(out)
+    skipped_path = os.path.join(out, SKIPPED_FILE)
+    kind = not_regular(skipped_path, follow=False)
+    if kind is not None and kind != "a symbolic link":  # refused before the work, not after it
+        raise UserError(f"{skipped_path} is {kind}, not a regular file (reproduce rewrites it): remove it or choose "
+                        "another --out")
     reg = registry()
     names = list(dict.fromkeys(only)) if only else list(reg)
     for name in names:
@@ -528,9 +535,16 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     summaries = run_experiments(jobs, out, workers=workers, scheduler=scheduler, progress=True,
                                 connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
                                 on_done=_print_summary, lock_timeout=lock_timeout)
-    record_skipped(out, skipped, ran=[s.name for s in summaries])
+    try:
+        record_skipped(out, skipped, ran=[s.name for s in summaries])
+    except OSError as exc:  # e.g. replaced by a folder during the run: the report is still written
+        unwritten = f"cannot write {skipped_path}: {oserror_text(exc, skipped_path)}"
+    else:
+        unwritten = None
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
+    if unwritten:
+        raise UserError(f"{unwritten}; the report was written without the skipped experiments")
     _finish(summaries, skipped, allow_failures)
 
 
