@@ -24,7 +24,7 @@ from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
 from attnsvm.report import write_report
 from attnsvm.runner import run_experiment
-from attnsvm import runner
+from attnsvm import _files, runner
 from attnsvm.runner import RunInterrupted, StorageError, read_shard
 from attnsvm.memory import ENV_VAR
 
@@ -164,7 +164,8 @@ def test_stale_temp_files_are_removed(tmp_path):
     cfg = toy.Config()
     summary = run_experiment(toy, cfg, str(tmp_path), progress=False)
     sharddir = os.path.join(summary.outdir, "shards", runner.config_hash(cfg))
-    for path in (os.path.join(sharddir, "seeds-000.parquet.tmp-424242"), os.path.join(summary.outdir, "meta.json.tmp-1")):
+    for path in (_files.temp_name(os.path.join(sharddir, "seeds-000.parquet")),
+                 _files.temp_name(os.path.join(summary.outdir, "meta.json"))):
         open(path, "wb").write(b"half a file")
     run_experiment(toy, cfg, str(tmp_path), progress=False)
     assert _temp_files(tmp_path) == []

@@ -39,14 +39,15 @@ def _cli(*args):
 def test_atomic_write_never_follows_a_link_planted_at_a_temporary_name(tmp_path, victim, monkeypatch):
     """Before: the writer opened `OUT.tmp-<pid>` with open(..., "wb"), following a planted link to the victim."""
     out = tmp_path / "out.npz"
-    names = iter(["aaaa", "bbbb"])
+    names = iter(["a" * 32, "b" * 32])
     monkeypatch.setattr(_files.secrets, "token_hex", lambda n: next(names))
-    for planted in (f"{out}.tmp-{os.getpid()}", f"{out}.tmp-{os.getpid()}-aaaa"):  # the old name and the first draw
+    first, second = (f"{out}.tmp-attnsvm-{os.getpid()}-{c * 32}" for c in "ab")
+    for planted in (f"{out}.tmp-{os.getpid()}", first):  # the oldest name and the first draw
         os.symlink(victim, planted)
     atomic_write(str(out), lambda fh: fh.write(b"new"))
     assert victim.read_text() == "precious\n" and out.read_bytes() == b"new"
-    assert os.path.islink(f"{out}.tmp-{os.getpid()}-aaaa")  # left as it was: never removed or written through
-    assert not os.path.exists(f"{out}.tmp-{os.getpid()}-bbbb")
+    assert os.path.islink(first)  # left as it was: never removed or written through
+    assert not os.path.exists(second)
 
 
 def test_atomic_write_replaces_a_link_at_the_target_instead_of_writing_through_it(tmp_path, victim):
@@ -236,7 +237,7 @@ def test_stale_temporary_files_with_random_names_are_removed(tmp_path):
     cfg = toy.Config()
     summary = run_experiment(toy, cfg, str(tmp_path), progress=False)
     sharddir = os.path.join(summary.outdir, "shards", runner.config_hash(cfg))
-    stale = os.path.join(sharddir, "seeds-000.parquet.tmp-4242-0a1b2c3d")
+    stale = os.path.join(sharddir, "seeds-000.parquet.tmp-attnsvm-4242-" + "0a1b2c3d" * 4)
     open(stale, "wb").write(b"half")
     run_experiment(toy, cfg, str(tmp_path), progress=False)
     assert not os.path.exists(stale)

@@ -4,7 +4,9 @@ Each caller turns the ``OSError`` of :func:`atomic_write` into its own error typ
 (``ProblemFileError``, ``StorageError``, ...) with :func:`oserror_text` as the reason.
 
 Nothing here follows a symbolic link planted in a results folder: temporary files are
-created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a fresh random name, the final
+created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a fresh random name of a form only
+attnsvm writes (:func:`temp_name`, recognised by :func:`is_temp_name`: a clean-up of stale
+temporary files removes those names and nothing else), the final
 rename replaces a link instead of writing through it, a target that exists and is not a
 regular file (a device, a fifo, a folder) is refused, and lock files are opened without
 following links and must be regular files with one name.
@@ -22,8 +24,8 @@ import stat
 import unicodedata
 from typing import BinaryIO, Callable
 
-__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "loads_json", "nesting_depth", "not_regular",
-           "open_lock", "oserror_text", "printable", "read_regular"]
+__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "is_temp_name", "loads_json", "nesting_depth",
+           "not_regular", "open_lock", "oserror_text", "printable", "read_regular", "temp_name"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -177,10 +179,26 @@ def _exclusive(path: str, flags: int, mode: int = 0o666) -> int:
     return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
 
 
+#: what every temporary file name of attnsvm carries after the name of the file it replaces
+TEMP_MARK = ".tmp-attnsvm-"
+_TEMP_RE = re.compile(r".+" + re.escape(TEMP_MARK) + r"[0-9]{1,10}-[0-9a-f]{32}")
+
+
+def temp_name(path: str) -> str:
+    """A fresh temporary name beside ``path``: ``PATH.tmp-attnsvm-<pid>-<32 random hex digits>``."""
+    return f"{path}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(16)}"
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether the file name ``name`` (no folder) has the form of :func:`temp_name`: only such names are removed
+    as stale temporary files (a user's ``analysis.tmp-notes.txt`` never is)."""
+    return _TEMP_RE.fullmatch(name) is not None
+
+
 def _open_temp(path: str) -> tuple[BinaryIO, str]:
-    """A new temporary file beside ``path`` (``PATH.tmp-<pid>-<random>``), created exclusively, never through a link."""
+    """A new temporary file beside ``path`` (:func:`temp_name`), created exclusively, never through a link."""
     for _ in range(100):
-        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = temp_name(path)
         try:
             return open(tmp, "xb", opener=lambda p, flags: _exclusive(p, flags)), tmp
         except FileExistsError:  # a name taken (or planted): draw another, never touch what is there

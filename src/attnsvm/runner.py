@@ -21,8 +21,12 @@ Storage is crash-safe and checked:
   (:attr:`RunSummary.recomputed`); results, checks and the report's config and provenance are
   built only from verified shards;
 * one run at a time per experiment folder (a file lock ``OUT/NAME/.lock``, opened without
-  following links): a second ``attnsvm run`` on the same folder waits, then reuses the first
-  one's shards; stale temporary files are removed;
+  following links): a second ``attnsvm run`` on the same folder waits, at most ``lock_timeout``
+  seconds (``--lock-timeout``; then a :class:`LockError` naming the pid that holds it), then
+  reuses the first one's shards; a run of several experiments takes their locks in one order
+  (sorted folder paths), so two runs never wait for each other; stale temporary files are removed;
+* no folder below the run's ``outdir`` is followed when it is a symbolic link (``OUT/NAME``, its ``shards`` and
+  shard folders are created one at a time and checked before the lock is taken and again after);
 * a write error (disk full, read-only folder) stops the sweep with one clear error naming
   the path, removes the temporary file and keeps every shard already stored; Ctrl-C does
   the same (:class:`RunInterrupted`).
@@ -35,7 +39,6 @@ the solvers inside the tasks.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import math
@@ -52,7 +55,7 @@ from functools import lru_cache, partial
 
 import pandas as pd
 
-from attnsvm._files import atomic_write, loads_json, not_regular, open_lock, oserror_text, read_regular
+from attnsvm._files import atomic_write, is_temp_name, loads_json, not_regular, open_lock, oserror_text, read_regular
 from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
@@ -87,6 +90,20 @@ class ShardError(StorageError):
     def __init__(self, path: str, reason: str):
         super().__init__(f"the stored shard {path} cannot be used: {reason}")
         self.path, self.reason = path, reason
+
+
+class LockError(StorageError, TimeoutError):
+    """An experiment folder's lock is held by another run for longer than the lock timeout, or already by this
+    process (the same experiment twice in one run); the message names the process that holds it."""
+
+
+class TaskAborted(AttnSVMError, RuntimeError):
+    """A task raised ``SystemExit``, a ``KeyboardInterrupt`` of its own (no SIGINT arrived) or another exception that
+    is not an ``Exception``: recorded as that task's failure instead of ending the sweep."""
+
+
+class TableError(ValidationError):
+    """A task's table cannot be stored as it is (a column pyarrow cannot convert, or of lists, dicts or objects)."""
 
 
 class SchedulerError(AttnSVMError, ConnectionError):
@@ -244,19 +261,54 @@ def _memory_limit(limit):
             os.environ[ENV_VAR] = old
 
 
+@contextmanager
+def _sigint_watch():
+    """Yields ``{"sigint": False}``, set True when SIGINT arrives while the block runs (then KeyboardInterrupt is
+    raised as usual), so that a task's own ``raise KeyboardInterrupt`` can be told from Ctrl-C; yields None (cannot
+    tell) outside the main thread or when SIGINT has a handler other than Python's default."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield None
+        return
+    seen = {"sigint": False}
+
+    def handler(signum, frame):
+        seen["sigint"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def execute_task(experiment, config_json: dict, task: Task, shard_path: str | None = None,
                  max_memory: int | None = None) -> pd.DataFrame | None:
     """Run one task (module-level, so Dask can ship it to any worker with the experiment object).
 
     Returns ``None`` without computing when ``shard_path`` already holds a readable shard
     (a task resubmitted by Dask after a worker died, whose result is already stored).
+    A task that raises ``SystemExit``, its own ``KeyboardInterrupt`` (not a SIGINT: Ctrl-C still interrupts) or
+    another non-``Exception`` raises :class:`TaskAborted` instead, so that it is recorded as that task's failure.
     """
     if shard_path is not None and _shard_is_stored(shard_path):
         return None
     name = experiment.name
     config = experiment.Config(**config_json)
-    with _memory_limit(max_memory), _one_thread():
-        table = experiment.run_task(config, task)
+    with _memory_limit(max_memory), _one_thread(), _sigint_watch() as seen:
+        try:
+            table = experiment.run_task(config, task)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and (seen is None or seen["sigint"]):
+                raise  # Ctrl-C (or cannot tell): interrupt the sweep
+            raise TaskAborted(f"{name}.run_task raised {type(exc).__name__}{exc.args!r:.200} instead of returning a "
+                              "table (a task must return a DataFrame or raise an Exception)") from None
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"{name}.run_task must return a DataFrame, got {type(table).__name__}")
     table = table.copy()
@@ -302,11 +354,21 @@ def shard_bytes(table: pd.DataFrame, provenance: dict | None = None) -> bytes:
     """Parquet bytes of ``table`` (columns as they are, no index) carrying ``provenance`` (JSON, key
     ``attnsvm.provenance``) and a checksum (key ``attnsvm.checksum``): the SHA-256 of the whole file with the
     checksum's own 64 hex digits read as zeros. Any change to the file, in the data, the metadata or the
-    checksum itself, makes :func:`verify_shard_bytes` fail."""
+    checksum itself, makes :func:`verify_shard_bytes` fail. :class:`TableError` when a column cannot be stored as
+    it is: one pyarrow cannot convert, or of lists, dicts or objects (nested arrow types)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    at = pa.Table.from_pandas(table, preserve_index=False)
+    try:
+        at = pa.Table.from_pandas(table, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise TableError(f"cannot store the table: {type(exc).__name__}: {text}"[:400]) from None
+    nested = next((f for f in at.schema if pa.types.is_nested(f.type)), None)
+    if nested is not None:
+        raise TableError(f"cannot store the table: column {_short(nested.name, 40)} holds lists, dicts or objects "
+                         f"(arrow type {_short(str(nested.type), 60)}), not numbers, strings or booleans (store such "
+                         "values as text, e.g. JSON)")
     meta = dict(at.schema.metadata or {})
     if provenance is not None:
         text = json.dumps(provenance, default=str, sort_keys=True)
@@ -505,44 +567,103 @@ def _shard_is_stored(path: str) -> bool:
 
 
 def _clean_temp_files(expdir: str) -> int:
-    """Remove temporary files left by a writer that died (the folder lock is held: none is live)."""
+    """Remove temporary files left by a writer that died (the folder lock is held: none is live): in ``expdir``
+    and its shard folders, the names of :func:`attnsvm._files.temp_name`'s form only (a user's
+    ``analysis.tmp-notes.txt`` stays); shard folders that are symbolic links are not entered."""
     removed = 0
-    for pattern in ("*.tmp-*", os.path.join("shards", "*", "*.tmp-*")):
-        for path in glob.glob(os.path.join(glob.escape(expdir), pattern)):
-            try:
-                os.unlink(path)
-                removed += 1
-            except OSError:
-                pass
+    shards = os.path.join(expdir, "shards")
+    folders = [expdir] + [os.path.join(shards, d) for d in _entries(shards)]
+    for folder in folders:
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        for name in _entries(folder):
+            if is_temp_name(name):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+                except OSError:
+                    pass
     return removed
 
 
+def _entries(folder: str) -> list:
+    """The names in ``folder`` (none when it cannot be listed)."""
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+#: seconds a run waits for another run's lock on an experiment folder before a :class:`LockError` (``--lock-timeout``)
+LOCK_TIMEOUT = 3600.0
+#: ``(st_dev, st_ino)`` of the lock files this process holds: a second lock of one folder fails at once
+_HELD_LOCKS: set = set()
+
+
+def _lock_holder(fh) -> str:
+    """The pid the holder of the lock file ``fh`` wrote there ("?" when none is readable)."""
+    try:
+        fh.seek(0)
+        holder = fh.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return "?"
+    return holder if holder.isdigit() else "?"
+
+
+def _acquire(fh, expdir: str, timeout: float) -> None:
+    """Take the exclusive flock of the open lock file ``fh`` of ``expdir``, waiting (saying so once) at most
+    ``timeout`` seconds while another process holds it; :class:`LockError` naming that process after that."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        holder = _lock_holder(fh)
+        if not waiting:
+            waiting = True
+            print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, then its "
+                  f"stored tasks are reused (waiting at most --lock-timeout {timeout:g} s)", file=sys.stderr, flush=True)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LockError(f"{expdir} is in use by another run (pid {holder}), still after waiting --lock-timeout "
+                            f"{timeout:g} s: let that run finish (or stop it), then run the same command again")
+        time.sleep(min(0.1, left))
+
+
 @contextmanager
-def _folder_lock(expdir: str):
-    """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, while another run holds it."""
+def _folder_lock(expdir: str, timeout: float = LOCK_TIMEOUT):
+    """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, at most ``timeout``
+    seconds while another run holds it (:class:`LockError` after that, or at once when this process holds it)."""
     path = os.path.join(expdir, LOCK_FILE)
     try:
         fh = open_lock(path)
     except OSError as exc:
         raise StorageError(f"cannot use the lock file {path}: {oserror_text(exc, path)}") from None
+    key = None
     try:
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) in _HELD_LOCKS:
+            raise LockError(f"{expdir} is already locked by this process (pid {os.getpid()}): one experiment folder "
+                            "is used twice in one run")
         try:
-            import fcntl
+            import fcntl  # noqa: F401
         except ImportError:  # pragma: no cover - not POSIX: no lock
-            fcntl = None
-        if fcntl is not None:
+            pass
+        else:
             try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                fh.seek(0)
-                holder = fh.read(32).decode("ascii", "replace").strip()
-                holder = holder if holder.isdigit() else "?"
-                print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, "
-                      "then its stored tasks are reused", file=sys.stderr, flush=True)
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                _acquire(fh, expdir, timeout)
+            except LockError:
+                raise
             except OSError as exc:  # file system without locks (some network mounts)
                 print(f"attnsvm: warning: cannot lock {path} ({exc.strerror}); do not run two sweeps on this folder "
                       "at once", file=sys.stderr, flush=True)
+        key = (st.st_dev, st.st_ino)
+        _HELD_LOCKS.add(key)
         try:
             fh.seek(0)
             fh.truncate()
@@ -552,7 +673,21 @@ def _folder_lock(expdir: str):
             pass
         yield
     finally:
+        if key is not None:
+            _HELD_LOCKS.discard(key)
         fh.close()
+
+
+@contextmanager
+def _folder_locks(expdirs, timeout: float = LOCK_TIMEOUT):
+    """Hold the locks of every folder of ``expdirs``, taken in one canonical order (sorted resolved paths), so
+    that two runs locking the same folders in any order never wait for each other."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for expdir in sorted(set(expdirs), key=lambda d: (os.path.realpath(d), d)):
+            stack.enter_context(_folder_lock(expdir, timeout))
+        yield
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
@@ -604,6 +739,57 @@ def _makedirs(path: str) -> None:
         raise StorageError(f"cannot create the results folder {path}: {oserror_text(exc, path)}") from None
 
 
+def _below(root: str, path: str) -> list:
+    """The folder names leading from ``root`` to ``path`` (``path`` must lie below ``root``)."""
+    rel = os.path.relpath(path, root)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if any(part in ("", os.curdir, os.pardir) for part in parts):
+        raise StorageError(f"the results folder {path} is not below the run's folder {root}")
+    return parts
+
+
+def _check_folders(root: str, path: str) -> None:
+    """Raise :class:`StorageError` unless every folder from ``root`` (excluded: it may be a link) down to ``path``
+    is a real folder, not a symbolic link, and ``path`` resolves to where those names lead: nothing a run writes
+    below its ``--out`` is written through a link into another folder."""
+    import stat
+
+    parts = _below(root, path)
+    cur = root
+    for part in parts:
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except OSError as exc:
+            raise StorageError(f"cannot use the results folder {cur}: {oserror_text(exc, cur)}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise StorageError(f"{cur} is a symbolic link (to {_short(os.readlink(cur), 60)}); refused: attnsvm does "
+                               f"not follow links below the results folder {root} (remove the link, or give --out the "
+                               "folder itself)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise StorageError(f"cannot create the results folder {path}: {cur!r} is a file, not a folder")
+    if os.path.realpath(path) != os.path.join(os.path.realpath(root), *parts):
+        raise StorageError(f"{path} resolves to {os.path.realpath(path)}, not below {os.path.realpath(root)}; "
+                           "refused: attnsvm does not follow links below the results folder")
+
+
+def _make_run_folders(plan: dict) -> None:
+    """Create the experiment's shard folder below the run's ``--out`` (which may itself be a link), one folder at a
+    time, never through a symbolic link (:func:`_check_folders`)."""
+    root = plan["outdir"]
+    _makedirs(root)
+    cur = root
+    for part in _below(root, plan["sharddir"]):
+        cur = os.path.join(cur, part)
+        try:
+            os.mkdir(cur)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot create the results folder {cur}: {oserror_text(exc, cur)}") from None
+        _check_folders(root, cur)
+
+
 #: ``--workers`` beyond this many local worker processes per CPU is refused (more start no task sooner)
 WORKERS_PER_CPU = 4
 #: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
@@ -621,7 +807,8 @@ def _check_seconds(value, option: str) -> float:
     return float(value)
 
 
-def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, max_memory) -> tuple:
+def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, max_memory,
+                   lock_timeout=LOCK_TIMEOUT) -> tuple:
     """Validate the run options; returns ``(worker_timeout as a float, outdir as a str, max_memory in bytes or
     None)``."""
     from attnsvm.memory import max_memory as _limit_of
@@ -634,6 +821,7 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, 
                               "give its address with --scheduler")
     _check_seconds(connect_timeout, "--connect-timeout")
     worker_timeout = _check_seconds(worker_timeout, "--worker-timeout")
+    _check_seconds(lock_timeout, "--lock-timeout")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
     outdir = _check_outdir(outdir)
@@ -644,7 +832,7 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, 
 def _plan(experiment, config, outdir: str, max_memory) -> dict:
     """The tasks of ``experiment`` with ``config``, each checked against the memory limit, and its folders
     (not created yet: nothing is written before the run's last check, e.g. of the scheduler):
-    ``{"tasks", "config_json", "expdir", "sharddir", "chash", "start"}``."""
+    ``{"tasks", "config_json", "outdir", "expdir", "sharddir", "chash", "start"}``."""
     from attnsvm.memory import require_memory
 
     start = time.time()
@@ -665,13 +853,14 @@ def _plan(experiment, config, outdir: str, max_memory) -> dict:
     expdir = os.path.join(outdir, name)
     chash = config_hash(config)
     sharddir = os.path.join(expdir, "shards", chash)
-    return {"tasks": tasks, "config_json": config_json, "expdir": expdir, "sharddir": sharddir, "chash": chash,
-            "start": start}
+    return {"tasks": tasks, "config_json": config_json, "outdir": outdir, "expdir": expdir, "sharddir": sharddir,
+            "chash": chash, "start": start}
 
 
 def run_experiment(experiment, config, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                    progress: bool = True, task_hook=None, connect_timeout: float = 20.0,
-                   max_memory=None, worker_timeout: float = WORKER_TIMEOUT) -> RunSummary:
+                   max_memory=None, worker_timeout: float = WORKER_TIMEOUT,
+                   lock_timeout: float = LOCK_TIMEOUT) -> RunSummary:
     """Run (or resume) ``experiment`` with ``config`` into ``outdir/NAME``.
 
     Parameters
@@ -693,11 +882,16 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         Memory limit for planning and for one task (see :mod:`attnsvm.memory`; default
         ``$ATTNSVM_MAX_MEMORY``, else 80 % of available memory). Work estimated above it
         is refused before it starts (:class:`~attnsvm.errors.ResourceLimitError`).
+    lock_timeout : float
+        Seconds to wait while another run holds the experiment folder's lock (default :data:`LOCK_TIMEOUT`,
+        an hour) before a :class:`LockError` naming that run's pid.
 
     Raises
     ------
     StorageError
         The results folder cannot be created or written; shards already stored are kept.
+    LockError
+        (a StorageError) another run holds the folder for longer than ``lock_timeout``.
     SchedulerError
         No scheduler answers, it has no worker within ``worker_timeout``, or it is lost during the run
         (shards already stored are kept; the message says how to resume).
@@ -707,12 +901,13 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
-                                                        max_memory)
+                                                        max_memory, lock_timeout)
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
-    _makedirs(plan["sharddir"])
-    with _folder_lock(plan["expdir"]):
+    _make_run_folders(plan)
+    with _folder_lock(plan["expdir"], lock_timeout):
+        _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folder is ours
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
         outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
@@ -780,15 +975,18 @@ class _Sweep:
         """Store the outcome of ``task``: ``result()`` returns its table (None: already stored) or raises."""
         try:
             table = result()
-        except SchedulerError:  # the scheduler is lost: stop the sweep (not a failure of this task)
+            data = None if table is None else shard_bytes(table, self._provenance(task))
+        except (SchedulerError, KeyboardInterrupt):  # the scheduler is lost, or Ctrl-C: stop the sweep
             raise
-        except Exception as exc:  # noqa: BLE001 - a failing task must not stop the sweep
+        except BaseException as exc:  # noqa: BLE001 - a failing task (SystemExit included) must not stop the sweep
+            if isinstance(exc, TableError):
+                exc = TableError(f"{self.experiment.name}.run_task: {exc}")
             self.failures.append(_failure(task, exc))
         else:
-            if table is None:  # resubmitted by Dask after its shard was stored
+            if data is None:  # resubmitted by Dask after its shard was stored
                 self.resumed += 1
             else:
-                _atomic_parquet(table, self.shard[task.key], self._provenance(task))
+                _durable_write(self.shard[task.key], data)
                 self.computed += 1
             if self.task_hook is not None:
                 self.task_hook(task.key)
@@ -851,7 +1049,8 @@ def default_workers(tasks: int) -> int:
 
 def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler: str | None = None,
                     progress: bool = True, connect_timeout: float = 20.0, max_memory=None,
-                    worker_timeout: float = WORKER_TIMEOUT, on_done=None) -> list[RunSummary]:
+                    worker_timeout: float = WORKER_TIMEOUT, on_done=None,
+                    lock_timeout: float = LOCK_TIMEOUT) -> list[RunSummary]:
     """Run (or resume) several experiments into ``outdir``: ``jobs`` is a list of ``(experiment, config)``.
 
     ``workers=None`` and no ``scheduler``: the tasks of all the experiments share one pool of
@@ -868,29 +1067,36 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
 
     ``on_done(summary)`` is called for each experiment as soon as it is written (experiments finishing
     together: in the order of ``jobs``).
+    Each experiment may appear once in ``jobs`` (one folder each; a :class:`~attnsvm.errors.ValidationError`
+    otherwise); their folder locks are taken in one order whatever the order of ``jobs``, so two runs of the same
+    experiments never wait for each other (``lock_timeout`` as in :func:`run_experiment`).
     Returns the summaries in the order of ``jobs``. Raises as :func:`run_experiment`; a worker process that
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
     """
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
-                                                        max_memory)
+                                                        max_memory, lock_timeout)
+    jobs = list(jobs)
+    names = [experiment.name for experiment, _ in jobs]
+    twice = sorted({n for n in names if names.count(n) > 1}, key=str)
+    if twice:
+        raise ValidationError(f"jobs must name each experiment once (one results folder each): {twice[0]!r} is "
+                              f"listed {names.count(twice[0])} times")
     done = on_done or (lambda summary: None)
     if scheduler or (workers is not None and workers > 1):
         out = []
         for experiment, config in jobs:
             out.append(run_experiment(experiment, config, outdir, workers=workers, scheduler=scheduler,
                                       progress=progress, connect_timeout=connect_timeout, max_memory=max_memory,
-                                      worker_timeout=worker_timeout))
+                                      worker_timeout=worker_timeout, lock_timeout=lock_timeout))
             done(out[-1])
         return out
     plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
     for plan in plans:
-        _makedirs(plan["sharddir"])
-    from contextlib import ExitStack
-
-    with ExitStack() as locks:
+        _make_run_folders(plan)
+    with _folder_locks([plan["expdir"] for plan in plans], lock_timeout):
         for plan in plans:
-            locks.enter_context(_folder_lock(plan["expdir"]))
+            _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folders are ours
         sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
         n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
         for s in sweeps:

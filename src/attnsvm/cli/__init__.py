@@ -340,11 +340,13 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
 
 # -------------------------------------------------------------- experiments
-def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None, worker_timeout=60.0):
+def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, max_memory=None, worker_timeout=60.0,
+             lock_timeout=3600.0):
     from attnsvm.runner import run_experiment
 
     summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
-                             connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout)
+                             connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout,
+                             lock_timeout=lock_timeout)
     return _print_summary(summary)
 
 
@@ -434,6 +436,9 @@ _timeout_opt = click.option("--connect-timeout", type=float, default=20.0, show_
                             help="Seconds to wait for the Dask scheduler before giving up with an error.")
 _worker_timeout_opt = click.option("--worker-timeout", type=float, default=60.0, show_default=True,
                                   help="Seconds to wait for a first worker of --scheduler before giving up with an error.")
+_lock_timeout_opt = click.option("--lock-timeout", type=float, default=3600.0, show_default=True,
+                                 help="Seconds to wait while another run uses an experiment's folder before giving up "
+                                      "with an error naming its process.")
 _memory_opt = click.option("--max-memory", default=None,
                            help="Memory limit per task, e.g. 4G (default: $ATTNSVM_MAX_MEMORY, else 80% of available).")
 _allow_opt = click.option("--allow-failures", is_flag=True,
@@ -463,10 +468,11 @@ def list_cmd():
 @_scheduler_opt
 @_timeout_opt
 @_worker_timeout_opt
+@_lock_timeout_opt
 @_memory_opt
 @_allow_opt
-def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, worker_timeout, max_memory,
-        allow_failures):
+def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, worker_timeout, lock_timeout,
+        max_memory, allow_failures):
     """Run (or resume) experiment NAME; results go to OUT/NAME/.
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
@@ -483,7 +489,8 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
     except ValidationError as exc:
         raise UserError(f"--config: {exc}") from None
     config = build_config(exp, quick=quick, file_overrides=file_overrides, overrides=parse_assignments(sets))
-    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory), worker_timeout)
+    summary = _run_one(exp, config, out, workers, scheduler, connect_timeout, _max_memory(max_memory), worker_timeout,
+                       lock_timeout)
     write_report(out)
     _finish([summary], [], allow_failures)
 
@@ -491,14 +498,16 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 @cli.command()
 @click.option("--quick", is_flag=True, help="Small presets of every experiment (a few minutes).")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
-@click.option("--only", multiple=True, help="Restrict to these experiments (repeatable).")
+@click.option("--only", multiple=True, help="Restrict to these experiments (repeatable; a name given twice runs once).")
 @_reproduce_workers_opt
 @_scheduler_opt
 @_timeout_opt
 @_worker_timeout_opt
+@_lock_timeout_opt
 @_memory_opt
 @_allow_opt
-def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_timeout, max_memory, allow_failures):
+def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_timeout, lock_timeout, max_memory,
+              allow_failures):
     """Run every experiment, then write OUT/report.html and OUT/report.md.
 
     Without --workers or --scheduler the tasks of all the experiments share one pool of local
@@ -509,10 +518,12 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     Exits 1 when a check fails (other than a listed finding) or a task fails.
     """
+    import os
     import time
 
+    from attnsvm._files import oserror_text
     from attnsvm.experiments import build_config, registry
-    from attnsvm.report import record_run, record_skipped, skipped_file_problem, write_report
+    from attnsvm.report import SKIPPED_FILE, record_run, record_skipped, skipped_file_problem, write_report
 
     def cpu() -> float:  # this process and its finished children (the pool's workers)
         try:
@@ -527,8 +538,9 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     problem = skipped_file_problem(out)    # found now, not after computing everything
     if problem is not None:
         raise ValidationError(problem)
+    skipped_path = os.path.join(out, SKIPPED_FILE)
     reg = registry()
-    names = list(only) if only else list(reg)
+    names = list(dict.fromkeys(only)) if only else list(reg)
     for name in names:
         _experiment(name)
     from attnsvm.runner import run_experiments
@@ -544,11 +556,18 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
         jobs.append((reg[name], build_config(reg[name], quick=quick)))
     summaries = run_experiments(jobs, out, workers=workers, scheduler=scheduler, progress=True,
                                 connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
-                                on_done=_print_summary)
-    record_skipped(out, skipped, ran=[s.name for s in summaries])
+                                on_done=_print_summary, lock_timeout=lock_timeout)
+    try:
+        record_skipped(out, skipped, ran=[s.name for s in summaries])
+    except OSError as exc:  # e.g. replaced by a folder during the run: the report is still written
+        unwritten = f"cannot write {skipped_path}: {oserror_text(exc, skipped_path)}"
+    else:
+        unwritten = None
     record_run(out, time.perf_counter() - t0, cpu() - cpu0, [s.name for s in summaries], "quick" if quick else "full")
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
+    if unwritten:
+        raise UserError(f"{unwritten}; the report was written without the skipped experiments")
     _finish(summaries, skipped, allow_failures)
 
 
