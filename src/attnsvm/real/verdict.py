@@ -212,7 +212,7 @@ def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -
 
 
 def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None,
-                 tested: int | None = None) -> dict:
+                 tested: int | None = None, kind: str = "spectrum") -> dict:
     """The null columns of one head's row from its real ``corr_restricted`` and its null draws
     (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
     the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
@@ -225,7 +225,9 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
     (:func:`reachable_pvalues`; the p-values themselves when all were drawn, NaN without a p-value), which
     :func:`stop_undetermined` uses.
 
-    ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m)."""
+    ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m).
+    ``kind``: the null kind of the draws in ``spectrum`` (the verdict's null; the ``null_kind`` column:
+    "spectrum" or "sink", :data:`attnsvm.real.nulls.NULL_KINDS`)."""
     v = np.array([d["corr_restricted"] for d in spectrum], float)
     ok = np.isfinite(v)
     stop = {}
@@ -245,7 +247,7 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
     sv = sv[np.isfinite(sv)]
     return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
             "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
-            "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
+            "null_kind": str(kind), "structured_mean": float(sv.mean()) if sv.size else float("nan"),
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
 
 
