@@ -17,7 +17,8 @@ from scipy import stats
 pytest.importorskip("transformers")
 
 from attnsvm.real.nulls import head_against_nulls, mean_query_direction, own_selection, query_split  # noqa: E402
-from attnsvm.real.probe import layer_inputs, prepare_probe, random_like  # noqa: E402
+from attnsvm.errors import ValidationError  # noqa: E402
+from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import add_verdict  # noqa: E402
 from test_probe_calibration import PLANTED, THRESHOLD, random_model  # noqa: E402
@@ -118,3 +119,41 @@ def test_planted_max_margin_heads_are_beyond_the_sink_null_at_both_m(random_bert
     print(t[["m", "head", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict"]].to_string(index=False))
     assert set(t["m"]) == set(MS) and len(t) == len(MS) * len(PLANTED)
     assert (t["verdict"] == "beyond null").all()
+
+
+def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(tmp_path):
+    """``probe_heads(null_kind="sink")``: the verdict's columns come from the sink nulls (``null_kind`` "sink"),
+    the spectrum nulls are reported beside them, and every head has its sink statistics; the default is unchanged."""
+    path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
+    kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=3)
+    sink = probe_heads(SENTENCES[:6], null_kind="sink", **kw)
+    t = sink.table
+    assert (t["null_kind"] == "sink").all() and sink.config["null_kind"] == "sink"
+    assert (t["n_spectrum"] == 3).all() and t["spectrum_mean"].notna().all() and t["verdict"].notna().all()
+    for c in ("qi_share", "qi_first_logit", "sel_first", "sel_last"):
+        assert t[c].notna().all(), c
+    assert ((t["qi_share"] >= 0) & (t["qi_share"] <= 1)).all()
+    spec = probe_heads(SENTENCES[:6], **kw).table
+    assert (spec["null_kind"] == "spectrum").all() and "spectrum_mean" not in spec.columns
+    # the spectrum columns beside the sink verdict are those of the spectrum verdict's nulls (same draws)
+    np.testing.assert_allclose(t["spectrum_mean"], spec["null_mean"], rtol=1e-9)
+    np.testing.assert_allclose(t["sel_first"], spec["sel_first"])
+    with pytest.raises(ValidationError, match="null_kind"):
+        probe_heads(SENTENCES[:6], null_kind="rotation", **kw)
+
+
+def test_cli_null_kind_choice(tmp_path):
+    """``attnsvm probe --null-kind`` offers spectrum and sink and refuses anything else (exit 2, before any work);
+    the stored probe's config carries the kind."""
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+    from attnsvm.experiments.real.probe_run import ProbeConfig
+
+    r = CliRunner().invoke(cli, ["probe", "--help"])
+    assert r.exit_code == 0 and "--null-kind [spectrum|sink]" in r.output
+    r = CliRunner().invoke(cli, ["probe", "--null-kind", "rotation"])
+    assert r.exit_code == 2 and "rotation" in r.output
+    assert ProbeConfig().null_kind == "spectrum" and ProbeConfig(null_kind="sink").null_kind == "sink"
+    with pytest.raises(ValueError):
+        ProbeConfig(null_kind="rotation")

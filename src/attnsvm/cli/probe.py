@@ -80,7 +80,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
-              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True) -> str:
+              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
+              null_kind: str = "spectrum") -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -98,6 +99,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
+    null_kind : the verdict's null, "spectrum" (default) or "sink" (:func:`attnsvm.real.nulls.sink_null`; the
+        spectrum nulls are then drawn too and reported in ``spectrum_*`` columns)
     null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
         ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
@@ -154,7 +157,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
                           seed=seed, max_length=max_length, view_sentences=view_sentences,
                           model=None if model is None else loaded.path, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
+                          null_kind=null_kind)
         t0 = time.perf_counter()
         summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                                  connect_timeout=connect_timeout, max_memory=max_memory)
@@ -170,7 +174,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           svm_sentences=svm_sentences, progress=progress, model=model, threshold=threshold,
                           query=query, seed=seed, max_length=max_length, max_memory=max_memory,
                           view_sentences=view_sentences, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
+                          null_kind=null_kind)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:

@@ -67,6 +67,8 @@ from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.verdict import null_columns
 
 NULL_KINDS = ("spectrum", "structured", "sink")
+#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``); the first is the default
+VERDICT_NULL_KINDS = ("spectrum", "sink")
 #: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
 RNG_KINDS = NULL_KINDS + ("transplant",)
 #: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)

@@ -251,6 +251,15 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
 
 
+def spectrum_columns(spectrum: list) -> dict:
+    """Descriptive columns of a head's spectrum nulls when the verdict uses another null (the sink null,
+    :func:`attnsvm.real.nulls.sink_null`): ``spectrum_mean, spectrum_sd`` (NaN where undefined) and ``n_spectrum``
+    (certified draws) of their ``corr_restricted`` (:func:`attnsvm.real.nulls.null_heads` dicts)."""
+    v = np.array([d["corr_restricted"] for d in spectrum], float)
+    mean, sd, k = null_moments(v[np.isfinite(v)])
+    return {"spectrum_mean": mean, "spectrum_sd": sd, "n_spectrum": k}
+
+
 def transplant_columns(real: float, transplants: list) -> dict:
     """Descriptive columns of one head's transplanted heads (:func:`attnsvm.real.nulls.transplant_heads`
     dicts; never used by the verdict): ``transplant_mean, transplant_sd`` of their ``corr_restricted``,
