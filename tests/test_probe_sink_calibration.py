@@ -1,4 +1,5 @@
-"""Calibration of the sink null (:func:`attnsvm.real.nulls.sink_null`) on random-weight models, as
+"""Calibration of the sink null (:func:`attnsvm.real.nulls.sink_null`) on random-weight BERT-like and GPT-2-like
+models (the planted max-margin heads and the spectrum null's contrast on the BERT-like one), as
 tests/test_probe_calibration.py does it for the spectrum null (its helpers, model sizes and threshold).
 
 A random head plus a planted sink ``c k mu^T`` (a query-independent key preference for position 0: k the
@@ -8,6 +9,8 @@ c k mu^T``), so its p-values must be uniform and it must not be called beyond nu
 sentences m; it is *not* a draw of its spectrum null, which calls such heads beyond null (the point of issue 39).
 Planted max-margin heads must stay beyond the sink null at both m.
 """
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -60,10 +63,19 @@ def judge(setup, positions, kind: str, sink: float = 0.0, planted: dict | None =
     return pd.concat(tables, ignore_index=True)
 
 
+def _setup(tmp_path_factory, family):
+    path = random_model(family, tmp_path_factory.mktemp(family) / "random")
+    return prepare_probe(SENTENCES, model=path, max_length=24, threshold=THRESHOLD, seed=0)
+
+
 @pytest.fixture(scope="module")
 def random_bert(tmp_path_factory):
-    path = random_model("bert", tmp_path_factory.mktemp("bert") / "random")
-    return prepare_probe(SENTENCES, model=path, max_length=24, threshold=THRESHOLD, seed=0)
+    return _setup(tmp_path_factory, "bert")
+
+
+@pytest.fixture(scope="module")
+def random_gpt2(tmp_path_factory):
+    return _setup(tmp_path_factory, "gpt2")
 
 
 POSITIONS = [(l, h) for l in range(4) for h in range(5)]
@@ -78,10 +90,11 @@ def _show(t, label):
               f"{g.qi_share.mean():.2f}, qi_first_logit {g.qi_first_logit.mean():.2f}")
 
 
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
 @pytest.mark.parametrize("sink", [0.0, SINK], ids=["random", "random+sink"])
-def test_sink_null_p_values_are_uniform_with_and_without_a_planted_sink(random_bert, sink):
-    t = judge(random_bert, POSITIONS, "sink", sink)
-    _show(t, f"sink null, planted sink {sink}")
+def test_sink_null_p_values_are_uniform_with_and_without_a_planted_sink(request, family, sink):
+    t = judge(request.getfixturevalue(f"random_{family}"), POSITIONS, "sink", sink)
+    _show(t, f"{family}: sink null, planted sink {sink}")
     assert (t["n_null"] >= DRAWS - 1).all() and (t["null_kind"] == "sink").all()
     if sink:  # the planted sink is a sink: position 0 selected far more often, its logit advantage as planted
         assert t["selects_first"].mean() > 0.3 and t["qi_first_logit"].mean() > 0.5 * SINK
@@ -140,6 +153,16 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     np.testing.assert_allclose(t["sel_first"], spec["sel_first"])
     with pytest.raises(ValidationError, match="null_kind"):
         probe_heads(SENTENCES[:6], null_kind="rotation", **kw)
+    # the stored probe (--out: runner tasks, then combine) gives the same sink verdict columns
+    from attnsvm.cli.probe import run_probe
+
+    kw.pop("threshold")
+    text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), as_json=True, threshold=THRESHOLD,
+                     null_kind="sink", null_stop=False, **kw)
+    stored = pd.DataFrame(json.loads(text)["heads"])
+    assert (stored["null_kind"] == "sink").all()
+    np.testing.assert_allclose(stored["null_mean"], t["null_mean"], rtol=1e-9)
+    np.testing.assert_allclose(stored["spectrum_mean"], t["spectrum_mean"], rtol=1e-9)
 
 
 def test_cli_null_kind_choice(tmp_path):
