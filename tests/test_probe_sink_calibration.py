@@ -23,7 +23,7 @@ from attnsvm.real.nulls import head_against_nulls, mean_query_direction, own_sel
 from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
-from attnsvm.real.verdict import add_verdict  # noqa: E402
+from attnsvm.real.verdict import SINK_LEGEND, add_verdict, verdict_summary  # noqa: E402
 from test_probe_calibration import PLANTED, THRESHOLD, random_model  # noqa: E402
 
 SENTENCES = corpus_sentences(16, 3)
@@ -163,6 +163,11 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     assert (stored["null_kind"] == "sink").all()
     np.testing.assert_allclose(stored["null_mean"], t["null_mean"], rtol=1e-9)
     np.testing.assert_allclose(stored["spectrum_mean"], t["spectrum_mean"], rtol=1e-9)
+    # the printed summary names the verdict's null (the same command again: every task resumed)
+    text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), threshold=THRESHOLD, null_kind="sink",
+                     null_stop=False, **kw)
+    assert "vs sink nulls" in text and "(spectrum nulls " in text and SINK_LEGEND in text
+    assert "vs spectrum nulls" in verdict_summary(spec) and "sink" not in verdict_summary(spec)
 
 
 def test_cli_null_kind_choice(tmp_path):

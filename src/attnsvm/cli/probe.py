@@ -124,7 +124,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.nulls import NULL_DRAWS
     from attnsvm.real.probe import format_table, probe_heads, resolve_model, solver_options
     from attnsvm.real.sentences import check_seed
-    from attnsvm.real.verdict import LEGEND, verdict_summary
+    from attnsvm.real.verdict import LEGEND, SINK_LEGEND, verdict_summary
 
     check_seed(seed)
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
@@ -210,6 +210,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         lines.append(verdict_summary(table))
         if "verdict" in table.columns:
             lines.append(LEGEND)
+            if null_kind != "spectrum":
+                lines.append(SINK_LEGEND)
         elif query == "all":
                 lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)

@@ -411,7 +411,8 @@ def verdict_counts(table) -> dict:
 
 def verdict_summary(table) -> str:
     """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
-    against the spectrum nulls' mean, and the random-selection baseline (secondary); then all heads.
+    against the verdict nulls' mean (their ``null_kind``: spectrum, or sink with the spectrum nulls' mean beside
+    it), and the random-selection baseline (secondary); then all heads.
     Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
     lines = []
     groups = list(table.groupby("layer")) + [("all", table)]
@@ -421,9 +422,13 @@ def verdict_summary(table) -> str:
                 f"({int((g['advantage'] > 0).sum())}/{len(g)} above)" if "corr_random_restricted" in g.columns else "")
         if "verdict" in g.columns:
             c = verdict_counts(g)
+            kind = str(g["null_kind"].iloc[0]) if "null_kind" in g.columns and g["null_kind"].notna().any() \
+                else "spectrum"
+            also = (f" (spectrum nulls {g['spectrum_mean'].mean():.4f}, descriptive)"
+                    if kind != "spectrum" and "spectrum_mean" in g.columns else "")
             lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
                          f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
-                         f"{g['corr_restricted'].mean():.4f} vs spectrum nulls {g['null_mean'].mean():.4f}; "
+                         f"{g['corr_restricted'].mean():.4f} vs {kind} nulls {g['null_mean'].mean():.4f}{also}; "
                          f"secondary: {base}")
         else:
             lines.append(f"{lab}: corr_restricted {g['corr_restricted'].mean():.4f}, {base} (no null heads: no verdict)")
@@ -444,4 +449,11 @@ LEGEND = (
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
     "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
     "same sizes (secondary baseline)."
+)
+#: the legend's addition when the verdict uses the sink null (``--null-kind sink``)
+SINK_LEGEND = (
+    "null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W with "
+    "its query side rotated at random about the mean query: its query-independent key preference, e.g. a [CLS] "
+    "sink, kept exactly); spectrum_mean = the spectrum nulls' mean (descriptive); qi_share = the query-independent "
+    "share of the head's scores, sel_first = share of queries selecting position 0."
 )
