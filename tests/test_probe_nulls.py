@@ -9,7 +9,8 @@ from scipy import stats
 from attnsvm.errors import ValidationError
 from attnsvm.real.layer import LayerInputs
 from attnsvm.real.nulls import (
-    haar_frame, head_spectrum, null_heads, null_rng, principal_bases, spectrum_null, structured_null, top_selection,
+    haar_frame, head_spectrum, mean_query_direction, null_heads, null_rng, principal_bases, query_split, sink_null,
+    spectrum_null, structured_null, top_selection,
 )
 from attnsvm.real.verdict import (
     VERDICTS, add_verdict, by_adjust, mc_pvalues, null_columns, t_pvalues, verdicts,
@@ -21,6 +22,12 @@ def _head(rng, d=12, m=3):
     W = np.zeros((d + 1, d + 1))
     W[:d] = rng.standard_normal((d, m)) @ rng.standard_normal((m, d + 1))
     return W
+
+
+def _layer(rng, n, T, d):
+    """Random bias-augmented tokens (n, T, d + 1), each sentence's query its first token, all candidates."""
+    X = np.concatenate([rng.standard_normal((n, T, d)), np.ones((n, T, 1))], axis=-1)
+    return LayerInputs.build(X, X[:, 0], np.ones((n, T), bool))
 
 
 def test_spectrum_null_keeps_the_spectrum_and_the_zero_key_row():
@@ -48,7 +55,7 @@ def test_null_draws_depend_only_on_seed_layer_head_draw_kind():
     a = spectrum_null(s, 6, null_rng(4, 2, 1, 0))
     np.testing.assert_array_equal(a, spectrum_null(s, 6, null_rng(4, 2, 1, 0)))
     for other in (null_rng(4, 2, 1, 1), null_rng(4, 2, 0, 0), null_rng(4, 1, 1, 0), null_rng(5, 2, 1, 0),
-                  null_rng(4, 2, 1, 0, "structured"), null_rng(4, 2, 1, 0, "transplant")):
+                  null_rng(4, 2, 1, 0, "structured"), null_rng(4, 2, 1, 0, "transplant"), null_rng(4, 2, 1, 0, "sink")):
         assert not np.allclose(a, spectrum_null(s, 6, other))
     with pytest.raises(ValidationError, match="kind"):
         null_rng(0, 0, 0, 0, "random")
@@ -83,9 +90,7 @@ def test_structured_null_lives_in_the_principal_subspaces():
 def test_null_heads_select_their_own_top_tokens_with_the_heads_sizes():
     rng = np.random.default_rng(4)
     n, T, d = 6, 5, 4
-    X = np.concatenate([rng.standard_normal((n, T, d)), np.ones((n, T, 1))], axis=-1)
-    inp = LayerInputs.build(X, X[:, 0], np.ones((n, T), bool))
-    W = _head(rng, d, 2)
+    inp, W = _layer(rng, n, T, d), _head(rng, d, 2)
     sizes = np.array([1, 2, 1, 3, 1, 2])
     rows = null_heads(inp, W, sizes, seed=0, layer=0, head=0, draws=3)
     assert [r["draw"] for r in rows] == [0, 1, 2] and all(r["mean_selected"] == sizes.mean() for r in rows)
@@ -156,3 +161,71 @@ def test_add_verdict_over_a_table_and_null_columns():
     assert t.loc[0, "verdict"] == "beyond null"
     assert (t.loc[1:, "verdict"] != "beyond null").all()
     assert (t["q_upper"] >= t["p_upper"]).all()
+
+
+def test_sink_null_keeps_the_query_independent_part_the_key_side_and_the_spectrum():
+    rng = np.random.default_rng(7)
+    d = 12
+    W = _head(rng, d, 3)
+    Z = np.concatenate([rng.standard_normal((9, d)) + 0.5, np.ones((9, 1))], axis=1)
+    mu = mean_query_direction(Z)
+    np.testing.assert_allclose(mu, Z.mean(0) / np.linalg.norm(Z.mean(0)), rtol=1e-14)
+    Wr = sink_null(W, mu, null_rng(0, 1, 2, 3, "sink"))
+    assert Wr.dtype == np.float64 and Wr.shape == W.shape
+    np.testing.assert_allclose(Wr @ mu, W @ mu, atol=1e-12)  # the key preference shared by every query
+    np.testing.assert_allclose(np.linalg.svd(Wr, compute_uv=False), np.linalg.svd(W, compute_uv=False), atol=1e-12)
+    np.testing.assert_allclose(Wr @ Wr.T, W @ W.T, atol=1e-12)  # same key side: W R R^T W^T = W W^T
+    np.testing.assert_array_equal(Wr[-1], 0.0)  # the key side's constant coordinate stays a zero row
+    assert np.abs(Wr - W).max() > 1e-3  # the query-dependent rest is rotated
+    # R = W^+ W_r is orthogonal on W's row space, fixes mu and is Haar otherwise: a draw differs from another
+    assert np.abs(sink_null(W, mu, null_rng(0, 1, 2, 4, "sink")) - Wr).max() > 1e-3
+    with pytest.raises(ValidationError, match="mu"):
+        sink_null(W, 2 * mu, null_rng(0, 0, 0, 0, "sink"))
+    with pytest.raises(ValidationError, match="mean query"):
+        mean_query_direction(np.zeros((3, d + 1)))
+
+
+def test_sink_null_rotation_is_haar_on_the_complement_of_mu():
+    """R mu = mu and, for a unit v orthogonal to mu, R v is uniform on the sphere of mu's complement: the squared
+    coordinate of R v along another unit w orthogonal to mu is Beta(1/2, (D - 2)/2). A rotation that also fixed v
+    (or a non-Haar one) fails the KS test."""
+    D = 6
+    mu = np.ones(D) / np.sqrt(D)
+    v = np.array([1.0, -1.0, 0, 0, 0, 0]) / np.sqrt(2)
+    w = np.array([0, 0, 1.0, -1.0, 0, 0]) / np.sqrt(2)
+    # with W = I, sink_null returns R itself
+    x = np.array([(w @ sink_null(np.eye(D), mu, null_rng(0, 0, 0, k, "sink")) @ v) ** 2 for k in range(400)])
+    assert stats.kstest(x, stats.beta(0.5, (D - 2) / 2).cdf).pvalue > 0.01
+    R = sink_null(np.eye(D), mu, null_rng(0, 0, 0, 0, "sink"))
+    np.testing.assert_allclose(R @ R.T, np.eye(D), atol=1e-12)
+    np.testing.assert_allclose(R @ mu, mu, atol=1e-12)
+
+
+def test_query_split_shares():
+    """A head that is only a sink (W = k mu^T) has qi_share 1 and a position-0 advantage; a head whose query side
+    is orthogonal to mu has qi_share 0."""
+    rng = np.random.default_rng(8)
+    n, T, d = 5, 6, 4
+    X = np.concatenate([rng.standard_normal((n, T, d)), np.ones((n, T, 1))], axis=-1)
+    Z = X[:, 2]
+    cand = np.ones((n, T), bool)
+    mu = mean_query_direction(Z)
+    k = np.zeros(d + 1)
+    k[:d] = X[:, 0, :d].mean(0) - X[:, 1:, :d].mean((0, 1))
+    q = query_split(np.outer(k, mu), X, Z, cand)
+    assert q["qi_share"] == pytest.approx(1.0) and q["qi_first_logit"] > 0
+    P = np.eye(d + 1) - np.outer(mu, mu)
+    q0 = query_split(_head(rng, d, 2) @ P, X, Z, cand)
+    assert q0["qi_share"] == pytest.approx(0.0, abs=1e-20) and q0["qi_first_logit"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_sink_null_heads_draw_from_their_own_stream():
+    rng = np.random.default_rng(9)
+    n, T, d = 6, 5, 4
+    inp, W = _layer(rng, n, T, d), _head(rng, d, 2)
+    rows = null_heads(inp, W, np.ones(n, int), seed=0, layer=0, head=0, draws=2, kind="sink")
+    assert [r["kind"] for r in rows] == ["sink", "sink"] and all(np.isfinite(r["corr_restricted"]) for r in rows)
+    again = null_heads(inp, W, np.ones(n, int), seed=0, layer=0, head=0, draws=1, start=1, kind="sink")
+    assert again[0]["corr_restricted"] == rows[1]["corr_restricted"]
+    with pytest.raises(ValidationError, match="kind"):
+        null_heads(inp, W, np.ones(n, int), seed=0, layer=0, head=0, draws=1, kind="rotation")

@@ -291,6 +291,11 @@ def _sizes(text):
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
               help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
                    "each head's verdict (default 8; 0: no verdict). Not for --query all.")
+@click.option("--null-kind", type=click.Choice(["spectrum", "sink"]), default="spectrum", show_default=True,
+              help="The verdict's null heads: spectrum (the head's singular values, Haar-random singular vectors) or "
+                   "sink (the head's own W with its query side rotated at random about the mean query: keeps the "
+                   "head's query-independent key preference, e.g. an attention sink on [CLS], exactly; the spectrum "
+                   "nulls are then drawn too and reported in spectrum_* columns).")
 @click.option("--null-stop/--no-null-stop", default=True, show_default=True,
               help="Draw each head's spectrum nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
@@ -316,8 +321,8 @@ def _sizes(text):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, null_draws, null_stop, transplant_draws, device, as_json, max_memory, model_dir, workers, scheduler,
-          connect_timeout):
+          curve, null_draws, null_kind, null_stop, transplant_draws, device, as_json, max_memory, model_dir, workers,
+          scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -335,7 +340,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
-                     transplant_draws=transplant_draws, device=device, null_stop=null_stop)
+                     transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind)
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

@@ -81,7 +81,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
-              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True) -> str:
+              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
+              null_kind: str = "spectrum") -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -99,6 +100,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
+    null_kind : the verdict's null, "spectrum" (default) or "sink" (:func:`attnsvm.real.nulls.sink_null`; the
+        spectrum nulls are then drawn too and reported in ``spectrum_*`` columns)
     null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
         ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
@@ -122,7 +125,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.nulls import NULL_DRAWS
     from attnsvm.real.probe import format_table, probe_heads, resolve_model, solver_options
     from attnsvm.real.sentences import check_seed
-    from attnsvm.real.verdict import LEGEND, verdict_summary
+    from attnsvm.real.verdict import LEGEND, SINK_LEGEND, verdict_summary
 
     check_seed(seed)
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
@@ -155,7 +158,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
                           seed=seed, max_length=max_length, view_sentences=view_sentences,
                           model=None if model is None else loaded.path, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
+                          null_kind=null_kind)
         t0 = time.perf_counter()
         summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                                  connect_timeout=connect_timeout, max_memory=max_memory)
@@ -172,7 +176,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           svm_sentences=svm_sentences, progress=progress, model=model, threshold=threshold,
                           query=query, seed=seed, max_length=max_length, max_memory=max_memory,
                           view_sentences=view_sentences, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop))
+                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
+                          null_kind=null_kind)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:
@@ -207,6 +212,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         lines.append(verdict_summary(table))
         if "verdict" in table.columns:
             lines.append(LEGEND)
+            if null_kind != "spectrum":
+                lines.append(SINK_LEGEND)
         elif query == "all":
                 lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)

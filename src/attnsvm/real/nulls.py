@@ -25,6 +25,29 @@ scored above their nulls (KS p 0.0015 over 24 heads; the own rule: 0.92, tests/t
 Draw j of head h in layer l comes from :func:`null_rng` ``(seed, layer, head, j)`` only, so a row
 depends neither on the order, the process nor the other heads.
 
+**Sink null** (:func:`sink_null`, kind ``"sink"``): the head's own W with its query side rotated about the
+unit mean query ``mu`` (:func:`mean_query_direction`, bias-augmented, so its constant coordinate is included):
+``W_r = W R``, R Haar on the orthogonal matrices with ``R mu = mu``. Split ``W = W mu mu^T + W (I - mu mu^T)``:
+the first term is the head's *query-independent* part, the key preference ``W mu`` it applies (scaled by
+``mu^T z``) to every query -- the source of attention sinks such as [CLS] in encoders and position 0 / BOS in
+decoders; the second is the *query-dependent* rest. ``W R mu = W mu`` keeps the first exactly, the key side
+(W's column space and left singular vectors) and the spectrum stay too, and the rest is rotated at random
+inside ``mu``'s orthogonal complement. *Exchangeability*: let ``G_mu = {R orthogonal: R mu = mu}`` (mu a
+function of the layer's states only). If the head's W, given the layer's token states and queries, has the
+same law as ``W R`` for every R in ``G_mu``, then ``W, W R_1, ..., W R_K`` (R_j i.i.d. Haar on ``G_mu``) are
+exchangeable given the states (with ``R_0`` Haar, ``(W, W R_j) =d (W R_0, W R_0 R_j)`` and ``R_0, R_0 R_j``
+are i.i.d. Haar), hence so are their statistics, and the predictive-t p-value is calibrated as far as the
+statistics are normal. This holds for a random-weight head (Gaussian query weights and bias: ``W =d W R`` for
+every orthogonal R, its layer's states depend only on the layers below) *and for a random head plus any
+planted sink* ``c k mu^T`` (``(W + c k mu^T) R = W R + c k mu^T``); the spectrum null is exact for the first but
+not the second (a data-aligned sink is not invariant under Haar U, V), so it calls sink-plus-random heads
+beyond or below their nulls (tests/test_probe_calibration.py). The sink null therefore asks whether the
+head's *query-dependent* part agrees with the SVM of its selections beyond a random rotation of it that
+keeps everything the queries share. Against the structured null (data-aligned singular vectors, not the
+head's own: a sink only by chance) and the transplant null (another trained head, with *its* sink, on these
+states: descriptive) it keeps this head's sink and key side exactly and randomizes only what the sink
+leaves.
+
 **Transplant null** (:func:`transplant_heads`, descriptive only: it never enters the p-values nor the
 Benjamini-Yekutieli step): other heads of the same model, their key-query matrices ``W_{l', h'}``
 (:meth:`PretrainedTransformer.head_weights`, with their own score scale) applied to *this* layer's token
@@ -43,7 +66,9 @@ from attnsvm.errors import ValidationError
 from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.verdict import null_columns
 
-NULL_KINDS = ("spectrum", "structured")
+NULL_KINDS = ("spectrum", "structured", "sink")
+#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``); the first is the default
+VERDICT_NULL_KINDS = ("spectrum", "sink")
 #: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
 RNG_KINDS = NULL_KINDS + ("transplant",)
 #: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
@@ -52,7 +77,7 @@ NULL_DRAWS = 8
 #: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
 #: (its own top-``|O_i|`` tokens, ``|O_i|`` the real head's set sizes)
 NULL_SELECTIONS = ("threshold", "matched")
-_KIND_TAG = {"spectrum": 1, "structured": 2, "transplant": 3}
+_KIND_TAG = {"spectrum": 1, "structured": 2, "transplant": 3, "sink": 4}
 
 
 def null_rng(seed: int, layer: int, head: int, draw: int, kind: str = "spectrum") -> np.random.Generator:
@@ -101,6 +126,82 @@ def spectrum_null(s: np.ndarray, D: int, rng: np.random.Generator) -> np.ndarray
     U[: D - 1] = haar_frame(rng, D - 1, r)
     V = haar_frame(rng, D, r)
     return (U * s[None, :]) @ V.T
+
+
+def mean_query_direction(Z: np.ndarray) -> np.ndarray:
+    """The unit mean query ``mu (D,) = mean_i z_i / ||mean_i z_i||`` of the bias-augmented queries ``Z (m, D)``
+    (float64; their constant coordinate included, so the mean of real queries is never zero)."""
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.ndim != 2 or Z.shape[0] < 1 or not np.all(np.isfinite(Z)):
+        raise ValidationError(f"Z must be a finite (m, D) array of queries with m >= 1, got shape {Z.shape}")
+    zbar = Z.mean(axis=0)
+    nz = np.linalg.norm(zbar)
+    if not nz > 0:
+        raise ValidationError("Z must have a nonzero mean query (bias-augmented queries have a constant coordinate 1)")
+    return zbar / nz
+
+
+def sink_null(W: np.ndarray, mu: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One sink null head ``W_r (D, D) = W R``: R a Haar-random orthogonal matrix of the query space that fixes
+    ``mu`` (see the module docstring: ``W_r mu = W mu`` exactly, the same spectrum and key side).
+
+    ``R = mu mu^T + B Q B^T`` with ``B (D, D - 1)`` an orthonormal basis of ``mu``'s orthogonal complement and Q
+    Haar on O(D - 1) (:func:`haar_frame`); float64.
+
+    Parameters
+    ----------
+    W : (D, D) the head's bias-augmented key-query matrix (key on the left)
+    mu : (D,) a unit vector, the mean query direction (:func:`mean_query_direction`)
+    rng : the draw's generator (:func:`null_rng` of kind "sink")
+    """
+    W = np.asarray(W, dtype=np.float64)
+    mu = np.asarray(mu, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] != W.shape[1] or not np.all(np.isfinite(W)):
+        raise ValidationError(f"W must be a finite square (D, D) matrix, got shape {W.shape}")
+    D = W.shape[0]
+    if mu.shape != (D,) or not np.all(np.isfinite(mu)) or abs(np.linalg.norm(mu) - 1.0) > 1e-9:
+        raise ValidationError(f"mu must be a unit vector of shape (D,) = ({D},), got shape {mu.shape}")
+    B = np.linalg.qr(mu[:, None], mode="complete")[0][:, 1:]  # (D, D - 1), orthonormal, orthogonal to mu
+    Q = haar_frame(rng, D - 1, D - 1)
+    Wmu = W @ mu
+    return np.outer(Wmu, mu) + ((W @ B) @ Q) @ B.T
+
+
+def query_split(W: np.ndarray, X: np.ndarray, Z: np.ndarray, cand: np.ndarray, mu: np.ndarray | None = None) -> dict:
+    """How much of a head's scores is query-independent, and the sink it gives position 0.
+
+    The scores ``x_t^T W z_i`` split into ``x_t^T W mu (mu^T z_i)`` (the query-independent part, W's action on
+    the mean query direction mu) and the rest; softmax ignores a per-query constant, so each part is centred over
+    the query's candidates first.
+
+    Parameters
+    ----------
+    W : (D, D) the head's key-query matrix (key on the left)
+    X : (m, T, D) bias-augmented tokens; Z : (m, D) the queries; cand : (m, T) bool, the candidates
+    mu : (D,) the unit mean query (default :func:`mean_query_direction` ``(Z)``)
+
+    Returns
+    -------
+    dict ``qi_share``: ``||S0||^2 / (||S0||^2 + ||S1||^2)`` of the centred parts S0 (query-independent) and S1 (the
+    rest) over all candidates, in [0, 1] (0 when both are zero); ``qi_first_logit``: the mean over queries of the
+    query-independent score of position 0 minus the mean of the other candidates' (0 where position 0 is the only
+    candidate)
+    """
+    W = np.asarray(W, dtype=np.float64)
+    X, Z, cand = np.asarray(X, dtype=np.float64), np.asarray(Z, dtype=np.float64), np.asarray(cand, bool)
+    mu = mean_query_direction(Z) if mu is None else np.asarray(mu, dtype=np.float64)
+    s0 = np.einsum("ntd,d->nt", X, W @ mu) * (Z @ mu)[:, None]  # (m, T)
+    s = np.einsum("ntd,nd->nt", X, Z @ W.T)
+    k = np.maximum(cand.sum(axis=1, keepdims=True), 1)
+    c0 = np.where(cand, s0 - np.where(cand, s0, 0).sum(axis=1, keepdims=True) / k, 0.0)
+    c = np.where(cand, s - np.where(cand, s, 0).sum(axis=1, keepdims=True) / k, 0.0)
+    a, b = float(np.sum(c0 ** 2)), float(np.sum((c - c0) ** 2))
+    others = cand.copy()
+    others[:, 0] = False
+    n_o = others.sum(axis=1)
+    adv = s0[:, 0] - np.where(others, s0, 0).sum(axis=1) / np.maximum(n_o, 1)
+    return {"qi_share": a / (a + b) if a + b > 0 else 0.0,
+            "qi_first_logit": float(np.mean(np.where((n_o > 0) & cand[:, 0], adv, 0.0)))}
 
 
 def principal_bases(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -203,8 +304,9 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     W_h : (D, D) the head's key-query matrix (key on the left, last row zero)
     sizes : (m,) int, the head's selection size |O_i| in each SVM sentence
     seed, layer, head : the draws' generators (:func:`null_rng`)
-    kind : "spectrum" or "structured" (singular vectors inside the top 2r principal directions of
-        the layer's tokens and queries, :func:`principal_bases`)
+    kind : "spectrum", "structured" (singular vectors inside the top 2r principal directions of
+        the layer's tokens and queries, :func:`principal_bases`) or "sink" (``W_h R``, R a Haar rotation of the
+        query space fixing the unit mean query of these m sentences, :func:`sink_null`; ``spectrum`` unused)
     threshold : None: each null selects its own top-``sizes`` tokens ("matched"); a float: each null selects
         by its own attention, >= threshold plus the argmax (:func:`own_selection`, "threshold": the real
         head's rule; ``sizes`` is then only validated)
@@ -231,14 +333,19 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
         s = np.asarray(spectrum, dtype=np.float64)
         if s.ndim != 1 or s.size > D - 1 or not np.all(np.isfinite(s)) or np.any(s <= 0):
             raise ValidationError(f"spectrum must be the head's (r,) positive singular values, r <= D - 1 = {D - 1}")
-    bases = None
+    bases = mu = None
     if kind == "structured":
         key, query = principal_bases(inputs.X, inputs.cand, inputs.Z, 2 * max(s.size, 1))
         bases = (key, query)
+    elif kind == "sink":
+        W_h, mu = np.asarray(W_h, dtype=np.float64), mean_query_direction(inputs.Z)
     out = []
     for j in range(int(start), int(start) + int(draws)):
         rng = null_rng(seed, layer, head, j, kind)
-        Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
+        if mu is not None:
+            Wr = sink_null(W_h, mu, rng)
+        else:
+            Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
         out.append({"draw": j, "kind": kind, **_bilinear_draw(inputs, Wr, sizes, threshold, solver_options)})
     return out
 
@@ -285,8 +392,9 @@ def transplant_heads(inputs: LayerInputs, sources: list, sizes: np.ndarray, *, t
 
 def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
                        draws: int, selected: np.ndarray | None = None, threshold: float | None = None,
-                       **solver_options) -> dict:
-    """One bilinear head against its spectrum nulls, without a model.
+                       kind: str = "spectrum", **solver_options) -> dict:
+    """One bilinear head against its null heads of ``kind`` (:data:`NULL_KINDS`; default the spectrum null),
+    without a model.
 
     ``W: (D, D)``; its selections are ``selected: (m, T)`` bool (default: its own top-``sizes`` tokens, as
     a null selects). Returns the agreement of W with the SVM of its selections and
@@ -308,5 +416,6 @@ def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *,
     real = corr(inputs.restrict(W), sol["W"])
     out = {"corr_restricted": real, "svm_status": sol["status"]}
     out.update(null_columns(real, null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
-                                             draws=draws, threshold=threshold, **solver_options)))
+                                             draws=draws, threshold=threshold, kind=kind, **solver_options),
+                            kind=kind))
     return out

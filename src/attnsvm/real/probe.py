@@ -89,13 +89,15 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: F401  (the old name of the forward cache)
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary  # noqa: F401  (old import paths)
-from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, null_heads, select_tokens, top_selection  # noqa: F401
+from attnsvm.real.nulls import (  # noqa: F401
+    NULL_DRAWS, NULL_SELECTIONS, VERDICT_NULL_KINDS, null_heads, select_tokens, top_selection,
+)
 from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported under their old import path)
     QUERIES, ProbeSetup, baseline_rng, baselines as _baselines, check_indices, head_selections, head_seq_svm,
     head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
     resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
-from attnsvm.real.verdict import add_verdict, null_columns, transplant_columns
+from attnsvm.real.verdict import add_verdict, null_columns, spectrum_columns, transplant_columns
 
 
 @dataclass
@@ -164,7 +166,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                 max_length: int | None = None, model=None, progress=None, max_memory=None,
                 view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0,
                 null_selection: str = "threshold", transplant_draws: int = 0, device=None,
-                null_stop: bool = False) -> ProbeResult:
+                null_stop: bool = False, null_kind: str = "spectrum") -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
@@ -199,6 +201,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         without a certified SVM);
         the row says why (``null_stop``) and how many were planned (``null_planned``). Default False (all
         ``null_draws``); ``attnsvm probe`` stops by default
+    null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "spectrum" (default) or
+        "sink" (:func:`attnsvm.real.nulls.sink_null`: the head's W with its query side rotated about the mean query,
+        keeping its attention sink); with "sink" ``null_draws`` spectrum nulls are drawn too, all of them, and
+        reported beside it (``spectrum_mean, spectrum_sd, n_spectrum``; outside the verdict)
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see
@@ -212,7 +218,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     ``p_upper_mc, p_lower_mc`` (exact Monte Carlo), ``q_upper, q_lower`` (Benjamini-Yekutieli over the
     probed heads), ``verdict`` ("beyond null", "not distinguishable", "below null", "no SVM"),
     ``verdict_reason``, ``null_mean, null_sd, z_null`` (descriptive), ``n_null`` (certified draws used),
-    ``n_null_dropped``, ``null_kind`` ("spectrum"), ``structured_mean``, ``null_seconds``, ``selected_all``;
+    ``n_null_dropped``, ``null_kind`` ("spectrum" or "sink"), ``structured_mean``, ``null_seconds``, ``selected_all``;
     with transplanted heads also :func:`attnsvm.real.verdict.transplant_columns` (``transplant_mean``, ...).
 
     The steps are the functions of :mod:`attnsvm.real.probe_steps`: one forward pass
@@ -235,6 +241,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
     if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
         raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
+    if null_kind not in VERDICT_NULL_KINDS:
+        raise ValidationError(f"null_kind must be one of {VERDICT_NULL_KINDS}, got {null_kind!r}")
     if null_selection not in NULL_SELECTIONS:
         raise ValidationError(f"null_selection must be one of {NULL_SELECTIONS}, got {null_selection!r}")
     for name, v in (("null_draws", null_draws), ("structured_draws", structured_draws),
@@ -276,10 +284,12 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                     t1 = time.perf_counter()
                     draws = null_task(setup, inp, l, h, sel, null_draws=null_draws, structured_draws=structured_draws,
                                       transplant_draws=transplant_draws, null_selection=null_selection,
-                                      real=row_statistic(row) if null_stop else None, tested=tested, **solver)
+                                      real=row_statistic(row) if null_stop else None, tested=tested,
+                                      null_kind=null_kind, spectrum_draws=null_draws, **solver)
                     t_null += time.perf_counter() - t1
                     row.update(head_null_columns(row["corr_restricted"], draws,
-                                                 planned=int(null_draws) if null_stop else None, tested=tested))
+                                                 planned=int(null_draws) if null_stop else None, tested=tested,
+                                                 null_kind=null_kind))
             rows.append(row)
     table = pd.DataFrame(rows)
     if (null_draws or structured_draws) and m_svm >= 1:
@@ -289,6 +299,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
                max_length=int(setup.max_length))
     if query != "all" and m_svm >= 1:
         cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
+        if null_kind != "spectrum":  # the default's config stays as it was
+            cfg.update(null_kind=null_kind)
         if transplant_draws:
             cfg.update(transplant_draws=int(transplant_draws))
         if null_stop and null_draws:
@@ -314,17 +326,22 @@ def solver_options(max_memory=None, device=None) -> dict:
     return out
 
 
-def head_null_columns(real: float, draws: list, planned: int | None = None, tested: int | None = None) -> dict:
+def head_null_columns(real: float, draws: list, planned: int | None = None, tested: int | None = None,
+                      null_kind: str = "spectrum") -> dict:
     """The null columns of a head's row from its ``corr_restricted`` (``real``, NaN without a certified SVM)
-    and its :func:`~attnsvm.real.probe_steps.null_task` draws: with spectrum or structured draws (or
-    ``planned`` spectrum draws, the probe's ``null_draws`` when they may stop early)
-    :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs; ``tested``: the heads probed with nulls,
-    the stopping level's m); with transplanted heads
+    and its :func:`~attnsvm.real.probe_steps.null_task` draws: with draws of the verdict's ``null_kind``
+    ("spectrum" or "sink") or structured draws (or ``planned`` verdict draws, the probe's ``null_draws`` when they
+    may stop early) :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs; ``tested``: the heads probed
+    with nulls, the stopping level's m); with a sink verdict and spectrum draws
+    :func:`attnsvm.real.verdict.spectrum_columns` (descriptive); with transplanted heads
     :func:`attnsvm.real.verdict.transplant_columns` (descriptive)."""
-    kinds = {k: [d for d in draws if d["kind"] == k] for k in ("spectrum", "structured", "transplant")}
+    kinds = {k: [d for d in draws if d["kind"] == k] for k in ("spectrum", "sink", "structured", "transplant")}
     out = {}
-    if kinds["spectrum"] or kinds["structured"] or planned:
-        out.update(null_columns(real, kinds["spectrum"], kinds["structured"] or None, planned=planned, tested=tested))
+    if kinds[null_kind] or kinds["structured"] or planned:
+        out.update(null_columns(real, kinds[null_kind], kinds["structured"] or None, planned=planned, tested=tested,
+                                kind=null_kind))
+    if null_kind != "spectrum" and kinds["spectrum"]:
+        out.update(spectrum_columns(kinds["spectrum"]))
     if kinds["transplant"]:
         out.update(transplant_columns(real, kinds["transplant"]))
     return out

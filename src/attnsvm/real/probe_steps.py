@@ -27,7 +27,9 @@ from attnsvm.errors import ValidationError
 from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
-from attnsvm.real.nulls import head_spectrum, null_heads, select_tokens, top_selection, transplant_heads
+from attnsvm.real.nulls import (
+    VERDICT_NULL_KINDS, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
+)
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
 from attnsvm.svm import gen_constraints, seq_constraints, solve
@@ -275,7 +277,9 @@ class LayerSelections:
     A : (h, n, T) attention row of each sentence's query (``query="all"``: its first query)
     sel : (h, n, T) bool selections; ``query="all"``: (h, n, T, T) ``[head, sentence, query, token]``
     stats : list of h dicts with keys ``mean_selected``, ``frac_cls``, ``frac_sep``, ``frac_self``,
-        ``frac_prev``, ``frac_next`` and ``max_attention`` (over all (sentence, query) pairs)
+        ``frac_prev``, ``frac_next`` and ``max_attention`` (over all (sentence, query) pairs), ``sel_first`` and
+        ``sel_last`` (the share of pairs whose selected set holds position 0 -- [CLS] in encoders, the first token
+        (BOS) in decoders -- and the sentence's last real token -- [SEP] in encoders)
     """
 
     A: np.ndarray
@@ -283,13 +287,15 @@ class LayerSelections:
     stats: list
 
 
-def _pair_stats(am, qk, lengths, sizes, largest) -> dict:
+def _pair_stats(am, qk, lengths, sel, largest) -> dict:
     """The statistics of one head over its (sentence, query) pairs: argmax token, query position, sentence
-    length, |O| and largest attention, each (pairs,)."""
+    length and largest attention, each (pairs,), and the selections ``sel (pairs, T)`` bool."""
+    sizes = sel.sum(axis=1)
     return {"mean_selected": float(sizes.mean()), "frac_cls": float(np.mean(am == 0)),
             "frac_sep": float(np.mean(am == lengths - 1)), "frac_self": float(np.mean(am == qk)),
             "frac_prev": float(np.mean(am == qk - 1)), "frac_next": float(np.mean(am == qk + 1)),
-            "max_attention": float(largest.mean())}
+            "max_attention": float(largest.mean()), "sel_first": float(sel[:, 0].mean()),
+            "sel_last": float(sel[np.arange(sel.shape[0]), lengths - 1].mean())}
 
 
 def layer_selections(setup: ProbeSetup, layer: int) -> LayerSelections:
@@ -303,12 +309,12 @@ def layer_selections(setup: ProbeSetup, layer: int) -> LayerSelections:
         amall = np.where(setup.cand3, Aall, -1.0).argmax(axis=-1)  # (h, n, T)
         qi, qk = np.nonzero(setup.qmask)  # all (sentence, query) pairs
         A = Aall[:, np.arange(n), setup.q]  # (h, n, T): each sentence's first query, for the view
-        stats = [_pair_stats(amall[k][qi, qk], qk, lengths[qi], sel[k][qi, qk].sum(axis=1),
+        stats = [_pair_stats(amall[k][qi, qk], qk, lengths[qi], sel[k][qi, qk],
                              np.where(setup.cand3[qi, qk], Aall[k][qi, qk], 0).max(axis=1)) for k in range(len(heads))]
         return LayerSelections(A, sel, stats)
     A, sel = head_selections(setup, layer)
     am = np.where(setup.cand, A, -1.0).argmax(axis=-1)  # (h, n)
-    stats = [_pair_stats(am[k], setup.q, lengths, sel[k].sum(axis=1), np.where(setup.cand, A[k], 0).max(axis=1))
+    stats = [_pair_stats(am[k], setup.q, lengths, sel[k], np.where(setup.cand, A[k], 0).max(axis=1))
              for k in range(len(heads))]
     return LayerSelections(A, sel, stats)
 
@@ -384,7 +390,8 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
     -------
     row : dict ``corr, corr_restricted, corr_random, corr_random_restricted, advantage, svm_status, svm_gap,
         svm_violation, svm_rank, svm_nuclear, svm_support, random_status, random_gap, svm_seconds,
-        random_seconds`` (and ``selected_all`` with one query per sentence)
+        random_seconds`` (and with one query per sentence ``selected_all`` and
+        :func:`attnsvm.real.nulls.query_split` ``qi_share, qi_first_logit`` on the m SVM sentences)
     support : (m, T) bool, the SVM's support tokens
     """
     Wh = setup.model.head_weights(layer, head)
@@ -405,6 +412,7 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
                random_seconds=float(np.sum([d["seconds"] for d in draws])))
     if selected.ndim == 2:  # every sentence's selection is all its candidates: no margin row, W = 0
         row["selected_all"] = bool(np.all((selected == inp.cand).all(axis=-1)))
+        row.update(query_split(Wh, inp.X, inp.Z, inp.cand))  # the sink: the query-independent part of its scores
     return row, sol["support"]
 
 
@@ -443,7 +451,7 @@ def head_statistic(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, s
 def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray, *,
               null_draws: int, structured_draws: int = 0, transplant_draws: int = 0,
               null_selection: str = "threshold", real: float | None = None, tested: int | None = None,
-              **solver_options) -> list[dict]:
+              null_kind: str = "spectrum", spectrum_draws: int = 0, **solver_options) -> list[dict]:
     """One head's null heads on the layer's SVM sentences: ``null_draws`` spectrum, ``structured_draws``
     structured (:func:`attnsvm.real.nulls.null_heads`) and ``transplant_draws`` transplanted heads
     (:func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
@@ -458,26 +466,35 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
     tested : the number of heads probed with nulls (Benjamini-Yekutieli's m): the draws stop at
         :func:`attnsvm.real.verdict.stop_level` ``(tested)`` = 0.05 / c(m); None: at 0.05 (valid for any m)
+    null_kind : the kind of the ``null_draws`` verdict nulls: "spectrum" (default) or "sink"
+        (:func:`attnsvm.real.nulls.sink_null`)
+    spectrum_draws : with ``null_kind="sink"``, spectrum nulls drawn too, all of them (reported beside the verdict,
+        :func:`attnsvm.real.probe.head_null_columns`)
 
     Returns
     -------
-    list of the draws' dicts (``kind`` "spectrum", "structured" or "transplant"; a transplant also has
+    list of the draws' dicts (``kind`` "spectrum", "sink", "structured" or "transplant"; a transplant also has
     ``source`` "L<l>-H<h>")
     """
+    if null_kind not in VERDICT_NULL_KINDS:
+        raise ValidationError(f"null_kind must be one of {VERDICT_NULL_KINDS}, got {null_kind!r}")
     threshold = setup.threshold if null_selection == "threshold" else None
     Wh = setup.model.head_weights(layer, head)
     sizes = selected.sum(axis=1)
     out = []
     if real is None:
         out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=null_draws,
-                          kind="spectrum", threshold=threshold, **solver_options)
+                          kind=null_kind, threshold=threshold, **solver_options)
     else:  # sequentially, one draw at a time, until the stopping rule holds
         level, s = stop_level(tested), head_spectrum(Wh)  # the head's spectrum once, not once per draw
         for j in range(int(null_draws)):
             if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j, level) is not None:
                 break
             out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=1, start=j,
-                              kind="spectrum", threshold=threshold, spectrum=s, **solver_options)
+                              kind=null_kind, threshold=threshold, spectrum=s, **solver_options)
+    if spectrum_draws and null_kind != "spectrum":  # the spectrum null beside the verdict's
+        out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=spectrum_draws,
+                          kind="spectrum", threshold=threshold, **solver_options)
     if structured_draws:  # (none by default: no principal bases to compute)
         out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=structured_draws,
                           kind="structured", threshold=threshold, **solver_options)

@@ -212,7 +212,7 @@ def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -
 
 
 def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None,
-                 tested: int | None = None) -> dict:
+                 tested: int | None = None, kind: str = "spectrum") -> dict:
     """The null columns of one head's row from its real ``corr_restricted`` and its null draws
     (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
     the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
@@ -225,7 +225,9 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
     (:func:`reachable_pvalues`; the p-values themselves when all were drawn, NaN without a p-value), which
     :func:`stop_undetermined` uses.
 
-    ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m)."""
+    ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m).
+    ``kind``: the null kind of the draws in ``spectrum`` (the verdict's null; the ``null_kind`` column:
+    "spectrum" or "sink", :data:`attnsvm.real.nulls.NULL_KINDS`)."""
     v = np.array([d["corr_restricted"] for d in spectrum], float)
     ok = np.isfinite(v)
     stop = {}
@@ -245,8 +247,17 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
     sv = sv[np.isfinite(sv)]
     return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
             "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
-            "null_kind": "spectrum", "structured_mean": float(sv.mean()) if sv.size else float("nan"),
+            "null_kind": str(kind), "structured_mean": float(sv.mean()) if sv.size else float("nan"),
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
+
+
+def spectrum_columns(spectrum: list) -> dict:
+    """Descriptive columns of a head's spectrum nulls when the verdict uses another null (the sink null,
+    :func:`attnsvm.real.nulls.sink_null`): ``spectrum_mean, spectrum_sd`` (NaN where undefined) and ``n_spectrum``
+    (certified draws) of their ``corr_restricted`` (:func:`attnsvm.real.nulls.null_heads` dicts)."""
+    v = np.array([d["corr_restricted"] for d in spectrum], float)
+    mean, sd, k = null_moments(v[np.isfinite(v)])
+    return {"spectrum_mean": mean, "spectrum_sd": sd, "n_spectrum": k}
 
 
 def transplant_columns(real: float, transplants: list) -> dict:
@@ -402,7 +413,8 @@ def verdict_counts(table) -> dict:
 
 def verdict_summary(table) -> str:
     """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
-    against the spectrum nulls' mean, and the random-selection baseline (secondary); then all heads.
+    against the verdict nulls' mean (their ``null_kind``: spectrum, or sink with the spectrum nulls' mean beside
+    it), and the random-selection baseline (secondary); then all heads.
     Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
     def mean(col) -> str:  # words where no head has a value (never "nan")
         v = float(col.mean()) if col.notna().any() else float("nan")
@@ -416,9 +428,13 @@ def verdict_summary(table) -> str:
                 f"({int((g['advantage'] > 0).sum())}/{len(g)} above)" if "corr_random_restricted" in g.columns else "")
         if "verdict" in g.columns:
             c = verdict_counts(g)
+            kind = str(g["null_kind"].iloc[0]) if "null_kind" in g.columns and g["null_kind"].notna().any() \
+                else "spectrum"
+            also = (f" (spectrum nulls {mean(g['spectrum_mean'])}, descriptive)"
+                    if kind != "spectrum" and "spectrum_mean" in g.columns else "")
             lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
                          f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
-                         f"{mean(g['corr_restricted'])} vs spectrum nulls {mean(g['null_mean'])}; "
+                         f"{mean(g['corr_restricted'])} vs {kind} nulls {mean(g['null_mean'])}{also}; "
                          f"secondary: {base}")
         else:
             lines.append(f"{lab}: corr_restricted {mean(g['corr_restricted'])}, {base} (no null heads: no verdict)")
@@ -439,4 +455,11 @@ LEGEND = (
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
     "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
     "same sizes (secondary baseline)."
+)
+#: the legend's addition when the verdict uses the sink null (``--null-kind sink``)
+SINK_LEGEND = (
+    "null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W with "
+    "its query side rotated at random about the mean query: its query-independent key preference, e.g. a [CLS] "
+    "sink, kept exactly); spectrum_mean = the spectrum nulls' mean (descriptive); qi_share = the query-independent "
+    "share of the head's scores, sel_first = share of queries selecting position 0."
 )

@@ -31,6 +31,8 @@ import json
 import os
 import time
 
+from typing import Literal
+
 import numpy as np
 from pydantic import NonNegativeInt
 
@@ -51,6 +53,9 @@ class ProbeConfig(HeadsConfig):
     device: str | None = None
     #: a head's spectrum nulls stop once no further draw can change any verdict (``probe_heads(null_stop=)``)
     null_stop: bool = True
+    #: the verdict's null (``probe_heads(null_kind=)``): "spectrum" or "sink" (then ``null_draws`` spectrum nulls
+    #: too, all drawn, in the descriptive ``spectrum_*`` columns)
+    null_kind: Literal["spectrum", "sink"] = "spectrum"
 
 
 def has_nulls(config) -> bool:
@@ -139,7 +144,7 @@ def combine(config, table):
         draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
                  for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
                                          g["source"] if "source" in g.columns else [""] * len(g))]
-        extra.append(head_null_columns(real, draws, planned=planned, tested=tested))
+        extra.append(head_null_columns(real, draws, planned=planned, tested=tested, null_kind=config.null_kind))
     out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
     return add_verdict(out)
 
@@ -215,7 +220,7 @@ class ProbeRun(RealMinilmHeads):
         draws = null_task(setup, inp, layer, head, ls.sel[0, :m], null_draws=config.null_draws,
                           structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
                           null_selection=config.null_selection, real=real, tested=tested_heads(config),
-                          **_solver(config))
+                          null_kind=config.null_kind, spectrum_draws=config.null_draws, **_solver(config))
         return [{"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
                  "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
                  "null_seconds": d["seconds"], **({"source": d["source"]} if "source" in d else {})}

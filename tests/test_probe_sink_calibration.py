@@ -1,0 +1,187 @@
+"""Calibration of the sink null (:func:`attnsvm.real.nulls.sink_null`) on random-weight BERT-like and GPT-2-like
+models (the planted max-margin heads and the spectrum null's contrast on the BERT-like one), as
+tests/test_probe_calibration.py does it for the spectrum null (its helpers, model sizes and threshold).
+
+A random head plus a planted sink ``c k mu^T`` (a query-independent key preference for position 0: k the
+direction from the mean token to position 0's mean state, mu the unit mean query, c a logit advantage of 4 as
+MiniLM's layer-3 heads give [CLS]) is, in law, one more draw of its sink null (``(W + c k mu^T) R = W R +
+c k mu^T``), so its p-values must be uniform and it must not be called beyond null at either number of SVM
+sentences m; it is *not* a draw of its spectrum null, which calls such heads beyond null (the point of issue 39).
+Planted max-margin heads must stay beyond the sink null at both m.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+pytest.importorskip("transformers")
+
+from attnsvm.real.nulls import head_against_nulls, mean_query_direction, own_selection, query_split  # noqa: E402
+from attnsvm.errors import ValidationError  # noqa: E402
+from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
+from attnsvm.real.sentences import corpus_sentences  # noqa: E402
+from attnsvm.real.verdict import SINK_LEGEND, add_verdict, verdict_summary  # noqa: E402
+from test_probe_calibration import PLANTED, THRESHOLD, random_model  # noqa: E402
+
+SENTENCES = corpus_sentences(16, 3)
+MS = (8, 16)  # two numbers of SVM sentences
+SINK = 4.0  # the planted sink's mean query-independent logit advantage of position 0
+DRAWS = 8
+
+
+def sink_direction(inp) -> np.ndarray:
+    """The planted sink's key direction k (D,): position 0's mean state minus the mean candidate's (last
+    coordinate 0), scaled so that ``k mu^T`` gives position 0 a mean query-independent logit advantage of 1."""
+    mu = mean_query_direction(inp.Z)
+    k = np.zeros(inp.X.shape[2])
+    k[:-1] = inp.X[:, 0, :-1].mean(axis=0) - inp.X[inp.cand][:, :-1].mean(axis=0)
+    adv = ((inp.X[:, 0] - inp.X[inp.cand].mean(axis=0)) @ k) * (inp.Z @ mu)
+    return k / adv.mean()
+
+
+def judge(setup, positions, kind: str, sink: float = 0.0, planted: dict | None = None) -> pd.DataFrame:
+    """Each head at ``positions`` (its W ``planted[(m, l, h)]`` where given, else the model's; plus ``sink`` times the
+    planted sink) against ``DRAWS`` nulls of ``kind`` at each m of :data:`MS`, selecting by its own attention; BY
+    over the heads at each m."""
+    tables = []
+    for m in MS:
+        rows = []
+        for l, h in positions:
+            inp = layer_inputs(setup, l, m)
+            W = (planted or {}).get((m, l, h), setup.model.head_weights(l, h))
+            if sink:
+                W = W + sink * np.outer(sink_direction(inp), mean_query_direction(inp.Z))
+            sel = own_selection(inp.scores(W), inp.cand, THRESHOLD)
+            r = head_against_nulls(inp, W, np.ones(m, int), seed=0, layer=l, head=h, draws=DRAWS,
+                                   threshold=THRESHOLD, kind=kind)
+            rows.append({"m": m, "layer": l, "head": h, "selects_first": float(sel[:, 0].mean()),
+                         **query_split(W, inp.X, inp.Z, inp.cand), **r})
+        tables.append(add_verdict(pd.DataFrame(rows)))
+    return pd.concat(tables, ignore_index=True)
+
+
+def _setup(tmp_path_factory, family):
+    path = random_model(family, tmp_path_factory.mktemp(family) / "random")
+    return prepare_probe(SENTENCES, model=path, max_length=24, threshold=THRESHOLD, seed=0)
+
+
+@pytest.fixture(scope="module")
+def random_bert(tmp_path_factory):
+    return _setup(tmp_path_factory, "bert")
+
+
+@pytest.fixture(scope="module")
+def random_gpt2(tmp_path_factory):
+    return _setup(tmp_path_factory, "gpt2")
+
+
+POSITIONS = [(l, h) for l in range(4) for h in range(5)]
+
+
+def _show(t, label):
+    for m, g in t.groupby("m"):
+        ks = stats.kstest(g["p_upper"].dropna(), "uniform")
+        print(f"\n{label}, m = {m}: {len(g)} heads, KS p {ks.pvalue:.3f}, beyond {int((g.verdict == 'beyond null').sum())},"
+              f" below {int((g.verdict == 'below null').sum())}, corr_restricted {g.corr_restricted.mean():.3f} vs null "
+              f"{g.null_mean.mean():.3f}, selects position 0 {g.selects_first.mean():.2f}, qi_share "
+              f"{g.qi_share.mean():.2f}, qi_first_logit {g.qi_first_logit.mean():.2f}")
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+@pytest.mark.parametrize("sink", [0.0, SINK], ids=["random", "random+sink"])
+def test_sink_null_p_values_are_uniform_with_and_without_a_planted_sink(request, family, sink):
+    t = judge(request.getfixturevalue(f"random_{family}"), POSITIONS, "sink", sink)
+    _show(t, f"{family}: sink null, planted sink {sink}")
+    assert (t["n_null"] >= DRAWS - 1).all() and (t["null_kind"] == "sink").all()
+    if sink:  # the planted sink is a sink: position 0 selected far more often, its logit advantage as planted
+        assert t["selects_first"].mean() > 0.3 and t["qi_first_logit"].mean() > 0.5 * SINK
+    for m, g in t.groupby("m"):
+        p = g["p_upper"].to_numpy(float)
+        assert np.isfinite(p).all()
+        assert stats.kstest(p, "uniform").pvalue > 0.01, m
+        assert (g["verdict"] == "beyond null").sum() <= 1, m  # FDR 0.05: at most a stray false call
+
+
+def test_spectrum_null_flags_sink_plus_random_heads(random_bert):
+    """The same sink-plus-random heads against their spectrum nulls: not uniform, and called beyond null."""
+    t = judge(random_bert, POSITIONS, "spectrum", SINK)
+    _show(t, "spectrum null, planted sink")
+    g = t[t["m"] == MS[0]]
+    assert stats.kstest(g["p_upper"], "uniform").pvalue < 0.01
+    assert (g["verdict"] == "beyond null").sum() >= 1
+
+
+def test_planted_max_margin_heads_are_beyond_the_sink_null_at_both_m(random_bert):
+    """Max-margin heads: at each m, 40 times the nuclear Gen-SVM of random one-token selections on the first m
+    sentences of layer 1 (as planted_model does for its sentences; bilinear heads on the random model's states, as
+    planting them into the model's 8-dimensional heads would cut their rank), each selecting by its own attention."""
+    planted = {}
+    for m in MS:
+        inp = layer_inputs(random_bert, 1, m)
+        for h in PLANTED:
+            first = np.eye(inp.X.shape[1], dtype=bool)[np.zeros(inp.m, int)]
+            chosen = random_like(first, inp.cand, np.random.default_rng([m, h]))
+            sol = inp.svm(chosen)
+            assert sol.status == "optimal"
+            planted[(m, 1, h)] = 40.0 * sol.W
+    t = judge(random_bert, [(1, h) for h in PLANTED], "sink", planted=planted)
+    _show(t, "planted max-margin heads, sink null")
+    print(t[["m", "head", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict"]].to_string(index=False))
+    assert set(t["m"]) == set(MS) and len(t) == len(MS) * len(PLANTED)
+    assert (t["verdict"] == "beyond null").all()
+
+
+def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(tmp_path):
+    """``probe_heads(null_kind="sink")``: the verdict's columns come from the sink nulls (``null_kind`` "sink"),
+    the spectrum nulls are reported beside them, and every head has its sink statistics; the default is unchanged."""
+    path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
+    kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=3)
+    sink = probe_heads(SENTENCES[:6], null_kind="sink", **kw)
+    t = sink.table
+    assert (t["null_kind"] == "sink").all() and sink.config["null_kind"] == "sink"
+    assert (t["n_spectrum"] == 3).all() and t["spectrum_mean"].notna().all() and t["verdict"].notna().all()
+    for c in ("qi_share", "qi_first_logit", "sel_first", "sel_last"):
+        assert t[c].notna().all(), c
+    assert ((t["qi_share"] >= 0) & (t["qi_share"] <= 1)).all()
+    spec = probe_heads(SENTENCES[:6], **kw).table
+    assert (spec["null_kind"] == "spectrum").all() and "spectrum_mean" not in spec.columns
+    # the spectrum columns beside the sink verdict are those of the spectrum verdict's nulls (same draws)
+    np.testing.assert_allclose(t["spectrum_mean"], spec["null_mean"], rtol=1e-9)
+    np.testing.assert_allclose(t["sel_first"], spec["sel_first"])
+    with pytest.raises(ValidationError, match="null_kind"):
+        probe_heads(SENTENCES[:6], null_kind="rotation", **kw)
+    # the stored probe (--out: runner tasks, then combine) gives the same sink verdict columns
+    from attnsvm.cli.probe import run_probe
+
+    kw.pop("threshold")
+    text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), as_json=True, threshold=THRESHOLD,
+                     null_kind="sink", null_stop=False, **kw)
+    stored = pd.DataFrame(json.loads(text)["heads"])
+    assert (stored["null_kind"] == "sink").all()
+    np.testing.assert_allclose(stored["null_mean"], t["null_mean"], rtol=1e-9)
+    np.testing.assert_allclose(stored["spectrum_mean"], t["spectrum_mean"], rtol=1e-9)
+    # the printed summary names the verdict's null (the same command again: every task resumed)
+    text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), threshold=THRESHOLD, null_kind="sink",
+                     null_stop=False, **kw)
+    assert "vs sink nulls" in text and "(spectrum nulls " in text and SINK_LEGEND in text
+    assert "vs spectrum nulls" in verdict_summary(spec) and "sink" not in verdict_summary(spec)
+
+
+def test_cli_null_kind_choice(tmp_path):
+    """``attnsvm probe --null-kind`` offers spectrum and sink and refuses anything else (exit 2, before any work);
+    the stored probe's config carries the kind."""
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+    from attnsvm.experiments.real.probe_run import ProbeConfig
+
+    r = CliRunner().invoke(cli, ["probe", "--help"])
+    assert r.exit_code == 0 and "--null-kind [spectrum|sink]" in r.output
+    r = CliRunner().invoke(cli, ["probe", "--null-kind", "rotation"])
+    assert r.exit_code == 2 and "rotation" in r.output
+    assert ProbeConfig().null_kind == "spectrum" and ProbeConfig(null_kind="sink").null_kind == "sink"
+    with pytest.raises(ValueError):
+        ProbeConfig(null_kind="rotation")
