@@ -566,6 +566,8 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
         record_skipped(out, skipped, ran=[s.name for s in summaries])
     except OSError as exc:  # e.g. replaced by a folder during the run: the report is still written
         unwritten = f"cannot write {skipped_path}: {oserror_text(exc, skipped_path)}"
+    except ValidationError as exc:  # the same, found by record_skipped's own check
+        unwritten = str(exc)
     else:
         unwritten = None
     record_run(out, time.perf_counter() - t0, cpu() - cpu0, [s.name for s in summaries], "quick" if quick else "full")
