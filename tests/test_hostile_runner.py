@@ -384,3 +384,119 @@ def test_skipped_json_turned_into_a_folder_during_the_run_keeps_the_report(tmp_p
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "skipped.json" in r.output and "a directory" in r.output
     assert (tmp_path / "report.md").exists() and "runner-toy" in (tmp_path / "report.md").read_text()
+
+
+# ------------------------------------------------------- the pool's processes
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+class SleepConfig(PoolToyConfig):
+    pid_dir: str = ""
+
+
+class SleepToy(PoolToy):
+    """Tasks that say where they run, then sleep for a minute."""
+
+    name = "sleep-toy"
+    Config = SleepConfig
+
+    def run_task(self, config, task):
+        open(os.path.join(config.pid_dir, str(os.getpid())), "w").close()
+        time.sleep(60)
+        return super().run_task(config, task)
+
+
+def _kill_group(p) -> None:
+    try:
+        os.killpg(p.pid, 9)
+    except OSError:
+        pass
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or (os.cpu_count() or 1) < 2, reason="Linux /proc and 2 CPUs")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_killed_main_process_leaves_no_pool_worker_behind(tmp_path, sig):
+    """Before: after kill -9 or SIGTERM of the main process, the pool's workers and the resource tracker stayed
+    alive, idle, indefinitely."""
+    import signal
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = tmp_path / "pool.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {TESTS!r})
+        from test_hostile_runner import SleepToy
+        from attnsvm.runner import run_experiments
+
+        if __name__ == "__main__":
+            toy = SleepToy()
+            run_experiments([(toy, toy.Config(pid_dir={str(pids)!r}))], {str(tmp_path / "out")!r}, progress=False)
+        """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    try:
+        deadline = time.time() + 150
+        while time.time() < deadline and len(os.listdir(pids)) < 2 and p.poll() is None:
+            time.sleep(0.1)
+        assert len(os.listdir(pids)) == 2, p.communicate(timeout=10) if p.poll() is not None else "no task started"
+        children = _children(p.pid)
+        workers = [int(x) for x in os.listdir(pids)]
+        assert set(workers) <= set(children)
+        os.kill(p.pid, getattr(signal, sig))
+        p.wait(timeout=30)
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(c) for c in children):
+            time.sleep(0.1)
+        assert [c for c in children if _alive(c)] == []  # the workers and the resource tracker
+    finally:
+        _kill_group(p)
+        p.communicate()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")
+def test_run_experiments_in_a_script_without_a_main_guard_is_a_clear_error(tmp_path):
+    """Before: the spawned workers ran the script again and blocked on the folder lock: the run never ended."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {TESTS!r})
+        from test_hostile_runner import RunnerToy
+        from attnsvm.runner import run_experiments
+
+        toy = RunnerToy()
+        run_experiments([(toy, toy.Config())], {str(tmp_path / "out")!r}, progress=False)
+        print("finished")
+        """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=150)
+    finally:
+        _kill_group(p)
+        if p.poll() is None:
+            p.communicate()
+    assert p.returncode == 1 and "finished" not in stdout, stderr
+    assert stderr.count("Traceback") == 1  # this process's error; the workers exit without one each
+    last = stderr.strip().splitlines()[-1]
+    assert "AttnSVMError" in last and 'if __name__ == "__main__":' in last, stderr

@@ -900,6 +900,7 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     RunInterrupted
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
+    _refuse_in_worker_start("run_experiment")
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
                                                         max_memory, lock_timeout)
     plan = _plan(experiment, config, outdir, max_memory)
@@ -1067,6 +1068,9 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
 
     ``on_done(summary)`` is called for each experiment as soon as it is written (experiments finishing
     together: in the order of ``jobs``).
+    The pool starts its workers with 'spawn', which re-runs the calling script in each: a script must call this
+    under ``if __name__ == "__main__":`` (without it, an :class:`~attnsvm.errors.AttnSVMError` says so at once,
+    instead of workers that wait forever); a worker ends by itself when this process is killed.
     Each experiment may appear once in ``jobs`` (one folder each; a :class:`~attnsvm.errors.ValidationError`
     otherwise); their folder locks are taken in one order whatever the order of ``jobs``, so two runs of the same
     experiments never wait for each other (``lock_timeout`` as in :func:`run_experiment`).
@@ -1074,6 +1078,7 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
     """
+    _refuse_in_worker_start("run_experiments")
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
                                                         max_memory, lock_timeout)
     jobs = list(jobs)
@@ -1168,6 +1173,68 @@ def next_for_worker(states: list, holders: dict, worker: int) -> int:
     return 0
 
 
+#: set in this process's environment while its pool's workers start: a worker that finds itself re-running a script
+#: without a ``__main__`` guard then exits with :data:`_UNGUARDED_EXIT`, which this process reports
+#: (see :func:`_refuse_in_worker_start`)
+_POOL_WORKER_ENV = "ATTNSVM_POOL_WORKER"
+_UNGUARDED_EXIT = 87
+#: seconds between a pool worker's checks that the process that started it is still alive
+PARENT_POLL = 0.5
+
+
+def _refuse_in_worker_start(what: str) -> None:
+    """Raise :class:`~attnsvm.errors.AttnSVMError` when this is a process started with 'spawn' that is still
+    importing the parent's main script: the script calls ``what`` without an ``if __name__ == "__main__":`` guard,
+    and running it here would wait forever for the parent's folder lock. A worker of attnsvm's own pool leaves
+    instead exits with :data:`_UNGUARDED_EXIT`, and the parent says why (:func:`_broken_pool_error`)."""
+    import multiprocessing
+
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    if os.environ.get(_POOL_WORKER_ENV) == str(os.getppid()):  # a worker of attnsvm's pool: the parent says why
+        os._exit(_UNGUARDED_EXIT)
+    raise AttnSVMError(_unguarded_message(what))
+
+
+def _unguarded_message(what: str) -> str:
+    return (f"{what} was called again while a worker process started: worker processes are started with 'spawn', "
+            'which runs the calling script again in each of them; put the call under if __name__ == "__main__":')
+
+
+def _pool_worker_start(parent: int, interval: float = PARENT_POLL) -> None:
+    """A pool worker's initializer: a daemon thread ends the worker as soon as the process that started it is gone
+    (killed with SIGKILL or SIGTERM, it cannot stop its workers), so that no idle worker stays behind."""
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="attnsvm-parent-watch", daemon=True).start()
+
+
+def _broken_pool_error(sweeps, i: int, processes) -> AttnSVMError:
+    """The error for a worker that died: a script without a ``__main__`` guard when one of the pool's worker
+    ``processes`` exited with :data:`_UNGUARDED_EXIT`, else the stored tasks and how to resume."""
+    for p in processes:
+        if p.exitcode == _UNGUARDED_EXIT:  # ended (the pool saw it end) and reaped, or None while it runs
+            return AttnSVMError(_unguarded_message("run_experiments"))
+    n = sum(_stored(s.shard) for s in sweeps)
+    return AttnSVMError(f"a worker process died during the run (killed, or out of memory: see --max-memory); {n} "
+                        f"finished task(s) are stored under {os.path.dirname(sweeps[i].plan['expdir'])}: run the same "
+                        "command again to resume (--workers 1 runs every task in this process)")
+
+
+def _restore_env(old) -> None:
+    """Put :data:`_POOL_WORKER_ENV` back as it was (``old``: its value, None when unset)."""
+    if old is None:
+        os.environ.pop(_POOL_WORKER_ENV, None)
+    else:
+        os.environ[_POOL_WORKER_ENV] = old
+
+
 def _pooled_outcomes(sweeps, workers: int, max_memory):
     """Yield ``(index of the sweep, task, result)`` as the tasks of all ``sweeps`` finish, computed in this
     process (``workers == 1``) or on ``workers`` local worker processes (started fresh, so no thread state of
@@ -1185,7 +1252,11 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
     from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("spawn")
-    lanes = [ProcessPoolExecutor(max_workers=1, mp_context=context) for _ in range(workers)]
+    before = set(multiprocessing.active_children())
+    old_env = os.environ.get(_POOL_WORKER_ENV)
+    os.environ[_POOL_WORKER_ENV] = str(os.getpid())  # seen by the workers, started (at their first task) from here
+    lanes = [ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_pool_worker_start,
+                                 initargs=(os.getpid(),)) for _ in range(workers)]
     queue = list(todo)
     states = [shared_state_of(sweeps[i], task) for i, task in queue]
     holders: dict = {}
@@ -1202,11 +1273,15 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
         futures[future] = (worker, i, task)
         handed[worker] += 1
 
+    processes = []
     try:
         for _ in range(LANE_DEPTH):  # one task each in turn: the longest ones start first on different workers
             for worker in range(workers):
                 if queue:
                     hand(worker)
+        # the workers start at their first task, just handed: they are this process's children now
+        processes = [p for p in multiprocessing.active_children() if p not in before]
+        _restore_env(old_env)
         while futures:
             finished, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in sorted(finished, key=lambda f: futures[f][1]):
@@ -1214,11 +1289,7 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
                 handed[worker] -= 1
                 exc = future.exception()
                 if isinstance(exc, BrokenProcessPool):
-                    n = sum(_stored(s.shard) for s in sweeps)
-                    raise AttnSVMError(f"a worker process died during the run (killed, or out of memory: see "
-                                       f"--max-memory); {n} finished task(s) are stored under "
-                                       f"{os.path.dirname(sweeps[i].plan['expdir'])}: run the same command again to "
-                                       "resume (--workers 1 runs every task in this process)") from None
+                    raise _broken_pool_error(sweeps, i, processes) from None
                 while queue and handed[worker] < LANE_DEPTH:
                     hand(worker)
                 yield i, task, partial(_timed, sweeps[i], future)
@@ -1227,6 +1298,7 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
             lane.shutdown(wait=False, cancel_futures=True)
         for lane in lanes:
             lane.shutdown(wait=True)
+        _restore_env(old_env)
 
 
 def _stored(shard: dict) -> int:
