@@ -13,7 +13,7 @@ from attnsvm.real.nulls import (
     spectrum_null, structured_null, top_selection,
 )
 from attnsvm.real.verdict import (
-    VERDICTS, add_verdict, by_adjust, mc_pvalues, null_columns, t_pvalues, verdicts,
+    DEPENDS, VERDICTS, add_verdict, add_verdict_by_m, by_adjust, mc_pvalues, null_columns, t_pvalues, verdicts,
 )
 
 
@@ -229,3 +229,26 @@ def test_sink_null_heads_draw_from_their_own_stream():
     assert again[0]["corr_restricted"] == rows[1]["corr_restricted"]
     with pytest.raises(ValidationError, match="kind"):
         null_heads(inp, W, np.ones(n, int), seed=0, layer=0, head=0, draws=1, kind="rotation")
+
+
+def test_verdicts_at_each_m_and_the_stable_verdict():
+    """BY runs over the heads at each m (a head far beyond its nulls at one m is not diluted by the other m's rows);
+    the stable verdict is the verdict where the two largest m agree, else 'depends on sample size'."""
+    rng = np.random.default_rng(10)
+    rows = []
+    for m in (16, 48, 128):
+        for h in range(6):
+            nulls = [{"corr_restricted": float(x), "seconds": 0.0} for x in rng.normal(0.2, 0.02, 8)]
+            real = {0: 0.9, 1: 0.9 if m < 128 else 0.2, 2: 0.2 if m == 16 else 0.9}.get(h, float(rng.normal(0.2, 0.02)))
+            rows.append({"layer": 3, "head": h, "m": m, "corr_restricted": real, "svm_status": "optimal",
+                         **null_columns(real, nulls)})
+    t = add_verdict_by_m(pd.DataFrame(rows))
+    for m, g in t.groupby("m"):  # q-values are BY over the 6 heads of that m only
+        np.testing.assert_allclose(g["q_upper"], by_adjust(g["p_upper"].to_numpy()))
+    stable = t.groupby("head")["stable_verdict"].first()
+    assert stable[0] == "beyond" and stable[1] == DEPENDS and stable[2] == "beyond"
+    assert (t.groupby("head")["stable_verdict"].nunique() == 1).all()
+    one = add_verdict_by_m(pd.DataFrame(rows[:6]))  # one m: that m's verdict
+    assert one.loc[0, "stable_verdict"] == "beyond"
+    with pytest.raises(ValidationError, match="'m'"):
+        add_verdict_by_m(pd.DataFrame(rows).drop(columns="m"))

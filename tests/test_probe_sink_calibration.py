@@ -185,3 +185,36 @@ def test_cli_null_kind_choice(tmp_path):
     assert ProbeConfig().null_kind == "spectrum" and ProbeConfig(null_kind="sink").null_kind == "sink"
     with pytest.raises(ValueError):
         ProbeConfig(null_kind="rotation")
+
+
+def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
+    """``probe_heads(svm_sentences=[4, 6])``: one row per head and m (those of one m equal the probe at that m
+    alone), BY at each m, a stable verdict per head; ``attnsvm probe --svm-sentences 4,6`` prints them and refuses
+    --out."""
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+
+    path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
+    kw = dict(model=path, threshold=THRESHOLD, max_length=24, null_draws=3)
+    t = probe_heads(SENTENCES[:6], svm_sentences=[6, 4], **kw).table
+    assert sorted(zip(t["head"], t["m"])) == [(0, 4), (0, 6), (1, 4), (1, 6)]
+    assert t["stable_verdict"].notna().all() and (t.groupby("head")["stable_verdict"].nunique() == 1).all()
+    alone = probe_heads(SENTENCES[:6], svm_sentences=4, **kw).table
+    assert "m" not in alone.columns and "stable_verdict" not in alone.columns  # one value: today's table
+    four = t[t["m"] == 4].reset_index(drop=True)
+    np.testing.assert_allclose(four["corr_restricted"], alone["corr_restricted"])
+    np.testing.assert_allclose(four["q_upper"], alone["q_upper"])  # BY over the heads of that m only
+    args = ["probe", "--model", path, "--sentences", str(_lines(tmp_path)), "--svm-sentences", "4,6", "--null-draws",
+            "3", "--max-length", "24"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert "stable_verdict" in r.output and "SVMs on [4, 6]" in r.output
+    r = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "--out" in r.output
+
+
+def _lines(tmp_path):
+    f = tmp_path / "sentences.txt"
+    f.write_text("\n".join(SENTENCES[:6]) + "\n", encoding="utf-8")
+    return f

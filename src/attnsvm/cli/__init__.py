@@ -269,7 +269,10 @@ def _sizes(text):
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
 @click.option("--n-sentences", type=click.IntRange(min=1), default=256, show_default=True,
               help="Sentences to read selections from.")
-@click.option("--svm-sentences", type=int, default=48, show_default=True, help="Sentences per head in the nuclear Gen-SVM.")
+@click.option("--svm-sentences", default="48", show_default=True,
+              help="Sentences per head in the nuclear Gen-SVM; a comma list (e.g. 48,128,256) probes every head at "
+                   "each (one row per head and m, BY over the heads at each m, column stable_verdict: the verdict "
+                   "where the two largest m agree, else 'depends on sample size'; not with --out yet).")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
@@ -335,8 +338,11 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     from attnsvm.cli.probe import run_probe
 
     out = _outdir(out) if out is not None else None
+    svm = _int_list(svm_sentences, "--svm-sentences")
+    if not svm:
+        raise UserError(f"--svm-sentences expects comma-separated integers, got {svm_sentences!r}")
     text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
-                     as_json, svm_sentences=svm_sentences, threshold=threshold, query=query, seed=seed,
+                     as_json, svm_sentences=svm[0] if len(svm) == 1 else svm, threshold=threshold, query=query, seed=seed,
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,

@@ -131,6 +131,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
+    if isinstance(svm_sentences, (list, tuple)) and len(svm_sentences) > 1 and out:
+        raise ValidationError("--svm-sentences with several values runs in this process only: leave out --out (the "
+                              "stored probe takes one value)")
     if (scheduler or (workers is not None and workers != 1)) and not out:
         raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR as well")
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit

@@ -97,7 +97,7 @@ from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported un
     head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
     resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
-from attnsvm.real.verdict import add_verdict, null_columns, spectrum_columns, transplant_columns
+from attnsvm.real.verdict import add_verdict, add_verdict_by_m, null_columns, spectrum_columns, transplant_columns
 
 
 @dataclass
@@ -183,7 +183,10 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         are the real tokens up to it (itself included): selections, random baselines and the
         Gen-SVM rows all use those candidates only (the causal Gen-SVM of one query per sentence)
     threshold : attention weight that counts as selected
-    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs. Time grows
+    svm_sentences : sentences entering each SVM (the first ones); 0 skips the SVMs; a list of several
+        values (each >= 1): every head is probed at each m (one row per head and m, column ``m``; support kept
+        for the largest), the verdict is Benjamini-Yekutieli over the heads at each m and ``stable_verdict`` says
+        where the two largest m agree (:func:`attnsvm.real.verdict.add_verdict_by_m`). Time grows
         faster than quadratically with it (see the module docstring)
     baseline_draws : random selections per head
     max_length : truncation length (warns when a sentence is cut); None: the smaller of 128 and the
@@ -237,8 +240,12 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         null_draws = NULL_DRAWS if query != "all" else 0
     if query == "all":
         null_draws = structured_draws = transplant_draws = 0  # nulls of the sequence SVM: not implemented yet
-    if not isinstance(svm_sentences, (int, np.integer)) or svm_sentences < 0:
-        raise ValidationError(f"svm_sentences must be an integer >= 0, got {svm_sentences!r}")
+    several = isinstance(svm_sentences, (list, tuple))
+    for v in (svm_sentences if several else [svm_sentences]):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValidationError(f"svm_sentences must be an integer >= 0 or a list of them, got {svm_sentences!r}")
+    if several and (not svm_sentences or (len(svm_sentences) > 1 and min(svm_sentences) < 1)):
+        raise ValidationError(f"svm_sentences as a list must hold integers >= 1, got {svm_sentences!r}")
     if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
         raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
     if null_kind not in VERDICT_NULL_KINDS:
@@ -257,13 +264,15 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     setup = prepare_probe(sentences, n_sentences=n_sentences, layers=layers, heads=heads, query=query,
                           threshold=threshold, seed=seed, max_length=max_length, model=model, max_memory=max_memory)
     n = len(setup.q)
-    m_svm = min(int(svm_sentences), n)
+    ms = sorted({min(int(v), n) for v in (svm_sentences if several else [svm_sentences])})
+    several = len(ms) > 1  # one value (or values that all clip to n): today's table, no m column
+    m_svm = ms[-1]
     any_null = bool(null_draws or structured_draws or transplant_draws)
     tested = len(setup.layers) * len(setup.heads)  # heads probed with nulls: the stopping level's m
     view = view_arrays(setup, view_sentences)
     rows, support = [], {}
     t_svm = t_null = 0.0
-    for l in setup.layers:
+    for l, m_svm in [(l, m) for l in setup.layers for m in ms]:
         if m_svm >= 1:
             say(f"layer {l}: solving {len(setup.heads) * (1 + baseline_draws)} nuclear-norm "
                 + ("sequence Gen-SVMs" if query == "all" else "Gen-SVMs") + f" on {m_svm} sentences"
@@ -273,7 +282,7 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             # the layer's SVM sentences, validated once for all its heads, baselines and null heads
             inp = seq_layer_inputs(setup, l, m_svm) if query == "all" else layer_inputs(setup, l, m_svm)
         for h in setup.heads:
-            row = {"layer": l, "head": h, **view["stats"][(l, h)]}
+            row = {"layer": l, "head": h, **({"m": m_svm} if several else {}), **view["stats"][(l, h)]}
             if m_svm >= 1:
                 sel = view["selected"][(l, h)][:m_svm]
                 t1 = time.perf_counter()
@@ -293,9 +302,9 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
             rows.append(row)
     table = pd.DataFrame(rows)
     if (null_draws or structured_draws) and m_svm >= 1:
-        table = add_verdict(table)
+        table = add_verdict_by_m(table) if several else add_verdict(table)
     cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=query, threshold=float(threshold),
-               svm_sentences=m_svm, baseline_draws=int(baseline_draws), seed=int(setup.seed),
+               svm_sentences=ms if several else m_svm, baseline_draws=int(baseline_draws), seed=int(setup.seed),
                max_length=int(setup.max_length))
     if query != "all" and m_svm >= 1:
         cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
@@ -359,12 +368,12 @@ def format_table(table, columns=None) -> str:
     random-selection baseline after it (secondary). A value that is no number reads "no SVM" in the row of a
     head without one (no finite ``corr_restricted``), else "none"."""
     if columns is None:
-        names = (("layer", "head", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
-                  "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
+        names = (("layer", "head", "m", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
+                  "stable_verdict", "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
                  ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
                   "advantage", "svm_status", "svm_gap"))
         columns = [c for c in names if c in table.columns]
-    width = {c: 19 if c == "verdict" else 12 for c in columns}
+    width = {c: 22 if c == "stable_verdict" else 19 if c == "verdict" else 12 for c in columns}
     head = "  ".join(f"{c:>{width[c]}}" for c in columns)
     lines = [head]
     for _, r in table[columns].astype(object).iterrows():  # object: integer columns stay integers

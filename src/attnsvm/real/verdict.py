@@ -403,6 +403,42 @@ def add_verdict(table, level: float = LEVEL):
     return t
 
 
+#: the stable verdict's words (``stable_verdict``): the verdict where the two largest m agree, else the last
+STABLE_VERDICTS = {"beyond null": "beyond", "below null": "below", "not distinguishable": "not distinguishable",
+                   "no SVM": "no SVM"}
+DEPENDS = "depends on sample size"
+
+
+def add_verdict_by_m(table, level: float = LEVEL):
+    """``table`` with one row per head and number of SVM sentences (columns ``layer, head, m`` and those of
+    :func:`add_verdict`): :func:`add_verdict` at each m (Benjamini-Yekutieli over the heads at that m), then
+    ``stable_verdict`` per head (:func:`stable_verdicts`); a copy, rows in the input's order."""
+    import pandas as pd
+
+    if table.empty or "p_upper" not in table.columns:
+        return table.copy()
+    if "m" not in table.columns:
+        raise ValidationError("table must have an 'm' column (the number of SVM sentences of each row)")
+    parts = [add_verdict(g, level) for _, g in table.groupby("m", sort=True)]
+    t = pd.concat(parts).loc[table.index]
+    return stable_verdicts(t)
+
+
+def stable_verdicts(table):
+    """``table`` (columns ``layer, head, m, verdict``) with ``stable_verdict`` on every row of a head: the verdict
+    at its two largest m (:data:`STABLE_VERDICTS`: "beyond", "below", "not distinguishable", "no SVM") when they
+    agree, else :data:`DEPENDS`; with one m, that m's verdict. A conjunction over nested samples (the first m
+    sentences are inside the first m' > m), so it is conservative: a head is called stable only where both of
+    the largest samples give the same answer. A copy."""
+    t = table.copy()
+    out = {}
+    for key, g in t.groupby(["layer", "head"], sort=False):
+        last = g.sort_values("m", kind="stable")["verdict"].tolist()[-2:]
+        out[key] = STABLE_VERDICTS.get(last[-1], DEPENDS) if len(set(last)) == 1 else DEPENDS
+    t["stable_verdict"] = [out[(r.layer, r.head)] for r in t[["layer", "head"]].itertuples()]
+    return t
+
+
 def verdict_counts(table) -> dict:
     """``{verdict: number of rows}`` for every verdict in :data:`VERDICTS` (0 when absent)."""
     if "verdict" not in table.columns:
