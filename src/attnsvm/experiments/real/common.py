@@ -221,7 +221,7 @@ def sample_rows(seed, param, split, unit, problem: TokenProblem, att0: np.ndarra
 
 def _no_measurement(name, source, units, why, detail="") -> Check:
     return Check(name, float("nan"), "> margin", False, source, f"no test possible: {why}", "qualitative",
-                 detail or f"no {units}")
+                 detail or f"no {units}", claim_is="alternative")
 
 
 def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
@@ -267,6 +267,9 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     p_sign = float(binom.sf(pos - 1, pos + neg, 0.5)) if pos + neg else 1.0
     passed = bool(mean > margin and p_sign <= ALPHA)
+    # both tests must reject (an intersection-union test): the p-value is the larger of the two
+    p_t = float(student_t.sf(mean / se, n - 1)) if se > 0 else (0.0 if mean > 0 else 1.0)
+    p_value = max(p_t, p_sign)
     power, alternative, inputs = None, "", None
     if effect is not None and sigma is not None:
         from attnsvm.experiments.power import power_from
@@ -285,8 +288,9 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
         reason += f"; power at least {power:.3f} against {alternative}"
         return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail,
                      verdict=decide(passed, power, "alternative"), power=power, alternative=alternative,
-                     spec_ref=spec_ref, power_inputs=inputs)
-    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref)
+                     spec_ref=spec_ref, power_inputs=inputs, claim_is="alternative", p_value=p_value)
+    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref,
+                 claim_is="alternative", p_value=p_value)
 
 
 def sign_share_check(name: str, wins: int, total: int, *, source: str, comparator: str, units: str,
@@ -323,7 +327,16 @@ def sign_share_check(name: str, wins: int, total: int, *, source: str, comparato
     return Check(name, wins / total, f">= {k_min / total:.4g}", wins >= k_min, source, reason, "qualitative",
                  f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
                  spec_ref=spec_ref, power_inputs=None if power is None else dict(fn="sign", n=total, p_win=p_win,
-                                                                                  alpha=ALPHA))
+                                                                                  alpha=ALPHA),
+                 claim_is="alternative", p_value=float(binom.sf(wins - 1, total, 0.5)))
+
+
+def _exchangeable_p(wins: int, total: int, level: float) -> float | None:
+    """P(at least ``wins`` of ``total`` runs beat all their random directions) when each run does so with probability
+    ``level`` (a matrix exchangeable with its random directions); None without runs."""
+    from scipy.stats import binom
+
+    return float(binom.sf(wins - 1, total, level)) if total > 0 else None
 
 
 def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
@@ -379,7 +392,8 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
     return Check(name, wins / total if total else float("nan"), ">= 1", bool(passed), source, reason, "qualitative",
                  f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
                  power_inputs=None if power is None else dict(fn="random_direction", runs=total, draws=draws,
-                                                              effect=effect, sigma=sigma, alpha=ALPHA))
+                                                              effect=effect, sigma=sigma, alpha=ALPHA),
+                 claim_is="alternative", p_value=_exchangeable_p(wins, total, level))
 
 
 def certified_check(name: str, statuses, detail: str = "") -> Check:
