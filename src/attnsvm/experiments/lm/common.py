@@ -11,7 +11,8 @@ from attnsvm.experiments.base import ExperimentConfig
 from attnsvm.experiments.checks import ALPHA, check
 from attnsvm.language import make_lm_data, markov_language
 
-PAPER_LM = "On the similarity between attention and SVM on the token separation and selection behavior (anonymous)"
+PAPER_LM = ("On the similarity between attention and SVM on the token separation and selection behavior (anonymous; "
+            "a withdrawn ICLR 2024 submission, OpenReview forum 1Yq7zIOfj0)")
 
 # ------------------------------------------------------------------ settings and data of a run
 
