@@ -169,3 +169,44 @@ def test_margin_bound_fails_on_margins_not_divided_by_the_norm():
     raw["margin"] = raw["margin"] * norm.reindex(pd.MultiIndex.from_frame(t[["run", "step"]].astype(int))).to_numpy()
     c = margin_bound_check(raw)
     assert c.verdict == "fail" and "not divided by ||X(k)||_F" in c.alternative
+
+
+# ------------------------------------------------------------------ power with the judged run's own spread
+def test_plan_with_run_takes_the_larger_sigma():
+    from attnsvm.experiments.power import mean_power, plan_with_run
+
+    base = dict(fn="mean", n=20, op=">=", effect=0.05, sigma=0.05, alpha=0.01)
+    used, planned, judged = plan_with_run(base, 0.15)
+    assert used["sigma"] == 0.15 and used["sigma_planned"] == 0.05 and used["sigma_judged"] == 0.15
+    assert planned == pytest.approx(mean_power(20, ">=", 0.05, 0.05, 0.01))
+    assert judged == pytest.approx(mean_power(20, ">=", 0.05, 0.15, 0.01)) and judged < planned
+    used, _, judged = plan_with_run(base, 0.01)          # a quieter run: the planning sigma stays
+    assert used["sigma"] == 0.05 and judged > planned
+    used, _, judged = plan_with_run(base, None)
+    assert used["sigma"] == 0.05 and judged is None
+    band = dict(fn="band", band=0.1, effect=0.1, ns=[10, 10], sigmas=[0.1, 0.2], labels=["a", "b"])
+    used, _, _ = plan_with_run(band, [0.3, 0.1])
+    assert used["sigmas"] == [0.3, 0.2]
+
+
+def test_a_noisier_run_than_planned_loses_its_pass():
+    """Planned at sigma 0.02 the check has power >= 0.8; the judged run's spread 0.1 leaves it below: the pass of a
+    claim tested as the null becomes inconclusive, and checks.json records both powers."""
+    rng = np.random.default_rng(3)
+    vals = 1.0 + 0.1 * rng.standard_normal(20)
+    c = mean_check("m", vals, ">=", 0.99, source=SRC, sigma=0.02, effect=0.02)
+    assert c.power_planned >= 0.8 and c.power_judged < 0.8 and c.power == pytest.approx(c.power_judged)
+    assert c.verdict == "inconclusive" and "this run's own" in c.alternative
+    d = c.to_dict()
+    assert d["power_planned"] == c.power_planned and d["power_judged"] == c.power_judged
+    assert d["power_inputs"]["sigma"] == pytest.approx(vals.std(ddof=1))
+    quiet = mean_check("m", 1.0 + 0.001 * rng.standard_normal(20), ">=", 0.99, source=SRC, sigma=0.02, effect=0.02)
+    assert quiet.verdict == "pass" and quiet.power == pytest.approx(quiet.power_planned)
+
+
+def test_ordering_power_uses_the_larger_sigma_and_keeps_standardized_effects():
+    d = np.random.default_rng(4).normal(0.5, 0.3, 10)
+    c = ordering_check("o", d, 0.0, source=SRC, reason="r", effect=0.1, sigma=0.1)
+    assert c.power_judged < c.power_planned and c.power == pytest.approx(c.power_judged)
+    s = ordering_check("o", d, 0.0, source=SRC, reason="r", standardized=0.8)
+    assert s.power == pytest.approx(s.power_planned) and s.power_judged is None

@@ -33,6 +33,9 @@ Every :class:`Check` says
   significant test at level ``alpha``, and power decides whether a fail can be a fail) or ``"exact"`` (no sampling
   test: the value against a fixed bar). A statistical check (kind ``"statistical"``, or any check with a power)
   must state ``"null"`` or ``"alternative"``: building one without it raises ValueError;
+* ``power_planned`` and ``power_judged``: the power at the planning sigma alone and at the judged run's own
+  spread (:func:`attnsvm.experiments.power.plan_with_run`); ``power`` itself is planned with the larger of the two
+  sigmas (None where the check has no sigma: shares, signs);
 * ``p_value``: for a claim tested as the alternative, the one-sided p-value of the test that decided it (the
   probability, under the null the check rejects, of a result at least as extreme); ``None`` otherwise.
 
@@ -142,6 +145,8 @@ class Check:
     power_inputs: dict | None = None
     claim_is: str = ""
     p_value: float | None = None
+    power_planned: float | None = None
+    power_judged: float | None = None
 
     def __post_init__(self):
         from attnsvm.experiments.places import is_internal, paper_source
@@ -171,6 +176,9 @@ class Check:
         if pv is not None and self.claim_is != "alternative":
             raise ValueError(f"check {self.name!r}: a p_value is stated for a claim tested as the alternative only")
         object.__setattr__(self, "p_value", pv)
+        for f in ("power_planned", "power_judged"):
+            v = getattr(self, f)
+            object.__setattr__(self, f, None if v is None or v != v else float(v))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -201,9 +209,19 @@ def _validate(source: str, reason: str, kind: str) -> None:
         raise ValueError("a check needs a threshold_reason (the spec's number, or a tolerance and why)")
 
 
+def run_note(inputs: dict | None) -> str:
+    """The alternative's note on the judged run's own spread (:func:`attnsvm.experiments.power.plan_with_run`)."""
+    run = (inputs or {}).get("sigma_judged")
+    if run is None:
+        return ""
+    run = ", ".join(f"{x:.4g}" for x in run) if isinstance(run, list) else f"{run:.4g}"
+    return f"; planned with the larger of the planning sigma and this run's own ({run})"
+
+
 def check(name: str, value: float, op: str, bound: float, detail: str = "", *, source: str = "", reason: str = "",
           kind: str = "spec", power: float | None = None, alternative: str = "", claim_is: str | None = None,
-          spec_ref: str = "", power_inputs: dict | None = None, p_value: float | None = None) -> Check:
+          spec_ref: str = "", power_inputs: dict | None = None, p_value: float | None = None,
+          power_planned: float | None = None, power_judged: float | None = None) -> Check:
     """Compare ``value`` with ``bound`` (``op`` in <, <=, >, >=, ==); NaN never passes.
 
     ``source`` and ``reason`` are required (the empty defaults exist only so that a
@@ -228,7 +246,8 @@ def check(name: str, value: float, op: str, bound: float, detail: str = "", *, s
     return Check(name=name, value=value, threshold=f"{op} {bound:g}", passed=passed, source=source,
                  threshold_reason=reason, kind=kind, detail=detail, verdict=verdict, power=power,
                  alternative=alternative, spec_ref=spec_ref, power_inputs=power_inputs if power is not None else None,
-                 claim_is=claim_is or "", p_value=p_value if claim_is == "alternative" else None)
+                 claim_is=claim_is or "", p_value=p_value if claim_is == "alternative" else None,
+                 power_planned=power_planned, power_judged=power_judged)
 
 
 def integrity_check(name: str, value: float, op: str, bound: float, detail: str = "", *, reason: str) -> Check:
@@ -345,7 +364,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     """
     from scipy.stats import t as student_t
 
-    from attnsvm.experiments.power import mean_power
+    from attnsvm.experiments.power import mean_power, plan_with_run, run_sigma
 
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
@@ -364,18 +383,19 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     bound, passed = _one_sided(op, mean, target, tol)
     power, alternative = None, ""
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
-    inputs = None
+    inputs, p_plan, p_run = None, None, None
     if sigma is not None and effect is not None:
-        power = mean_power(R, op, effect, sigma, alpha)
-        inputs = dict(fn="mean", n=R, op=op, effect=effect, sigma=sigma, alpha=alpha)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="mean", n=R, op=op, effect=effect, sigma=sigma, alpha=alpha),
+                                              run_sigma(vals))
+        power = mean_power(R, op, effect, inputs["sigma"], alpha)
         alt = target - effect if op == ">=" else target + effect
         alternative = f"true mean {alt:g} (target {'-' if op == '>=' else '+'} {effect:g}), planning sigma {sigma:g}"
-        alternative += f" ({sigma_source})" if sigma_source else ""
+        alternative += (f" ({sigma_source})" if sigma_source else "") + run_note(inputs)
     elif effect is not None:
         alternative = f"true mean {target - effect if op == '>=' else target + effect:g}; no planning sigma stated"
     return Check(name, mean, f"{op} {bound:.4g}", bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", detail, verdict=_null_verdict(passed, power), power=power, alternative=alternative,
-                 spec_ref=spec_ref, power_inputs=inputs, claim_is="null")
+                 spec_ref=spec_ref, power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, detail: str = "", *, source: str,
@@ -468,21 +488,25 @@ def band_check(name: str, groups: dict, targets: dict, band: float, detail: str 
             if effect is None:
                 effect, rule = entry["effect"], entry["rule"]
             sigma_source = sigma_source or f"planning sigmas measured on the {entry['measured']}"
-    power, alternative, inputs = None, "", None
+    power, alternative, inputs, p_plan, p_run = None, "", None, None, None
     if effect is not None and sigmas is not None and all(str(k) in sigmas for k in labels):
+        from attnsvm.experiments.power import plan_with_run, run_sigma
+
         sig = [float(sigmas[str(k)]) for k in labels]
-        power = band_power(band, effect, ns, sig)
-        inputs = dict(fn="band", band=band, effect=effect, ns=ns, sigmas=sig, labels=[str(k) for k in labels])
+        inputs, p_plan, p_run = plan_with_run(
+            dict(fn="band", band=band, effect=effect, ns=ns, sigmas=sig, labels=[str(k) for k in labels]),
+            [run_sigma(vals[k]) if vals[k].size > 1 else 0.0 for k in labels])
+        power = band_power(band, effect, ns, inputs["sigmas"])
         alternative = (f"one group's true mean {effect:g} beyond the band (off its spec value by {band + effect:g}; "
                        f"{rule}), planning sigmas " + ", ".join(f"{k}: {s:g}" for k, s in zip(labels, sig))
-                       + (f" ({sigma_source})" if sigma_source else ""))
+                       + (f" ({sigma_source})" if sigma_source else "") + run_note(inputs))
         reason += f"; false-fail rate at the spec's values {band_false_fail(band, ns, sig):.3f} (normal runs)"
     elif effect is not None:
         alternative = f"one group's true mean {effect:g} beyond the band; no planning sigma for every group"
     return Check(name, value, f"<= {band:g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", (detail + "; " if detail else "") + f"largest at {worst}",
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
-                 power_inputs=inputs, claim_is="null")
+                 power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 @dataclass(frozen=True)

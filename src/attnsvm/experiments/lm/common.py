@@ -123,8 +123,8 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
 
     from scipy.stats import t as student_t
 
-    from attnsvm.experiments.checks import record_spread
-    from attnsvm.experiments.power import ordering_power
+    from attnsvm.experiments.checks import record_spread, run_note
+    from attnsvm.experiments.power import ordering_power, plan_with_run, run_sigma
 
     alpha = ALPHA if alpha is None else alpha
     vals = np.asarray(diffs, dtype=float).ravel()
@@ -132,7 +132,13 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
     if record and effect is not None and standardized is None:
         record_spread(name, vals, ">", effect)
     effect, sigma, alternative = _ordering_plan(name, margin, effect, sigma, sigma_source, standardized, effect_reason)
-    power = ordering_power(max(R, 1), effect, sigma, alpha) if sigma is not None else None
+    inputs, p_plan, p_run = None, None, None
+    if sigma is not None:
+        # a standardized effect is in units of the runs' own spread: no planning sigma to compare the run's with
+        inputs, p_plan, p_run = plan_with_run(dict(fn="ordering", n=max(R, 1), effect=effect, sigma=sigma,
+                                                   alpha=alpha), None if standardized is not None else run_sigma(vals))
+        alternative += run_note(inputs)
+    power = ordering_power(max(R, 1), effect, inputs["sigma"], alpha) if sigma is not None else None
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return check(name, float("nan"), ">", margin, (detail + "; " if detail else "") + f"{bad} of {R} runs without a value",
@@ -145,8 +151,8 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
            f"(level {alpha:g}, {R} runs, s.e. {se:.3g})")
     return check(name, mean, ">", margin + tol, (detail + "; " if detail else "") + f"{R} runs, min {vals.min():.4g}, "
                  f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative", power=power,
-                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref,
-                 power_inputs=dict(fn="ordering", n=max(R, 1), effect=effect, sigma=sigma, alpha=alpha), p_value=p_value)
+                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref, power_inputs=inputs, p_value=p_value,
+                 power_planned=p_plan, power_judged=p_run)
 
 
 def preset_deviations(exp, config) -> list[dict]:
@@ -185,20 +191,34 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     from attnsvm.experiments.checks import record_spread
     from attnsvm.experiments.power import ordering_power
 
+    from attnsvm.experiments.checks import run_note
+    from attnsvm.experiments.power import plan_with_run, run_sigma
+
     alpha_ = ALPHA if alpha is None else alpha
-    power, alternative = None, ""
+    power, alternative, power_planned, power_judged = None, "", None, None
     if groups and (effect is not None or standardized is not None):
         if effect is not None and standardized is None:
             record_spread(name, None, ">", min(effect.values()) if isinstance(effect, dict) else effect,
                           groups=groups)
-        powers, alts = [], []
+        powers, plans, runs, alts = [], [], [], []
         for label, v in groups.items():
             e = effect.get(label) if isinstance(effect, dict) else effect
             e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized, effect_reason, str(label))
-            powers.append(ordering_power(max(np.asarray(v).size, 1), e, sg, alpha_) if sg is not None else None)
+            if sg is None:
+                powers.append(None)
+            else:
+                inp, p_plan, p_run = plan_with_run(
+                    dict(fn="ordering", n=max(np.asarray(v).size, 1), effect=e, sigma=sg, alpha=alpha_),
+                    None if standardized is not None else run_sigma(v))
+                powers.append(ordering_power(inp["n"], e, inp["sigma"], alpha_))
+                plans.append(p_plan)
+                runs.append(p_run)
+                alt += run_note(inp)
             alts.append(f"{label}: {alt}")
         if all(p is not None for p in powers):
             power = float(np.prod(powers))
+            power_planned = float(np.prod(plans))
+            power_judged = float(np.prod(runs)) if all(p is not None for p in runs) else None
         alternative = "in every group, " + "; ".join(alts) if len(alts) > 1 else alts[0]
     parts, worst, ok, p_value = [], float("inf"), True, 0.0
     for label, diffs in groups.items():
@@ -218,7 +238,8 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
            f"{alpha_:g}) must exceed the margin {margin:g}")
     return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
                  reason=why, kind="qualitative", power=power, alternative=alternative, claim_is="alternative",
-                 spec_ref=spec_ref, p_value=p_value if groups else None)
+                 spec_ref=spec_ref, p_value=p_value if groups else None, power_planned=power_planned,
+                 power_judged=power_judged)
 
 
 def decided_by_control(fit, control):

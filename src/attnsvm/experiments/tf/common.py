@@ -56,8 +56,8 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     effect beyond the fixed ``slack``); sigma and effect default to the stored planning entry
     (:mod:`attnsvm.experiments.planning`). Without them a pass is ``"inconclusive"``.
     """
-    from attnsvm.experiments.checks import planned, record_spread
-    from attnsvm.experiments.power import decide, mean_power
+    from attnsvm.experiments.checks import planned, record_spread, run_note
+    from attnsvm.experiments.power import decide, mean_power, plan_with_run, run_sigma
     from scipy.stats import t as student_t
 
     vals = np.asarray(values, dtype=float).ravel()
@@ -76,20 +76,21 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
            + f"; {reason}")
     a, b = lo - tol, (hi if hi_is_bound else hi + tol)
     passed = bool(a <= mean <= b) if not hi_is_bound else bool(a <= mean < b)
-    power, alternative, inputs = None, "", None
+    power, alternative, inputs, p_plan, p_run = None, "", None, None, None
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
     if sigma is not None and effect is not None and effect > slack:
         # the fixed slack moves the bar by a constant: the power is that of the effect beyond the slack
-        inputs = dict(fn="mean", n=R, op=">=", effect=effect - slack, sigma=sigma, alpha=alpha / 2)
-        power = mean_power(R, ">=", effect - slack, sigma, alpha / 2)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="mean", n=R, op=">=", effect=effect - slack, sigma=sigma,
+                                                   alpha=alpha / 2), run_sigma(vals))
+        power = mean_power(R, ">=", effect - slack, inputs["sigma"], alpha / 2)
         alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
-                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else "") + run_note(inputs))
         why += f"; power at least {power:.3f} against {alternative}"
     else:
         why += "; power unknown (no planning sigma, or an effect within the slack)"
     return Check(name, mean, f"in [{a:.4g}, {b:.4g}" + (")" if hi_is_bound else "]"), passed, source, why,
                  "statistical", detail, verdict=decide(passed, power, "null"), power=power, alternative=alternative,
-                 power_inputs=inputs, claim_is="null")
+                 power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,
