@@ -24,6 +24,8 @@ def test_internal_spec_reference_becomes_the_papers_place():
     assert mm.source.startswith("arXiv 2306.13596") and "Fig. 3" in mm.source
     lm = check("claim", 1.0, ">=", 0.5, source="causal-language-modeling.md section 4 (C2: margins)", reason="r")
     assert "Sec. 4, Fig. 2" in lm.source and "On the similarity between attention and SVM" in lm.source
+    # seed 002's status: OpenReview lists it as a withdrawn ICLR 2024 submission (issue 40)
+    assert "withdrawn ICLR 2024 submission, OpenReview forum 1Yq7zIOfj0" in lm.source and "under review" not in lm.source
 
 
 def test_unknown_spec_reference_is_refused():
@@ -104,6 +106,8 @@ def _page_rows():
     page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "guide", "claims.md"), encoding="utf-8").read()
     exp = None
     for line in page.splitlines():
+        if line.startswith("## Plausible-bug mutations"):  # the last section lists mutations, not checks
+            break
         if line.startswith("## "):
             exp = line[3:].strip()
         elif line.startswith("| ") and not line.startswith("| claim |"):

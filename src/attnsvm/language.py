@@ -1,7 +1,8 @@
 """The synthetic language of causal language modeling: a sparse Markov chain, its sequences and data.
 
 Spec ``causal-language-modeling.md`` (the anonymous paper "On the similarity between
-attention and SVM on the token separation and selection behavior"); choices marked [OURS]
+attention and SVM on the token separation and selection behavior", a withdrawn ICLR 2024 submission, OpenReview forum
+1Yq7zIOfj0); choices marked [OURS]
 there are the fields of ``attnsvm.experiments.lm.common.LanguageFields``. A random sparse Markov chain over V token
 types (each context has ``successors`` likely next types with Dirichlet weights, order 1
 or 2) with random unit embeddings ``E (V, d)``; seeded and deterministic.

@@ -509,7 +509,22 @@ def _detail(c: dict) -> str:
     alt = human(c.get("alternative") or "")
     if alt and alt not in human(c.get("threshold_reason", "")) and alt not in detail:  # each sentence once a row
         detail += ("; " if detail else "") + f"alternative: {alt}"
-    return detail
+    return _claim_note(c, detail)
+
+
+def _claim_note(c: dict, detail: str) -> str:
+    """``detail`` with the rule the check's verdict followed (its ``claim_is``) and, for a passing claim tested as the
+    alternative, the p-value of the test; checks.json written before ``claim_is`` existed get no note."""
+    from attnsvm.experiments.checks import CLAIM_IS
+
+    claim = c.get("claim_is")
+    if claim not in CLAIM_IS or claim == "exact":
+        return detail
+    note = CLAIM_IS[claim]
+    p = _number(c.get("p_value"))
+    if claim == "alternative" and verdict_of(c) == "pass":
+        note += f"; p = {p:.3g}" if p is not None else "; p not recorded"
+    return f"{note}; {detail}" if detail else note
 
 
 def _text(value) -> str:

@@ -27,7 +27,17 @@ Every :class:`Check` says
 * ``power_inputs``: what the power was computed from (the power function and its arguments, run counts
   included), so that the power at another preset's size can be computed without running it
   (:func:`attnsvm.experiments.power.power_from`); ``None`` without a power;
-* ``detail`` (extra measurements that explain the value).
+* ``detail`` (extra measurements that explain the value);
+* ``claim_is``: which rule decided the verdict (:data:`CLAIM_IS` says each in words): ``"null"`` (the claim is
+  the null hypothesis: a pass needs power), ``"alternative"`` (the claim is the alternative: a pass is a
+  significant test at level ``alpha``, and power decides whether a fail can be a fail) or ``"exact"`` (no sampling
+  test: the value against a fixed bar). A statistical check (kind ``"statistical"``, or any check with a power)
+  must state ``"null"`` or ``"alternative"``: building one without it raises ValueError;
+* ``power_planned`` and ``power_judged``: the power at the planning sigma alone and at the judged run's own
+  spread (:func:`attnsvm.experiments.power.plan_with_run`); ``power`` itself is planned with the larger of the two
+  sigmas (None where the check has no sigma: shares, signs);
+* ``p_value``: for a claim tested as the alternative, the one-sided p-value of the test that decided it (the
+  probability, under the null the check rejects, of a result at least as extreme); ``None`` otherwise.
 
 Statistical claims over R runs use one-sided tests at level ``alpha = 0.01``
 (:data:`ALPHA`): a share is compared with the spec's target through the exact
@@ -53,13 +63,22 @@ import numpy as np
 __all__ = [
     "Check", "check", "share_check", "mean_check", "share_difference_check", "band_check", "integrity_check",
     "ALPHA", "KINDS", "VERDICTS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
-    "count_verdicts", "counts_against",
+    "count_verdicts", "counts_against", "CLAIM_IS", "CORR_TOL", "bounded_check", "correlation_range_check",
+    "correlation_partners",
 ]
 
 #: One-sided level of every statistical check (false-alarm rate per check when the claim holds exactly).
 ALPHA = 0.01
 KINDS = ("spec", "statistical", "qualitative", "tolerance", "integrity")
 VERDICTS = ("pass", "fail", "inconclusive", "finding")
+#: the rule a check's verdict follows, in the words the report and the claims page show
+CLAIM_IS = {
+    "null": "the claim is the null (a pass needs power)",
+    "alternative": "the claim is the alternative (a pass is a significant test at level alpha; power decides whether "
+                   "a fail can be a fail)",
+    "exact": "no sampling test (the value against a fixed bar: the spec's number, a numerical tolerance or the "
+             "integrity of the run)",
+}
 _STRICT = True
 FINDINGS_FILE = os.path.join(os.path.dirname(__file__), "findings.txt")
 #: set to a list by :func:`attnsvm.experiments.planning.measure`: the mean checks record the spread they see
@@ -124,6 +143,10 @@ class Check:
     alternative: str = ""
     spec_ref: str = ""
     power_inputs: dict | None = None
+    claim_is: str = ""
+    p_value: float | None = None
+    power_planned: float | None = None
+    power_judged: float | None = None
 
     def __post_init__(self):
         from attnsvm.experiments.places import is_internal, paper_source
@@ -140,6 +163,22 @@ class Check:
         object.__setattr__(self, "passed", verdict == "pass")
         p = self.power
         object.__setattr__(self, "power", None if p is None or p != p else float(p))
+        claim = self.claim_is
+        if claim and claim not in CLAIM_IS:
+            raise ValueError(f"claim_is must be one of {tuple(CLAIM_IS)}, got {claim!r}")
+        tested = self.kind == "statistical" or self.power is not None
+        if tested and claim not in ("null", "alternative"):
+            raise ValueError(f"check {self.name!r}: a statistical check (kind {self.kind!r}, power {self.power}) "
+                             "states claim_is 'null' or 'alternative'")
+        object.__setattr__(self, "claim_is", claim or "exact")
+        pv = self.p_value
+        pv = None if pv is None or pv != pv else min(1.0, max(0.0, float(pv)))
+        if pv is not None and self.claim_is != "alternative":
+            raise ValueError(f"check {self.name!r}: a p_value is stated for a claim tested as the alternative only")
+        object.__setattr__(self, "p_value", pv)
+        for f in ("power_planned", "power_judged"):
+            v = getattr(self, f)
+            object.__setattr__(self, f, None if v is None or v != v else float(v))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -170,15 +209,27 @@ def _validate(source: str, reason: str, kind: str) -> None:
         raise ValueError("a check needs a threshold_reason (the spec's number, or a tolerance and why)")
 
 
+def run_note(inputs: dict | None) -> str:
+    """The alternative's note on the judged run's own spread (:func:`attnsvm.experiments.power.plan_with_run`)."""
+    run = (inputs or {}).get("sigma_judged")
+    if run is None:
+        return ""
+    run = ", ".join(f"{x:.4g}" for x in run) if isinstance(run, list) else f"{run:.4g}"
+    return f"; planned with the larger of the planning sigma and this run's own ({run})"
+
+
 def check(name: str, value: float, op: str, bound: float, detail: str = "", *, source: str = "", reason: str = "",
           kind: str = "spec", power: float | None = None, alternative: str = "", claim_is: str | None = None,
-          spec_ref: str = "", power_inputs: dict | None = None) -> Check:
+          spec_ref: str = "", power_inputs: dict | None = None, p_value: float | None = None,
+          power_planned: float | None = None, power_judged: float | None = None) -> Check:
     """Compare ``value`` with ``bound`` (``op`` in <, <=, >, >=, ==); NaN never passes.
 
     ``source`` and ``reason`` are required (the empty defaults exist only so that a
     missing one is caught by :func:`_validate` with a clear message). A statistical
     comparison passes its ``power`` against ``alternative`` and ``claim_is`` (``"null"`` or
-    ``"alternative"``, :func:`attnsvm.experiments.power.decide`) to get its verdict.
+    ``"alternative"``, :func:`attnsvm.experiments.power.decide`) to get its verdict; a claim tested as the
+    alternative states the ``p_value`` of its test (kept only when given). Without ``claim_is`` the check is exact
+    (``claim_is = "exact"``): a statistical kind then raises ValueError.
     """
     if _STRICT:
         _validate(source, reason, kind)
@@ -194,13 +245,57 @@ def check(name: str, value: float, op: str, bound: float, detail: str = "", *, s
         reason = f"{reason}; {_power_note(power, alternative)}"
     return Check(name=name, value=value, threshold=f"{op} {bound:g}", passed=passed, source=source,
                  threshold_reason=reason, kind=kind, detail=detail, verdict=verdict, power=power,
-                 alternative=alternative, spec_ref=spec_ref, power_inputs=power_inputs if power is not None else None)
+                 alternative=alternative, spec_ref=spec_ref, power_inputs=power_inputs if power is not None else None,
+                 claim_is=claim_is or "", p_value=p_value if claim_is == "alternative" else None,
+                 power_planned=power_planned, power_judged=power_judged)
 
 
 def integrity_check(name: str, value: float, op: str, bound: float, detail: str = "", *, reason: str) -> Check:
     """A check on the run itself (every task completed, every SVM certified): source "attnsvm"."""
     return check(name, value, op, bound, detail, source="attnsvm (integrity of the run)", reason=reason,
                  kind="integrity")
+
+
+#: how far a stored correlation or cosine may exceed 1 in magnitude: <A, B> / (||A|| ||B||) in float64 is off by a few
+#: units of 2^-52 per entry summed (below 1e-12 for the arrays of these experiments, at most ~10^4 entries); 1e-9
+#: leaves three orders of magnitude for that rounding. A raw inner product of arrays whose norms' product is not 1
+#: (the bug this guards against) leaves [-1, 1] by the factor ||A|| ||B||
+CORR_TOL = 1e-9
+
+
+def bounded_check(name: str, values, bound: float, detail: str = "", *, reason: str, bug: str) -> Check:
+    """Integrity partner of a measured quantity: every row's ``|value| <= bound`` (a bound the quantity obeys by
+    construction, e.g. a correlation's 1). ``values (N,)``: the rows (NaN rows, comparisons refused for an
+    uncertified SVM, are skipped and counted in the detail; no finite row at all fails). ``bug``: the plausible
+    error the bound catches, stated as the check's ``alternative``.
+
+    Value: the largest ``|value|`` over the finite rows."""
+    vals = np.asarray(values, dtype=float).ravel()
+    finite = vals[np.isfinite(vals)]
+    value = float(np.abs(finite).max()) if finite.size else float("nan")
+    skipped = int(vals.size - finite.size)
+    extra = f"{finite.size} rows" + (f" ({skipped} without a value skipped)" if skipped else "")
+    return check(name, value, "<=", bound, (detail + "; " if detail else "") + extra,
+                 source="attnsvm (integrity of the run)", reason=reason, kind="integrity",
+                 alternative=f"a plausible bug: {bug}")
+
+
+def correlation_range_check(what: str, values, detail: str = "") -> Check:
+    """Integrity partner of a correlation (or cosine) check: ``|corr| <= 1 + CORR_TOL`` in every row of ``values (N,)``
+    (:func:`bounded_check`), named ``"<what> lies in [-1, 1] in every row ..."``; fails on a raw inner product."""
+    return bounded_check(f"{what} lies in [-1, 1] in every row (a correlation of normalized arrays)", values,
+                         1.0 + CORR_TOL, detail,
+                         reason=f"a correlation <A, B> / (||A|| ||B||) lies in [-1, 1] (Cauchy-Schwarz); tolerance "
+                                f"{CORR_TOL:g} for float64 rounding (below 1e-12 at these sizes)",
+                         bug="a raw inner product <A, B> instead of the correlation (the arrays not normalized): "
+                             "the value is ||A|| ||B|| times the correlation")
+
+
+def correlation_partners(table, columns: dict) -> list[Check]:
+    """:func:`correlation_range_check` of every column of ``table`` named in ``columns`` (column -> what it holds, in
+    words) that the table has: the integrity partners of an experiment's correlation checks."""
+    return [correlation_range_check(f"{what} ({col})", table[col].to_numpy(np.float64))
+            for col, what in columns.items() if col in table.columns]
 
 
 def share_check(name: str, successes, total, op: str, target: float, detail: str = "", *, source: str,
@@ -224,7 +319,7 @@ def share_check(name: str, successes, total, op: str, target: float, detail: str
     successes, total = int(successes), int(total)
     if total <= 0:
         return Check(name, float("nan"), f"{op} {target:g}", False, source, "no runs to measure a share on",
-                     "statistical", detail, spec_ref=spec_ref)
+                     "statistical", detail, spec_ref=spec_ref, claim_is="null")
     share = successes / total
     base = (f"spec target {target:g}; exact binomial {'one-sided' if op != '~' else 'two-sided'} tolerance at "
             f"{total} runs, level {alpha:g}")
@@ -240,7 +335,7 @@ def share_check(name: str, successes, total, op: str, target: float, detail: str
                  "statistical", (detail + "; " if detail else "") + f"{successes}/{total}",
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
                  power_inputs=dict(fn="share", n=total, op=op, target=target, alpha=alpha, alternatives=alts)
-                 if alts else None)
+                 if alts else None, claim_is="null")
 
 
 def _one_sided(op: str, value: float, target: float, tol: float) -> tuple[float, bool]:
@@ -269,7 +364,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     """
     from scipy.stats import t as student_t
 
-    from attnsvm.experiments.power import mean_power
+    from attnsvm.experiments.power import mean_power, plan_with_run, run_sigma
 
     vals = np.asarray(values, dtype=float).ravel()
     R = vals.size
@@ -278,7 +373,7 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
         bad = int((~np.isfinite(vals)).sum())
         return Check(name, float("nan"), f"{op} {target:g}", False, source,
                      f"spec target {target:g}; {bad} of {R} runs have no finite value", "statistical", detail,
-                     spec_ref=spec_ref)
+                     spec_ref=spec_ref, claim_is="null")
     mean = float(vals.mean())
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = float(student_t.ppf(1 - alpha, R - 1)) * se if R > 1 else 0.0
@@ -288,18 +383,19 @@ def mean_check(name: str, values, op: str, target: float, detail: str = "", *, s
     bound, passed = _one_sided(op, mean, target, tol)
     power, alternative = None, ""
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
-    inputs = None
+    inputs, p_plan, p_run = None, None, None
     if sigma is not None and effect is not None:
-        power = mean_power(R, op, effect, sigma, alpha)
-        inputs = dict(fn="mean", n=R, op=op, effect=effect, sigma=sigma, alpha=alpha)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="mean", n=R, op=op, effect=effect, sigma=sigma, alpha=alpha),
+                                              run_sigma(vals))
+        power = mean_power(R, op, effect, inputs["sigma"], alpha)
         alt = target - effect if op == ">=" else target + effect
         alternative = f"true mean {alt:g} (target {'-' if op == '>=' else '+'} {effect:g}), planning sigma {sigma:g}"
-        alternative += f" ({sigma_source})" if sigma_source else ""
+        alternative += (f" ({sigma_source})" if sigma_source else "") + run_note(inputs)
     elif effect is not None:
         alternative = f"true mean {target - effect if op == '>=' else target + effect:g}; no planning sigma stated"
     return Check(name, mean, f"{op} {bound:.4g}", bool(passed), source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", detail, verdict=_null_verdict(passed, power), power=power, alternative=alternative,
-                 spec_ref=spec_ref, power_inputs=inputs)
+                 spec_ref=spec_ref, power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, detail: str = "", *, source: str,
@@ -319,7 +415,7 @@ def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, de
     s1, n1, s2, n2 = int(s1), int(n1), int(s2), int(n2)
     if n1 <= 0 or n2 <= 0:
         return Check(name, float("nan"), f"{op} {target:g}", False, source, "no runs", "statistical", detail,
-                     spec_ref=spec_ref)
+                     spec_ref=spec_ref, claim_is="null")
     diff = s1 / n1 - s2 / n2
     q1, q2 = (s1 + 1) / (n1 + 2), (s2 + 1) / (n2 + 2)
     se = math.sqrt(q1 * (1 - q1) / (n1 + 2) + q2 * (1 - q2) / (n2 + 2))
@@ -341,7 +437,7 @@ def share_difference_check(name: str, s1, n1, s2, n2, op: str, target: float, de
                  "statistical", (detail + "; " if detail else "") + f"{s1}/{n1} - {s2}/{n2}",
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
                  power_inputs=None if power is None else dict(fn="share_difference", n1=n1, n2=n2, op=op, target=target,
-                                                              alpha=alpha, p1=p1, p2=p2, tolerance=tolerance))
+                                                              alpha=alpha, p1=p1, p2=p2, tolerance=tolerance), claim_is="null")
 
 
 def band_check(name: str, groups: dict, targets: dict, band: float, detail: str = "", *, source: str, reason: str = "",
@@ -377,7 +473,7 @@ def band_check(name: str, groups: dict, targets: dict, band: float, detail: str 
     bad = sum(int((~np.isfinite(v)).sum()) for v in vals.values())
     if min(ns) == 0 or bad:
         return Check(name, float("nan"), f"<= {band:g}", False, source, f"{reason}; {bad} runs without a value or an "
-                     "empty group", "statistical", detail, spec_ref=spec_ref)
+                     "empty group", "statistical", detail, spec_ref=spec_ref, claim_is="null")
     devs = {k: abs(float(vals[k].mean()) - float(targets[k])) for k in labels}
     worst = max(devs, key=devs.get)
     value = devs[worst]
@@ -392,21 +488,25 @@ def band_check(name: str, groups: dict, targets: dict, band: float, detail: str 
             if effect is None:
                 effect, rule = entry["effect"], entry["rule"]
             sigma_source = sigma_source or f"planning sigmas measured on the {entry['measured']}"
-    power, alternative, inputs = None, "", None
+    power, alternative, inputs, p_plan, p_run = None, "", None, None, None
     if effect is not None and sigmas is not None and all(str(k) in sigmas for k in labels):
+        from attnsvm.experiments.power import plan_with_run, run_sigma
+
         sig = [float(sigmas[str(k)]) for k in labels]
-        power = band_power(band, effect, ns, sig)
-        inputs = dict(fn="band", band=band, effect=effect, ns=ns, sigmas=sig, labels=[str(k) for k in labels])
+        inputs, p_plan, p_run = plan_with_run(
+            dict(fn="band", band=band, effect=effect, ns=ns, sigmas=sig, labels=[str(k) for k in labels]),
+            [run_sigma(vals[k]) if vals[k].size > 1 else 0.0 for k in labels])
+        power = band_power(band, effect, ns, inputs["sigmas"])
         alternative = (f"one group's true mean {effect:g} beyond the band (off its spec value by {band + effect:g}; "
                        f"{rule}), planning sigmas " + ", ".join(f"{k}: {s:g}" for k, s in zip(labels, sig))
-                       + (f" ({sigma_source})" if sigma_source else ""))
+                       + (f" ({sigma_source})" if sigma_source else "") + run_note(inputs))
         reason += f"; false-fail rate at the spec's values {band_false_fail(band, ns, sig):.3f} (normal runs)"
     elif effect is not None:
         alternative = f"one group's true mean {effect:g} beyond the band; no planning sigma for every group"
     return Check(name, value, f"<= {band:g}", passed, source, f"{reason}; {_power_note(power, alternative)}",
                  "statistical", (detail + "; " if detail else "") + f"largest at {worst}",
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
-                 power_inputs=inputs)
+                 power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 @dataclass(frozen=True)

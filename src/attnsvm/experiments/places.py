@@ -18,7 +18,7 @@ __all__ = ["PAPERS", "PLACES", "is_internal", "paper_source"]
 TF = 'arXiv 2308.16898 "Transformers as Support Vector Machines"'
 MM = 'arXiv 2306.13596 "Max-Margin Token Selection in Attention Mechanism"'
 LM = ('"On the similarity between attention and SVM on the token separation and selection behavior" '
-      "(anonymous, under review; no arXiv id)")
+      "(anonymous; a withdrawn ICLR 2024 submission, OpenReview forum 1Yq7zIOfj0; no arXiv id)")
 PAPERS = {"transformers-as-svms.md": TF, "max-margin-token-selection.md": MM, "causal-language-modeling.md": LM}
 
 #: (spec file, pattern on the rest of the reference, the paper's place); the first match wins

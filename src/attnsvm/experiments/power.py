@@ -25,7 +25,7 @@ __all__ = [
     "POWER_GOAL", "SHARE_SHIFT", "share_alternatives", "share_bounds", "share_power", "share_difference_passes",
     "share_difference_power", "mean_power", "ordering_power", "sign_min_wins", "sign_power", "majority_power",
     "random_direction_power", "band_power", "band_false_fail", "power_from", "CORR_EFFECT", "LEVEL_CORR",
-    "STANDARDIZED_EFFECT", "MAJORITY_WIN", "decide",
+    "STANDARDIZED_EFFECT", "MAJORITY_WIN", "decide", "run_sigma", "plan_with_run",
 ]
 
 #: the power a check needs for its verdict to count (below it: inconclusive)
@@ -329,3 +329,34 @@ def decide(passed: bool, power, claim_is: str) -> str:
     if claim_is == "alternative":
         return "pass" if passed else ("inconclusive" if known and power < POWER_GOAL else "fail")
     raise ValueError(f"claim_is must be 'null' or 'alternative', got {claim_is!r}")
+
+
+def run_sigma(values) -> float | None:
+    """The judged run's own spread: the sample standard deviation (ddof 1) of the finite ``values (R,)``; None with
+    fewer than two."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    return float(v.std(ddof=1)) if v.size > 1 else None
+
+
+def plan_with_run(inputs: dict, sigma_run) -> tuple[dict, float | None, float | None]:
+    """Power planned with the larger of the planning sigma and the judged run's own spread.
+
+    ``inputs``: a check's power inputs (:func:`power_from`) with its planning ``sigma`` (``fn`` mean, ordering,
+    paired or random_direction) or ``sigmas`` (``fn`` band, one per group); ``sigma_run``: the run's own spread
+    (a number, or a list per group for band; None: unknown). Returns ``(inputs_used, power_planned, power_judged)``:
+    ``inputs_used`` has ``sigma`` (``sigmas``) = the larger of the two, with ``sigma_planned`` and ``sigma_judged``
+    beside it (the power at ``inputs_used`` is therefore at most both others, for these power functions);
+    ``power_judged`` is the power at the run's own spread (None when unknown, or a zero spread where the power
+    function needs a positive one)."""
+    key = "sigmas" if inputs.get("fn") == "band" else "sigma"
+    planned_power = power_from(inputs)
+    if sigma_run is None or (key == "sigmas" and any(s is None for s in sigma_run)):
+        return dict(inputs, sigma_planned=inputs[key], sigma_judged=None), planned_power, None
+    run = [float(s) for s in sigma_run] if key == "sigmas" else float(sigma_run)
+    judged = None
+    positive = all(s > 0 for s in run) if key == "sigmas" else run > 0
+    if positive or inputs.get("fn") in ("mean", "band"):
+        judged = power_from(dict(inputs, **{key: run}))
+    used = ([max(a, b) for a, b in zip(inputs[key], run)] if key == "sigmas" else max(float(inputs[key]), run))
+    return dict(inputs, **{key: used}, sigma_planned=inputs[key], sigma_judged=run), planned_power, judged

@@ -11,7 +11,8 @@ from attnsvm.experiments.base import ExperimentConfig
 from attnsvm.experiments.checks import ALPHA, check
 from attnsvm.language import make_lm_data, markov_language
 
-PAPER_LM = "On the similarity between attention and SVM on the token separation and selection behavior (anonymous)"
+PAPER_LM = ("On the similarity between attention and SVM on the token separation and selection behavior (anonymous; "
+            "a withdrawn ICLR 2024 submission, OpenReview forum 1Yq7zIOfj0)")
 
 # ------------------------------------------------------------------ settings and data of a run
 
@@ -80,6 +81,18 @@ def _ordering_plan(name: str, margin: float, effect, sigma, sigma_source: str, s
                                          f"planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
 
 
+def _t_p_value(excess: float, se: float, R: int) -> float | None:
+    """One-sided p-value of a mean ``excess`` over the margin with standard error ``se`` at ``R`` runs (Student t,
+    ``R - 1`` degrees of freedom); runs without spread: 0 above the margin, 1 otherwise; one run: None (no test)."""
+    from scipy.stats import t as student_t
+
+    if R < 2:
+        return None
+    if se == 0:
+        return 0.0 if excess > 0 else 1.0
+    return float(student_t.sf(excess / se, R - 1))
+
+
 def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, source: str, reason: str,
                    alpha: float | None = None, effect: float | None = None, sigma: float | None = None,
                    sigma_source: str = "", spec_ref: str = "", standardized: float | None = None,
@@ -110,8 +123,8 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
 
     from scipy.stats import t as student_t
 
-    from attnsvm.experiments.checks import record_spread
-    from attnsvm.experiments.power import ordering_power
+    from attnsvm.experiments.checks import record_spread, run_note
+    from attnsvm.experiments.power import ordering_power, plan_with_run, run_sigma
 
     alpha = ALPHA if alpha is None else alpha
     vals = np.asarray(diffs, dtype=float).ravel()
@@ -119,20 +132,27 @@ def ordering_check(name: str, diffs, margin: float = 0.0, detail: str = "", *, s
     if record and effect is not None and standardized is None:
         record_spread(name, vals, ">", effect)
     effect, sigma, alternative = _ordering_plan(name, margin, effect, sigma, sigma_source, standardized, effect_reason)
-    power = ordering_power(max(R, 1), effect, sigma, alpha) if sigma is not None else None
+    inputs, p_plan, p_run = None, None, None
+    if sigma is not None:
+        # a standardized effect is in units of the runs' own spread: no planning sigma to compare the run's with
+        inputs, p_plan, p_run = plan_with_run(dict(fn="ordering", n=max(R, 1), effect=effect, sigma=sigma,
+                                                   alpha=alpha), None if standardized is not None else run_sigma(vals))
+        alternative += run_note(inputs)
+    power = ordering_power(max(R, 1), effect, inputs["sigma"], alpha) if sigma is not None else None
     if R == 0 or not np.all(np.isfinite(vals)):
         bad = int((~np.isfinite(vals)).sum())
         return check(name, float("nan"), ">", margin, (detail + "; " if detail else "") + f"{bad} of {R} runs without a value",
-                     source=source, reason=reason, kind="qualitative", spec_ref=spec_ref)
+                     source=source, reason=reason, kind="qualitative", spec_ref=spec_ref, claim_is="alternative")
     mean = float(vals.mean())
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = float(student_t.ppf(1 - alpha, R - 1)) * se if R > 1 else 0.0
+    p_value = _t_p_value(mean - margin, se, R)
     why = (f"{reason}; margin {margin:g} plus the one-sided Student-t tolerance {tol:.3g} of the mean paired difference "
            f"(level {alpha:g}, {R} runs, s.e. {se:.3g})")
     return check(name, mean, ">", margin + tol, (detail + "; " if detail else "") + f"{R} runs, min {vals.min():.4g}, "
                  f"max {vals.max():.4g}", source=source, reason=why, kind="qualitative", power=power,
-                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref,
-                 power_inputs=dict(fn="ordering", n=max(R, 1), effect=effect, sigma=sigma, alpha=alpha))
+                 alternative=alternative, claim_is="alternative", spec_ref=spec_ref, power_inputs=inputs, p_value=p_value,
+                 power_planned=p_plan, power_judged=p_run)
 
 
 def preset_deviations(exp, config) -> list[dict]:
@@ -171,35 +191,55 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     from attnsvm.experiments.checks import record_spread
     from attnsvm.experiments.power import ordering_power
 
+    from attnsvm.experiments.checks import run_note
+    from attnsvm.experiments.power import plan_with_run, run_sigma
+
     alpha_ = ALPHA if alpha is None else alpha
-    power, alternative = None, ""
+    power, alternative, power_planned, power_judged = None, "", None, None
     if groups and (effect is not None or standardized is not None):
         if effect is not None and standardized is None:
             record_spread(name, None, ">", min(effect.values()) if isinstance(effect, dict) else effect,
                           groups=groups)
-        powers, alts = [], []
+        powers, plans, runs, alts = [], [], [], []
         for label, v in groups.items():
             e = effect.get(label) if isinstance(effect, dict) else effect
             e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized, effect_reason, str(label))
-            powers.append(ordering_power(max(np.asarray(v).size, 1), e, sg, alpha_) if sg is not None else None)
+            if sg is None:
+                powers.append(None)
+            else:
+                inp, p_plan, p_run = plan_with_run(
+                    dict(fn="ordering", n=max(np.asarray(v).size, 1), effect=e, sigma=sg, alpha=alpha_),
+                    None if standardized is not None else run_sigma(v))
+                powers.append(ordering_power(inp["n"], e, inp["sigma"], alpha_))
+                plans.append(p_plan)
+                runs.append(p_run)
+                alt += run_note(inp)
             alts.append(f"{label}: {alt}")
         if all(p is not None for p in powers):
             power = float(np.prod(powers))
+            power_planned = float(np.prod(plans))
+            power_judged = float(np.prod(runs)) if all(p is not None for p in runs) else None
         alternative = "in every group, " + "; ".join(alts) if len(alts) > 1 else alts[0]
-    parts, worst, ok = [], float("inf"), True
+    parts, worst, ok, p_value = [], float("inf"), True, 0.0
     for label, diffs in groups.items():
         c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha, record=False)
         bound = float(c.threshold.split()[-1])
         excess = c.value - bound if c.value == c.value else float("nan")
         ok &= excess == excess
         worst = min(worst, excess) if excess == excess else worst
+        # every group must pass (an intersection-union test): its p-value is the largest group's
+        v = np.asarray(diffs, dtype=float).ravel()
+        p_g = _t_p_value(float(v.mean()) - margin, float(v.std(ddof=1) / np.sqrt(v.size)), v.size) \
+            if v.size > 1 and np.all(np.isfinite(v)) else None
+        p_value = max(p_value, 1.0 if p_g is None else p_g)
         parts.append(f"{label}: {c.value:.3g} (tol {bound:.2g})")
     value = worst if ok and groups else float("nan")
     why = (f"{reason}; in every group the mean paired difference minus its one-sided Student-t tolerance (level "
            f"{alpha_:g}) must exceed the margin {margin:g}")
     return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
                  reason=why, kind="qualitative", power=power, alternative=alternative, claim_is="alternative",
-                 spec_ref=spec_ref)
+                 spec_ref=spec_ref, p_value=p_value if groups else None, power_planned=power_planned,
+                 power_judged=power_judged)
 
 
 def decided_by_control(fit, control):
@@ -216,7 +256,8 @@ def decided_by_control(fit, control):
     return Check(fit.name, fit.value, fit.threshold, False, fit.source,
                  fit.threshold_reason + "; decided by the random-direction control, which did not pass",
                  fit.kind, fit.detail, verdict="inconclusive", power=None,
-                 alternative="random directions fitted the same way (the control did not pass)", spec_ref=fit.spec_ref)
+                 alternative="random directions fitted the same way (the control did not pass)", spec_ref=fit.spec_ref,
+                 claim_is=fit.claim_is, p_value=fit.p_value)
 
 
 def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, source: str, reason: str):
@@ -231,5 +272,7 @@ def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, so
     value = float(vals.min()) if R >= min_runs and np.all(np.isfinite(vals)) else float("nan")
     why = (f"{reason}; an ordering in every run (no tolerance): at least {min_runs} runs, where a random ordering passes "
            f"with probability 2^-R")
+    # under a random ordering every run is a fair coin: all R runs above 0 has probability 2^-R
     return check(name, value, ">", 0.0, (detail + "; " if detail else "") + f"{R} runs"
-                 + (f", mean {vals.mean():.4g}" if R else ""), source=source, reason=why, kind="qualitative")
+                 + (f", mean {vals.mean():.4g}" if R else ""), source=source, reason=why, kind="qualitative",
+                 claim_is="alternative", p_value=2.0 ** -R if value > 0 else None)

@@ -17,7 +17,7 @@ from attnsvm.metrics import correlation
 from attnsvm.svm import lm_constraints, soft_margin_svm, solve
 from attnsvm.svm.language import gen_svm_fit, score_ties
 from attnsvm.experiments.base import Experiment, Task, register
-from attnsvm.experiments.checks import integrity_check
+from attnsvm.experiments.checks import correlation_partners, integrity_check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record, uncertified
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.lm.common import (PAPER_LM, LanguageFields, build_runs, decided_by_control,
@@ -295,6 +295,12 @@ class LMCosine(Experiment):
             name="C1: every SVM used is certified (soft-margin, feasible hard-margin, Gen-SVM, W_fin and projection solves)",
             reason="a comparison against an uncertified solution is refused (NaN); certified = status optimal, "
             "relative violation <= 1e-8 and relative duality gap <= 1e-8 (Frobenius)"))
+        out += correlation_partners(table, {
+            "cos": "cosine with the soft-margin SVM",
+            "cos_eq": "cosine of W_fin + R W_svm",
+            "cos_rand_eq": "cosine of W_fin + R' W_rand",
+            "cos_hard": "cosine with the hard-margin SVM",
+        })
         return out
 
     def deviations(self, config):

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field, PositiveInt
 
 from attnsvm.experiments.base import Experiment, Task, register
-from attnsvm.experiments.checks import Check, check
+from attnsvm.experiments.checks import CORR_TOL, Check, bounded_check, check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record
 from attnsvm.plotting import label_axes, pyplot, save_figure, subplots
 from attnsvm.experiments.lm.common import PAPER_LM, LanguageFields, build_runs, ordering_check, preset_deviations
@@ -32,6 +32,27 @@ class MarginsConfig(LanguageFields):
     chunk: PositiveInt = 15
     hist_steps: list[int] = Field(default_factory=lambda: [0, 1, 10, 100, 1000])
     n_checkpoints: PositiveInt = 20
+
+
+#: the largest normalized margin (a_opt - a_t)^T X a_query / ||X||_F of unit-norm embedding rows, plus float64 rounding
+MARGIN_BOUND = 2.0 + CORR_TOL
+
+
+def margin_bound_check(table) -> Check:
+    """Integrity partner of the margin checks: every normalized margin of ``table`` (the histogram rows' ``margin``
+    and the summaries' ``median_margin`` and ``min_margin``) lies in [-2, 2].
+
+    The embeddings' rows have unit norm (:func:`attnsvm.language.markov_language` and the cycle language normalize
+    them; lm-margins feeds them unscaled), so ``|(e_opt - e_t)^T X e_q| <= ||e_opt - e_t|| ||X||_2 ||e_q|| <= 2
+    ||X||_F``. A margin not divided by ``||X(k)||_F`` grows with ``||X(k)||`` (about 10 at the quick preset's last
+    step) and leaves the bound."""
+    vals = np.concatenate([table[c].to_numpy(np.float64) for c in ("margin", "median_margin", "min_margin")
+                           if c in table.columns] or [np.empty(0)])
+    return bounded_check("C2: every normalized margin lies in [-2, 2] (margins divided by ||X(k)||_F)", vals,
+                         MARGIN_BOUND, reason="unit-norm embedding rows: |(e_opt - e_t)^T X e_q| / ||X||_F <= "
+                         "||e_opt - e_t|| ||e_q|| <= 2 (Cauchy-Schwarz, ||X||_2 <= ||X||_F); tolerance "
+                         f"{CORR_TOL:g} for float64 rounding",
+                         bug="margins not divided by ||X(k)||_F: they grow with the norm of the iterate")
 
 
 @register
@@ -158,6 +179,7 @@ class LMMargins(Experiment):
             first, ("svm",), "one per run", name="C2: every soft-margin SVM used is certified",
             reason="the support rows come from the soft-margin SVM: an uncertified solution is refused (NaN); "
             "certified = status optimal, relative violation <= 1e-8, relative duality gap <= 1e-8"))
+        out.append(margin_bound_check(table))
         return out
 
     def _floor_check(self, config, b, early) -> Check:
@@ -184,7 +206,7 @@ class LMMargins(Experiment):
             return Check(c.name, c.value, c.threshold, False, c.source,
                          c.threshold_reason + f"; this run has {config.steps} < {full} steps: not decided here",
                          c.kind, c.detail, verdict="inconclusive", power=None,
-                         alternative=f"decided at the full preset ({full} steps)", spec_ref=c.spec_ref)
+                         alternative=f"decided at the full preset ({full} steps)", spec_ref=c.spec_ref, claim_is=c.claim_is)
         return c
 
     def deviations(self, config):

@@ -221,7 +221,7 @@ def sample_rows(seed, param, split, unit, problem: TokenProblem, att0: np.ndarra
 
 def _no_measurement(name, source, units, why, detail="") -> Check:
     return Check(name, float("nan"), "> margin", False, source, f"no test possible: {why}", "qualitative",
-                 detail or f"no {units}")
+                 detail or f"no {units}", claim_is="alternative")
 
 
 def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, allow_missing: bool = False,
@@ -267,14 +267,20 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     p_sign = float(binom.sf(pos - 1, pos + neg, 0.5)) if pos + neg else 1.0
     passed = bool(mean > margin and p_sign <= ALPHA)
-    power, alternative, inputs = None, "", None
+    # both tests must reject (an intersection-union test): the p-value is the larger of the two
+    p_t = float(student_t.sf(mean / se, n - 1)) if se > 0 else (0.0 if mean > 0 else 1.0)
+    p_value = max(p_t, p_sign)
+    power, alternative, inputs, p_plan, p_run = None, "", None, None, None
     if effect is not None and sigma is not None:
-        from attnsvm.experiments.power import power_from
+        from attnsvm.experiments.checks import run_note
+        from attnsvm.experiments.power import plan_with_run, power_from, run_sigma
 
-        inputs = dict(fn="paired", n=n, effect=effect, sigma=sigma, alpha=ALPHA)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="paired", n=n, effect=effect, sigma=sigma, alpha=ALPHA),
+                                              run_sigma(d))
         power = power_from(inputs)
         alternative = (f"normal differences with mean {effect:g}" + (f" ({effect_reason})" if effect_reason else "")
-                       + f" and planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+                       + f" and planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else "")
+                       + run_note(inputs))
     reason = (f"comparator fixed in advance: {comparator}, on the same {units}; margin = one-sided Student-t bound "
               f"at level {ALPHA:g} of the mean paired difference over {n} {units} (s.e. {se:.3g}); the exact "
               f"one-sided sign test over the {pos + neg} non-zero differences must also reject chance at level "
@@ -285,8 +291,10 @@ def paired_check(name: str, diffs, *, source: str, comparator: str, units: str, 
         reason += f"; power at least {power:.3f} against {alternative}"
         return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail,
                      verdict=decide(passed, power, "alternative"), power=power, alternative=alternative,
-                     spec_ref=spec_ref, power_inputs=inputs)
-    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref)
+                     spec_ref=spec_ref, power_inputs=inputs, claim_is="alternative", p_value=p_value,
+                     power_planned=p_plan, power_judged=p_run)
+    return Check(name, mean, f"> {margin:.4g}", passed, source, reason, "qualitative", detail, spec_ref=spec_ref,
+                 claim_is="alternative", p_value=p_value)
 
 
 def sign_share_check(name: str, wins: int, total: int, *, source: str, comparator: str, units: str,
@@ -323,7 +331,16 @@ def sign_share_check(name: str, wins: int, total: int, *, source: str, comparato
     return Check(name, wins / total, f">= {k_min / total:.4g}", wins >= k_min, source, reason, "qualitative",
                  f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
                  spec_ref=spec_ref, power_inputs=None if power is None else dict(fn="sign", n=total, p_win=p_win,
-                                                                                  alpha=ALPHA))
+                                                                                  alpha=ALPHA),
+                 claim_is="alternative", p_value=float(binom.sf(wins - 1, total, 0.5)))
+
+
+def _exchangeable_p(wins: int, total: int, level: float) -> float | None:
+    """P(at least ``wins`` of ``total`` runs beat all their random directions) when each run does so with probability
+    ``level`` (a matrix exchangeable with its random directions); None without runs."""
+    from scipy.stats import binom
+
+    return float(binom.sf(wins - 1, total, level)) if total > 0 else None
 
 
 def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
@@ -366,20 +383,24 @@ def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draw
         reason += f" (too few draws: the level {level:.3g} exceeds {ALPHA:g}, so the check fails)"
     passed = total > 0 and wins == total and level <= ALPHA
     d = f"{wins}/{total} runs; " + "; ".join(lines)
-    power, alternative, verdict = None, "", ""
+    power, alternative, verdict, inputs, p_plan, p_run = None, "", "", None, None, None
     if effect is not None and sigma is not None and total > 0:
-        from attnsvm.experiments.power import decide, random_direction_power
+        from attnsvm.experiments.checks import run_note
+        from attnsvm.experiments.power import decide, plan_with_run, random_direction_power, run_sigma
 
-        power = random_direction_power(total, draws, effect, sigma, ALPHA)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="random_direction", runs=total, draws=draws, effect=effect,
+                                                   sigma=sigma, alpha=ALPHA),
+                                              run_sigma(nulls["corr_random_dir"].to_numpy(np.float64)))
+        power = random_direction_power(total, draws, effect, inputs["sigma"], ALPHA)
         alternative = (f"every run's correlation {effect:g} (Cohen's medium correlation), random directions' "
                        f"correlations normal around 0 with planning sigma {sigma:g}"
-                       + (f" ({sigma_source})" if sigma_source else ""))
+                       + (f" ({sigma_source})" if sigma_source else "") + run_note(inputs))
         verdict = decide(bool(passed), power, "alternative")
         reason += f"; power {power:.3f} against {alternative}"
     return Check(name, wins / total if total else float("nan"), ">= 1", bool(passed), source, reason, "qualitative",
                  f"{detail}; {d}" if detail else d, verdict=verdict, power=power, alternative=alternative,
-                 power_inputs=None if power is None else dict(fn="random_direction", runs=total, draws=draws,
-                                                              effect=effect, sigma=sigma, alpha=ALPHA))
+                 power_inputs=inputs, claim_is="alternative", p_value=_exchangeable_p(wins, total, level),
+                 power_planned=p_plan, power_judged=p_run)
 
 
 def certified_check(name: str, statuses, detail: str = "") -> Check:

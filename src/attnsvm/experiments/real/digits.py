@@ -8,6 +8,7 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.experiments.power import CORR_EFFECT, SHARE_SHIFT
 from attnsvm.experiments.real.common import (
     NO_PROTOCOL,
@@ -188,6 +189,12 @@ class RealDigits(Experiment):
             effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1",
             detail=f"corr(Frobenius SVM, nuclear SVM) {kq['svm_fro_nuc_corr'].mean():.3f} on average"))
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
+        out += correlation_partners(table, {
+            "corr_att_fro": "corr with the Frobenius Att-SVM",
+            "corr_att_nuc": "corr with the nuclear Att-SVM",
+            "svm_fro_nuc_corr": "corr of the two SVMs",
+            "corr_random_dir": "corr of a random direction",
+        })
         return out
 
     def deviations(self, config):

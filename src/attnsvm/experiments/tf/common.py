@@ -56,8 +56,8 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     effect beyond the fixed ``slack``); sigma and effect default to the stored planning entry
     (:mod:`attnsvm.experiments.planning`). Without them a pass is ``"inconclusive"``.
     """
-    from attnsvm.experiments.checks import planned, record_spread
-    from attnsvm.experiments.power import decide, mean_power
+    from attnsvm.experiments.checks import planned, record_spread, run_note
+    from attnsvm.experiments.power import decide, mean_power, plan_with_run, run_sigma
     from scipy.stats import t as student_t
 
     vals = np.asarray(values, dtype=float).ravel()
@@ -66,7 +66,7 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
     if R == 0 or not np.all(np.isfinite(vals)):
         return Check(name, float("nan"), f"in [{lo:g}, {hi:g}]", False, source,
                      f"spec range [{lo:g}, {hi:g}]; {int((~np.isfinite(vals)).sum())} of {R} runs have no value",
-                     "statistical", detail)
+                     "statistical", detail, claim_is="null")
     mean = float(vals.mean())
     se = float(vals.std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
     tol = (float(student_t.ppf(1 - alpha / 2, R - 1)) * se if R > 1 else 0.0) + slack
@@ -76,20 +76,21 @@ def approx_mean_check(name: str, values, lo: float, hi: float, detail: str = "",
            + f"; {reason}")
     a, b = lo - tol, (hi if hi_is_bound else hi + tol)
     passed = bool(a <= mean <= b) if not hi_is_bound else bool(a <= mean < b)
-    power, alternative, inputs = None, "", None
+    power, alternative, inputs, p_plan, p_run = None, "", None, None, None
     sigma, effect, sigma_source = planned(name, sigma, effect, sigma_source)
     if sigma is not None and effect is not None and effect > slack:
         # the fixed slack moves the bar by a constant: the power is that of the effect beyond the slack
-        inputs = dict(fn="mean", n=R, op=">=", effect=effect - slack, sigma=sigma, alpha=alpha / 2)
-        power = mean_power(R, ">=", effect - slack, sigma, alpha / 2)
+        inputs, p_plan, p_run = plan_with_run(dict(fn="mean", n=R, op=">=", effect=effect - slack, sigma=sigma,
+                                                   alpha=alpha / 2), run_sigma(vals))
+        power = mean_power(R, ">=", effect - slack, inputs["sigma"], alpha / 2)
         alternative = (f"true mean {lo - effect:g} or {hi + effect:g} ({effect:g} outside the range), planning sigma "
-                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+                       f"{sigma:g}" + (f" ({sigma_source})" if sigma_source else "") + run_note(inputs))
         why += f"; power at least {power:.3f} against {alternative}"
     else:
         why += "; power unknown (no planning sigma, or an effect within the slack)"
     return Check(name, mean, f"in [{a:.4g}, {b:.4g}" + (")" if hi_is_bound else "]"), passed, source, why,
                  "statistical", detail, verdict=decide(passed, power, "null"), power=power, alternative=alternative,
-                 power_inputs=inputs)
+                 power_inputs=inputs, claim_is="null", power_planned=p_plan, power_judged=p_run)
 
 
 def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,
@@ -108,17 +109,19 @@ def majority_check(name: str, successes, total, detail: str = "", *, source: str
 
     successes, total = int(successes), int(total)
     if total <= 0:
-        return Check(name, float("nan"), "> 0.5", False, source, "no runs", "statistical", detail)
+        return Check(name, float("nan"), "> 0.5", False, source, "no runs", "statistical", detail, claim_is="alternative")
     k = int(binom.ppf(1 - alpha, total, 0.5))
     p_win = MAJORITY_WIN if p_win is None else float(p_win)
     power = majority_power(total, p_win, alpha)
     alternative = f"each run succeeds with probability {p_win:g} (chance 1/2 moved toward the claim)"
     passed = bool(successes > k)
+    p_value = float(binom.sf(successes - 1, total, 0.5))  # P(at least this many successes | fair coin)
     why = (f"more often than a fair coin: binomial 1 - {alpha:g} quantile under 1/2 at {total} runs; {reason}; "
            f"power {power:.3f} against {alternative}")
     return Check(name, successes / total, f"> {k / total:.4g}", passed, source, why, "statistical",
                  (detail + "; " if detail else "") + f"{successes}/{total}", verdict=decide(passed, power, "alternative"),
-                 power=power, alternative=alternative, power_inputs=dict(fn="sign", n=total, p_win=p_win, alpha=alpha))
+                 power=power, alternative=alternative, power_inputs=dict(fn="sign", n=total, p_win=p_win, alpha=alpha),
+                 claim_is="alternative", p_value=p_value)
 
 
 def nan_corr(W, sol) -> np.ndarray:

@@ -13,7 +13,7 @@ from attnsvm.metrics import convergence_type
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import mean_check, share_check, share_difference_check
+from attnsvm.experiments.checks import correlation_partners, mean_check, share_check, share_difference_check
 from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
@@ -115,6 +115,9 @@ class ConvergenceTypes(Experiment):
                               reason="E4 measures 0.9953-0.9972 per d; the bar is item 1's 0.99 for the same data model"))
         out.append(certificate_integrity(table[table.saturated.astype(bool)], ("svm",),
                                          "Att-SVM of every saturated run's selection"))
+        out += correlation_partners(table, {
+            "corr": "corr(W, W^mm_alpha)",
+        })
         return out
 
     def deviations(self, config):

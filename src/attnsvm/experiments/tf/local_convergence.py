@@ -9,7 +9,7 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import mean_check, share_check
+from attnsvm.experiments.checks import correlation_partners, mean_check, share_check
 from attnsvm.experiments.common import at_step, config_deviations, final_rows, seed_chunks, svm_record
 from attnsvm.experiments.tf.common import approx_mean_check, certificate_integrity, item, nan_corr
 from attnsvm.generators import random_problem
@@ -116,6 +116,10 @@ class LocalConvergence(Experiment):
                                                       "strictly below 1 (local convergence happens)"))
         out.append(certificate_integrity(pd.concat([fW, fKQ]), ("fro", "nuc"),
                                          "W^mm_alpha and W^mm_*alpha of every run's selection"))
+        out += correlation_partners(table, {
+            "corr_fro": "corr(W, W^mm_alpha)",
+            "corr_nuc": "corr(KQ^T, W^mm_star)",
+        })
         return out
 
     def deviations(self, config):

@@ -14,7 +14,7 @@ from attnsvm.svm import solve_svm, svm_equivalence
 from attnsvm.svm.language import random_direction_control
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import check, integrity_check, mean_check, record_spread
+from attnsvm.experiments.checks import check, correlation_range_check, integrity_check, mean_check, record_spread
 from attnsvm.experiments.common import config_deviations, seed_chunks, svm_record
 from attnsvm.experiments.lm.common import decided_by_control, ordering_check
 from attnsvm.experiments.planning import lookup
@@ -217,6 +217,10 @@ class MultiToken(Experiment):
                                   reason="run-level form of the ordering Gen-SVM direction < 1token"))
         out.append(certificate_integrity(final, ("gen", "fin", "one"), "Gen-SVM, W_fin and 1-token SVM of every "
                                                                          "accepted run"))
+        out += [correlation_range_check(f"{what} (1 - {col})", 1.0 - table[col].to_numpy(np.float64))
+                for col, what in (("err_eq", "corr(W, W_fin + R W_svm)"), ("err_svm", "corr(W, Gen-SVM direction)"),
+                                  ("err_1token", "corr(W, 1-token SVM)"), ("err_rand_eq", "corr(W, W_fin + R' W_rand)"))
+                if col in table.columns]
         return out
 
     def deviations(self, config):

@@ -10,7 +10,7 @@ from attnsvm.generators import random_problem
 from attnsvm.svm import solve_seq_svm
 from attnsvm.training.train import train_sequence
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import check, mean_check
+from attnsvm.experiments.checks import correlation_partners, check, mean_check
 from attnsvm.experiments.common import config_deviations, final_rows, seed_chunks, svm_record
 from attnsvm.plotting import save_figure, subplots
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
@@ -95,6 +95,9 @@ class SeqCausal(Experiment):
                                   reason="the selection is read off a saturated softmax; item 1's saturation bar 0.99"))
         out.append(certificate_integrity(final_rows(table, by=("mode", "seed")), ("svm",),
                                          "sequence / causal SVM of every run's selection"))
+        out += correlation_partners(table, {
+            "corr": "corr(W, W^mm)",
+        })
         return out
 
     def deviations(self, config):

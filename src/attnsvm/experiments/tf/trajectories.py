@@ -17,7 +17,7 @@ from attnsvm.metrics import correlation, matrix_rank as rank
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import check
+from attnsvm.experiments.checks import correlation_partners, check
 from attnsvm.experiments.common import config_deviations, final_rows, half_unit, svm_record
 from attnsvm.experiments.tf.common import certificate_integrity, item, nan_corr, section
 from attnsvm.plotting import label_axes, save_figure, subplots
@@ -119,6 +119,11 @@ class Trajectories(Experiment):
                              reason=f"spec's rank {r_nuc} (relative singular-value threshold 1e-6 on a certified SVM)"))
         per_instance = table.drop_duplicates("instance")
         out.append(certificate_integrity(per_instance, ("fro", "nuc"), "W^mm and W^mm_* of each instance"))
+        out += correlation_partners(table, {
+            "corr_fro": "corr with the Frobenius SVM",
+            "corr_nuc": "corr with the nuclear SVM",
+            "corr_svms": "corr of the two SVMs",
+        })
         return out
 
     def deviations(self, config):

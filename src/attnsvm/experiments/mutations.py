@@ -1,0 +1,200 @@
+"""Plausible-bug mutations of the experiments' results tables: what the checks must catch.
+
+Each :class:`Mutation` rewrites a quick-preset results table of one experiment the way a plausible bug in the
+measuring code would have written it (a correlation left as a raw inner product, a margin not divided by the
+norm of the iterate, a sign flip, an off-by-one checkpoint, ...). ``tests/test_mutations.py`` re-judges every
+mutated table with the experiment's own :meth:`~attnsvm.experiments.base.Experiment.checks` and requires each
+check named in ``caught_by`` to **fail** (verdict ``"fail"``, not inconclusive), on quick tables stored under
+``tests/data/quick``. :func:`mutations_section` lists them on the claims page
+(:func:`attnsvm.experiments.claims.claims_page`).
+
+A mutation only rewrites columns; it never reads a check, and ``caught_by`` names checks by the start of their
+name (the names carry measured sizes only after that start).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Mutation", "MUTATIONS", "mutations_section"]
+
+#: the factor of a raw inner product over a correlation: ||A|| ||B||. Stored tables keep no norms of the SVMs, so
+#: the mutation uses 5, the audit's factor of issue 40 (the trained iterates' norms at the quick preset are larger)
+RAW_FACTOR = 5.0
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A plausible bug, as a rewrite of an experiment's results table.
+
+    ``name``: short id; ``experiment``: the experiment whose quick table it rewrites; ``bug``: the bug in words;
+    ``apply(table) -> table``: the rewrite (a new DataFrame; the input is left alone); ``caught_by``: the starts of
+    the names of the checks that must fail on the rewritten table."""
+
+    name: str
+    experiment: str
+    bug: str
+    apply: Callable[[pd.DataFrame], pd.DataFrame]
+    caught_by: tuple[str, ...]
+
+
+def _scale(cols, factor=RAW_FACTOR):
+    def f(t):
+        t = t.copy()
+        for c in cols:
+            if c in t.columns:
+                t[c] = t[c] * factor
+        return t
+    return f
+
+
+def _raw_err(t):
+    """tf-multi-token stores 1 - corr: a raw inner product there is 1 - RAW_FACTOR corr."""
+    t = t.copy()
+    for c in ("err_eq", "err_svm", "err_1token", "err_rand_eq"):
+        t[c] = 1.0 - RAW_FACTOR * (1.0 - t[c])
+    return t
+
+
+def _unnormalized_margins(t):
+    """Every margin of lm-margins multiplied by ||X(k)||_F of its run and step (the division left out)."""
+    t = t.copy()
+    s = t[t["record"] == "summary"]
+    norm = s.set_index(["run", "step"])["norm"]
+    key = pd.MultiIndex.from_frame(t[["run", "step"]].astype(int))
+    factor = norm.reindex(key).to_numpy(np.float64)
+    for c in ("margin", "median_margin", "min_margin"):
+        t[c] = t[c] * factor
+    return t
+
+
+def _negate(cols):
+    def f(t):
+        t = t.copy()
+        for c in cols:
+            t[c] = -t[c]
+        return t
+    return f
+
+
+def _checkpoint_ahead(t):
+    """lm-margins' summary rows: the row of each checkpoint carries the measurements of the next one (the last keeps
+    its own): the measurement taken after the step the row names."""
+    t = t.copy()
+    s = t[t["record"] == "summary"].sort_values(["run", "step"])
+    measured = [c for c in s.columns if c not in ("record", "run", "step", "task")]
+    nxt = s.groupby("run")[measured].shift(-1)
+    t.loc[nxt.index, measured] = nxt.fillna(s[measured]).to_numpy()
+    return t
+
+
+def _d_shifted(t):
+    """tf-convergence-types: each run carries the label of the next larger d (the largest d's runs the smallest's)."""
+    t = t.copy()
+    ds = sorted(t["d"].unique())
+    t["d"] = t["d"].map(dict(zip(ds, ds[1:] + ds[:1])))
+    return t
+
+
+def _learns_nothing(t):
+    """lm-cosine: every checkpoint of a run holds its X(0) measurements (a model whose parameters never change)."""
+    t = t.copy()
+    tr = t[t["step"].notna()] if "step" in t.columns else t.iloc[0:0]
+    key = [k for k in ("record", "m", "n", "d", "run") if k in t.columns]   # record: the main and the cycle runs
+    first = tr.sort_values("step").groupby(key, dropna=False).transform("first")
+    for c in ("cos", "cos_hard", "norm", "loss"):
+        if c in t.columns:
+            t.loc[tr.index, c] = first[c].to_numpy()
+    return t
+
+
+def _doubled_step(t):
+    """lm-stability: the step recorded is twice the step GD took."""
+    t = t.copy()
+    for c in ("eta", "eta_max", "eta_unstable"):
+        if c in t.columns:
+            t[c] = t[c] * 2.0
+    return t
+
+
+def _shuffled_runs_at_last_step(t):
+    """lm-margins: the summary rows of the last checkpoint get their run ids in another order (runs collected
+    out of order), so the paired comparisons with earlier checkpoints pair different runs."""
+    t = t.copy()
+    s = t[t["record"] == "summary"]
+    last = s[s["step"] == s["step"].max()]
+    runs = np.sort(last["run"].unique())
+    perm = dict(zip(runs, np.roll(runs, 1)))
+    t.loc[last.index, "run"] = last["run"].map(perm).to_numpy()
+    return t
+
+
+def _rank_plus_one(t):
+    """tf-svm-rank: one added to both ranks on every fifth instance (seed divisible by 5)."""
+    t = t.copy()
+    sel = (t["seed"] % 5 == 0) & t["rank_fro"].notna()
+    t.loc[sel, "rank_fro"] += 1.0
+    t.loc[sel, "rank_nuc"] += 1.0
+    return t
+
+
+_RANGE = "lies in [-1, 1] in every row"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("raw-inner-product-convergence-types", "tf-convergence-types",
+             f"corr(W, W^mm_alpha) left as the raw inner product <W, W^mm_alpha> (x{RAW_FACTOR:g})",
+             _scale(["corr"]), (f"corr(W, W^mm_alpha) (corr) {_RANGE}",)),
+    Mutation("raw-inner-product-seq-causal", "tf-seq-causal",
+             f"corr(W, W^mm) left as the raw inner product (x{RAW_FACTOR:g})", _scale(["corr"]),
+             (f"corr(W, W^mm) (corr) {_RANGE}",)),
+    Mutation("raw-inner-product-local-convergence", "tf-local-convergence",
+             f"corr with both SVMs left as raw inner products (x{RAW_FACTOR:g})", _scale(["corr_fro", "corr_nuc"]),
+             (f"corr(W, W^mm_alpha) (corr_fro) {_RANGE}", f"corr(KQ^T, W^mm_star) (corr_nuc) {_RANGE}")),
+    Mutation("raw-inner-product-trajectories", "tf-trajectories",
+             f"corr with both SVMs left as raw inner products (x{RAW_FACTOR:g})", _scale(["corr_fro", "corr_nuc"]),
+             (f"corr with the Frobenius SVM (corr_fro) {_RANGE}", f"corr with the nuclear SVM (corr_nuc) {_RANGE}")),
+    Mutation("raw-inner-product-multi-token", "tf-multi-token",
+             f"1 - corr computed from the raw inner product (1 - {RAW_FACTOR:g} corr)", _raw_err,
+             (f"corr(W, W_fin + R W_svm) (1 - err_eq) {_RANGE}",)),
+    Mutation("raw-inner-product-lm-cosine", "lm-cosine",
+             f"cosines left as raw inner products (x{RAW_FACTOR:g})", _scale(["cos", "cos_eq", "cos_rand_eq",
+                                                                             "cos_hard"]),
+             (f"cosine with the soft-margin SVM (cos) {_RANGE}",)),
+    Mutation("unnormalized-margins", "lm-margins", "margins not divided by ||X(k)||_F", _unnormalized_margins,
+             ("C2: every normalized margin lies in [-2, 2]",)),
+    Mutation("sign-flip-correlation", "tf-seq-causal", "the sign of corr(W, W^mm) flipped", _negate(["corr"]),
+             ("full: mean corr(W, sequence SVM of the selection) at the last step",
+              "causal: mean corr(W, sequence SVM of the selection) at the last step")),
+    Mutation("off-by-one-checkpoint", "lm-margins",
+             "each checkpoint's summary holds the next checkpoint's measurements", _checkpoint_ahead,
+             ("C2: the mean margin at the start is near 0",)),
+    Mutation("labels-shifted-one-interval", "tf-convergence-types",
+             "each run labelled with the next larger d (the largest d's runs with the smallest)", _d_shifted,
+             ("global share at d=2",)),
+    Mutation("constant-model", "lm-cosine", "a model that learns nothing: every checkpoint holds X(0)'s measurements",
+             _learns_nothing, ("C1: the final similarity to the soft-margin SVM is above 0.5",)),
+    Mutation("doubled-step-size", "lm-stability", "the step recorded is twice the step GD took", _doubled_step,
+             ("C3 (l2): linear attention's largest stable step is the GD threshold 2/L",)),
+    Mutation("shuffled-run-ids", "lm-margins", "the last checkpoint's runs carry each other's ids (rotated by one)",
+             _shuffled_runs_at_last_step, ("C2: the non-support pairs' share of the gradient mass keeps falling",)),
+    Mutation("off-by-one-rank", "tf-svm-rank", "rank + 1 on a fifth of the instances (seed divisible by 5)",
+             _rank_plus_one, ("accurate: mean |rank(W^mm) - min(n, d)|",)),
+)
+
+
+def mutations_section() -> str:
+    """The claims page's section on the mutations: one row per mutation, with the checks that catch it."""
+    lines = ["## Plausible-bug mutations", "",
+             "Each row rewrites an experiment's quick-preset results table the way a plausible bug would have written "
+             "it (`attnsvm.experiments.mutations`); `tests/test_mutations.py` re-judges the rewritten table with the "
+             "experiment's own checks and requires every check named here to fail (not inconclusive). The quick "
+             "tables are stored under `tests/data/quick` (see its README for the command that made them).", "",
+             "| mutation | experiment | the bug | checks that fail (name starts) |", "|---|---|---|---|"]
+    for m in MUTATIONS:
+        lines.append(f"| {m.name} | {m.experiment} | {m.bug.replace('|', chr(92) + '|')} | "
+                     + "; ".join(c.replace("|", "\\|") for c in m.caught_by) + " |")
+    return "\n".join(lines) + "\n"
