@@ -29,11 +29,22 @@ def _summary(md_path) -> str:
 def test_the_banner_gives_the_runs_wall_clock_and_cpu(tmp_path):
     _folder(tmp_path, "exp-a", 400.0, 390.0)
     _folder(tmp_path, "exp-b", 453.2, 440.0)  # ran beside exp-a: 853.2 s summed, 410 s of wall clock
-    record_run(str(tmp_path), 410.0, 845.5, ["exp-a", "exp-b"], "full")
+    record_run(str(tmp_path), 410.0, 15.5, ["exp-a", "exp-b"], "full")
     _, md = write_report(str(tmp_path))
     line = _summary(md)
-    assert "410.0 s of wall clock and 845.5 s of CPU" in line, line
+    # the workers' tasks recorded 390 + 440 s of CPU, the reproducing process used 15.5 s
+    assert "410.0 s of wall clock and 845.5 s of CPU (its tasks in worker processes 830.0 s" in line, line
     assert "853.2" not in line
+
+
+def test_tasks_run_in_the_process_count_once(tmp_path):
+    for name, wall, cpu in (("exp-a", 40.0, 39.0), ("exp-b", 45.0, 44.0)):
+        _folder(tmp_path, name, wall, cpu)
+        meta = json.loads((tmp_path / name / "meta.json").read_text())
+        (tmp_path / name / "meta.json").write_text(json.dumps({**meta, "workers": 1, "scheduler": None}))
+    record_run(str(tmp_path), 86.0, 85.0, ["exp-a", "exp-b"], "full")  # --workers 1: the tasks' CPU is the process's
+    line = _summary(write_report(str(tmp_path))[1])
+    assert "86.0 s of wall clock and 85.0 s of CPU" in line, line
 
 
 def test_without_a_run_record_the_sum_is_said_to_overlap(tmp_path):
@@ -78,6 +89,6 @@ def test_reproduce_records_its_clock_for_the_banner(quick_reproduce):
     """Slow (the session's ``reproduce --quick``): the run's own wall clock and CPU in run.json and the banner."""
     out, _ = quick_reproduce
     run = json.loads((out / "run.json").read_text())
-    assert run["preset"] == "quick" and run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
+    assert run["preset"] == "quick" and run["wall_seconds"] > 0 and run["process_cpu_seconds"] > 0
     md = (out / "report.md").read_text(encoding="utf-8")
     assert f"the run took {run['wall_seconds']:.1f} s of wall clock" in md

@@ -37,7 +37,7 @@ from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, 
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
-#: the last ``attnsvm reproduce`` run's own clock: ``{"wall_seconds", "cpu_seconds", "experiments", "preset"}``
+#: the last ``attnsvm reproduce`` run's own clock: ``{"wall_seconds", "process_cpu_seconds", "experiments", "preset"}``
 RUN_FILE = "run.json"
 #: the seal of skipped.json: ``sha256:<hex>`` of its bytes, written with it by :func:`record_skipped`
 SKIPPED_SEAL = "skipped.sha256"
@@ -198,25 +198,35 @@ def record_skipped(outdir: str, skipped: list[dict], ran=()) -> None:
         raise ValidationError(f"cannot record the skipped experiments in {path!r}: {oserror_text(exc, path)}") from None
 
 
-def record_run(outdir: str, wall_seconds: float, cpu_seconds: float, experiments, preset: str) -> None:
-    """Write ``OUT/run.json``: the wall clock and CPU time of one ``attnsvm reproduce`` (``experiments``: the names
-    it ran together, ``preset``: "quick" or "full"), which the report's banner gives instead of the experiments'
+def record_run(outdir: str, wall_seconds: float, process_cpu_seconds: float, experiments, preset: str) -> None:
+    """Write ``OUT/run.json``: the wall clock of one ``attnsvm reproduce`` and the CPU time of its own process
+    (``experiments``: the names it ran together, ``preset``: "quick" or "full"). The banner adds the CPU its
+    worker processes' tasks recorded (meta.json ``task_cpu_seconds``) and gives both instead of the experiments'
     summed (overlapping) times."""
     os.makedirs(outdir, exist_ok=True)
-    data = json.dumps({"wall_seconds": round(float(wall_seconds), 3), "cpu_seconds": round(float(cpu_seconds), 3),
+    data = json.dumps({"wall_seconds": round(float(wall_seconds), 3),
+                       "process_cpu_seconds": round(float(process_cpu_seconds), 3),
                        "experiments": [str(n) for n in experiments], "preset": str(preset)}, indent=2).encode("utf-8")
     atomic_write(os.path.join(outdir, RUN_FILE), lambda fh: fh.write(data))
 
 
+def _in_process(e: dict) -> bool:
+    """Whether an experiment's tasks ran in the reproducing process (one worker, no scheduler): their CPU is then
+    part of that process's own."""
+    return e.get("workers") == 1 and not e.get("scheduler")
+
+
 def run_time_text(run, exps: list[dict]) -> str:
     """The banner's time: the reproduce run's wall clock and CPU (``run``: :data:`RUN_FILE`'s content, None when
-    absent) when it ran every experiment shown; else the experiments' own recorded task times, said to overlap."""
+    absent) when it ran every experiment shown, its CPU being its own process's plus what the tasks of worker
+    processes recorded; else the experiments' own recorded task times, said to overlap."""
     names = {e.get("name") for e in exps}
     if isinstance(run, dict) and isinstance(run.get("experiments"), list) and names <= set(run["experiments"]):
-        wall, cpu = _number(run.get("wall_seconds")), _number(run.get("cpu_seconds"))
-        if wall is not None and cpu is not None:
-            return (f"the run took {wall:.1f} s of wall clock and {cpu:.1f} s of CPU (this process and its "
-                    "worker processes)")
+        wall, own = _number(run.get("wall_seconds")), _number(run.get("process_cpu_seconds"))
+        if wall is not None and own is not None:
+            workers = sum(_number(e.get("task_cpu_seconds")) or 0.0 for e in exps if not _in_process(e))
+            return (f"the run took {wall:.1f} s of wall clock and {own + workers:.1f} s of CPU (its tasks in worker "
+                    f"processes {workers:.1f} s, the reproducing process {own:.1f} s)")
     walls = [_seconds(e) for e in exps]
     cpus = [_number(e.get("task_cpu_seconds")) for e in exps]
     cpu = f", {sum(c for c in cpus if c is not None):.1f} s of CPU" if any(c is not None for c in cpus) else ""

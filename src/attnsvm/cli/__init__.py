@@ -536,15 +536,8 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
     from attnsvm.experiments import build_config, registry
     from attnsvm.report import SKIPPED_FILE, record_run, record_skipped, skipped_file_problem, write_report
 
-    def cpu() -> float:  # this process and its finished children (the pool's workers)
-        try:
-            import resource
-        except ImportError:  # pragma: no cover - not POSIX: this process only
-            return time.process_time()
-        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-    t0, cpu0 = time.perf_counter(), cpu()
+    # this process's CPU; the worker processes' CPU is what their tasks recorded (meta.json task_cpu_seconds)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     out = _outdir(out)
     problem = skipped_file_problem(out)    # found now, not after computing everything
     if problem is not None:
@@ -576,7 +569,8 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
         unwritten = str(exc)
     else:
         unwritten = None
-    record_run(out, time.perf_counter() - t0, cpu() - cpu0, [s.name for s in summaries], "quick" if quick else "full")
+    record_run(out, time.perf_counter() - t0, time.process_time() - cpu0, [s.name for s in summaries],
+               "quick" if quick else "full")
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
     if unwritten:
