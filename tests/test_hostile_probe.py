@@ -354,3 +354,34 @@ def test_the_loading_report_rule():
                           ({"error_msgs": ["size mismatch"]}, "loading errors: size mismatch")):
         with pytest.raises(ModelFilesError, match=match):
             check_loading_report(report, "DIR")
+
+
+def test_weights_rewritten_in_place_with_the_mtime_set_back_are_loaded_again(tmp_path):
+    """Issue 43: the model cache was keyed by size and mtime; now by a digest of the files' content, hashed
+    again only when a file's stat (inode, ctime included) changed."""
+    from safetensors.torch import load_file, save
+
+    from attnsvm.real import cache
+
+    path = _bert(tmp_path / "m")
+    f = os.path.join(path, "model.safetensors")
+    first = load_model(path)
+    assert load_model(path) is first                        # unchanged: the cached object
+    st = os.stat(f)
+    sd = load_file(f)
+    sd["encoder.layer.0.attention.self.query.weight"] *= -1.0
+    raw = save(sd, metadata={"format": "pt"})
+    assert len(raw) == st.st_size
+    with open(f, "r+b") as fh:                               # in place: same inode, same size
+        fh.write(raw)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))        # the modification time set back
+    after = os.stat(f)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    second = load_model(path)
+    assert second is not first
+    a = first.forward(SENTENCES[:1], max_length=16).hidden
+    b = second.forward(SENTENCES[:1], max_length=16).hidden
+    assert not np.allclose(np.asarray(a[2]), np.asarray(b[2]))
+    os.utime(f)                                             # touched, same bytes: hashed again, same model
+    assert load_model(path) is second
+    cache.clear()

@@ -58,7 +58,9 @@ def test_a_clean_run_is_sealed_and_reported(tmp_path):
     table, prov = read_shard(os.path.join(s.outdir, "results.parquet"))
     assert len(table) == 4 and prov["experiment"] == "seal-toy" and prov["checks_sha256"].startswith("sha256:")
     (e,) = collect(str(tmp_path))
-    assert e["problems"] == [] and len(e["checks"]) == 1
+    assert e["problems"] == [] and e["warnings"] == [] and len(e["checks"]) == 1
+    assert results_seal(s.outdir) == (None, None) and prov["meta_sha256"].startswith("sha256:")
+    assert "All checks pass" in _report_md(tmp_path).splitlines()[2]
 
 
 def test_an_edited_checks_json_is_reported_and_not_counted(tmp_path):

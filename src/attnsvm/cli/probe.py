@@ -32,6 +32,35 @@ def _write_text(path: str, text: str) -> None:
         raise StorageError(f"cannot write {path}: {oserror_text(exc, path)}") from None
 
 
+#: the files ``probe --out DIR`` writes there (and with ``--curve``, :data:`CURVE_FILES`)
+OUT_FILES = ("probe.csv", "probe.json", "probe_heatmap.png", "probe_heatmap.pdf", "probe.html")
+CURVE_FILES = ("probe_agreement.csv", "probe_agreement.png", "probe_agreement.pdf")
+
+
+def check_outputs(out: str, curve: bool = False) -> None:
+    """Refuse, before any work, an output of ``probe --out`` (the tables, the figures, the page) that exists and
+    is not a regular file, also through a link (a fifo, a device such as ``/dev/full``, a folder): the same
+    one-line error (:func:`attnsvm.npzfile.output_file`) for each."""
+    from attnsvm.npzfile import output_file
+
+    if not os.path.isdir(out):
+        return
+    for name in OUT_FILES + (CURVE_FILES if curve else ()):
+        output_file(os.path.join(out, name), "--out", f"probe's {name}")
+
+
+def _figure(draw, path_hint: str) -> list:
+    """The paths ``draw()`` wrote; its ``OSError`` (a figure's path taken since the check) as one line."""
+    from attnsvm._files import oserror_text
+    from attnsvm.runner import StorageError
+
+    try:
+        return draw()
+    except OSError as exc:
+        where = os.fspath(exc.filename) if isinstance(exc.filename, (str, os.PathLike)) else path_hint
+        raise StorageError(f"cannot write {where}: {oserror_text(exc, where)}") from None
+
+
 def read_sentences(path) -> list[str]:
     """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
 
@@ -128,6 +157,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.verdict import LEGEND, SINK_LEGEND, verdict_summary
 
     check_seed(seed)
+    if out:
+        check_outputs(out, curve is not None)
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
@@ -199,7 +230,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         _write_text(os.path.join(out, "probe.csv"), table.to_csv(index=False))
         _write_text(os.path.join(out, "probe.json"), json.dumps(payload, indent=2))
         written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
-        written += heatmap_figure(table, out, "probe_heatmap")
+        written += _figure(lambda: heatmap_figure(table, out, "probe_heatmap"), os.path.join(out, "probe_heatmap"))
         png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
         written.append(write_probe_view(res, out, heatmap=png))
         if agreement is not None:
@@ -207,7 +238,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
 
             _write_text(os.path.join(out, "probe_agreement.csv"), agreement.table.to_csv(index=False))
             written.append(os.path.join(out, "probe_agreement.csv"))
-            written += agreement_figure(agreement.table, out, "probe_agreement")
+            written += _figure(lambda: agreement_figure(agreement.table, out, "probe_agreement"),
+                               os.path.join(out, "probe_agreement"))
     if as_json:
         return json.dumps(payload, indent=2)
     lines = [format_table(table), _COLUMNS, ""]

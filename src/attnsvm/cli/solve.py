@@ -133,6 +133,9 @@ def run_solve(problem_path, select="opt", norm: str = "fro", output=None, as_jso
         if arr.ndim == 2 and (arr.dtype == bool or problem.mode != "prompt"):
             sol = solve_gen_svm(problem, arr, norm=norm)
         else:
+            if arr.dtype != bool and np.issubdtype(arr.dtype, np.number) and np.any(arr < 0):
+                # a file names tokens 0 .. T-1; the API's python-style -1 (the last token) would hide a typo
+                raise ValidationError(f"select holds token index {arr[arr < 0].ravel()[0]}, outside [0, {problem.T})")
             sol = solve_svm(problem, arr, norm=norm)
     what, optimality = describe_selection(problem, select, arr, sol, norm)
     if output:

@@ -27,7 +27,8 @@ class _ConfigLoader(yaml.SafeLoader):
     under 1 KB expands to billions of values (billion laughs) or to a value that holds itself."""
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
+        if self.check_event(yaml.AliasEvent) and self.peek_event().anchor in self.anchors:
+            # (an undefined alias stays YAML's own error: a --set value such as *.txt is then kept as text)
             event = self.peek_event()
             raise _AliasError(f"it uses the alias *{event.anchor} (line {event.start_mark.line + 1}): YAML aliases "
                               "(*name) are not accepted in a config; write the value out")

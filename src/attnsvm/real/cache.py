@@ -4,10 +4,11 @@ A probe runs many steps on one model and one set of sentences: the heads of a la
 heads, the stored probe's tasks (one per head, possibly in one worker process), the view. They
 share
 
-* **models** (:func:`cached_model`): at most :data:`MAX_MODELS` loaded models, keyed by what
-  identifies their files (:func:`files_stamp`: the name, size and modification time of every file
-  of the directory, so a directory whose files were replaced in place is loaded again), least
-  recently used dropped first;
+* **models** (:func:`cached_model`): at most :data:`MAX_MODELS` loaded models, keyed by the content
+  of their files (:func:`files_digest`: a SHA-256 of every file of the directory, computed again only
+  when a file's name, size, inode, modification or change time differs, so a directory whose files were
+  rewritten in place, even with the same size and the modification time set back, is loaded again),
+  least recently used dropped first;
 * **the last forward pass** (:func:`forward`): the hidden states and attention maps of the last
   (model, sentences, max_length), reused while they stay the same;
 * **arrays derived from it** (:func:`derived`): at most :data:`MAX_DERIVED`, e.g. a layer's SVM inputs
@@ -23,6 +24,8 @@ import os
 import time
 from collections import OrderedDict
 
+from attnsvm._files import folder_digest
+
 #: loaded models kept at most (the shipped MiniLM and two model directories, say)
 MAX_MODELS = 3
 #: arrays derived from the cached forward pass kept at most (a layer's SVM inputs at 1000 sentences are ~150 MB)
@@ -30,16 +33,41 @@ MAX_DERIVED = 2
 _MODELS: OrderedDict = OrderedDict()
 _FORWARD: dict = {}
 _DERIVED: OrderedDict = OrderedDict()
+#: content digests of model directories by their :func:`files_stamp` (a few kept)
+_DIGESTS: OrderedDict = OrderedDict()
 
 
 def files_stamp(path) -> tuple | None:
-    """``((name, size, mtime_ns), ...)`` of the regular files directly in the directory ``path``, sorted;
-    None when ``path`` is not a readable directory (the loader then says why)."""
+    """``((name, size, inode, mtime_ns, ctime_ns), ...)`` of the regular files directly in the directory
+    ``path``, sorted; None when ``path`` is not a readable directory (the loader then says why). Writing a
+    file changes its change time (``ctime``), which, unlike the modification time, cannot be set back."""
     try:
         entries = sorted(os.scandir(os.fspath(path)), key=lambda e: e.name)
-        return tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file())
+        stats = [(e.name, e.stat()) for e in entries if e.is_file()]
+        return tuple((name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) for name, st in stats)
     except OSError:
         return None
+
+
+def files_digest(path) -> str | None:
+    """``sha256:<hex>`` of the files of the directory ``path`` (:func:`attnsvm._files.folder_digest`: names,
+    sizes and bytes), hashed once per :func:`files_stamp` of the directory, i.e. again only after a file
+    changed; None when it cannot be read (the loader then says why)."""
+    stamp = files_stamp(path)
+    if stamp is None:
+        return None
+    key = (os.path.realpath(os.fspath(path)), stamp)
+    if key not in _DIGESTS:
+        try:
+            digest = folder_digest(os.fspath(path))
+        except OSError:
+            return None
+        if files_stamp(path) != stamp:      # changed while hashed: not a digest of one state of the files
+            return None
+        _lru(_DIGESTS, key, lambda: digest, 2 * MAX_MODELS)
+    else:
+        _DIGESTS.move_to_end(key)
+    return _DIGESTS[key]
 
 
 def cached_model(key, load):
@@ -103,3 +131,4 @@ def clear() -> None:
     _MODELS.clear()
     _FORWARD.clear()
     _DERIVED.clear()
+    _DIGESTS.clear()

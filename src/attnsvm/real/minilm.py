@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.cache import cached_model, files_stamp
+from attnsvm.real.cache import cached_model, files_digest
 from attnsvm.real.errors import require
 from attnsvm.real.pretrained import (  # noqa: F401  (re-exported: the old import path keeps working)
     BIAS_MODES, TOKENIZER_FILES, Forward, PretrainedTransformer, augment, check_sentences, read_model_config,
@@ -63,13 +63,14 @@ def load_model(path=None, dtype: str = "float64", *, max_memory=None) -> Pretrai
     non-finite tensors, named). See :class:`attnsvm.real.pretrained.PretrainedTransformer`.
 
     Loaded models are cached per process (:func:`attnsvm.real.cache.cached_model`), keyed by the directory,
-    ``dtype`` and the name, size and modification time of its files: loading the same unchanged directory
-    again returns the same object.
+    ``dtype`` and the content digest of its files (:func:`attnsvm.real.cache.files_digest`, hashed again only
+    after a file changed): loading the same unchanged directory again returns the same object, and files
+    rewritten in place (same size, modification time set back) are loaded again.
     """
     if path is None:
         return load_minilm(dtype)
-    stamp = files_stamp(path) if isinstance(path, (str, os.PathLike)) else None
-    key = None if stamp is None else ("dir", os.path.realpath(os.fspath(path)), str(dtype), stamp)
+    digest = files_digest(path) if isinstance(path, (str, os.PathLike)) else None
+    key = None if digest is None else ("dir", os.path.realpath(os.fspath(path)), str(dtype), digest)
     return cached_model(key, lambda: PretrainedTransformer(path, dtype, max_memory=max_memory))
 
 
