@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
@@ -1218,8 +1218,12 @@ def _pool_worker_start(parent: int, interval: float = PARENT_POLL) -> None:
 def _broken_pool_error(sweeps, i: int, processes) -> AttnSVMError:
     """The error for a worker that died: a script without a ``__main__`` guard when one of the pool's worker
     ``processes`` exited with :data:`_UNGUARDED_EXIT`, else the stored tasks and how to resume."""
+    deadline = time.monotonic() + 5.0
     for p in processes:
-        if p.exitcode == _UNGUARDED_EXIT:  # ended (the pool saw it end) and reaped, or None while it runs
+        if p.exitcode is None:  # the pool saw it end before it was reaped (a loaded machine): wait, bounded
+            with suppress(Exception):
+                p.join(max(deadline - time.monotonic(), 0.0))
+        if p.exitcode == _UNGUARDED_EXIT:
             return AttnSVMError(_unguarded_message("run_experiments"))
     n = sum(_stored(s.shard) for s in sweeps)
     return AttnSVMError(f"a worker process died during the run (killed, or out of memory: see --max-memory); {n} "

@@ -184,12 +184,12 @@ def info(problem_file, tol, as_json):
     from attnsvm.cli.solve import (
         archive_format, format_solution_summary, not_an_archive, solution_file_summary)
     from attnsvm.problem import TokenProblem
-    from attnsvm.svm import SOLUTION_FORMAT
+    from attnsvm.svm import SVMSolution
 
     wrong = not_an_archive(problem_file)
     if wrong is not None:
         raise UserError(wrong)
-    if archive_format(problem_file) == SOLUTION_FORMAT:
+    if archive_format(problem_file) == SVMSolution.FORMAT:
         summary = solution_file_summary(problem_file)
         click.echo(json.dumps(summary, indent=2) if as_json else format_solution_summary(summary))
         return

@@ -245,12 +245,11 @@ def solution_file_summary(path: str) -> dict:
     plus ``file``. Raises :class:`attnsvm.errors.ProblemFileError` when the file is no solution file."""
     from attnsvm.errors import ProblemFileError
     from attnsvm.npzfile import read_npz
-    from attnsvm.svm import SOLUTION_FORMAT
 
     def check(data):
         fmt = data.get("format")
-        if fmt is None or fmt.shape != () or str(fmt) != SOLUTION_FORMAT:
-            raise ProblemFileError(f"{path!r} is not an attnsvm solution file (missing format tag {SOLUTION_FORMAT!r})")
+        if fmt is None or fmt.shape != () or str(fmt) != SVMSolution.FORMAT:
+            raise ProblemFileError(f"{path!r} is not an attnsvm solution file (missing format tag {SVMSolution.FORMAT!r})")
 
     data = read_npz(path, first=("format", "summary_json"), check_first=check)
     raw = data.get("summary_json")

@@ -70,7 +70,6 @@ from attnsvm.svm.solution import (
     CERTIFIED_GAP,
     CERTIFIED_STATIONARITY,
     CERTIFIED_VIOLATION,
-    SOLUTION_FORMAT,
     Certificate,
     SVMSolution,
     certificate_passes,
@@ -86,7 +85,7 @@ __all__ = [
     "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution", "soft_margin_svm",
     # results and certificates
     "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
-    "CERTIFIED_STATIONARITY", "SOLUTION_FORMAT",
+    "CERTIFIED_STATIONARITY",
 ]
 
 #: names retired from this namespace in 0.2 (removed in 0.3) -> their public module

@@ -238,6 +238,9 @@ class SVMSolution:
         solver details: method, iterations, seconds
     """
 
+    #: the format tag :meth:`save` writes (``format`` entry of the .npz): what the CLI's ``info`` recognizes
+    FORMAT = SOLUTION_FORMAT
+
     status: str
     formulation: str
     norm: str
