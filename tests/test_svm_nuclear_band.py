@@ -9,7 +9,7 @@ import pytest
 import attnsvm.svm.barrier_grow as bg
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
-from attnsvm.svm.barrier import nuclear_ipm
+from attnsvm.svm.ipm import nuclear_ipm
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear
 
 

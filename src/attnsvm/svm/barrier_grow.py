@@ -2,7 +2,7 @@
 
 The working-set method (:func:`attnsvm.svm.working_set.solve_nuclear_ws`) solves the nuclear SVM of a row
 subset, checks all N rows and solves again on the enlarged subset: every round a full run of the
-interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Frobenius start). Here the
+interior-point method of :mod:`attnsvm.svm.ipm` (~25 iterations from the Frobenius start). Here the
 rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
 every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
 violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
@@ -14,10 +14,10 @@ more than 1e-3 when the gap is below 1e-4 join once (``late_joins``: the path re
 a further round of the caller costs ~25); after that they do not join, the run ends on its subset and leaves
 them to the caller's next round.
 
-Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
+Everything the method computes about the subset is :mod:`attnsvm.svm.ipm`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
 themselves when ``d1 <= N``; the w side: the span of all distinct w's), so a joining row never changes
-the coordinates of the iterate. The result is the subset's :class:`~attnsvm.svm.barrier.IPMResult`
+the coordinates of the iterate. The result is the subset's :class:`~attnsvm.svm.ipm.IPMResult`
 mapped to all N rows (multipliers zero outside the final subset); the caller checks every row and
 certifies, as after any working-set round.
 """
@@ -28,15 +28,15 @@ import time
 
 import numpy as np
 
-from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _trace, _trace_iterate, _tracing, _violation, distinct_rows,
-                                 ipm_arrays, next_step, row_space_basis)
+from attnsvm.svm.ipm import (Dual, IPMResult, Iterate, Problem, Reduction, chol_S, distinct_rows, ipm_arrays,
+                             ipm_result, measure, next_step, row_space_basis, start_point, stopping_test, trace,
+                             trace_iterate, tracing, violation)
 
 __all__ = ["nuclear_ipm_grow"]
 
 
 class _AllRows:
-    """All N rows in the bases of all rows, scaled as :func:`attnsvm.svm.barrier._reduce` scales a subset:
+    """All N rows in the bases of all rows, scaled as :func:`attnsvm.svm.ipm.reduce_problem` scales a subset:
     ``A (N, r1)``, the distinct scaled w's ``Bq (q, r2)`` with the query index ``qinv (N,)``, ``rhs``, ``eq``."""
 
     def __init__(self, U, V, rhs, eq):
@@ -58,15 +58,15 @@ class _AllRows:
         self.A, self.Bq = A / self.su, Bq / self.sv
         self.rhs, self.eq = rhs / self.sr, eq
 
-    def problem(self, rows: np.ndarray) -> _Problem:
+    def problem(self, rows: np.ndarray) -> Problem:
         """The reduced problem of the rows ``rows`` (indices, ascending)."""
         used, qidx = np.unique(self.qinv[rows], return_inverse=True)
         qidx = np.asarray(qidx).ravel()
         Bq = self.Bq[used]
-        return _Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
+        return Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
 
-    def reduction(self, pb: _Problem, rows: np.ndarray) -> _Reduction:
-        return _Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
+    def reduction(self, pb: Problem, rows: np.ndarray) -> Reduction:
+        return Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
 
     def margins(self, X12: np.ndarray) -> np.ndarray:
         """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
@@ -113,7 +113,7 @@ def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndar
     return np.union1d(new, near)
 
 
-def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: float):
+def _join(allr: _AllRows, rows: np.ndarray, x: Iterate, new: np.ndarray, mu: float):
     """The subset ``rows`` with the rows ``new`` added (ascending) and the iterate extended to it: each new
     inequality row gets the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the multiplier ``mu / s_k``
     (equality rows: multiplier 0); the multipliers are then shrunk until ``||G|| < 1`` holds with room."""
@@ -132,7 +132,7 @@ def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: fl
     lam[pos_new[ineq_new]] = mu / s_new[ineq_new]
     pb = allr.problem(rows2)
     lam = _into_ball(pb, lam)
-    x2 = _Iterate(lam, x.X11, x.X12, x.X22, s_full[~eq2])
+    x2 = Iterate(lam, x.X11, x.X12, x.X22, s_full[~eq2])
     return rows2, pb, x2
 
 
@@ -141,16 +141,16 @@ _SHRINK = (1.0, 1 - 1e-6, 1 - 1e-5, 1 - 1e-4, 1 - 1e-3, 0.997, 0.99, 0.97, 0.9, 
            1e-6)
 
 
-def _into_ball(pb: _Problem, lam: np.ndarray) -> np.ndarray:
+def _into_ball(pb: Problem, lam: np.ndarray) -> np.ndarray:
     """``theta^2 lam`` for the first ``theta`` of :data:`_SHRINK` that keeps the dual strictly inside the
     spectral-norm ball ``||G(lam)|| < 1`` (the square leaves room for the first step)."""
     for th in _SHRINK:
-        if _chol_S(pb.Gmap(th * lam)) is not None:
+        if chol_S(pb.Gmap(th * lam)) is not None:
             return th * th * lam
     raise np.linalg.LinAlgError("no strictly dual feasible multipliers for the changed subset")
 
 
-def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: float, least: float):
+def _drop(allr: _AllRows, rows: np.ndarray, x: Iterate, slack: float, small: float, least: float):
     """The subset without its clearly inactive inequality rows (slack above ``slack`` and multiplier below
     ``small`` times the largest), or None when fewer than ``least`` times the subset's rows are."""
     eq = allr.eq[rows]
@@ -163,7 +163,7 @@ def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: fl
     rows2 = rows[keep]
     pb = allr.problem(rows2)
     lam = _into_ball(pb, x.lam[keep])
-    return rows2, pb, _Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
+    return rows2, pb, Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
 
 
 def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
@@ -178,7 +178,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         All rows (a feasible set; feasibility is decided by the caller).
     start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
-    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.barrier.nuclear_ipm` (``tol`` is
+    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm` (``tol`` is
         the relative duality gap on the final subset)
     max_iter : iterations of the whole run; max_rows : largest subset (None: no limit); rows stop
         joining when it would be exceeded
@@ -189,7 +189,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
 
     Returns
     -------
-    ``(res, rows)``: :class:`~attnsvm.svm.barrier.IPMResult` over all N rows (multipliers zero outside
+    ``(res, rows)``: :class:`~attnsvm.svm.ipm.IPMResult` over all N rows (multipliers zero outside
     the final subset; ``info["joined"]`` the rows added per check, ``info["checks"]``) and the final
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
@@ -208,7 +208,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         backend.attach(pb)
         info["device"] = backend.name
     red = allr.reduction(pb, rows)
-    x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
+    x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
     # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
     vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
     best = None
@@ -233,18 +233,18 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     it = 0
     for it in range(1, max_iter + 1):
         try:
-            du = _Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
+            du = Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
         except np.linalg.LinAlgError:
             info["stopped"] = "numerical limit"
             break
-        best, merit, mu, (nuc, dobj, gap, viol) = _measure(pb, x, du, best, tol, feas_tol)
+        best, merit, mu, (nuc, dobj, gap, viol) = measure(pb, x, du, best, tol, feas_tol)
         if verbose:
             print(f"it {it:3d} |S| {rows.size:6d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} "
                   f"mu {mu:.2e}", flush=True)
-        if _tracing():
-            _trace_iterate(pb, x, mu, gap, viol)
+        if tracing():
+            trace_iterate(pb, x, mu, gap, viol)
         since_best = 0 if best[0] == merit else since_best + 1
-        optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
+        optimal, stop, reason = stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
         if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
             checks += 1
             X12 = best[3] if optimal else x.X12
@@ -272,8 +272,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                 out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
                 if out is not None:
                     dropped.append(int(rows.size - out[0].size))
-                    if _tracing():
-                        _trace("drop", rows=dropped[-1], N=int(out[0].size))
+                    if tracing():
+                        trace("drop", rows=dropped[-1], N=int(out[0].size))
                     rows, pb, x = out
                     if backend is not None:
                         backend.attach(pb)
@@ -282,8 +282,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                         continue
             if new.size:
                 rows, pb, x = _join(allr, rows, x, new, mu)
-                if _tracing():
-                    _trace("join", rows=int(new.size), N=int(rows.size))
+                if tracing():
+                    trace("join", rows=int(new.size), N=int(rows.size))
                 max_size = max(max_size, rows.size)
                 if backend is not None:
                     backend.attach(pb)
@@ -302,10 +302,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     else:
         info["stopped"] = "iteration limit"
     if best is None:
-        best = (np.inf, np.inf, _violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
+        best = (np.inf, np.inf, violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
     info.update(joined=joined, dropped=dropped, checks=checks, max_rows=int(max_size))
     red = allr.reduction(pb, rows)
-    res = _result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+    res = ipm_result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
     mask = np.zeros(N, bool)
     mask[rows] = True
     return res, mask
