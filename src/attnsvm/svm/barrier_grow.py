@@ -28,60 +28,20 @@ import time
 
 import numpy as np
 
-from attnsvm.svm.ipm import (Dual, IPMResult, Iterate, Problem, Reduction, chol_S, distinct_rows, ipm_arrays,
-                             ipm_result, measure, next_step, row_space_basis, start_point, stopping_test, trace,
-                             trace_iterate, tracing, violation)
+from attnsvm.svm.ipm import (Dual, IPMResult, Iterate, Problem, RowSet, chol_S, ipm_arrays, ipm_result, measure,
+                             next_step, start_point, stopping_test, trace, trace_iterate, tracing, violation)
 
 __all__ = ["nuclear_ipm_grow"]
 
 
-class _AllRows:
-    """All N rows in the bases of all rows, scaled as :func:`attnsvm.svm.ipm.reduce_problem` scales a subset:
-    ``A (N, r1)``, the distinct scaled w's ``Bq (q, r2)`` with the query index ``qinv (N,)``, ``rhs``, ``eq``."""
-
-    def __init__(self, U, V, rhs, eq):
-        N, d1 = U.shape
-        Vq, self.qinv = distinct_rows(V)
-        self.B = row_space_basis(Vq)
-        Bq = Vq @ self.B
-        self.P = None if d1 <= N else row_space_basis(U)
-        A = U if self.P is None else U @ self.P
-        self.live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bq[self.qinv], axis=1) > 0)
-        trivial = np.where(eq, rhs == 0, rhs <= 0)
-        self.empty = A.shape[1] == 0 or self.B.shape[1] == 0 or bool(trivial[self.live].all())
-        if self.empty:
-            return
-        live = self.live
-        self.su = float(np.max(np.linalg.norm(A[live], axis=1)))
-        self.sv = float(np.max(np.linalg.norm(Bq[self.qinv[live]], axis=1)))
-        self.sr = float(np.max(np.abs(rhs[live])))
-        self.A, self.Bq = A / self.su, Bq / self.sv
-        self.rhs, self.eq = rhs / self.sr, eq
-
-    def problem(self, rows: np.ndarray) -> Problem:
-        """The reduced problem of the rows ``rows`` (indices, ascending)."""
-        used, qidx = np.unique(self.qinv[rows], return_inverse=True)
-        qidx = np.asarray(qidx).ravel()
-        Bq = self.Bq[used]
-        return Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
-
-    def reduction(self, pb: Problem, rows: np.ndarray) -> Reduction:
-        return Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
-
-    def margins(self, X12: np.ndarray) -> np.ndarray:
-        """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
-        Y = self.Bq @ X12.T                                     # (q, r1)
-        return np.einsum("kj,kj->k", self.A, Y[self.qinv])
-
-
-def _violated(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
+def _violated(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
     """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
     violation among them (0 when none)."""
     new, v = _outside(allr, X12, in_set, thr)
     return new, float(v[new].max()) if new.size else 0.0
 
 
-def _outside(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
+def _outside(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
     """``(idx, v)``: the indices of the live rows outside the subset whose (scaled) violation ``v`` (N,) exceeds
     ``thr`` (``|rhs_k - m_k|`` on equality rows, ``rhs_k - m_k`` else; a negative ``thr`` takes in satisfied rows)."""
     v = allr.rhs - allr.margins(X12)
@@ -95,7 +55,7 @@ _JOIN_BAND = 0.05
 _JOIN_BAND_SHARE = 2.0
 
 
-def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
+def _with_band(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
                room: int) -> np.ndarray:
     """The joining rows ``new`` (violated; indices, ascending) with the rows outside the subset that ``X12`` nearly
     violates: margin below ``rhs_k +`` :data:`_JOIN_BAND` ``* vscale``, the least slack first, at most
@@ -113,7 +73,7 @@ def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndar
     return np.union1d(new, near)
 
 
-def _join(allr: _AllRows, rows: np.ndarray, x: Iterate, new: np.ndarray, mu: float):
+def _join(allr: RowSet, rows: np.ndarray, x: Iterate, new: np.ndarray, mu: float):
     """The subset ``rows`` with the rows ``new`` added (ascending) and the iterate extended to it: each new
     inequality row gets the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the multiplier ``mu / s_k``
     (equality rows: multiplier 0); the multipliers are then shrunk until ``||G|| < 1`` holds with room."""
@@ -150,7 +110,7 @@ def _into_ball(pb: Problem, lam: np.ndarray) -> np.ndarray:
     raise np.linalg.LinAlgError("no strictly dual feasible multipliers for the changed subset")
 
 
-def _drop(allr: _AllRows, rows: np.ndarray, x: Iterate, slack: float, small: float, least: float):
+def _drop(allr: RowSet, rows: np.ndarray, x: Iterate, slack: float, small: float, least: float):
     """The subset without its clearly inactive inequality rows (slack above ``slack`` and multiplier below
     ``small`` times the largest), or None when fewer than ``least`` times the subset's rows are."""
     eq = allr.eq[rows]
@@ -196,12 +156,12 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     t0 = time.perf_counter()
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
-    allr = _AllRows(U, V, rhs, eq)
+    allr = RowSet(U, V, rhs, eq)
     in_set = np.asarray(start_rows, bool).copy()
     if allr.empty:
         info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0, joined=[])
         return IPMResult("optimal", np.zeros((d1, d2)), np.zeros(N), info), in_set
-    info["reduced_shape"] = [int(allr.A.shape[1]), int(allr.B.shape[1])]
+    info["reduced_shape"] = allr.reduced_shape
     rows = np.flatnonzero(in_set & allr.live)
     pb = allr.problem(rows)
     if backend is not None:

@@ -80,11 +80,11 @@ from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, IPMResult, ipm_arrays,
 from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm, query_basis,
                                     row_space_basis, singular_values, spectral_norm, sym, z_half)
 from attnsvm.svm.ipm.newton import NewtonSystem, ipm_step, mehrotra_direction, next_step
-from attnsvm.svm.ipm.problem import (Dual, Iterate, Problem, Reduction, clean_primal, reduce_problem, start_point,
+from attnsvm.svm.ipm.problem import (Dual, Iterate, Problem, Reduction, RowSet, clean_primal, reduce_problem, start_point,
                                      violation)
 from attnsvm.svm.ipm.trace import trace, trace_iterate, tracing
 
-__all__ = ["EQUAL_STEPS_MAX_ROWS", "Dual", "IPMResult", "Iterate", "NewtonSystem", "Problem", "Reduction", "blocks",
+__all__ = ["EQUAL_STEPS_MAX_ROWS", "Dual", "IPMResult", "Iterate", "NewtonSystem", "Problem", "Reduction", "RowSet", "blocks",
            "chol", "chol_S", "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays", "ipm_result", "ipm_step",
            "mT", "measure", "mehrotra_direction", "next_step", "nuclear_ipm", "nuclear_norm", "path_following",
            "query_basis", "reduce_problem", "row_space_basis", "singular_values", "spectral_norm", "start_point",

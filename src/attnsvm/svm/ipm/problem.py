@@ -361,38 +361,69 @@ class Reduction:
         return W
 
 
-def reduce_problem(U, V, rhs, eq, info: dict) -> Reduction | None:
-    """Setup: bases of the u's and w's, the live rows and the scaling; None when no live row
-    constrains anything (then W = 0 is optimal). Records ``reduced_shape`` in ``info``.
+class RowSet:
+    """All N rows of a constraint set in the bases of all rows, scaled: the reduction of :func:`reduce_problem`
+    and of the growing row subset (:mod:`attnsvm.svm.barrier_grow`), whose subsets then share coordinates.
 
-    Rows with equal w's (one query per sample) get bit-identical rows of ``Bm``: they are mapped
-    once per distinct w, which lets :meth:`Problem.schur` work on the distinct queries."""
-    N, d1 = U.shape
-    if V.size:
-        Vq, qinv = distinct_rows(V)
-    else:
-        Vq, qinv = V, np.zeros(0, np.int64)
-    B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
-    Bq = Vq @ B
-    # the u side: the rows themselves when d1 <= N (rank deficiency is harmless), else a basis
-    P = None if d1 <= N else row_space_basis(U)
-    A = U if P is None else U @ P
-    info["reduced_shape"] = [int(A.shape[1]), int(B.shape[1])]
-    # rows with u_k w_k^T = 0 constrain nothing (the caller has checked that they hold)
-    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[qinv]
-    live = (na > 0) & (nb > 0)
-    trivial = np.where(eq, rhs == 0, rhs <= 0)
-    if A.shape[1] == 0 or B.shape[1] == 0 or trivial[live].all():
+    ``A (N, r1)`` (``U`` itself when ``d1 <= N``: rank deficiency is harmless; else ``U P`` with an orthonormal
+    basis ``P (d1, r1)`` of the u's), the distinct w's in the basis ``B (d2, r2)`` of their span ``Bq (q, r2)``
+    with the query index ``qinv (N,)`` (``V B == Bq[qinv]`` before scaling), ``rhs (N,)``, ``eq (N,)``; rows divided
+    by ``su``, ``sv`` and right-hand sides by ``sr`` (the largest of the live rows: all at most 1, then
+    ``||M||_* >= 1`` and the gap test is relative). ``live (N,)`` marks the rows with ``u_k w_k^T != 0`` (the others
+    constrain nothing; the caller has checked that they hold); ``empty`` when no live row constrains anything
+    (then W = 0 is optimal, and nothing is scaled).
+    """
+
+    def __init__(self, U, V, rhs, eq):
+        N, d1 = U.shape
+        if V.size:
+            Vq, self.qinv = distinct_rows(V)
+        else:
+            Vq, self.qinv = V, np.zeros(0, np.int64)
+        self.B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
+        Bq = Vq @ self.B
+        self.P = None if d1 <= N else row_space_basis(U)
+        A = U if self.P is None else U @ self.P
+        self.N, self.reduced_shape = N, [int(A.shape[1]), int(self.B.shape[1])]
+        na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[self.qinv]
+        self.live = live = (na > 0) & (nb > 0)
+        trivial = np.where(eq, rhs == 0, rhs <= 0)
+        self.empty = A.shape[1] == 0 or self.B.shape[1] == 0 or bool(trivial[live].all())
+        if self.empty:
+            return
+        self.su = float(np.max(na[live]))
+        self.sv = float(np.max(nb[live]))
+        self.sr = float(np.max(np.abs(rhs[live])))
+        self.A, self.Bq = A / self.su, Bq / self.sv
+        self.rhs, self.eq = rhs / self.sr, eq
+
+    def problem(self, rows: np.ndarray) -> Problem:
+        """The reduced problem of the rows ``rows`` (indices, ascending, no repeats). Rows with equal w's (one query
+        per sample) get bit-identical rows of ``Bm``: they are mapped once per distinct w, which lets
+        :meth:`Problem.schur` work on the distinct queries."""
+        if rows.size == self.N:             # every row, so every distinct query: its index stays (np.unique's answer)
+            used, qidx = slice(None), self.qinv
+        else:
+            used, qidx = np.unique(self.qinv[rows], return_inverse=True)
+            qidx = np.asarray(qidx).ravel()
+        Bq = self.Bq[used]
+        return Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
+
+    def reduction(self, pb: Problem, rows: np.ndarray) -> Reduction:
+        """The :class:`Reduction` of ``pb``, the problem of ``rows`` (indices or a mask (N,))."""
+        return Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
+
+    def margins(self, X12: np.ndarray) -> np.ndarray:
+        """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
+        Y = self.Bq @ X12.T                                     # (q, r1)
+        return np.einsum("kj,kj->k", self.A, Y[self.qinv])
+
+
+def reduce_problem(U, V, rhs, eq, info: dict) -> Reduction | None:
+    """Setup (:class:`RowSet`): bases of the u's and w's, the live rows and the scaling; None when no live row
+    constrains anything (then W = 0 is optimal). Records ``reduced_shape`` in ``info``."""
+    rs = RowSet(U, V, rhs, eq)
+    info["reduced_shape"] = rs.reduced_shape
+    if rs.empty:
         return None
-    # scale rows and right-hand sides to at most 1: then ||M||_* >= 1 and the gap test is relative
-    su = float(np.max(na[live]))
-    sv = float(np.max(nb[live]))
-    sr = float(np.max(np.abs(rhs[live])))
-    if live.all():                      # every distinct query is used: its index stays (np.unique's answer)
-        used, qidx = slice(None), qinv
-    else:
-        used, qidx = np.unique(qinv[live], return_inverse=True)
-        qidx = np.asarray(qidx).ravel()
-    Bq = Bq[used] / sv
-    return Reduction(Problem(A[live] / su, Bq[qidx], rhs[live] / sr, eq[live], groups=(Bq, qidx)),
-                     B, P, live, su, sv, sr)
+    return rs.reduction(rs.problem(np.flatnonzero(rs.live)), rs.live)
