@@ -34,7 +34,7 @@ class _Spy:
 def test_the_dual_after_a_step_takes_the_guards_g_and_its_factor(monkeypatch, grown):
     cs = _case(2)
     cs_n, sc = cs.normalized()
-    spy = _Spy(monkeypatch, bg if grown else b)
+    spy = _Spy(monkeypatch, b)          # both loops make their duals in the driver (PathState.evaluate)
     if grown:
         start = np.zeros(cs.N, bool)
         start[: cs.N // 5] = True

@@ -6,14 +6,24 @@ Python and per-call overhead of its ~16 iterations, not in arithmetic. Here the 
 of equal reduced shape ``(N, r1, r2)`` (the usual case for a batch of random instances of one
 size) iterate together: every linear map of the method (:class:`attnsvm.svm.ipm.Problem`:
 ``Gmap``, ``amap``, ``XY``, ``schur``) is applied to ``(R, ...)`` stacks, and the control of
-the method (measure, stopping test, Mehrotra's predictor-corrector, step lengths) is the same as
-:func:`attnsvm.svm.ipm.nuclear_ipm` with per-problem arrays. A problem leaves the stack when
-it stops; the others go on. Problems with equality rows, rows that constrain nothing, or a shape
-of their own are solved one by one by :func:`~attnsvm.svm.ipm.nuclear_ipm`.
+the method is :mod:`attnsvm.svm.ipm`'s rules on per-problem arrays: the tolerance test
+(:func:`~attnsvm.svm.ipm.driver.is_optimal`), the stop at the optimum and the stall limit
+(:func:`~attnsvm.svm.ipm.driver.stops_at_optimum`, :func:`~attnsvm.svm.ipm.driver.stall_limit`), Mehrotra's
+centering (:func:`~attnsvm.svm.ipm.newton.centering`), the step fraction
+(:data:`~attnsvm.svm.ipm.steps.GAMMA_START`, :func:`~attnsvm.svm.ipm.steps.next_gamma`) and the step guard's
+backtracking (:data:`~attnsvm.svm.ipm.steps.GUARD_SHRINK`, :data:`~attnsvm.svm.ipm.steps.GUARD_TRIES`). A problem
+leaves the stack when it stops; the others go on. Problems with equality rows, rows that constrain nothing, or a
+shape of their own are solved one by one by :func:`~attnsvm.svm.ipm.nuclear_ipm`.
 
-Differences to the single solve, all numerical: the Schur systems are solved by LU on the
-Jacobi-scaled matrix (numpy's batched ``solve``), step bounds come from eigenvalues instead of
-Cholesky tests. Results agree with the single solve to the certificate's tolerances (tested).
+The stacked arithmetic is its own (calling the single solve's functions per problem would give up the batching),
+so results agree with the single solve to the certificate's tolerances (tested), not bit for bit: the Schur
+systems are solved by LU on the Jacobi-scaled matrix (numpy's batched ``solve``, not the blocked Cholesky); the
+PSD and LMI step bounds are eigenvalues of the stacked congruent matrices (not Cholesky tests, sygst or Lanczos)
+and the dual one is sought up to 1, not below the primal one (no equal steps); the LP bound is the smallest ratio
+``-x / dx`` (not ``-1 / min(dx / x)``); ``mu``, the predictor's ``mu_aff`` and the nuclear norm are summed in
+another order (two traces, ``np.sum`` and numpy's SVD, not one diagonal sum, ``vdot`` and gesdd); the least-norm
+clean-up is tried at gaps ``<= 10 tol`` (the single solve: ``|gap| <= 10 tol``), and there is no time limit, step
+guard's G / factor carried to the next iteration, or trace.
 """
 
 from __future__ import annotations
@@ -23,8 +33,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.svm.ipm import (Problem, blocks, clean_primal, ipm_result, mT, nuclear_ipm, reduce_problem, start_point,
-                             sym, violation, z_half)
+from attnsvm.svm.ipm import (GAMMA_START, GUARD_SHRINK, GUARD_TRIES, Problem, blocks, centering, clean_primal,
+                             ipm_result, is_optimal, mT, next_gamma, nuclear_ipm, reduce_problem, stall_limit,
+                             start_point, stops_at_optimum, sym, violation, z_half)
 
 __all__ = ["nuclear_ipm_batch"]
 
@@ -152,7 +163,7 @@ def _newton(pb: Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     xz = (0.5 * (tr(x.X11 + ap[:, None, None] * dX11_a) + tr(x.X22 + ap[:, None, None] * dX22_a))
           - np.sum((x.X12 + ap[:, None, None] * dX12_a) * (du.G + ad[:, None, None] * dG_a), axis=(-2, -1)))
     mu_a = (xz + np.sum((x.s + ap[:, None] * ds_a) * (x.lam + ad[:, None] * dlam_a), axis=-1)) / pb.n_tot
-    sigma = np.clip(mu_a / mu, 0.0, 1.0) ** 3
+    sigma = centering(mu_a, mu)
     c = pb.XY(blocks(dX11_a, dX12_a, dX22_a), dG_a, du)
     c11, c12, c22 = c[:, :r1, :r1], c[:, :r1, r1:], c[:, r1:, r1:]
     cs = -(ds_a * dlam_a) / x.lam
@@ -163,20 +174,20 @@ def _newton(pb: Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     ap, ad = gamma * ap, gamma * ad
     dlam, dG, dX11, dX12, dX22, ds = d
     # guard against rounding at the boundary: the dual inside the ball, X positive definite
-    for _ in range(60):
+    for _ in range(GUARD_TRIES):
         G2 = pb.Gmap(x.lam + ad[:, None] * dlam)
         bad = ~_pd(np.eye(pb.r2) - mT(G2) @ G2)
         if not bad.any():
             break
-        ad = np.where(bad, 0.7 * ad, ad)
+        ad = np.where(bad, GUARD_SHRINK * ad, ad)
     else:
         ad = np.where(bad, 0.0, ad)
     dX = blocks(dX11, dX12, dX22)
-    for _ in range(60):
+    for _ in range(GUARD_TRIES):
         bad = ~_pd(X + ap[:, None, None] * dX)
         if not bad.any():
             break
-        ap = np.where(bad, 0.7 * ap, ap)
+        ap = np.where(bad, GUARD_SHRINK * ap, ap)
     else:
         ap = np.where(bad, 0.0, ap)
     return d, ap, ad
@@ -195,7 +206,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
     best_X12 = x_all.X12.copy()
     best_lam = x_all.lam.copy()
     since = np.zeros(R, np.int64)
-    gamma = np.full(R, 0.95)
+    gamma = np.full(R, GAMMA_START)
     iters = np.zeros(R, np.int64)
     status = np.array(["inaccurate"] * R, dtype=object)
     stopped = np.array(["iteration limit"] * R, dtype=object)
@@ -229,10 +240,10 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         pobj = 0.5 * (np.trace(x.X11, axis1=-2, axis2=-1) + np.trace(x.X22, axis1=-2, axis2=-1))
         mu = (pobj - np.sum(x.X12 * du.G, axis=(-2, -1)) + np.sum(x.s * x.lam, axis=-1)) / pb.n_tot
         # stopping test (as ipm.stopping_test)
-        optimal = (best_gap[idx] <= tol) & (best_viol[idx] <= feas_tol)
+        optimal = is_optimal(best_gap[idx], best_viol[idx], tol, feas_tol)
         status[idx[optimal]] = "optimal"
-        done = optimal & ((best_gap[idx] <= 0.1 * tol) | (since[idx] >= 1))
-        stall = ~done & (since[idx] >= np.where(best_merit[idx] < 1e-7, 4, 10))
+        done = optimal & stops_at_optimum(best_gap[idx], since[idx], tol)
+        stall = ~done & (since[idx] >= stall_limit(best_merit[idx]))
         stopped[idx[done]] = ""
         stopped[idx[stall]] = "stalled"
         go = ~done & ~stall & inside
@@ -257,7 +268,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         x_all.X12[gi] = x.X12 + a3 * dX12
         x_all.X22[gi] = x.X22 + a3 * dX22
         x_all.s[gi] = x.s + ap[:, None] * ds
-        gamma[gi] = 0.9 + 0.09 * np.minimum(ap, ad)
+        gamma[gi] = next_gamma(np.minimum(ap, ad))
     return [((best_merit[k], best_gap[k], best_viol[k], best_X12[k], best_lam[k]), status[k], int(iters[k]),
              stopped[k]) for k in range(R)]
 

@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from attnsvm.svm.ipm import (Dual, IPMResult, Iterate, Problem, RowSet, chol_S, ipm_arrays, ipm_result, measure,
-                             next_step, start_point, stopping_test, trace, trace_iterate, tracing, violation)
+from attnsvm.svm.ipm import (IPMResult, Iterate, PathState, Problem, RowSet, chol_S, ipm_arrays, ipm_result,
+                             start_point, trace, tracing)
 
 __all__ = ["nuclear_ipm_grow"]
 
@@ -171,11 +171,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
     # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
     vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
-    best = None
-    status = "inaccurate"
-    gamma = 0.95
-    since_best = 0
-    L_next = None
+    path = PathState(tol, feas_tol, t0, time_limit, verbose, info)
     next_check = 1e-1
     joined: list = []
     dropped: list = []
@@ -192,22 +188,14 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     checks = 0
     it = 0
     for it in range(1, max_iter + 1):
-        try:
-            du = Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
-        except np.linalg.LinAlgError:
-            info["stopped"] = "numerical limit"
+        ev = path.evaluate(pb, x, it, rows.size)
+        if ev is None:
             break
-        best, merit, mu, (nuc, dobj, gap, viol) = measure(pb, x, du, best, tol, feas_tol)
-        if verbose:
-            print(f"it {it:3d} |S| {rows.size:6d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} "
-                  f"mu {mu:.2e}", flush=True)
-        if tracing():
-            trace_iterate(pb, x, mu, gap, viol)
-        since_best = 0 if best[0] == merit else since_best + 1
-        optimal, stop, reason = stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
+        du, mu, (_, _, gap, viol), test = ev
+        optimal, _, reason = test
         if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
             checks += 1
-            X12 = best[3] if optimal else x.X12
+            X12 = path.best[3] if optimal else x.X12
             thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
             in_set = np.isin(np.arange(N), rows)
             new, vmax = _violated(allr, X12, in_set, thr)
@@ -218,7 +206,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                 info["late_joins"] += 1
             if too_many or late:
                 if optimal and new.size:        # leave these rows to the caller's next round
-                    status = "optimal"
+                    path.status = "optimal"
                     info["stopped"] = "rows left to join"
                     joined.append(-int(new.size))
                     break
@@ -237,7 +225,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                     rows, pb, x = out
                     if backend is not None:
                         backend.attach(pb)
-                    best, since_best, L_next = None, 0, None
+                    path.restart()
                     if not new.size:
                         continue
             if new.size:
@@ -247,25 +235,18 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                 max_size = max(max_size, rows.size)
                 if backend is not None:
                     backend.attach(pb)
-                best, since_best, L_next, status = None, 0, None, "inaccurate"
+                path.restart()
+                path.status = "inaccurate"
                 continue
-        if optimal:
-            status = "optimal"
-        if stop:
-            if reason:
-                info["stopped"] = reason
+        x_next = path.advance(pb, x, du, mu, test)
+        if x_next is None:
             break
-        step = next_step(pb, x, du, mu, gamma, verbose, info)
-        if step is None:
-            break
-        x, L_next, gamma = step
+        x = x_next
     else:
         info["stopped"] = "iteration limit"
-    if best is None:
-        best = (np.inf, np.inf, violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
     info.update(joined=joined, dropped=dropped, checks=checks, max_rows=int(max_size))
     red = allr.reduction(pb, rows)
-    res = ipm_result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+    res = ipm_result(red, path.final_best(pb, x), path.status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
     mask = np.zeros(N, bool)
     mask[rows] = True
     return res, mask

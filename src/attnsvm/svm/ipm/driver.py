@@ -11,6 +11,7 @@ import numpy as np
 from attnsvm._validate import check_number
 from attnsvm.svm.ipm.linalg import add_reduce, nuclear_norm
 from attnsvm.svm.ipm.newton import next_step
+from attnsvm.svm.ipm.steps import GAMMA_START
 from attnsvm.svm.ipm.problem import (Dual, Iterate, Problem, Reduction, clean_primal, reduce_problem, start_point,
                                      violation)
 from attnsvm.svm.ipm.trace import trace_iterate, tracing
@@ -70,15 +71,32 @@ def measure(pb: Problem, x: Iterate, du: Dual, best, tol: float, feas_tol: float
 def stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float, time_limit) -> tuple[bool, bool, str]:
     """``(optimal, stop, reason)``: whether the best iterate meets the tolerances, whether to stop,
     and the ``info["stopped"]`` reason ("" when the optimum needs no further iteration)."""
-    optimal = best[1] <= tol and best[2] <= feas_tol
-    # go on while it pays: up to a gap 10x below tol, stop at the first iteration without progress
-    if optimal and (best[1] <= 0.1 * tol or since_best >= 1):
+    optimal = is_optimal(best[1], best[2], tol, feas_tol)
+    if optimal and stops_at_optimum(best[1], since_best, tol):
         return optimal, True, ""
     if time_limit is not None and time.perf_counter() - t0 > time_limit:
         return optimal, True, "time limit"
-    if since_best >= (4 if best[0] < 1e-7 else 10):
+    if since_best >= stall_limit(best[0]):
         return optimal, True, "stalled"
     return optimal, False, ""
+
+
+def is_optimal(gap, viol, tol: float, feas_tol: float):
+    """Whether a best iterate (its relative gap ``gap`` and violation ``viol``; floats or arrays) meets the
+    tolerances."""
+    return (gap <= tol) & (viol <= feas_tol)
+
+
+def stops_at_optimum(gap, since_best, tol):
+    """Whether an optimal run (its best gap ``gap``; floats or arrays) stops: it goes on while it pays, up to a gap
+    10x below ``tol``, and stops at the first iteration without progress."""
+    return (gap <= 0.1 * tol) | (since_best >= 1)
+
+
+def stall_limit(merit):
+    """Iterations without a better iterate after which a run stops as stalled, at the best merit ``merit`` (a float
+    or an array): 4 near the optimum (merit below 1e-7, where rounding ends the progress), else 10."""
+    return np.where(merit < 1e-7, 4, 10) if isinstance(merit, np.ndarray) else (4 if merit < 1e-7 else 10)
 
 
 #: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
@@ -89,42 +107,95 @@ def stopping_test(best, since_best: int, tol: float, feas_tol: float, t0: float,
 EQUAL_STEPS_MAX_ROWS = 1024
 
 
-def path_following(pb: Problem, x: Iterate, tol: float, feas_tol: float, max_iter: int, time_limit, verbose: bool,
-                   info: dict, t0: float):
-    """The path-following loop (equal primal and dual step lengths up to :data:`EQUAL_STEPS_MAX_ROWS` rows). Returns
-    ``(best, status, iterations, last iterate)``; sets ``info["stopped"]`` when a limit, a stall or rounding
-    ended the run."""
-    best = None                     # (merit, gap, violation, X12, lam)
-    status = "inaccurate"
-    gamma = 0.95
-    it = since_best = 0
-    L_next = None                   # Cholesky factor of S at the next dual iterate, from the step guard
-    for it in range(1, max_iter + 1):
+class PathState:
+    """What the path-following loop carries from one iteration to the next, and the two halves of an iteration:
+    :meth:`evaluate` (the dual quantities, :func:`measure`, :func:`stopping_test`) and :meth:`advance` (the status,
+    then one step, :func:`~attnsvm.svm.ipm.newton.next_step`). The loop of :func:`path_following` and the growing
+    row set's (:mod:`attnsvm.svm.barrier_grow`, which changes the rows between the halves) share them.
+
+    Constructed with the run's settings (``tol``, ``feas_tol``, ``time_limit`` from the start ``t0``, ``verbose``)
+    and its ``info`` dict, which gets ``stopped`` when a limit, a stall or rounding ends the run. Attributes:
+    ``best = (merit, gap, violation, X12, lam)`` (None before the first measure), ``status``, ``gamma`` (the
+    fraction of the largest feasible step taken), ``since_best`` (iterations since ``best`` improved) and ``L_next``,
+    the step guard's Cholesky factor of S at the next dual iterate (None: computed afresh).
+    """
+
+    def __init__(self, tol: float, feas_tol: float, t0: float, time_limit, verbose: bool, info: dict):
+        self.tol, self.feas_tol, self.t0, self.time_limit, self.verbose, self.info = (tol, feas_tol, t0, time_limit,
+                                                                                     verbose, info)
+        self.best = None
+        self.status = "inaccurate"
+        self.gamma = GAMMA_START
+        self.since_best = 0
+        self.L_next = None
+
+    def restart(self) -> None:
+        """Forget the best iterate and the step guard's factor (the rows changed)."""
+        self.best, self.since_best, self.L_next = None, 0, None
+
+    def evaluate(self, pb: Problem, x: Iterate, it: int, rows: int | None = None):
+        """``(du, mu, (nuc, dobj, gap, viol), (optimal, stop, reason))`` of the iterate ``x`` of iteration ``it``
+        (:func:`measure`, :func:`stopping_test`; keeps the best iterate; ``verbose``: one line, with the subset's
+        size ``rows`` when given), or None when rounding pushed the dual onto the boundary (the caller keeps the
+        best)."""
         try:
-            du = Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
-        except np.linalg.LinAlgError:       # rounding pushed the dual onto the boundary: keep the best
-            info["stopped"] = "numerical limit"
-            break
-        best, merit, mu, (nuc, dobj, gap, viol) = measure(pb, x, du, best, tol, feas_tol)
-        if verbose:
-            print(f"it {it:3d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} mu {mu:.2e}")
+            du = Dual(pb.A, pb.Bm, x.lam, self.L_next, x.G)
+        except np.linalg.LinAlgError:
+            self.info["stopped"] = "numerical limit"
+            return None
+        self.best, merit, mu, values = measure(pb, x, du, self.best, self.tol, self.feas_tol)
+        nuc, dobj, gap, viol = values
+        if self.verbose:
+            size = "" if rows is None else f" |S| {rows:6d}"
+            print(f"it {it:3d}{size} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} mu {mu:.2e}",
+                  flush=True)
         if tracing():
             trace_iterate(pb, x, mu, gap, viol)
-        since_best = 0 if best[0] == merit else since_best + 1
-        optimal, stop, reason = stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
+        self.since_best = 0 if self.best[0] == merit else self.since_best + 1
+        return du, mu, values, stopping_test(self.best, self.since_best, self.tol, self.feas_tol, self.t0,
+                                             self.time_limit)
+
+    def advance(self, pb: Problem, x: Iterate, du: Dual, mu: float, test, equal_steps: bool = False) -> Iterate | None:
+        """The next iterate after :meth:`evaluate`'s stopping test ``test = (optimal, stop, reason)``, or None when
+        the path ends here."""
+        optimal, stop, reason = test
         if optimal:
-            status = "optimal"
+            self.status = "optimal"
         if stop:
             if reason:
-                info["stopped"] = reason
-            break
-        step = next_step(pb, x, du, mu, gamma, verbose, info, pb.N <= EQUAL_STEPS_MAX_ROWS)
+                self.info["stopped"] = reason
+            return None
+        step = next_step(pb, x, du, mu, self.gamma, self.verbose, self.info, equal_steps)
         if step is None:
+            return None
+        x, self.L_next, self.gamma = step
+        return x
+
+    def final_best(self, pb: Problem, x: Iterate):
+        """``best``, or when no iterate was measured (the start left the domain by rounding) the iterate ``x``
+        with an infinite merit and zero multipliers."""
+        if self.best is None:
+            return (np.inf, np.inf, violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
+        return self.best
+
+
+def path_following(pb: Problem, x: Iterate, path: PathState, max_iter: int):
+    """The path-following loop (equal primal and dual step lengths up to :data:`EQUAL_STEPS_MAX_ROWS` rows) from
+    ``x`` with the run's state ``path``. Returns ``(best, status, iterations, last iterate)`` (``best`` as
+    :meth:`PathState.final_best`); sets ``info["stopped"]`` when a limit, a stall or rounding ended the run."""
+    it = 0
+    for it in range(1, max_iter + 1):
+        ev = path.evaluate(pb, x, it)
+        if ev is None:
             break
-        x, L_next, gamma = step
+        du, mu, _, test = ev
+        x_next = path.advance(pb, x, du, mu, test, pb.N <= EQUAL_STEPS_MAX_ROWS)
+        if x_next is None:
+            break
+        x = x_next
     else:
-        info["stopped"] = "iteration limit"
-    return best, status, it, x
+        path.info["stopped"] = "iteration limit"
+    return path.final_best(pb, x), path.status, it, x
 
 
 def ipm_arrays(U, V, rhs, is_equality):
@@ -185,9 +256,8 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         info["device"] = backend.name
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
                              red.M_init(W_init)))
-    best, status, it, x = path_following(pb, x, tol, feas_tol, max_iter, time_limit, verbose, info, t0)
-    if best is None:                # no iterate was evaluated (the start left the domain by rounding)
-        best = (np.inf, np.inf, violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
+    path = PathState(tol, feas_tol, t0, time_limit, verbose, info)
+    best, status, it, x = path_following(pb, x, path, max_iter)
     return ipm_result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
 
 

@@ -8,7 +8,8 @@ import scipy.linalg as sla
 
 from attnsvm.svm.ipm.linalg import chol, tri_inv
 from attnsvm.svm.ipm.problem import XY_DENSE_MAX, Dual, Iterate, Problem
-from attnsvm.svm.ipm.steps import CONGRUENT_BY_INVERSE_MAX, lmi_step, lp_step, psd_step, psd_step_low_rank, step_lengths
+from attnsvm.svm.ipm.steps import (CONGRUENT_BY_INVERSE_MAX, lmi_step, lp_step, psd_step, psd_step_low_rank, next_gamma,
+                                   step_lengths)
 from attnsvm.svm.ipm.trace import trace, tracing
 
 
@@ -77,6 +78,15 @@ class NewtonSystem:
         return (ad, ad) if self.equal_steps else (ap, ad)
 
 
+def centering(mu_aff, mu):
+    """Mehrotra's centering parameter ``sigma = clip(mu_aff / mu, 0, 1)^3`` from the affine-scaling direction's
+    barrier parameter ``mu_aff`` and the iterate's ``mu`` (floats, or arrays of them): little centering where the
+    predictor alone reduces mu a lot."""
+    if isinstance(mu_aff, np.ndarray):
+        return np.clip(mu_aff / mu, 0.0, 1.0) ** 3
+    return min(1.0, max(0.0, mu_aff / mu)) ** 3
+
+
 def mehrotra_direction(nw: NewtonSystem, mu: float):
     """Newton direction: the predictor (affine scaling), Mehrotra's centering parameter sigma and
     the corrector. Returns ``(d, sigma)`` with d as :meth:`NewtonSystem.direction`."""
@@ -90,7 +100,7 @@ def mehrotra_direction(nw: NewtonSystem, mu: float):
     xz = (0.5 * (x.X.trace() + ap * dX_a.trace())
           - float(np.vdot(x.X12 + ap * dX_a[:r1, r1:], G + ad * dG_a)))
     mu_a = (xz + float((x.s + ap * ds_a) @ (lamI + ad * dlam_a[I]))) / n_tot
-    sigma = min(1.0, max(0.0, mu_a / mu)) ** 3
+    sigma = centering(mu_a, mu)
     nw.mu_aff = mu_a
     # corrector: second-order terms of X Z = sigma mu I and s lam = sigma mu
     cX = pb.XY(dX_a, dG_a, du, Ya)
@@ -127,7 +137,7 @@ def ipm_step(pb: Problem, x: Iterate, du: Dual, mu: float, gamma: float, verbose
     if tracing():
         trace("step", sigma=sigma, mu_aff=nw.mu_aff, ap_max=nw.bounds[0], ad_max=nw.bounds[1], ap=ap, ad=ad,
               ap_lp=nw.lp_cap)
-    return take_step(nw, d, ap, ad), nw.L_next, 0.9 + 0.09 * min(ap, ad)
+    return take_step(nw, d, ap, ad), nw.L_next, next_gamma(min(ap, ad))
 
 
 def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):

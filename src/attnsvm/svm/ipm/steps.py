@@ -207,6 +207,22 @@ def lp_step(x, dx, cap):
     return cap if m * cap >= -1.0 else -1.0 / m
 
 
+#: the first step takes this fraction of the largest feasible step; later ones :func:`next_gamma`
+GAMMA_START = 0.95
+
+
+def next_gamma(shorter):
+    """The fraction of the largest feasible step the next step takes after a step whose shorter length (primal or
+    dual) was ``shorter`` (a float, or an array of them): from 0.9 towards 0.99 as the steps near full length."""
+    return 0.9 + 0.09 * shorter
+
+
+#: the step guard shortens a step by this factor while the dual leaves the ball or X is not positive definite, at
+#: most :data:`GUARD_TRIES` times (then the step is 0)
+GUARD_SHRINK = 0.7
+GUARD_TRIES = 60
+
+
 def step_lengths(nw, d, gamma: float) -> tuple[float, float]:
     """Primal and dual step lengths for the direction ``d`` of the :class:`~attnsvm.svm.ipm.newton.NewtonSystem` ``nw``:
     ``gamma`` times the largest feasible ones, then shortened
@@ -219,20 +235,20 @@ def step_lengths(nw, d, gamma: float) -> tuple[float, float]:
     ap, ad = gamma * ap, gamma * ad
     dlam, dG, dX, ds = d
     # guard against rounding at the boundary: the dual stays inside the ball, X positive definite
-    for _ in range(60):
+    for _ in range(GUARD_TRIES):
         nw.G_next = pb.Gmap(x.lam + ad * dlam)
         nw.L_next = chol_S(nw.G_next)
         if nw.L_next is not None:
             break
-        ad *= 0.7
+        ad *= GUARD_SHRINK
     else:
         ad, nw.L_next, nw.G_next = 0.0, nw.du.L, nw.du.G
-    for _ in range(60):
+    for _ in range(GUARD_TRIES):
         nw.X_next = x.X + ap * dX
         nw.LX_next = chol(nw.X_next)
         if nw.LX_next is not None:
             break
-        ap *= 0.7
+        ap *= GUARD_SHRINK
     else:
         ap, nw.X_next, nw.LX_next = 0.0, x.X, nw.LX
     return ap, ad
