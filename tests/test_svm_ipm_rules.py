@@ -56,3 +56,51 @@ def test_the_private_name_check_sees_a_private_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from attnsvm.svm.ipm.problem import _hidden, Problem\n")
     assert _imported_private_names(bad) == ["attnsvm.svm.ipm.problem._hidden"]
+
+
+class _CountingBackend:
+    """A Newton backend (the interface of :class:`attnsvm.svm.ipm.problem.NumpyNewton`) that counts its systems and
+    the problems it saw, and solves them as the default one does."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.calls, self.problems = 0, []
+
+    def solver(self, pb, x, du, diag):
+        self.calls += 1
+        if not self.problems or self.problems[-1] is not pb:
+            self.problems.append(pb)
+        return ipm.NUMPY_NEWTON.solver(pb, x, du, diag)
+
+
+def _att_case(seed):
+    from attnsvm.generators import planted_problem
+    from attnsvm.svm import att_constraints
+
+    pr, sel, _ = planted_problem(12, 6, 5, seed=seed)
+    return att_constraints(pr.X, pr.queries, sel).normalized()[0]
+
+
+def test_a_backend_passed_to_the_ipm_solves_every_newton_system_and_changes_nothing():
+    cs = _att_case(3)
+    plain = ipm.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
+    be = _CountingBackend()
+    res = ipm.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, backend=be)
+    assert res.info["device"] == "counting" and "device" not in plain.info
+    assert be.calls == res.info["iterations"] - 1 and len(be.problems) == 1      # one system a step
+    assert np.array_equal(res.W, plain.W) and np.array_equal(res.lam, plain.lam)
+
+
+def test_the_growing_row_set_hands_the_backend_each_changed_problem():
+    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+
+    cs = _att_case(2)
+    start = np.zeros(cs.N, bool)
+    start[: cs.N // 5] = True
+    plain, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, tol=1e-9)
+    be = _CountingBackend()
+    res, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, tol=1e-9, backend=be)
+    assert sum(k > 0 for k in res.info["joined"]) >= 1                          # rows joined: the problem changed
+    assert len(be.problems) >= 2 and be.calls > 0
+    assert np.array_equal(res.W, plain.W) and np.array_equal(res.lam, plain.lam)

@@ -61,8 +61,7 @@ def test_device_newton_solve_inverts_the_schur_system():
     diag = np.full(pb.N, 0.1)
     M = pb.schur(X11, X12, X22, du) + np.diag(diag)
     r = np.random.default_rng(0).standard_normal(pb.N)
-    TorchNewton("cpu").attach(pb)
-    y = pb.newton_solver(x, du, diag)(r)
+    y = TorchNewton("cpu").solver(pb, x, du, diag)(r)
     assert np.linalg.norm(M @ y - r) <= 1e-9 * np.linalg.norm(r)
 
 

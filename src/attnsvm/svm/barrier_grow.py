@@ -165,13 +165,12 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     rows = np.flatnonzero(in_set & allr.live)
     pb = allr.problem(rows)
     if backend is not None:
-        backend.attach(pb)
         info["device"] = backend.name
     red = allr.reduction(pb, rows)
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
     # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
     vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
-    path = PathState(tol, feas_tol, t0, time_limit, verbose, info)
+    path = PathState(tol, feas_tol, t0, time_limit, verbose, info, backend)
     next_check = 1e-1
     joined: list = []
     dropped: list = []
@@ -223,8 +222,6 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                     if tracing():
                         trace("drop", rows=dropped[-1], N=int(out[0].size))
                     rows, pb, x = out
-                    if backend is not None:
-                        backend.attach(pb)
                     path.restart()
                     if not new.size:
                         continue
@@ -233,8 +230,6 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
                 if tracing():
                     trace("join", rows=int(new.size), N=int(rows.size))
                 max_size = max(max_size, rows.size)
-                if backend is not None:
-                    backend.attach(pb)
                 path.restart()
                 path.status = "inaccurate"
                 continue

@@ -82,22 +82,27 @@ class _DeviceProblem(Problem):
 
 
 class TorchNewton:
-    """Backend of :func:`attnsvm.svm.ipm.nuclear_ipm` (its ``backend`` argument): the Schur complement,
-    its Jacobi-scaled Cholesky factorization and the Newton solves on the torch device ``device``.
+    """Newton backend of :func:`attnsvm.svm.ipm.nuclear_ipm` (its ``backend`` argument; the interface:
+    :class:`attnsvm.svm.ipm.problem.NumpyNewton`): the Schur complement, its Jacobi-scaled Cholesky factorization
+    and the Newton solves on the torch device ``device``.
 
     The factorization mirrors :func:`attnsvm.svm.ipm.factor_lower`: Jacobi scaling, Cholesky, a
     growing diagonal shift (1e-14, then x99) while the factorization fails, and an eigenvalue solve as the
-    last resort.
+    last resort. The reduced problem's arrays go to the device once per problem (again when the problem changes).
     """
 
     def __init__(self, device):
         self.dev = check_device(device)
         self.name = str(self.dev)
+        self._pb = self._dp = None
 
-    def attach(self, pb: Problem) -> None:
-        """Route the Newton systems of ``pb`` through the device."""
-        dp = _DeviceProblem(pb, self.dev)
-        pb.newton_solver = lambda x, du, diag: self._solver(dp, x, du, diag)
+    def solver(self, pb: Problem, x, du, diag):
+        """Solver of ``(M + diag(diag)) dlam = r`` at the iterate ``x`` of ``pb`` on the device: a function of
+        ``r (N,)`` returning ``dlam (N,)`` (numpy arrays both)."""
+        if self._pb is not pb:
+            self._dp = None                           # the old problem's device arrays go before the new ones
+            self._pb, self._dp = pb, _DeviceProblem(pb, self.dev)
+        return self._solver(self._dp, x, du, diag)
 
     def _solver(self, dp: _DeviceProblem, x, du, diag):
         torch, t = dp.torch, dp.tensor

@@ -80,15 +80,15 @@ from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, IPMResult, PathState, 
 from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm, query_basis,
                                     row_space_basis, singular_values, spectral_norm, sym, z_half)
 from attnsvm.svm.ipm.newton import NewtonSystem, centering, ipm_step, mehrotra_direction, next_step
-from attnsvm.svm.ipm.problem import (Dual, Iterate, Problem, Reduction, RowSet, clean_primal, reduce_problem,
-                                     start_point, violation)
+from attnsvm.svm.ipm.problem import (Dual, Iterate, NUMPY_NEWTON, NumpyNewton, Problem, Reduction, RowSet,
+                                     clean_primal, reduce_problem, start_point, violation)
 from attnsvm.svm.ipm.steps import GAMMA_START, GUARD_SHRINK, GUARD_TRIES, next_gamma
 from attnsvm.svm.ipm.trace import trace, trace_iterate, tracing
 
 __all__ = ["Dual", "EQUAL_STEPS_MAX_ROWS", "GAMMA_START", "GUARD_SHRINK", "GUARD_TRIES", "IPMResult", "Iterate",
-           "NewtonSystem", "PathState", "Problem", "Reduction", "RowSet", "blocks", "centering", "chol", "chol_S",
-           "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays", "ipm_result", "ipm_step", "is_optimal",
-           "mT", "measure", "mehrotra_direction", "next_gamma", "next_step", "nuclear_ipm", "nuclear_norm",
-           "path_following", "query_basis", "reduce_problem", "row_space_basis", "singular_values", "spectral_norm",
-           "stall_limit", "start_point", "stopping_test", "stops_at_optimum", "sym", "trace", "trace_iterate",
-           "tracing", "violation", "z_half"]
+           "NUMPY_NEWTON", "NewtonSystem", "NumpyNewton", "PathState", "Problem", "Reduction", "RowSet", "blocks",
+           "centering", "chol", "chol_S", "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays",
+           "ipm_result", "ipm_step", "is_optimal", "mT", "measure", "mehrotra_direction", "next_gamma", "next_step",
+           "nuclear_ipm", "nuclear_norm", "path_following", "query_basis", "reduce_problem", "row_space_basis",
+           "singular_values", "spectral_norm", "stall_limit", "start_point", "stopping_test", "stops_at_optimum",
+           "sym", "trace", "trace_iterate", "tracing", "violation", "z_half"]

@@ -12,7 +12,7 @@ from attnsvm._validate import check_number
 from attnsvm.svm.ipm.linalg import add_reduce, nuclear_norm
 from attnsvm.svm.ipm.newton import next_step
 from attnsvm.svm.ipm.steps import GAMMA_START
-from attnsvm.svm.ipm.problem import (Dual, Iterate, Problem, Reduction, clean_primal, reduce_problem, start_point,
+from attnsvm.svm.ipm.problem import (NUMPY_NEWTON, Dual, Iterate, Problem, Reduction, clean_primal, reduce_problem, start_point,
                                      violation)
 from attnsvm.svm.ipm.trace import trace_iterate, tracing
 
@@ -113,16 +113,18 @@ class PathState:
     then one step, :func:`~attnsvm.svm.ipm.newton.next_step`). The loop of :func:`path_following` and the growing
     row set's (:mod:`attnsvm.svm.barrier_grow`, which changes the rows between the halves) share them.
 
-    Constructed with the run's settings (``tol``, ``feas_tol``, ``time_limit`` from the start ``t0``, ``verbose``)
-    and its ``info`` dict, which gets ``stopped`` when a limit, a stall or rounding ends the run. Attributes:
+    Constructed with the run's settings (``tol``, ``feas_tol``, ``time_limit`` from the start ``t0``, ``verbose``),
+    its ``info`` dict, which gets ``stopped`` when a limit, a stall or rounding ends the run, and the Newton
+    systems' ``backend`` (None: numpy / scipy, :class:`~attnsvm.svm.ipm.problem.NumpyNewton`). Attributes:
     ``best = (merit, gap, violation, X12, lam)`` (None before the first measure), ``status``, ``gamma`` (the
     fraction of the largest feasible step taken), ``since_best`` (iterations since ``best`` improved) and ``L_next``,
     the step guard's Cholesky factor of S at the next dual iterate (None: computed afresh).
     """
 
-    def __init__(self, tol: float, feas_tol: float, t0: float, time_limit, verbose: bool, info: dict):
+    def __init__(self, tol: float, feas_tol: float, t0: float, time_limit, verbose: bool, info: dict, backend=None):
         self.tol, self.feas_tol, self.t0, self.time_limit, self.verbose, self.info = (tol, feas_tol, t0, time_limit,
                                                                                      verbose, info)
+        self.backend = NUMPY_NEWTON if backend is None else backend
         self.best = None
         self.status = "inaccurate"
         self.gamma = GAMMA_START
@@ -165,7 +167,7 @@ class PathState:
             if reason:
                 self.info["stopped"] = reason
             return None
-        step = next_step(pb, x, du, mu, self.gamma, self.verbose, self.info, equal_steps)
+        step = next_step(pb, x, du, mu, self.gamma, self.verbose, self.info, equal_steps, self.backend)
         if step is None:
             return None
         x, self.L_next, self.gamma = step
@@ -229,10 +231,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     feas_tol : target constraint violation of W relative to ``1 + max |rhs|``
     max_iter, time_limit : limits; the best iterate is then returned with status "inaccurate"
     verbose : print one line per iteration
-    backend : None (default: numpy / scipy) or an object whose ``attach(pb)`` replaces the
-        :meth:`~attnsvm.svm.ipm.problem.Problem.newton_solver` of the reduced problem, e.g.
-        :class:`attnsvm.svm.torch_backend.TorchNewton` (the Schur complement, its factorization and the
-        Newton solves on a torch device); everything else, the stopping test and the result are the same
+    backend : None (default: numpy / scipy) or a Newton backend (the interface:
+        :class:`~attnsvm.svm.ipm.problem.NumpyNewton`), e.g. :class:`attnsvm.svm.torch_backend.TorchNewton` (the
+        Schur complement, its factorization and the Newton solves on a torch device); everything else, the
+        stopping test and the result are the same
 
     Returns
     -------
@@ -252,11 +254,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         return IPMResult("optimal", np.zeros((d1, d2)), lam, info)
     pb = red.pb
     if backend is not None:
-        backend.attach(pb)
         info["device"] = backend.name
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
                              red.M_init(W_init)))
-    path = PathState(tol, feas_tol, t0, time_limit, verbose, info)
+    path = PathState(tol, feas_tol, t0, time_limit, verbose, info, backend)
     best, status, it, x = path_following(pb, x, path, max_iter)
     return ipm_result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
 

@@ -7,7 +7,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from attnsvm.svm.ipm.linalg import chol, tri_inv
-from attnsvm.svm.ipm.problem import XY_DENSE_MAX, Dual, Iterate, Problem
+from attnsvm.svm.ipm.problem import NUMPY_NEWTON, XY_DENSE_MAX, Dual, Iterate, Problem
 from attnsvm.svm.ipm.steps import (CONGRUENT_BY_INVERSE_MAX, lmi_step, lp_step, psd_step, psd_step_low_rank, next_gamma,
                                    step_lengths)
 from attnsvm.svm.ipm.trace import trace, tracing
@@ -15,9 +15,10 @@ from attnsvm.svm.ipm.trace import trace, tracing
 
 class NewtonSystem:
     """The factorized Schur complement at an iterate and the HKM directions it gives; ``equal_steps``: the
-    primal and the dual take the same step length (:meth:`max_steps`)."""
+    primal and the dual take the same step length (:meth:`max_steps`); ``backend`` solves the Newton systems
+    (:class:`~attnsvm.svm.ipm.problem.NumpyNewton` describes the interface)."""
 
-    def __init__(self, pb: Problem, x: Iterate, du: Dual, equal_steps: bool = False):
+    def __init__(self, pb: Problem, x: Iterate, du: Dual, equal_steps: bool = False, backend=NUMPY_NEWTON):
         I = pb.I
         self.pb, self.x, self.du, self.equal_steps = pb, x, du, equal_steps
         self.factors = None                                       # the predictor's X Y = F Vt (see :meth:`direction`)
@@ -33,7 +34,7 @@ class NewtonSystem:
         else:
             diag = np.zeros(pb.N)
             diag[I] = self.s_lam
-        self.solve = pb.newton_solver(x, du, diag)
+        self.solve = backend.solver(pb, x, du, diag)
         # L^{-1} of X's factor for the primal step bounds of small X (see :func:`min_eig_congruent`)
         self.LXi = tri_inv(self.LX) if self.LX.shape[0] <= CONGRUENT_BY_INVERSE_MAX else None
         # A(Z^{-1}) = 2 a_k^T C b_k: on the distinct queries when the maps group rows (no A C), else from A C
@@ -122,12 +123,14 @@ def take_step(nw: NewtonSystem, d, ap: float, ad: float) -> Iterate:
     return Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, nw.G_next)
 
 
-def ipm_step(pb: Problem, x: Iterate, du: Dual, mu: float, gamma: float, verbose: bool, equal_steps: bool = False):
+def ipm_step(pb: Problem, x: Iterate, du: Dual, mu: float, gamma: float, verbose: bool, equal_steps: bool = False,
+             backend=NUMPY_NEWTON):
     """One Mehrotra predictor-corrector step from ``x``: ``(next iterate, L_next, next gamma)``, or None
     when neither step length reaches 1e-10 (no progress). Raises ``LinAlgError`` / ``ValueError`` at
     the numerical limit (the caller keeps its best iterate). ``equal_steps``: one step length for the
-    primal and the dual (before the step guard), else each its own."""
-    nw = NewtonSystem(pb, x, du, equal_steps)
+    primal and the dual (before the step guard), else each its own. ``backend``: the Newton systems' solver
+    (:class:`~attnsvm.svm.ipm.problem.NumpyNewton`)."""
+    nw = NewtonSystem(pb, x, du, equal_steps, backend)
     d, sigma = mehrotra_direction(nw, mu)
     ap, ad = step_lengths(nw, d, gamma)
     if max(ap, ad) < 1e-10:
@@ -140,11 +143,11 @@ def ipm_step(pb: Problem, x: Iterate, du: Dual, mu: float, gamma: float, verbose
     return take_step(nw, d, ap, ad), nw.L_next, next_gamma(min(ap, ad))
 
 
-def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False):
+def next_step(pb, x, du, mu, gamma, verbose, info, equal_steps: bool = False, backend=NUMPY_NEWTON):
     """:func:`ipm_step`, or None when the path ends here, with ``info["stopped"]`` saying why (a numerical
     limit, or no progress); the caller keeps its best iterate."""
     try:
-        step = ipm_step(pb, x, du, mu, gamma, verbose, equal_steps)
+        step = ipm_step(pb, x, du, mu, gamma, verbose, equal_steps, backend)
     except (np.linalg.LinAlgError, sla.LinAlgError, ValueError) as exc:
         info["stopped"] = f"numerical limit ({type(exc).__name__})"
         return None

@@ -56,8 +56,7 @@ class Problem:
 
     def newton_solver(self, x, du, diag):
         """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
-        at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy; :mod:`attnsvm.svm.torch_backend`
-        replaces this method to run it on a torch device)."""
+        at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy: the default backend, :class:`NumpyNewton`)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
         # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs ~0.1 CPU-s of
         # page faults at 6000 rows): a solver is used only until the next one is made (one NewtonSystem a step)
@@ -199,6 +198,27 @@ class Problem:
         rows share queries, which leaves two N x N x r products (``A H A^T``) per call instead of eight.
         """
         return self.schur_block(self.schur_parts(X11, X12, X22, du), slice(None), slice(None))
+
+
+class NumpyNewton:
+    """The default Newton backend of the interior-point method: :meth:`Problem.newton_solver` (numpy / scipy).
+
+    A backend is any object with a ``name`` (``info["device"]`` of a run given one) and ``solver(pb, x, du, diag)``:
+    a solver of the Newton system ``(M + diag(diag)) dlam = r`` at the iterate ``x`` (dual quantities ``du``) of
+    the problem ``pb``, M its Schur complement (:meth:`Problem.schur`), as a function of ``r (N,)`` that returns
+    ``dlam (N,)``, float64 numpy arrays both. A solver is used until the next one is made; the problem may change
+    between calls (the growing row set's joins and drops). :class:`attnsvm.svm.torch_backend.TorchNewton` runs
+    it on a torch device; the rest of the method is the same whatever the backend.
+    """
+
+    name = "numpy"
+
+    def solver(self, pb: Problem, x, du, diag):
+        return pb.newton_solver(x, du, diag)
+
+
+#: the backend of runs given none
+NUMPY_NEWTON = NumpyNewton()
 
 
 class Dual:
