@@ -104,3 +104,11 @@ def test_the_growing_row_set_hands_the_backend_each_changed_problem():
     assert sum(k > 0 for k in res.info["joined"]) >= 1                          # rows joined: the problem changed
     assert len(be.problems) >= 2 and be.calls > 0
     assert np.array_equal(res.W, plain.W) and np.array_equal(res.lam, plain.lam)
+
+
+def test_the_former_module_still_serves_its_public_names():
+    from attnsvm.svm import barrier
+
+    for name in barrier.__all__:
+        assert getattr(barrier, name) is getattr(ipm, name)
+    assert {"nuclear_ipm", "IPMResult", "singular_values", "spectral_norm", "row_space_basis"} <= set(barrier.__all__)

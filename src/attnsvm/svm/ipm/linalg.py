@@ -24,7 +24,7 @@ def query_basis(V: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 def distinct_rows(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(Vq (q, d), inv (N,))``: the distinct rows of ``V (N, d)`` in lexicographic order (as
     ``np.unique(V, axis=0)``) and the index of each row's in ``Vq`` (``V == Vq[inv]``); a lexsort, without
-    np.unique's structured-array overhead (~0.2 ms a call, which small solves feel)."""
+    np.unique's structured-array overhead, which small solves feel."""
     N = V.shape[0]
     if N == 0:
         return V[:0].copy(), np.zeros(0, np.intp)
@@ -54,13 +54,13 @@ def mT(a):
 
 
 #: the ufunc reductions of 1-D arrays in the iteration's hot spots, called directly: ``ndarray.min`` / ``max`` /
-#: ``sum`` reach the same reductions through a Python-level wrapper (~1-2 us a call, which small solves feel)
+#: ``sum`` reach the same reductions through a Python-level wrapper, which small solves feel
 min_reduce, max_reduce, add_reduce = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 
 
 @functools.lru_cache(maxsize=64)
 def eye(n: int) -> np.ndarray:
-    """The identity ``(n, n)``, read-only and cached (``np.eye`` costs a few us a call, which small solves feel)."""
+    """The identity ``(n, n)``, read-only and cached (a fresh ``np.eye`` a call is overhead small solves feel)."""
     out = np.eye(n)
     out.flags.writeable = False
     return out
@@ -90,7 +90,7 @@ def z_half(G, C, Si):
 
 def chol(S):
     """Lower Cholesky factor of the symmetric ``S (n, n)``, or None if S is not (numerically) positive
-    definite (LAPACK potrf directly: numpy's wrapper costs ~25 us a call, which small solves feel)."""
+    definite (LAPACK potrf directly: numpy's wrapper costs more than a small factorization)."""
     if S.shape[0] == 0:
         return np.zeros((0, 0))
     L, info = sla.lapack.dpotrf(S, lower=1, clean=1)
@@ -119,7 +119,7 @@ def eig_min(K) -> float:
 
 def svd(M):
     """The thin SVD ``(U (m, k), s (k,), Vt (k, n))``, ``k = min(m, n)``, of a non-empty ``M (m, n)``: LAPACK gesdd
-    directly (what ``np.linalg.svd(M, full_matrices=False)`` computes, ~10 us a call less), numpy's if it does
+    directly (what ``np.linalg.svd(M, full_matrices=False)`` computes, with less call overhead), numpy's if it does
     not converge."""
     u, s, vt, info = sla.lapack.dgesdd(M, compute_uv=1, full_matrices=0)
     if info != 0:
@@ -129,7 +129,7 @@ def svd(M):
 
 def singular_values(M) -> np.ndarray:
     """The singular values of ``M (m, n)``, largest first: ``(min(m, n),)`` (LAPACK gesdd directly, numpy's
-    SVD if it does not converge; ``np.linalg.norm(M, 2)`` and ``np.linalg.svd`` cost ~10-20 us more a call,
+    SVD if it does not converge; ``np.linalg.norm(M, 2)`` and ``np.linalg.svd`` cost more call overhead,
     which small solves feel)."""
     if M.size == 0:
         return np.zeros(0)
@@ -168,7 +168,7 @@ def tri_inv(L):
 
 def trsm(L, B, trans: int = 0):
     """``L^{-1} B`` (``L^{-T} B`` with ``trans=1``) for lower triangular ``L`` (LAPACK trtrs directly:
-    scipy's wrapper costs ~60 us a call)."""
+    scipy's wrapper costs more than a small solve)."""
     X, info = sla.lapack.dtrtrs(L, B, lower=1, trans=trans)
     if info != 0:
         raise np.linalg.LinAlgError(f"triangular solve failed (trtrs info {info})")
@@ -185,7 +185,7 @@ def potrs(F, B, lower: bool):
 
 def blocks(X11, X12, X22):
     """``[[X11, X12], [X12^T, X22]]`` of matrices or stacks of them (one allocation; np.block costs
-    ~80 us a call)."""
+    more than the copies)."""
     r1 = X11.shape[-1]
     n = r1 + X22.shape[-1]
     X = np.empty(X12.shape[:-2] + (n, n))

@@ -116,10 +116,8 @@ def take_step(nw: NewtonSystem, d, ap: float, ad: float) -> Iterate:
     x = nw.x
     dlam, dG, dX, ds = d
     # G at the new lam: the guard's (pb.Gmap; on grouped rows the per-query sum, which Dual's A^T diag(lam) Bm equals
-    # up to rounding at N r1 r2 multiply-adds), the one the guard's Cholesky factor L_next of S belongs to. Measured
-    # against a545b24 (benchmarks/nuclear_steps.py --baseline-rev, the probe's grown rounds of layer 3, one thread,
-    # loaded): at 512 sentences 86.6 vs 91.6 CPU-s for heads 3, 0 and their nulls, same iterations; head 3's null at
-    # 1000, 95.5 vs 97.3 CPU-s (34 iterations against 33: the last bits of G move the path)
+    # up to rounding), the one the guard's Cholesky factor L_next of S belongs to: recomputing it would cost N r1 r2
+    # multiply-adds a step and move the path by its last bits (docs/guide/performance.md, "The step guard's G kept")
     return Iterate.full(x.lam + ad * dlam, nw.X_next, nw.pb.r1, x.s + ap * ds, nw.LX_next, nw.G_next)
 
 

@@ -58,8 +58,9 @@ class Problem:
         """Solver of the Newton system ``(M + diag(diag)) dlam = r``, M the Schur complement (:meth:`schur`)
         at the iterate ``x``: a function of ``r (N,)`` (numpy / scipy: the default backend, :class:`NumpyNewton`)."""
         parts = self.schur_parts(x.X11, x.X12, x.X22, du)
-        # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs ~0.1 CPU-s of
-        # page faults at 6000 rows): a solver is used only until the next one is made (one NewtonSystem a step)
+        # the N x N triangle's memory is kept for the next iteration's system (a fresh one costs its page faults
+        # again, a noticeable share of a step at thousands of rows): a solver is used only until the next one is made
+        # (one NewtonSystem a step)
         buf = getattr(self, "_schur_buf", None)
         if buf is None or buf.shape[0] != self.N:
             buf = self._schur_buf = np.empty((self.N, self.N))

@@ -97,13 +97,9 @@ def min_eig_congruent(L, dX, Li=None) -> float:
 
 
 #: :func:`psd_step` finds ``lambda_min(L^{-1} dX L^{-T})`` densely (sygst and a subset eigensolver) up to this size,
-#: by Lanczos (:func:`lanczos_min`) beyond. Measured on the correctors' directions of exported real-minilm-heads
-#: instances (benchmarks/nuclear_steps.py --export; one thread, loaded machine): at n = 202 dense 1.5-1.9 ms a call,
-#: ARPACK 2.5-2.7; at n = 315 dense 5.8-6.1, ARPACK 3.6-4.5 (Ritz values within 2.5e-10 relative of the dense ones).
-#: :func:`lanczos_min` on 48 correctors' directions of layer 3's 16-sentence Gen-SVMs (n = 315): 1.1-1.3 ms a call
-#: against dense 4.2-5.1 and ARPACK with ``L^{-1}`` 2.8-3.9 (its trtri included), 15.5 steps on average. On random
-#: symmetric directions (a dense spectrum at its lower end) it takes 25-38 steps and the dense solver is faster up to
-#: n = 315: the threshold stays where ARPACK put it
+#: by Lanczos (:func:`lanczos_min`) beyond: the dense cost grows as n^3, Lanczos converges in a few tens of products
+#: on the correctors' directions, and on directions with a dense lower spectrum (more Lanczos steps) the dense solver
+#: stays faster up to about this size (docs/guide/performance.md, "The corrector's primal bound by our own Lanczos")
 PSD_STEP_DENSE_MAX = 256
 
 #: :func:`lanczos_min` accepts a Ritz pair whose residual is at most this times ``max(|theta|, eps^(2/3))``
