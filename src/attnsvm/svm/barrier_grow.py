@@ -126,6 +126,83 @@ def _drop(allr: RowSet, rows: np.ndarray, x: Iterate, slack: float, small: float
     return rows2, pb, Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
 
 
+#: the subset is checked against all rows at every iteration once the relative gap is below this (and when it is solved)
+_CHECK_GAP = 0.1
+
+
+class _Growth:
+    """The growing subset of one run of :func:`nuclear_ipm_grow`: its rows (indices, ascending), the rules for rows
+    that join and leave, and the run's record of them (``joined``, ``dropped``, ``checks``, ``max_size``;
+    ``info["late_joins"]``).
+
+    Rows leave between the gaps ``100 tol`` and 1e-3 when their slack exceeds 0.5% of ``1 + max |rhs|`` and their
+    multiplier is below 1e-3 of the largest (at least 5% of the subset at once). The slack bar sits below the band's
+    width (:data:`_JOIN_BAND`), so the band's rows that stay inactive can leave; at 5% they stayed, at 0.05% dropped
+    rows came back (docs/guide/performance.md, "Nuclear iterations"). Rows still violated by more than 1e-3 below
+    the gap 1e-4 join ``late_joins`` times, then are left to the caller.
+    """
+
+    def __init__(self, allr: RowSet, rows: np.ndarray, tol: float, feas_tol: float, max_rows, late_joins: int,
+                 info: dict):
+        self.allr, self.rows, self.feas_tol, self.max_rows, self.info = allr, rows, feas_tol, max_rows, info
+        # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
+        self.vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
+        self.drop_low, self.drop_gap, self.drop_slack, self.drop_small, self.drop_least = (100.0 * tol, 1e-3, 0.005,
+                                                                                           1e-3, 0.05)
+        self.late_gap, self.late_viol, self.late_left = 1e-4, 1e-3, int(late_joins)
+        info["late_joins"] = 0
+        self.joined: list = []
+        self.dropped: list = []
+        self.checks = 0
+        self.max_size = rows.size
+
+    def check(self, pb: Problem, x: Iterate, path: PathState, gap: float, viol: float, mu: float, optimal: bool):
+        """Check all rows against the iterate ``x`` of the subset's problem ``pb`` (the best iterate when
+        ``optimal``): ``"stop"`` when the run ends optimal and leaves violated rows to the caller, ``(pb, x)`` the
+        changed subset's problem and iterate when rows joined or left (``path`` restarted), else None."""
+        allr, N, vscale, rows, info = self.allr, self.allr.N, self.vscale, self.rows, self.info
+        self.checks += 1
+        X12 = path.best[3] if optimal else x.X12
+        thr = max(2.0 * viol, 10.0 * self.feas_tol) * vscale
+        in_set = np.isin(np.arange(N), rows)
+        new, vmax = _violated(allr, X12, in_set, thr)
+        late = gap < self.late_gap and vmax > self.late_viol * vscale
+        too_many = self.max_rows is not None and rows.size + new.size > self.max_rows
+        if late and self.late_left > 0 and not too_many:     # join now: cheaper than a further round
+            late, self.late_left = False, self.late_left - 1
+            info["late_joins"] += 1
+        if too_many or late:
+            if optimal and new.size:        # leave these rows to the caller's next round
+                path.status = "optimal"
+                info["stopped"] = "rows left to join"
+                self.joined.append(-int(new.size))
+                return "stop"
+            new = new[:0]
+        if new.size:
+            new = _with_band(allr, X12, in_set, new, vscale, (N if self.max_rows is None else self.max_rows)
+                             - rows.size - new.size)
+        self.joined.append(int(new.size))
+        changed = None
+        if self.drop_low < gap <= self.drop_gap and not optimal:
+            out = _drop(allr, rows, x, self.drop_slack * vscale, self.drop_small, self.drop_least)
+            if out is not None:
+                self.dropped.append(int(rows.size - out[0].size))
+                if tracing():
+                    trace("drop", rows=self.dropped[-1], N=int(out[0].size))
+                self.rows, pb, x = out
+                path.restart()
+                changed = (pb, x)
+        if new.size:
+            self.rows, pb, x = _join(allr, self.rows, x, new, mu)
+            if tracing():
+                trace("join", rows=int(new.size), N=int(self.rows.size))
+            self.max_size = max(self.max_size, self.rows.size)
+            path.restart()
+            path.status = "inaccurate"
+            changed = (pb, x)
+        return changed
+
+
 def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
                      *, lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-8,
                      feas_tol: float = 1e-10, max_iter: int = 200, max_rows: int | None = None,
@@ -168,70 +245,21 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         info["device"] = backend.name
     red = allr.reduction(pb, rows)
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
-    # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
-    vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
     path = PathState(tol, feas_tol, t0, time_limit, verbose, info, backend)
-    next_check = 1e-1
-    joined: list = []
-    dropped: list = []
-    max_size = rows.size
-    # rows leave between these gaps when their slack exceeds 0.5% of the largest |rhs| and their multiplier is
-    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join once (late_joins),
-    # then only when nearly satisfied. The slack bar sits below the band's width (0.05, _with_band), so the band's
-    # rows that stay inactive can leave; 5% kept them (and 0.05% dropped rows that came back: a second round);
-    # measured in docs/guide/performance.md ("Nuclear iterations")
-    drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.005, 1e-3, 0.05
-    late_gap, late_viol = 1e-4, 1e-3
-    late_left = int(late_joins)
-    info["late_joins"] = 0
-    checks = 0
+    grow = _Growth(allr, rows, tol, feas_tol, max_rows, late_joins, info)
     it = 0
     for it in range(1, max_iter + 1):
-        ev = path.evaluate(pb, x, it, rows.size)
+        ev = path.evaluate(pb, x, it, grow.rows.size)
         if ev is None:
             break
         du, mu, (_, _, gap, viol), test = ev
         optimal, _, reason = test
-        if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
-            checks += 1
-            X12 = path.best[3] if optimal else x.X12
-            thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
-            in_set = np.isin(np.arange(N), rows)
-            new, vmax = _violated(allr, X12, in_set, thr)
-            late = gap < late_gap and vmax > late_viol * vscale
-            too_many = max_rows is not None and rows.size + new.size > max_rows
-            if late and late_left > 0 and not too_many:     # join now: cheaper than a further round
-                late, late_left = False, late_left - 1
-                info["late_joins"] += 1
-            if too_many or late:
-                if optimal and new.size:        # leave these rows to the caller's next round
-                    path.status = "optimal"
-                    info["stopped"] = "rows left to join"
-                    joined.append(-int(new.size))
-                    break
-                new = new[:0]
-            if new.size:
-                new = _with_band(allr, X12, in_set, new, vscale, (N if max_rows is None else max_rows)
-                                 - rows.size - new.size)
-            joined.append(int(new.size))
-            next_check = 1e-1
-            if drop_low < gap <= drop_gap and not optimal:
-                out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
-                if out is not None:
-                    dropped.append(int(rows.size - out[0].size))
-                    if tracing():
-                        trace("drop", rows=dropped[-1], N=int(out[0].size))
-                    rows, pb, x = out
-                    path.restart()
-                    if not new.size:
-                        continue
-            if new.size:
-                rows, pb, x = _join(allr, rows, x, new, mu)
-                if tracing():
-                    trace("join", rows=int(new.size), N=int(rows.size))
-                max_size = max(max_size, rows.size)
-                path.restart()
-                path.status = "inaccurate"
+        if (gap <= _CHECK_GAP or optimal) and reason != "time limit":
+            changed = grow.check(pb, x, path, gap, viol, mu, optimal)
+            if changed == "stop":
+                break
+            if changed is not None:
+                pb, x = changed
                 continue
         x_next = path.advance(pb, x, du, mu, test)
         if x_next is None:
@@ -239,7 +267,8 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         x = x_next
     else:
         info["stopped"] = "iteration limit"
-    info.update(joined=joined, dropped=dropped, checks=checks, max_rows=int(max_size))
+    rows = grow.rows
+    info.update(joined=grow.joined, dropped=grow.dropped, checks=grow.checks, max_rows=int(grow.max_size))
     red = allr.reduction(pb, rows)
     res = ipm_result(red, path.final_best(pb, x), path.status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
     mask = np.zeros(N, bool)
