@@ -55,8 +55,9 @@ The step bounds are one eigenvalue each of a congruent matrix (the primal one fo
 up to ``r1 + r2 = 64`` by products with the inverse of X's factor; the dual one, up to ``r1 + r2 = 64``, from
 the inverse of S's factor; beyond 64 the dual one by bisection on Cholesky tests), the dual one after a Cholesky
 test of the full (capped) dual step. Beyond 64 the predictor's primal bound comes from a small exact problem
-(its ``dX`` is ``-X`` plus a low-rank term, :func:`psd_step_low_rank`), and beyond 256 the corrector's is a
-Lanczos Ritz value (:data:`PSD_STEP_DENSE_MAX`, :func:`lanczos_min`). The dual step guard's ``G`` travels with the iterate too.
+(its ``dX`` is ``-X`` plus a low-rank term, :func:`~attnsvm.svm.ipm.steps.psd_step_low_rank`), and beyond 256
+the corrector's is a Lanczos Ritz value (:data:`~attnsvm.svm.ipm.steps.PSD_STEP_DENSE_MAX`,
+:func:`~attnsvm.svm.ipm.steps.lanczos_min`). The dual step guard's ``G`` travels with the iterate too.
 Up to 1024 rows the primal and the dual take the same step length (the dual bound is then sought below the
 primal one), beyond each its own (:data:`EQUAL_STEPS_MAX_ROWS`).
 

@@ -35,7 +35,7 @@ class NewtonSystem:
             diag = np.zeros(pb.N)
             diag[I] = self.s_lam
         self.solve = backend.solver(pb, x, du, diag)
-        # L^{-1} of X's factor for the primal step bounds of small X (see :func:`min_eig_congruent`)
+        # L^{-1} of X's factor for the primal step bounds of small X (see :func:`~attnsvm.svm.ipm.steps.min_eig_congruent`)
         self.LXi = tri_inv(self.LX) if self.LX.shape[0] <= CONGRUENT_BY_INVERSE_MAX else None
         # A(Z^{-1}) = 2 a_k^T C b_k: on the distinct queries when the maps group rows (no A C), else from A C
         self.g = 2.0 * (np.einsum("kj,kj->k", du.AC, pb.Bm) if pb.E is None else pb.amap(du.C))

@@ -352,7 +352,7 @@ def start_point(pb, lam_init, M_init):
 
 @dataclass
 class Reduction:
-    """The reduced, scaled problem of :func:`nuclear_ipm` and the maps back to the caller's rows.
+    """The reduced, scaled problem of :func:`~attnsvm.svm.ipm.driver.nuclear_ipm` and the maps back to the caller's rows.
 
     ``pb`` holds the live rows (``u_k w_k^T != 0``) in the bases: ``A (N', r1)`` (``U`` itself, or
     ``U P`` with ``P (d1, r1)`` when ``d1 > N``) and ``Bm = V B`` with ``B (d2, r2)``, rows divided

@@ -179,7 +179,8 @@ def psd_step(L, dX, cap, Li=None):
 
 def psd_step_low_rank(L, F, Vt, cap):
     """Largest ``alpha <= cap`` with ``X + alpha dX >= 0`` for ``X = L L^T > 0`` (n x n) and the predictor's
-    direction ``dX = sym(F Vt) - X`` (``F (n, m)``, ``Vt (m, n)``, ``2 m < n``; :meth:`Problem.XY_factors`).
+    direction ``dX = sym(F Vt) - X`` (``F (n, m)``, ``Vt (m, n)``, ``2 m < n``;
+    :meth:`~attnsvm.svm.ipm.problem.Problem.XY_factors`).
 
     ``L^{-1} dX L^{-T} = -I + (a b^T + b a^T) / 2`` with ``[a, b] = L^{-1} [F, Vt^T]``: a rank-``2 m``
     perturbation of ``-I``. With the thin QR ``[a, b] = W R`` its eigenvalues are ``-1 + `` those of
