@@ -74,11 +74,12 @@ def main():
     offline_threads(1)
     import numpy as np
 
-    from attnsvm.svm import barrier, gen_constraints, solve
+    from attnsvm.svm import gen_constraints, solve
+    from attnsvm.svm.ipm import Problem
 
     want = set(args.systems) | {k - 1 for k in args.systems}
     state = {"k": 0, "prev": None}
-    orig = barrier._Problem.newton_solver
+    orig = Problem.newton_solver
 
     def fmt(it):
         return f">{args.maxit}" if it > args.maxit else str(it)
@@ -121,7 +122,7 @@ def main():
               f"cond {w[-1] / max(w[0], 1e-300):.1e}", flush=True)
         return solver
 
-    barrier._Problem.newton_solver = analysed
+    Problem.newton_solver = analysed
     with np.load(args.case) as f:
         cs = gen_constraints(f["X"], f["Z"], f["selected"], valid=f["valid"])
     sol = solve(cs, "nuclear", formulation="gen", method="working_set")

@@ -1,4 +1,4 @@
-"""Benchmark: the nuclear IPM (``barrier.nuclear_ipm``) on exported instances of the probe, against a baseline revision.
+"""Benchmark: the nuclear IPM (``ipm.nuclear_ipm``) on exported instances of the probe, against a baseline revision.
 
 Usage:
   python benchmarks/nuclear_steps.py --export DIR [probe_cost.py options]   # write DIR/inst_*.npz
@@ -88,7 +88,7 @@ def export_grown(out: str, cases: list) -> None:
 
 def _solve(z):
     """``nuclear_ipm`` (or ``nuclear_ipm_grow`` when the file has a ``start`` array) on the arrays of one file."""
-    from attnsvm.svm.barrier import nuclear_ipm
+    from attnsvm.svm.ipm import nuclear_ipm
     from attnsvm.svm.barrier_grow import nuclear_ipm_grow
 
     if "start" in z.files:
@@ -102,7 +102,7 @@ def child(files: list) -> None:
     """Solve each file once; emit per file the CPU seconds, status, iterations, reduced shape and ||W||_*."""
     import numpy as np
 
-    from attnsvm.svm.barrier import singular_values
+    from attnsvm.svm.ipm import singular_values
 
     rows = []
     for f in files:

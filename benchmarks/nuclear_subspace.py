@@ -36,19 +36,20 @@ from _offline import offline_threads
 
 
 class _Split:
-    """Process CPU seconds spent inside some functions of :mod:`attnsvm.svm.barrier` (wrapped while active)."""
+    """Process CPU seconds spent inside some functions of :mod:`attnsvm.svm.ipm` (wrapped while active)."""
 
-    PARTS = {"schur": ("_Problem", "schur_block"), "chol": (None, "_chol_upper_in_place"),
-             "dual": ("_Dual", "__init__"), "dirs": ("_Problem", "XY"), "factors": ("_Problem", "schur_parts")}
+    PARTS = {"schur": ("problem", "Problem", "schur_block"), "chol": ("linalg", None, "chol_upper_in_place"),
+             "dual": ("problem", "Dual", "__init__"), "dirs": ("problem", "Problem", "XY"),
+             "factors": ("problem", "Problem", "schur_parts")}
 
     def __init__(self):
-        from attnsvm.svm import barrier
+        from attnsvm.svm.ipm import linalg, problem
 
-        self.barrier, self.cpu, self.saved = barrier, dict.fromkeys(self.PARTS, 0.0), []
+        self.modules, self.cpu, self.saved = {"linalg": linalg, "problem": problem}, dict.fromkeys(self.PARTS, 0.0), []
 
     def __enter__(self):
-        for name, (cls, fn) in self.PARTS.items():
-            owner = getattr(self.barrier, cls) if cls else self.barrier
+        for name, (mod, cls, fn) in self.PARTS.items():
+            owner = getattr(self.modules[mod], cls) if cls else self.modules[mod]
             orig = getattr(owner, fn)
             self.saved.append((owner, fn, orig))
             setattr(owner, fn, self._timed(name, orig))

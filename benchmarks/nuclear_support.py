@@ -13,7 +13,7 @@ formulation="gen", method="working_set")``) and prints, per (head, m): the rows 
 optimum with ``margin <= rhs (1 + b)`` and how many support rows they hold.
 
 Unless ``--no-loose``: the "loose first solve" prediction of the support. The interior-point method
-(:func:`attnsvm.svm.barrier.nuclear_ipm`, from the Frobenius start) on the first set to a relative gap of
+(:func:`attnsvm.svm.ipm.nuclear_ipm`, from the Frobenius start) on the first set to a relative gap of
 ``--loose-gap``; the predicted set is the equality rows, the rows whose multiplier is above 1e-2 of the largest and
 every inequality row of all N with ``margin <= rhs (1 + --band)`` under that loose W; then one exact solve
 (:func:`attnsvm.svm.nuclear.solve_nuclear`, gap 1e-8) on the predicted set. It prints the CPU of both steps, the
@@ -63,7 +63,7 @@ def _loose_prediction(cs, first, sup, loose_gap: float, band: float) -> str:
     """The loose-first-solve experiment of the module docstring, as one printed line."""
     import numpy as np
 
-    from attnsvm.svm.barrier import nuclear_ipm
+    from attnsvm.svm.ipm import nuclear_ipm
     from attnsvm.svm.nuclear import solve_nuclear
     from attnsvm.svm.working_set import solve_frobenius_ws
 

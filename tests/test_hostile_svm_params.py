@@ -16,7 +16,7 @@ from attnsvm.errors import ResourceLimitError
 from attnsvm.svm import (solve_gen_svm, solve_p_svm, solve_seq_svm, solve_soft_svm, solve_svm, solve_svm_batch,
                          solve_v_svm)
 from attnsvm.svm.analysis import enumerate_locally_optimal, matrix_rank, separation_delta, support_indices
-from attnsvm.svm.barrier import nuclear_ipm
+from attnsvm.svm.ipm import nuclear_ipm
 from attnsvm.svm.constraints import att_constraints
 from attnsvm.svm.frobenius import solve_frobenius
 from attnsvm.svm.nuclear import solve_nuclear

@@ -7,7 +7,7 @@ import pytest
 from attnsvm.errors import ValidationError
 from attnsvm.generators import random_problem
 from attnsvm.svm import gen_constraints, solve_svm, solve_svm_batch
-from attnsvm.svm.barrier import _blocks as _block
+from attnsvm.svm.ipm import blocks as _block
 from attnsvm.svm.barrier_batch import _lmi_steps, _psd_steps
 from attnsvm.svm.constraints import att_constraints
 from attnsvm.svm.nuclear import solve_nuclear, solve_nuclear_batch

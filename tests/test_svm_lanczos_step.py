@@ -5,7 +5,8 @@ then."""
 import numpy as np
 import pytest
 
-from attnsvm.svm import barrier as br
+from attnsvm.svm.ipm import linalg as ipm_linalg
+from attnsvm.svm.ipm import steps as ipm_steps
 
 
 def _known(rng, n, spectrum):
@@ -27,7 +28,7 @@ def test_lanczos_min_is_the_smallest_eigenvalue_to_its_tolerance(case):
         lam = lam + 1.5 - lam[0]
     K = _known(rng, n, lam)
     K = 0.5 * (K + K.T)
-    theta = br._lanczos_min(lambda v: K @ v, rng.standard_normal(n), n)
+    theta = ipm_steps.lanczos_min(lambda v: K @ v, rng.standard_normal(n), n)
     lmin = np.linalg.eigvalsh(K)[0]
     assert theta is not None
     assert theta >= lmin - 1e-12 * abs(lmin)
@@ -39,21 +40,21 @@ def test_lanczos_min_refuses_when_it_does_not_converge():
     rng = np.random.default_rng(4)
     n = 300
     K = _known(rng, n, np.linspace(-1.0, 1.0, n))
-    assert br._lanczos_min(lambda v: K @ v, rng.standard_normal(n), 3) is None
+    assert ipm_steps.lanczos_min(lambda v: K @ v, rng.standard_normal(n), 3) is None
 
 
 def test_psd_step_falls_back_to_the_dense_bound_when_lanczos_refuses(monkeypatch):
     """Beyond ``_PSD_STEP_DENSE_MAX``: the Lanczos bound agrees with the dense one; when Lanczos refuses (None) the
     bound is the dense one exactly."""
     rng = np.random.default_rng(5)
-    n = br._PSD_STEP_DENSE_MAX + 40
+    n = ipm_steps.PSD_STEP_DENSE_MAX + 40
     R = rng.standard_normal((n, n))
     X = R @ R.T / n + 0.1 * np.eye(n)
-    L = br._chol(X)
+    L = ipm_linalg.chol(X)
     D = rng.standard_normal((n, n))
     D = D + D.T
-    dense = min(1.0, -1.0 / br._min_eig_congruent(L, D))
+    dense = min(1.0, -1.0 / ipm_steps.min_eig_congruent(L, D))
     assert dense < 1.0
-    assert br._psd_step(L, D, 1.0) == pytest.approx(dense, rel=1e-8)
-    monkeypatch.setattr(br, "_lanczos_min", lambda mv, v0, k: None)
-    assert br._psd_step(L, D, 1.0) == dense
+    assert ipm_steps.psd_step(L, D, 1.0) == pytest.approx(dense, rel=1e-8)
+    monkeypatch.setattr(ipm_steps, "lanczos_min", lambda mv, v0, k: None)
+    assert ipm_steps.psd_step(L, D, 1.0) == dense

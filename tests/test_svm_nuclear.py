@@ -15,7 +15,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.generators import random_problem
 from attnsvm.svm import solve_fin, solve_gen_svm, solve_seq_svm, solve_svm
 from attnsvm.svm.analysis import matrix_rank
-from attnsvm.svm.barrier import _Dual, _Problem, nuclear_ipm
+from attnsvm.svm.ipm import Dual, Problem, nuclear_ipm
 from attnsvm.svm import att_constraints, gen_constraints
 from attnsvm.svm.nuclear import solve_nuclear
 from svm_reference import reference_att_svm, reference_gen_svm
@@ -189,10 +189,10 @@ def test_schur_complement_formula():
     rng = np.random.default_rng(1)
     N, r1, r2 = 12, 5, 3
     A, Bm = rng.standard_normal((N, r1)), rng.standard_normal((N, r2))
-    pb = _Problem(A, Bm, np.ones(N), np.zeros(N, bool))
+    pb = Problem(A, Bm, np.ones(N), np.zeros(N, bool))
     lam = rng.random(N)
     lam *= 0.7 / np.linalg.norm(pb.Gmap(lam), 2)
-    du = _Dual(A, Bm, lam)
+    du = Dual(A, Bm, lam)
     R = rng.standard_normal((r1 + r2, r1 + r2))
     X = R @ R.T + np.eye(r1 + r2)
     M = pb.schur(X[:r1, :r1], X[:r1, r1:], X[r1:, r1:], du)
@@ -221,21 +221,21 @@ def test_schur_complement_on_distinct_queries_matches_its_definition(monkeypatch
     """The IPM's N x N Schur complement M_kl = <A_k, X A_l Z^{-1}>: built on the distinct queries
     (rows sharing a query, as one query per sample gives; grouped here from 60 rows on) it equals the
     product of the full block matrices, and the path without groups gives the same matrix."""
-    from attnsvm.svm import barrier as br
+    from attnsvm.svm.ipm import problem as ipm_problem
 
-    monkeypatch.setattr(br, "_GROUPED_MIN_ROWS", 60)
+    monkeypatch.setattr(ipm_problem, "GROUPED_MIN_ROWS", 60)
 
     rng = np.random.default_rng(3)
     U = rng.standard_normal((60, 7))
     V = np.repeat(rng.standard_normal((12, 5)), 5, axis=0)[rng.permutation(60)]  # 12 queries, 5 rows each, mixed
-    red = br._reduce(U, V, np.ones(60), np.zeros(60, bool), {})
+    red = ipm_problem.reduce_problem(U, V, np.ones(60), np.zeros(60, bool), {})
     pb = red.pb
     assert pb.qidx is not None and pb.Bq.shape[0] == 12
-    x = br._Iterate(*br._start(pb, None, None))
-    du = br._Dual(pb.A, pb.Bm, x.lam)
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
+    du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
     M = pb.schur(x.X11, x.X12, x.X22, du)
-    M_plain = br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq).schur(x.X11, x.X12, x.X22, du)
-    assert br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq).qidx is None
+    M_plain = ipm_problem.Problem(pb.A, pb.Bm, pb.rhs, pb.eq).schur(x.X11, x.X12, x.X22, du)
+    assert ipm_problem.Problem(pb.A, pb.Bm, pb.rhs, pb.eq).qidx is None
     np.testing.assert_allclose(M, M_plain, rtol=1e-12, atol=1e-13 * np.abs(M_plain).max())
     r1, r2 = pb.r1, pb.r2
     X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
@@ -268,9 +268,9 @@ def _lmi_step_by_definition(G, dG, cap):
 def test_dual_step_bound_is_the_distance_to_the_spectral_ball(eig_max, monkeypatch):
     """The dual step of the IPM (exact from one eigenvalue for small reduced sizes, bisection on Cholesky
     tests beyond) is where ||G + alpha dG||_2 reaches 1; a wrong congruence would miss it."""
-    from attnsvm.svm import barrier
+    from attnsvm.svm.ipm import steps as ipm_steps
 
-    monkeypatch.setattr(barrier, "_LMI_EIG_MAX", eig_max)
+    monkeypatch.setattr(ipm_steps, "LMI_EIG_MAX", eig_max)
     rng = np.random.default_rng(4)
     hit = 0
     for _ in range(40):
@@ -278,7 +278,7 @@ def test_dual_step_bound_is_the_distance_to_the_spectral_ball(eig_max, monkeypat
         G = rng.standard_normal((r1, r2))
         G *= rng.uniform(0.1, 0.95) / np.linalg.norm(G, 2)
         dG = rng.standard_normal((r1, r2)) * rng.uniform(0.05, 4.0)
-        a = barrier._lmi_step(G, dG, 1.0, rtol=1e-9)
+        a = ipm_steps.lmi_step(G, dG, 1.0, rtol=1e-9)
         ref = _lmi_step_by_definition(G, dG, 1.0)
         assert a == pytest.approx(ref, rel=1e-6, abs=1e-12)
         hit += a < 1.0
@@ -286,10 +286,10 @@ def test_dual_step_bound_is_the_distance_to_the_spectral_ball(eig_max, monkeypat
 
 
 def test_cholesky_helper_refuses_indefinite_matrices():
-    from attnsvm.svm.barrier import _chol
+    from attnsvm.svm.ipm import chol
 
     A = np.array([[2.0, 1.0], [1.0, 2.0]])
-    L = _chol(A)
+    L = chol(A)
     assert np.allclose(L @ L.T, A) and np.allclose(np.triu(L, 1), 0)
-    assert _chol(np.array([[1.0, 2.0], [2.0, 1.0]])) is None
-    assert _chol(np.array([[1.0, 0.0], [0.0, np.nan]])) is None
+    assert chol(np.array([[1.0, 2.0], [2.0, 1.0]])) is None
+    assert chol(np.array([[1.0, 0.0], [0.0, np.nan]])) is None

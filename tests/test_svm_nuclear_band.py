@@ -9,7 +9,7 @@ import pytest
 import attnsvm.svm.barrier_grow as bg
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
-from attnsvm.svm.barrier import nuclear_ipm
+from attnsvm.svm.ipm import RowSet, nuclear_ipm
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear
 
 
@@ -70,7 +70,7 @@ def test_trace_steps_and_the_primal_residual_shrink_by_one_minus_the_step(trace,
 
 def _all_rows(seed=2, n=40):
     cs, _ = _case(seed, n=n).normalized()
-    allr = bg._AllRows(cs.U, cs.V, cs.rhs, cs.is_equality)
+    allr = RowSet(cs.U, cs.V, cs.rhs, cs.is_equality)
     rng = np.random.default_rng(seed)
     # an iterate that violates some rows and nearly meets others: the scaled optimum, shrunk
     res = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)

@@ -178,20 +178,21 @@ def test_the_all_rows_start_converges_under_rounding_level_perturbations(case_se
 def test_the_merit_of_a_far_infeasible_iterate_is_its_own_not_a_clean_up(monkeypatch):
     # the least-norm clean-up repairs rounding-level violations near the end (|gap| <= 10 tol); at the all-rows start
     # (M = 0: every row violated by 1/2, the gap far below -10 tol) the merit is the iterate's violation itself
-    import attnsvm.svm.barrier as br
+    from attnsvm.svm.ipm import driver as ipm_driver
+    from attnsvm.svm.ipm import problem as ipm_problem
 
     cs = _case(3, n=40)
     cs_n, _ = cs.normalized()
-    red = br._reduce(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, {})
+    red = ipm_problem.reduce_problem(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, {})
     pb = red.pb
-    x = br._Iterate(*br._start(pb, None, None))
-    du = br._Dual(pb.A, pb.Bm, x.lam)
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
+    du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
     calls = []
-    real = br._clean_primal
-    monkeypatch.setattr(br, "_clean_primal", lambda *a: calls.append(1) or real(*a))
-    best, merit, mu, (nuc, dobj, gap, viol) = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    real = ipm_driver.clean_primal
+    monkeypatch.setattr(ipm_driver, "clean_primal", lambda *a: calls.append(1) or real(*a))
+    best, merit, mu, (nuc, dobj, gap, viol) = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
     assert gap < -1.0 and not calls
     assert viol == pytest.approx(0.5, rel=1e-12) and merit == viol == best[0]
     # within 10 tol of a zero gap the clean-up runs (tol = 1 here puts this iterate's gap inside)
-    br._measure(pb, x, du, None, 1.0, 1e-10)
+    ipm_driver.measure(pb, x, du, None, 1.0, 1e-10)
     assert calls

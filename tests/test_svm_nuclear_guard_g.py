@@ -1,10 +1,10 @@
-"""The dual iterate after a step (svm/barrier.py ``_take_step``): G is the step guard's, on grouped rows too, and the
+"""The dual iterate after a step (svm/ipm/newton.py ``take_step``): G is the step guard's, on grouped rows too, and the
 Cholesky factor of S handed on with it is that G's."""
 
 import numpy as np
 import pytest
 
-import attnsvm.svm.barrier as b
+import attnsvm.svm.ipm.driver as b
 import attnsvm.svm.barrier_grow as bg
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
@@ -19,7 +19,7 @@ def _case(seed=2, n=40, T=16, d=6):
 class _Spy:
     def __init__(self, monkeypatch, module):
         self.made = []
-        real = b._Dual
+        real = b.Dual
         made = self.made
 
         class Dual(real):
@@ -27,14 +27,14 @@ class _Spy:
                 super().__init__(A, Bm, lam, L, G)
                 made.append((A, Bm, lam.copy(), L is not None, G is not None, self))
 
-        monkeypatch.setattr(module, "_Dual", Dual)
+        monkeypatch.setattr(module, "Dual", Dual)
 
 
 @pytest.mark.parametrize("grown", [True, False])
 def test_the_dual_after_a_step_takes_the_guards_g_and_its_factor(monkeypatch, grown):
     cs = _case(2)
     cs_n, sc = cs.normalized()
-    spy = _Spy(monkeypatch, bg if grown else b)
+    spy = _Spy(monkeypatch, b)          # both loops make their duals in the driver (PathState.evaluate)
     if grown:
         start = np.zeros(cs.N, bool)
         start[: cs.N // 5] = True

@@ -7,16 +7,20 @@ import numpy as np
 import pytest
 
 from attnsvm.generators import random_problem
-from attnsvm.svm import barrier as br
+from attnsvm.svm.ipm import driver as ipm_driver
+from attnsvm.svm.ipm import linalg as ipm_linalg
+from attnsvm.svm.ipm import newton as ipm_newton
+from attnsvm.svm.ipm import problem as ipm_problem
+from attnsvm.svm.ipm import steps as ipm_steps
 from attnsvm.svm.constraints import att_constraints
 
 
 def _dual(rng, N=14, r1=5, r2=3, norm=0.8):
     A, Bm = rng.standard_normal((N, r1)), rng.standard_normal((N, r2))
-    pb = br._Problem(A, Bm, np.ones(N), np.zeros(N, bool))
+    pb = ipm_problem.Problem(A, Bm, np.ones(N), np.zeros(N, bool))
     lam = rng.random(N)
     lam *= norm / np.linalg.norm(pb.Gmap(lam), 2)
-    return pb, br._Dual(A, Bm, lam)
+    return pb, ipm_problem.Dual(A, Bm, lam)
 
 
 def _spd(rng, n, shift=0.1):
@@ -33,7 +37,7 @@ def test_z_half_is_half_the_inverse_of_the_dual_matrix():
     np.testing.assert_allclose(du.Zh, 0.5 * np.linalg.inv(Z), rtol=1e-12, atol=1e-12)
     assert np.array_equal(du.Zh, du.Zh.T)
     duals = [_dual(rng)[1] for _ in range(3)]
-    stack = br._z_half(*(np.stack([getattr(d, k) for d in duals]) for k in ("G", "C", "Si")))
+    stack = ipm_linalg.z_half(*(np.stack([getattr(d, k) for d in duals]) for k in ("G", "C", "Si")))
     for k, d in enumerate(duals):
         assert np.array_equal(stack[k], d.Zh)
 
@@ -83,14 +87,14 @@ def test_xy_factors_are_a_rank_2k_factorization_of_x_y(shape):
 def test_blocks_of_matrices_and_stacks():
     rng = np.random.default_rng(2)
     X11, X12, X22 = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 2)), rng.standard_normal((2, 2, 2))
-    S = br._blocks(X11, X12, X22)
+    S = ipm_linalg.blocks(X11, X12, X22)
     for k in range(2):
         assert np.array_equal(S[k], np.block([[X11[k], X12[k]], [X12[k].T, X22[k]]]))
-        assert np.array_equal(br._blocks(X11[k], X12[k], X22[k]), S[k])
+        assert np.array_equal(ipm_linalg.blocks(X11[k], X12[k], X22[k]), S[k])
 
 
 def _blocks_of(M):
-    """``form(I, J)`` of :func:`br._factor_lower` for a given matrix (fresh copies: the factorization may not
+    """``form(I, J)`` of :func:`ipm_linalg.factor_lower` for a given matrix (fresh copies: the factorization may not
     change M)."""
     return lambda I, J: M[I, J].copy()
 
@@ -100,7 +104,7 @@ def test_schur_factorization_solves_including_the_shifted_path(rank, monkeypatch
     """``_factor_lower`` solves ``M x = b`` from M's lower triangle formed in blocks of rows: a positive definite
     M directly; a singular one (the first Cholesky fails, the triangle is formed again and shifted) on its
     range."""
-    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 9)
+    monkeypatch.setattr(ipm_linalg, "SCHUR_BLOCK_ROWS", 9)
     rng = np.random.default_rng(rank)
     N = 40
     F = rng.standard_normal((N, rank)) * rng.uniform(0.1, 10.0, rank)
@@ -113,8 +117,8 @@ def test_schur_factorization_solves_including_the_shifted_path(rank, monkeypatch
     def no_eigh(*a, **k):
         raise AssertionError("the shifted Cholesky factorization should have solved it")
 
-    monkeypatch.setattr(br.np.linalg, "eigh", no_eigh)       # not the last resort
-    x = br._factor_lower(_blocks_of(M0), N, np.zeros(N))(b)
+    monkeypatch.setattr(np.linalg, "eigh", no_eigh)       # not the last resort
+    x = ipm_linalg.factor_lower(_blocks_of(M0), N, np.zeros(N))(b)
     assert np.linalg.norm(M0 @ x - b) <= 1e-7 * np.linalg.norm(b)
 
 
@@ -125,7 +129,7 @@ def test_schur_factorization_forms_the_matrix_again_before_shifting(monkeypatch)
     M0 = _spd(rng, 30)
     b = rng.standard_normal(30)
     ref = np.linalg.solve(M0, b)
-    real = br.sla.lapack.dpotrf
+    real = ipm_linalg.sla.lapack.dpotrf
     calls = []
 
     def flaky(a, **kw):
@@ -133,8 +137,8 @@ def test_schur_factorization_forms_the_matrix_again_before_shifting(monkeypatch)
         out, info = real(a, **kw)
         return (out, 3) if len(calls) == 1 else (out, info)   # the first one "fails" after overwriting
 
-    monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
-    x = br._factor_lower(_blocks_of(M0), 30, np.zeros(30))(b)
+    monkeypatch.setattr(ipm_linalg.sla.lapack, "dpotrf", flaky)
+    x = ipm_linalg.factor_lower(_blocks_of(M0), 30, np.zeros(30))(b)
     assert len(calls) == 2
     np.testing.assert_allclose(x, ref, rtol=1e-9)
 
@@ -151,11 +155,11 @@ def test_lp_step_by_definition():
         x = rng.uniform(0.01, 2.0, n)
         dx = rng.standard_normal(n) * rng.uniform(0.01, 5.0)
         cap = float(rng.choice([1.0, 0.3]))
-        assert br._lp_step(x, dx, cap) == pytest.approx(_lp_by_definition(x, dx, cap), rel=1e-14)
-    assert br._lp_step(np.ones(3), np.ones(3), 1.0) == 1.0
-    assert br._lp_step(np.zeros(0), np.zeros(0), 0.5) == 0.5
+        assert ipm_steps.lp_step(x, dx, cap) == pytest.approx(_lp_by_definition(x, dx, cap), rel=1e-14)
+    assert ipm_steps.lp_step(np.ones(3), np.ones(3), 1.0) == 1.0
+    assert ipm_steps.lp_step(np.zeros(0), np.zeros(0), 0.5) == 0.5
     with pytest.raises(np.linalg.LinAlgError):
-        br._lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
+        ipm_steps.lp_step(np.ones(2), np.array([np.nan, -1.0]), 1.0)
 
 
 @pytest.mark.parametrize("n", [7, 90, 300, 420])
@@ -167,16 +171,16 @@ def test_psd_step_is_the_distance_to_the_cone(n):
     hit = 0
     for _ in range(10):
         X = _spd(rng, n)
-        L = br._chol(X)
+        L = ipm_linalg.chol(X)
         D = rng.standard_normal((n, n))
         D = (D + D.T) * rng.uniform(0.05, 2.0)
-        a = br._psd_step(L, D, 1.0)
+        a = ipm_steps.psd_step(L, D, 1.0)
         assert np.linalg.eigvalsh(X + 0.999 * a * D)[0] > 0
         if a < 1.0:
             hit += 1
             assert np.linalg.eigvalsh(X + 1.001 * a * D)[0] < 0
         # the congruence by products with a given inverse factor (the small-X path) gives the same bound
-        assert br._psd_step(L, D, 1.0, br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
+        assert ipm_steps.psd_step(L, D, 1.0, ipm_linalg.tri_inv(L)) == pytest.approx(a, rel=1e-10)
     assert hit >= 5
 
 
@@ -187,17 +191,17 @@ def test_low_rank_psd_step_is_the_distance_to_the_cone(n, m):
     rng = np.random.default_rng(n + m)
     for scale in (0.01, 1.0, 30.0):
         X = _spd(rng, n)
-        L = br._chol(X)
+        L = ipm_linalg.chol(X)
         F, Vt = scale * rng.standard_normal((n, m)), rng.standard_normal((m, n))
         T = F @ Vt
         dX = 0.5 * (T + T.T) - X
-        a = br._psd_step_low_rank(L, F, Vt, 1.0)
+        a = ipm_steps.psd_step_low_rank(L, F, Vt, 1.0)
         assert 0 < a <= 1.0
-        assert a == pytest.approx(br._psd_step(L, dX, 1.0), rel=1e-9)
+        assert a == pytest.approx(ipm_steps.psd_step(L, dX, 1.0), rel=1e-9)
         assert np.linalg.eigvalsh(X + 0.999 * a * dX)[0] > 0
         if a < 1.0:
             assert np.linalg.eigvalsh(X + 1.001 * a * dX)[0] < 0
-        assert br._psd_step_low_rank(L, F, Vt, 0.5 * a) == 0.5 * a
+        assert ipm_steps.psd_step_low_rank(L, F, Vt, 0.5 * a) == 0.5 * a
 
 
 def test_the_predictors_primal_step_is_the_low_rank_bound_and_the_dense_one(monkeypatch):
@@ -205,18 +209,18 @@ def test_the_predictors_primal_step_is_the_low_rank_bound_and_the_dense_one(monk
     ``_psd_step_low_rank`` and equals the dense bound of its ``dX`` to 1e-9; the corrector's is the dense one."""
     rng = np.random.default_rng(21)
     N, r1, r2 = 120, 70, 4
-    pb = br._Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
-    x = br._Iterate(*br._start(pb, None, None))
-    du = br._Dual(pb.A, pb.Bm, x.lam)
-    _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
+    pb = ipm_problem.Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
+    du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
+    _, _, mu, _ = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
     calls = []
-    real = br._psd_step_low_rank
-    monkeypatch.setattr(br, "_psd_step_low_rank", lambda *a: calls.append(1) or real(*a))
-    nw = br._NewtonSystem(pb, x, du)
+    real = ipm_steps.psd_step_low_rank
+    monkeypatch.setattr(ipm_newton, "psd_step_low_rank", lambda *a: calls.append(1) or real(*a))
+    nw = ipm_newton.NewtonSystem(pb, x, du)
     da = nw.direction(pb.rhs.copy(), 0.0, None)
     ap = nw.max_steps(da)[0]
     assert calls == [1] and nw.LXi is None
-    assert ap == pytest.approx(br._psd_step(nw.LX, da[2], br._lp_step(x.s, da[3], 1.0)), rel=1e-9)
+    assert ap == pytest.approx(ipm_steps.psd_step(nw.LX, da[2], ipm_steps.lp_step(x.s, da[3], 1.0)), rel=1e-9)
     d = nw.direction(pb.rhs.copy(), 0.1 * mu, None)
     nw.max_steps(d)
     assert calls == [1]
@@ -227,11 +231,11 @@ def test_triangular_inverse_and_s_inverse_by_definition():
     ``S = I - G^T G`` and its ``Si = Li^T Li`` is ``S^{-1}``, exactly symmetric."""
     rng = np.random.default_rng(12)
     for n in (1, 3, 16):
-        L = br._chol(_spd(rng, n))
-        Li = br._tri_inv(L)
+        L = ipm_linalg.chol(_spd(rng, n))
+        Li = ipm_linalg.tri_inv(L)
         np.testing.assert_allclose(Li @ L, np.eye(n), atol=1e-12)
         assert np.array_equal(Li, np.tril(Li))
-    assert br._tri_inv(np.zeros((0, 0))).shape == (0, 0)
+    assert ipm_linalg.tri_inv(np.zeros((0, 0))).shape == (0, 0)
     for r1, r2 in ((5, 3), (3, 6)):
         pb, du = _dual(rng, r1=r1, r2=r2)
         S = np.eye(r2) - du.G.T @ du.G
@@ -249,26 +253,26 @@ def test_dual_step_with_a_cap_below_one(cap):
         G = rng.standard_normal((4, 3))
         G *= rng.uniform(0.1, 0.95) / np.linalg.norm(G, 2)
         dG = rng.standard_normal((4, 3)) * rng.uniform(0.05, 4.0)
-        a = br._lmi_step(G, dG, cap)
+        a = ipm_steps.lmi_step(G, dG, cap)
         assert a <= cap and np.linalg.norm(G + 0.999 * a * dG, 2) < 1
         if a < cap:
             assert np.linalg.norm(G + 1.001 * a * dG, 2) > 1
-        L = br._chol_S(G)              # the congruence by the inverse factor (as the iteration passes it)
-        assert br._lmi_step(G, dG, cap, L=L, Li=br._tri_inv(L)) == pytest.approx(a, rel=1e-10)
+        L = ipm_linalg.chol_S(G)              # the congruence by the inverse factor (as the iteration passes it)
+        assert ipm_steps.lmi_step(G, dG, cap, L=L, Li=ipm_linalg.tri_inv(L)) == pytest.approx(a, rel=1e-10)
 
 
 def test_a_step_carries_the_cholesky_factor_of_the_next_x():
     """The iterate after a step holds X's Cholesky factor from the step guard (the next Newton system's)."""
     pr = random_problem(6, 8, 10, seed=3)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    red = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {})
+    red = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {})
     pb = red.pb
-    x = br._Iterate(*br._start(pb, None, None))
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
     assert x.LX is None
     for _ in range(3):
-        du = br._Dual(pb.A, pb.Bm, x.lam)
-        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
-        x = br.ipm_step(pb, x, du, mu, 0.95, False)[0]
+        du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
+        _, _, mu, _ = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
+        x = ipm_newton.ipm_step(pb, x, du, mu, 0.95, False)[0]
         np.testing.assert_allclose(x.LX @ x.LX.T, x.X, rtol=1e-12, atol=1e-13 * np.abs(x.X).max())
         assert np.array_equal(x.X12, x.X[: pb.r1, pb.r1:]) and np.array_equal(x.X, x.X.T)
 
@@ -282,7 +286,7 @@ def test_distinct_rows_is_numpys_unique_over_rows():
     V = base[rng.integers(0, 9, 60)]
     V[5], V[6] = -0.0, 0.0                                  # equal by value: one distinct row
     for W in (V, V[:1], V[:0], rng.standard_normal((7, 3)), np.repeat(V[:3], 4, axis=0)):
-        Vq, inv = br.distinct_rows(W)
+        Vq, inv = ipm_linalg.distinct_rows(W)
         ref, ref_inv = np.unique(W, axis=0, return_inverse=True)
         assert np.array_equal(Vq, ref) and np.array_equal(inv, np.asarray(ref_inv).ravel())
         assert np.array_equal(Vq[inv], W)
@@ -292,12 +296,12 @@ def test_maps_on_distinct_queries_equal_the_row_by_row_maps():
     """From ``_GROUPED_MAPS_MIN_ROWS`` rows sharing queries on, ``Gmap`` and ``amap`` work on the distinct
     queries (a sparse sum per query): the same G and margins as the row-by-row products, to 1e-12."""
     rng = np.random.default_rng(9)
-    N = 2 * br._GROUPED_MAPS_MIN_ROWS
+    N = 2 * ipm_problem.GROUPED_MAPS_MIN_ROWS
     U = rng.standard_normal((N, 9))
     V = rng.standard_normal((40, 6))[rng.integers(0, 40, N)]
-    pb = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {}).pb
+    pb = ipm_problem.reduce_problem(U, V, np.ones(N), np.zeros(N, bool), {}).pb
     assert pb.E is not None and pb.E.shape == (pb.Bq.shape[0], N)
-    plain = br._Problem(pb.A, pb.Bm, pb.rhs, pb.eq)
+    plain = ipm_problem.Problem(pb.A, pb.Bm, pb.rhs, pb.eq)
     assert plain.E is None
     for _ in range(3):
         lam = rng.standard_normal(N)
@@ -307,11 +311,11 @@ def test_maps_on_distinct_queries_equal_the_row_by_row_maps():
         T = rng.standard_normal((pb.r1, pb.r2))
         m, mref = pb.amap(T), plain.amap(T)
         np.testing.assert_allclose(m, mref, rtol=1e-12, atol=1e-12 * np.abs(mref).max())
-    n = br._GROUPED_MIN_ROWS + 72
-    small = br._reduce(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
+    n = ipm_problem.GROUPED_MIN_ROWS + 72
+    small = ipm_problem.reduce_problem(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
     assert small.qidx is not None and small.E is None      # few rows: grouped Schur complement, plain maps
-    n = br._GROUPED_MIN_ROWS - 1
-    tiny = br._reduce(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
+    n = ipm_problem.GROUPED_MIN_ROWS - 1
+    tiny = ipm_problem.reduce_problem(U[:n], V[:n], np.ones(n), np.zeros(n, bool), {}).pb
     assert tiny.qidx is None and tiny.E is None            # fewer still: plain products throughout
 
 
@@ -323,21 +327,21 @@ def test_eig_min_is_the_smallest_eigenvalue_of_the_lower_triangle():
         S = rng.standard_normal((n, n))
         S = S + S.T
         K = np.tril(S) + np.triu(rng.standard_normal((n, n)), 1) * 1e3     # garbage above the diagonal
-        assert br._eig_min(np.asfortranarray(K)) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12,
-                                                                  abs=1e-12 * np.abs(S).max())
+        assert ipm_linalg.eig_min(np.asfortranarray(K)) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12,
+                                                                         abs=1e-12 * np.abs(S).max())
 
 
 def test_cholesky_diagonal_test_refuses_nan_and_inf():
     """``_finite_positive`` on the diagonal of a factor that potrf accepted: positive finite entries pass, a
     NaN or an inf anywhere fails (they reach the diagonal; potrf refuses pivots <= 0 itself)."""
-    assert br._finite_positive(np.array([1.0, 2.0, 1e-300]))
+    assert ipm_linalg.finite_positive(np.array([1.0, 2.0, 1e-300]))
     for bad in (np.nan, np.inf):
         d = np.array([1.0, 2.0, 3.0])
         d[1] = bad
-        assert not br._finite_positive(d)
+        assert not ipm_linalg.finite_positive(d)
     X = np.eye(3)
     X[2, 1] = X[1, 2] = np.nan
-    assert br._chol(X) is None
+    assert ipm_linalg.chol(X) is None
 
 
 def test_the_step_carries_g_bit_for_bit_as_the_dual_computes_it():
@@ -345,15 +349,15 @@ def test_the_step_carries_g_bit_for_bit_as_the_dual_computes_it():
     :class:`_Dual` computes from the new multipliers (so the next iteration may skip that product)."""
     pr = random_problem(6, 8, 10, seed=5)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
-    x = br._Iterate(*br._start(pb, None, None))
+    pb = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
     assert x.G is None
     L = None
     for _ in range(4):
-        du = br._Dual(pb.A, pb.Bm, x.lam, L, x.G)
-        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
-        x, L, _ = br.ipm_step(pb, x, du, mu, 0.95, False)
-        assert x.G is not None and np.array_equal(x.G, br._Dual(pb.A, pb.Bm, x.lam).G)
+        du = ipm_problem.Dual(pb.A, pb.Bm, x.lam, L, x.G)
+        _, _, mu, _ = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
+        x, L, _ = ipm_newton.ipm_step(pb, x, du, mu, 0.95, False)
+        assert x.G is not None and np.array_equal(x.G, ipm_problem.Dual(pb.A, pb.Bm, x.lam).G)
         np.testing.assert_allclose(L @ L.T, np.eye(pb.r2) - x.G.T @ x.G, rtol=1e-12, atol=1e-14)
 
 
@@ -372,7 +376,7 @@ def test_reduce_keeps_the_live_rows_and_their_queries(dead):
         U[3] = 0.0                                          # a dead row
         Vq[7] = 0.0                                         # a dead query: all its rows are dead
     V = Vq[qi]
-    red = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {})
+    red = ipm_problem.reduce_problem(U, V, np.ones(N), np.zeros(N, bool), {})
     pb = red.pb
     live = (np.abs(U).sum(1) > 0) & (np.abs(V).sum(1) > 0)
     assert np.array_equal(red.live, live)
@@ -388,8 +392,8 @@ def test_reduce_keeps_the_live_rows_and_their_queries(dead):
 def test_cached_identity_is_read_only():
     """``_eye(n)`` is the identity, shared between calls: it refuses writes (an in-place update would corrupt
     every later use)."""
-    E = br._eye(5)
-    assert np.array_equal(E, np.eye(5)) and br._eye(5) is E
+    E = ipm_linalg.eye(5)
+    assert np.array_equal(E, np.eye(5)) and ipm_linalg.eye(5) is E
     with pytest.raises(ValueError):
         E[0, 0] = 2.0
 
@@ -400,9 +404,9 @@ def test_slack_direction_linearizes_the_centered_complementarity(sig_mu):
     ``s lam = sig_mu``), with and without centering, and the corrector's ``cs`` is added as it is."""
     pr = random_problem(6, 8, 10, seed=2)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
-    x = br._Iterate(*br._start(pb, None, None))
-    nw = br._NewtonSystem(pb, x, br._Dual(pb.A, pb.Bm, x.lam))
+    pb = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
+    nw = ipm_newton.NewtonSystem(pb, x, ipm_problem.Dual(pb.A, pb.Bm, x.lam))
     rng = np.random.default_rng(1)
     lam, s = x.lam[pb.I], x.s
     for corr in (None, (np.zeros_like(x.X), rng.standard_normal(s.size))):
@@ -441,19 +445,19 @@ def test_equal_steps_are_the_smaller_of_the_largest_primal_and_dual_steps(seed):
     definition, to 1e-9); without, each is its own largest step. Along a few iterations of a small problem."""
     pr = random_problem(6, 8, 10, seed=seed)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-    pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
-    x = br._Iterate(*br._start(pb, None, None))
+    pb = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
     for _ in range(4):
-        du = br._Dual(pb.A, pb.Bm, x.lam)
-        _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
-        d = br._NewtonSystem(pb, x, du).direction(pb.rhs.copy(), 0.0, None)
+        du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
+        _, _, mu, _ = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
+        d = ipm_newton.NewtonSystem(pb, x, du).direction(pb.rhs.copy(), 0.0, None)
         ap_ref, ad_ref = _steps_by_definition(x, du, d, pb)
-        ap, ad = br._NewtonSystem(pb, x, du).max_steps(d)
+        ap, ad = ipm_newton.NewtonSystem(pb, x, du).max_steps(d)
         np.testing.assert_allclose([ap, ad], [ap_ref, ad_ref], rtol=1e-9, atol=1e-12)
-        a1, a2 = br._NewtonSystem(pb, x, du, equal_steps=True).max_steps(d)
+        a1, a2 = ipm_newton.NewtonSystem(pb, x, du, equal_steps=True).max_steps(d)
         assert a1 == a2
         np.testing.assert_allclose(a1, min(ap_ref, ad_ref), rtol=1e-9, atol=1e-12)
-        x = br.ipm_step(pb, x, du, mu, 0.95, False, equal_steps=True)[0]
+        x = ipm_newton.ipm_step(pb, x, du, mu, 0.95, False, equal_steps=True)[0]
 
 
 @pytest.mark.parametrize("limit, equal", [(256, True), (41, False)])
@@ -463,16 +467,16 @@ def test_the_ipm_takes_equal_steps_on_small_row_sets_only(monkeypatch, limit, eq
     pr = random_problem(6, 8, 10, seed=0)
     cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
     assert cs.N == 42
-    monkeypatch.setattr(br, "_EQUAL_STEPS_MAX_ROWS", limit)
+    monkeypatch.setattr(ipm_driver, "EQUAL_STEPS_MAX_ROWS", limit)
     seen = []
-    real = br.next_step
+    real = ipm_newton.next_step
 
     def spy(*args):
-        seen.append(args[-1])
+        seen.append(args[7])                 # equal_steps (the backend follows)
         return real(*args)
 
-    monkeypatch.setattr(br, "next_step", spy)
-    res = br.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
+    monkeypatch.setattr(ipm_driver, "next_step", spy)
+    res = ipm_driver.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
     assert res.status == "optimal" and seen and all(e is equal for e in seen)
 
 
@@ -484,21 +488,21 @@ def test_corrector_with_the_predictors_y_is_the_direction_with_y_recomputed(monk
     if large:
         rng = np.random.default_rng(21)
         N, r1, r2 = 120, 70, 4
-        pb = br._Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
+        pb = ipm_problem.Problem(rng.standard_normal((N, r1)), rng.standard_normal((N, r2)), np.ones(N), np.zeros(N, bool))
     else:
         pr = random_problem(6, 8, 10, seed=4)
         cs = att_constraints(pr.X, pr.queries, pr.optimal_tokens().index)
-        pb = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
-    assert (pb.r1 + pb.r2 > br._XY_DENSE_MAX) == large
-    x = br._Iterate(*br._start(pb, None, None))
-    du = br._Dual(pb.A, pb.Bm, x.lam)
-    _, _, mu, _ = br._measure(pb, x, du, None, 1e-9, 1e-10)
-    d1, sigma1 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
-    real_xy, real_f = br._Problem.XY, br._Problem.XY_factors
-    monkeypatch.setattr(br._Problem, "XY", lambda self, X, dG, du, Y=None, factors=None: real_xy(self, X, dG, du,
-                                                                                                  None, factors))
-    monkeypatch.setattr(br._Problem, "XY_factors", lambda self, X, dG, du, Y=None: real_f(self, X, dG, du))
-    d2, sigma2 = br._mehrotra_direction(br._NewtonSystem(pb, x, du, True), mu)
+        pb = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {}).pb
+    assert (pb.r1 + pb.r2 > ipm_problem.XY_DENSE_MAX) == large
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, None))
+    du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
+    _, _, mu, _ = ipm_driver.measure(pb, x, du, None, 1e-9, 1e-10)
+    d1, sigma1 = ipm_newton.mehrotra_direction(ipm_newton.NewtonSystem(pb, x, du, True), mu)
+    real_xy, real_f = ipm_problem.Problem.XY, ipm_problem.Problem.XY_factors
+    monkeypatch.setattr(ipm_problem.Problem, "XY", lambda self, X, dG, du, Y=None, factors=None: real_xy(self, X, dG, du,
+                                                                                                         None, factors))
+    monkeypatch.setattr(ipm_problem.Problem, "XY_factors", lambda self, X, dG, du, Y=None: real_f(self, X, dG, du))
+    d2, sigma2 = ipm_newton.mehrotra_direction(ipm_newton.NewtonSystem(pb, x, du, True), mu)
     assert sigma1 == sigma2
     for a, b in zip(d1, d2):
         assert np.array_equal(a, b)
@@ -511,12 +515,12 @@ def test_singular_values_and_norms_by_definition():
     for shape in ((1, 1), (10, 6), (6, 10), (16, 16)):
         M = rng.standard_normal(shape)
         ref = np.linalg.svd(M, compute_uv=False)
-        np.testing.assert_allclose(br.singular_values(M), ref, rtol=1e-13, atol=1e-14)
-        assert br.spectral_norm(M) == pytest.approx(ref[0], rel=1e-13)
-        assert br._nuclear_norm(M) == pytest.approx(ref.sum(), rel=1e-13)
-        assert br.spectral_norm(M[:, :0]) == 0.0 and br._nuclear_norm(M[:0]) == 0.0
-        assert br.singular_values(M[:0]).shape == (0,)
-        U, sv, Vt = br._svd(M)                       # the thin SVD: M = U diag(s) Vt, orthonormal factors
+        np.testing.assert_allclose(ipm_linalg.singular_values(M), ref, rtol=1e-13, atol=1e-14)
+        assert ipm_linalg.spectral_norm(M) == pytest.approx(ref[0], rel=1e-13)
+        assert ipm_linalg.nuclear_norm(M) == pytest.approx(ref.sum(), rel=1e-13)
+        assert ipm_linalg.spectral_norm(M[:, :0]) == 0.0 and ipm_linalg.nuclear_norm(M[:0]) == 0.0
+        assert ipm_linalg.singular_values(M[:0]).shape == (0,)
+        U, sv, Vt = ipm_linalg.svd(M)                       # the thin SVD: M = U diag(s) Vt, orthonormal factors
         k = min(shape)
         assert U.shape == (shape[0], k) and Vt.shape == (k, shape[1])
         np.testing.assert_allclose((U * sv) @ Vt, M, atol=1e-13)

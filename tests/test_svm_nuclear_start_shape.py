@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from attnsvm.generators import random_problem
-from attnsvm.svm import barrier as br
+from attnsvm.svm.ipm import driver as ipm_driver
+from attnsvm.svm.ipm import linalg as ipm_linalg
+from attnsvm.svm.ipm import problem as ipm_problem
 from attnsvm.svm.constraints import att_constraints
 from attnsvm.svm.frobenius import frobenius_qp
 from attnsvm.svm.settings import SolverSettings
@@ -21,7 +23,7 @@ def _problem(n, T, d, seed):
 
 
 def _solve(cs, lam0, W0):
-    res = br.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, lam_init=lam0, W_init=W0)
+    res = ipm_driver.nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, lam_init=lam0, W_init=W0)
     assert res.status == "optimal"
     return res
 
@@ -30,7 +32,7 @@ def _identity_part(X11, M0, X22):
     """``eps0`` of a start ``X = [P; Q] diag(sv) [P; Q]^T + eps0 I`` (``M0 = P diag(sv) Q^T``)."""
     P, sv, Qt = np.linalg.svd(M0, full_matrices=False)
     PQ = np.vstack([P, Qt.T])
-    return br._blocks(X11, M0, X22) - (PQ * sv) @ PQ.T, sv
+    return ipm_linalg.blocks(X11, M0, X22) - (PQ * sv) @ PQ.T, sv
 
 
 def _mean_sv_start(real):
@@ -53,10 +55,10 @@ def test_the_starts_identity_has_the_trace_share_of_the_frobenius_point(shape, s
     tall reduced shape and on a square one (where it is the mean singular value)."""
     cs, lam0, W0 = _problem(*shape, seed=0)
     info: dict = {}
-    red = br._reduce(cs.U, cs.V, cs.rhs, cs.is_equality, info)
+    red = ipm_problem.reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, info)
     pb = red.pb
-    lam, X11, M0, X22, s = br._start(pb, lam0[red.live], red.M_init(W0))
-    X = br._blocks(X11, M0, X22)
+    lam, X11, M0, X22, s = ipm_problem.start_point(pb, lam0[red.live], red.M_init(W0))
+    X = ipm_linalg.blocks(X11, M0, X22)
     E, sv = _identity_part(X11, M0, X22)
     eps0 = float(np.mean(np.diag(E)))
     np.testing.assert_allclose(E, eps0 * np.eye(pb.r1 + pb.r2), atol=1e-12 * sv.sum())
@@ -72,7 +74,7 @@ def test_the_trace_share_start_takes_fewer_iterations_than_the_mean_singular_val
     Frobenius point's share of tr X; the trace-share start needs fewer iterations to the same certified optimum."""
     probs = [_problem(12, 26, 200, seed=s) for s in range(3)]
     new = [_solve(*p) for p in probs]
-    monkeypatch.setattr(br, "_start", _mean_sv_start(br._start))
+    monkeypatch.setattr(ipm_driver, "start_point", _mean_sv_start(ipm_problem.start_point))
     old = [_solve(*p) for p in probs]
     assert new[0].info["reduced_shape"] == [200, 12]
     for a, b in zip(new, old):
@@ -88,7 +90,7 @@ def test_a_few_hundred_rows_take_fewer_iterations_under_the_default_limit_than_w
     probs = [_problem(20, 15, 30, seed=s) for s in range(3)]
     assert probs[0][0].N == 280
     default = [_solve(*p) for p in probs]
-    monkeypatch.setattr(br, "_EQUAL_STEPS_MAX_ROWS", 0)
+    monkeypatch.setattr(ipm_driver, "EQUAL_STEPS_MAX_ROWS", 0)
     separate = [_solve(*p) for p in probs]
     for a, b in zip(default, separate):
         np.testing.assert_allclose(np.linalg.norm(a.W, "nuc"), np.linalg.norm(b.W, "nuc"), rtol=1e-8)

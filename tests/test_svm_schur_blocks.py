@@ -6,7 +6,10 @@ distinct queries and without them; the Newton solver formed block by block into 
 import numpy as np
 import pytest
 
-from attnsvm.svm import barrier as br
+from attnsvm.svm.ipm import driver as ipm_driver
+from attnsvm.svm.ipm import linalg as ipm_linalg
+from attnsvm.svm.ipm import newton as ipm_newton
+from attnsvm.svm.ipm import problem as ipm_problem
 
 
 def _case(grouped: bool, seed: int = 3, N: int = 60):
@@ -15,12 +18,13 @@ def _case(grouped: bool, seed: int = 3, N: int = 60):
     rng = np.random.default_rng(seed)
     U = rng.standard_normal((N, 7))
     V = np.repeat(rng.standard_normal((12, 5)), N // 12, axis=0)[rng.permutation(N)]
-    red = br._reduce(U, V, np.ones(N), np.zeros(N, bool), {})
-    pb = red.pb if grouped else br._Problem(red.pb.A, red.pb.Bm, red.pb.rhs, red.pb.eq)
+    red = ipm_problem.reduce_problem(U, V, np.ones(N), np.zeros(N, bool), {})
+    pb = red.pb if grouped else ipm_problem.Problem(red.pb.A, red.pb.Bm, red.pb.rhs, red.pb.eq)
     assert (pb.qidx is not None) == grouped
-    x = br._Iterate(*br._start(pb, None, rng.standard_normal((pb.r1, pb.r2))))      # X12 != 0: every term counts
+    # X12 != 0: every term counts
+    x = ipm_problem.Iterate(*ipm_problem.start_point(pb, None, rng.standard_normal((pb.r1, pb.r2))))
     assert np.abs(x.X12).min() > 0
-    du = br._Dual(pb.A, pb.Bm, x.lam)
+    du = ipm_problem.Dual(pb.A, pb.Bm, x.lam)
     r1, r2 = pb.r1, pb.r2
     X = np.block([[x.X11, x.X12], [x.X12.T, x.X22]])
     Zi = 2.0 * np.block([[np.eye(r1) + du.C @ du.G.T, du.C], [du.C.T, du.Si]])
@@ -32,8 +36,8 @@ def _case(grouped: bool, seed: int = 3, N: int = 60):
 
 @pytest.fixture
 def grouped_rows(monkeypatch):
-    monkeypatch.setattr(br, "_GROUPED_MIN_ROWS", 60)
-    monkeypatch.setattr(br, "_GROUPED_MAPS_MIN_ROWS", 60)
+    monkeypatch.setattr(ipm_problem, "GROUPED_MIN_ROWS", 60)
+    monkeypatch.setattr(ipm_problem, "GROUPED_MAPS_MIN_ROWS", 60)
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -51,7 +55,7 @@ def test_every_block_is_the_block_of_the_definition(grouped, grouped_rows):
 @pytest.mark.parametrize("rows", [1, 7, 128])
 def test_newton_solver_by_blocks_solves_the_system(grouped, rows, grouped_rows, monkeypatch):
     """Blocks of 1, 7 and 128 rows (one block): the same solution as a dense solve of (M + diag) y = r."""
-    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", rows)
+    monkeypatch.setattr(ipm_linalg, "SCHUR_BLOCK_ROWS", rows)
     pb, x, du, M_def = _case(grouped)
     rng = np.random.default_rng(1)
     diag = rng.uniform(0.0, 0.1, pb.N)
@@ -64,9 +68,9 @@ def test_newton_solver_by_blocks_solves_the_system(grouped, rows, grouped_rows, 
 def test_newton_solver_forms_the_triangle_again_before_shifting(grouped_rows, monkeypatch):
     """A failed factorization destroys the triangle; the retry forms it again (plus the small shift): with
     the first two attempts forced to fail, the answer still equals the dense solve."""
-    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    monkeypatch.setattr(ipm_linalg, "SCHUR_BLOCK_ROWS", 16)
     pb, x, du, M_def = _case(True, seed=4)
-    real = br.sla.lapack.dpotrf
+    real = ipm_linalg.sla.lapack.dpotrf
     calls = []
 
     def flaky(a, **kw):
@@ -74,7 +78,7 @@ def test_newton_solver_forms_the_triangle_again_before_shifting(grouped_rows, mo
         out, info = real(a, **kw)
         return (out, 3) if len(calls) <= 2 else (out, info)
 
-    monkeypatch.setattr(br.sla.lapack, "dpotrf", flaky)
+    monkeypatch.setattr(ipm_linalg.sla.lapack, "dpotrf", flaky)
     diag = np.full(pb.N, 0.1)
     r = np.random.default_rng(2).standard_normal(pb.N)
     y = pb.newton_solver(x, du, diag)(r)
@@ -85,9 +89,9 @@ def test_newton_solver_forms_the_triangle_again_before_shifting(grouped_rows, mo
 
 def test_newton_solver_falls_back_to_the_eigenvalue_solve(grouped_rows, monkeypatch):
     """Every factorization failing: the eigenvalue solve of the whole (mirrored) matrix."""
-    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    monkeypatch.setattr(ipm_linalg, "SCHUR_BLOCK_ROWS", 16)
     pb, x, du, M_def = _case(True, seed=5)
-    monkeypatch.setattr(br.sla.lapack, "dpotrf", lambda a, **kw: (a, 1))
+    monkeypatch.setattr(ipm_linalg.sla.lapack, "dpotrf", lambda a, **kw: (a, 1))
     diag = np.full(pb.N, 0.1)
     r = np.random.default_rng(3).standard_normal(pb.N)
     y = pb.newton_solver(x, du, diag)(r)
@@ -98,7 +102,7 @@ def test_newton_solver_falls_back_to_the_eigenvalue_solve(grouped_rows, monkeypa
 def test_successive_newton_solvers_share_the_triangle_and_each_solves_its_system(grouped_rows, monkeypatch):
     """The triangle's memory is kept for the next system of the same problem; the next system (another
     diagonal here) is formed and solved in it exactly."""
-    monkeypatch.setattr(br, "_SCHUR_BLOCK_ROWS", 16)
+    monkeypatch.setattr(ipm_linalg, "SCHUR_BLOCK_ROWS", 16)
     pb, x, du, M_def = _case(True, seed=6)
     r = np.random.default_rng(4).standard_normal(pb.N)
     for shift in (0.5, 0.01):
@@ -117,14 +121,14 @@ def test_grouped_parts_and_the_newton_vector_never_form_A_C(grouped_rows):
     definition's (the blocks test above) with ``g_k = 2 a_k^T C b_k``."""
     pb, x, du, M_def = _case(True, seed=7)
     assert pb.E is not None
-    nw = br._NewtonSystem(pb, x, du)
+    nw = ipm_newton.NewtonSystem(pb, x, du)
     assert "AC" not in vars(du)
     np.testing.assert_allclose(pb.schur(x.X11, x.X12, x.X22, du), M_def, rtol=0, atol=1e-12 * np.abs(M_def).max())
     g_def = 2.0 * np.array([a @ du.C @ b for a, b in zip(pb.A, pb.Bm)])
     np.testing.assert_allclose(nw.g, g_def, rtol=1e-12, atol=1e-12 * np.abs(g_def).max())
     # without the distinct queries A C is formed on demand, as (A G) S^{-1}
     pb2, x2, du2, _ = _case(False, seed=7)
-    nw2 = br._NewtonSystem(pb2, x2, du2)
+    nw2 = ipm_newton.NewtonSystem(pb2, x2, du2)
     np.testing.assert_allclose(du2.AC, pb2.A @ du2.C, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(nw2.g, 2.0 * np.array([a @ du2.C @ b for a, b in zip(pb2.A, pb2.Bm)]), rtol=1e-12,
                                atol=1e-12)
@@ -145,19 +149,19 @@ def test_clean_up_reuses_the_factor_of_the_same_near_rows_only(grouped_rows, mon
     factor) and formed again when they change; the correction is the least-norm one either way."""
     pb, M, lam = _near_case(8)
     calls = []
-    real = br._factor_lower
+    real = ipm_linalg.factor_lower
 
     def counted(*a, **kw):
         calls.append(a[1])
         return real(*a, **kw)
 
-    monkeypatch.setattr(br, "_factor_lower", counted)
-    out1 = br._clean_primal(pb, M, lam, 1e-10)
+    monkeypatch.setattr(ipm_problem, "factor_lower", counted)
+    out1 = ipm_driver.clean_primal(pb, M, lam, 1e-10)
     M2 = M + 1e-12 * np.random.default_rng(1).standard_normal(M.shape)     # same near rows, another point
-    out2 = br._clean_primal(pb, M2, lam, 1e-10)
+    out2 = ipm_driver.clean_primal(pb, M2, lam, 1e-10)
     assert calls == [12]
     pb._clean_factor = None
-    fresh = br._clean_primal(pb, M2, lam, 1e-10)
+    fresh = ipm_driver.clean_primal(pb, M2, lam, 1e-10)
     assert calls == [12, 12]
     np.testing.assert_array_equal(out2[0], fresh[0])
     for out, Mi in ((out1, M), (out2, M2)):
@@ -170,6 +174,6 @@ def test_clean_up_reuses_the_factor_of_the_same_near_rows_only(grouped_rows, mon
     # other near rows (the first three now clearly slack): a new factor, of those rows
     pb.rhs = pb.rhs.copy()
     pb.rhs[:3] -= 1.0
-    out3 = br._clean_primal(pb, M2, lam, 1e-10)
+    out3 = ipm_driver.clean_primal(pb, M2, lam, 1e-10)
     assert calls == [12, 12, 9]
     assert out3[1] <= 1e-13

@@ -17,28 +17,28 @@ torch = pytest.importorskip("torch")
 from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.generators import planted_problem, random_problem  # noqa: E402
 from attnsvm.svm import att_constraints, solve, solve_svm  # noqa: E402
-from attnsvm.svm.barrier import _Dual, _reduce, _start  # noqa: E402
+from attnsvm.svm.ipm import Dual, reduce_problem, start_point  # noqa: E402
 from attnsvm.svm.torch_backend import TorchNewton, _DeviceProblem, _DualView  # noqa: E402
 
 
 def _reduced(cs):
-    red = _reduce(cs.U, cs.V, cs.rhs, cs.is_equality, {})
+    red = reduce_problem(cs.U, cs.V, cs.rhs, cs.is_equality, {})
     return red.pb
 
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_device_schur_complement_is_the_numpy_one(grouped, monkeypatch):
-    from attnsvm.svm import barrier
+    from attnsvm.svm.ipm import problem as ipm_problem
 
-    monkeypatch.setattr(barrier, "_GROUPED_MIN_ROWS", 0)      # 60 rows: grouped when asked
+    monkeypatch.setattr(ipm_problem, "GROUPED_MIN_ROWS", 0)      # 60 rows: grouped when asked
     pr, sel, _ = planted_problem(12, 6, 5, seed=3)
     cs = att_constraints(pr.X, pr.queries, sel)
     pb = _reduced(cs)
     if not grouped:
         pb.Bq = pb.qidx = None
     assert (pb.qidx is not None) == grouped
-    lam, X11, X12, X22, s = _start(pb, None, None)
-    du = _Dual(pb.A, pb.Bm, lam)
+    lam, X11, X12, X22, s = start_point(pb, None, None)
+    du = Dual(pb.A, pb.Bm, lam)
     M = pb.schur(X11, X12, X22, du)
     dp = _DeviceProblem(pb, torch.device("cpu"))
     t = dp.tensor
@@ -50,8 +50,8 @@ def test_device_schur_complement_is_the_numpy_one(grouped, monkeypatch):
 def test_device_newton_solve_inverts_the_schur_system():
     pr, sel, _ = planted_problem(10, 6, 5, seed=1)
     pb = _reduced(att_constraints(pr.X, pr.queries, sel))
-    lam, X11, X12, X22, s = _start(pb, None, None)
-    du = _Dual(pb.A, pb.Bm, lam)
+    lam, X11, X12, X22, s = start_point(pb, None, None)
+    du = Dual(pb.A, pb.Bm, lam)
 
     class It:
         pass
@@ -61,8 +61,7 @@ def test_device_newton_solve_inverts_the_schur_system():
     diag = np.full(pb.N, 0.1)
     M = pb.schur(X11, X12, X22, du) + np.diag(diag)
     r = np.random.default_rng(0).standard_normal(pb.N)
-    TorchNewton("cpu").attach(pb)
-    y = pb.newton_solver(x, du, diag)(r)
+    y = TorchNewton("cpu").solver(pb, x, du, diag)(r)
     assert np.linalg.norm(M @ y - r) <= 1e-9 * np.linalg.norm(r)
 
 

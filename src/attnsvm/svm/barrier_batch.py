@@ -1,19 +1,29 @@
-"""Many small nuclear-norm SVMs at once: the interior-point method of :mod:`attnsvm.svm.barrier`
+"""Many small nuclear-norm SVMs at once: the interior-point method of :mod:`attnsvm.svm.ipm`
 run on a stack of problems.
 
 A single small solve (e.g. (n, T, d) = (6, 8, 10): 42 rows, a 16 x 16 SDP) spends its time in
 Python and per-call overhead of its ~16 iterations, not in arithmetic. Here the problems
 of equal reduced shape ``(N, r1, r2)`` (the usual case for a batch of random instances of one
-size) iterate together: every linear map of the method (:class:`attnsvm.svm.barrier._Problem`:
+size) iterate together: every linear map of the method (:class:`attnsvm.svm.ipm.Problem`:
 ``Gmap``, ``amap``, ``XY``, ``schur``) is applied to ``(R, ...)`` stacks, and the control of
-the method (measure, stopping test, Mehrotra's predictor-corrector, step lengths) is the same as
-:func:`attnsvm.svm.barrier.nuclear_ipm` with per-problem arrays. A problem leaves the stack when
-it stops; the others go on. Problems with equality rows, rows that constrain nothing, or a shape
-of their own are solved one by one by :func:`~attnsvm.svm.barrier.nuclear_ipm`.
+the method is :mod:`attnsvm.svm.ipm`'s rules on per-problem arrays: the tolerance test
+(:func:`~attnsvm.svm.ipm.driver.is_optimal`), the stop at the optimum and the stall limit
+(:func:`~attnsvm.svm.ipm.driver.stops_at_optimum`, :func:`~attnsvm.svm.ipm.driver.stall_limit`), Mehrotra's
+centering (:func:`~attnsvm.svm.ipm.newton.centering`), the step fraction
+(:data:`~attnsvm.svm.ipm.steps.GAMMA_START`, :func:`~attnsvm.svm.ipm.steps.next_gamma`) and the step guard's
+backtracking (:data:`~attnsvm.svm.ipm.steps.GUARD_SHRINK`, :data:`~attnsvm.svm.ipm.steps.GUARD_TRIES`). A problem
+leaves the stack when it stops; the others go on. Problems with equality rows, rows that constrain nothing, or a
+shape of their own are solved one by one by :func:`~attnsvm.svm.ipm.nuclear_ipm`.
 
-Differences to the single solve, all numerical: the Schur systems are solved by LU on the
-Jacobi-scaled matrix (numpy's batched ``solve``), step bounds come from eigenvalues instead of
-Cholesky tests. Results agree with the single solve to the certificate's tolerances (tested).
+The stacked arithmetic is its own (calling the single solve's functions per problem would give up the batching),
+so results agree with the single solve to the certificate's tolerances (tested), not bit for bit: the Schur
+systems are solved by LU on the Jacobi-scaled matrix (numpy's batched ``solve``, not the blocked Cholesky); the
+PSD and LMI step bounds are eigenvalues of the stacked congruent matrices (not Cholesky tests, sygst or Lanczos)
+and the dual one is sought up to 1, not below the primal one (no equal steps); the LP bound is the smallest ratio
+``-x / dx`` (not ``-1 / min(dx / x)``); ``mu``, the predictor's ``mu_aff`` and the nuclear norm are summed in
+another order (two traces, ``np.sum`` and numpy's SVD, not one diagonal sum, ``vdot`` and gesdd); the least-norm
+clean-up is tried at gaps ``<= 10 tol`` (the single solve: ``|gap| <= 10 tol``), and there is no time limit, step
+guard's G / factor carried to the next iteration, or trace.
 """
 
 from __future__ import annotations
@@ -23,37 +33,38 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.svm.barrier import (_blocks, _clean_primal, _Problem, _reduce, _result, _start, _sym, _t, _violation,
-                                 _z_half, nuclear_ipm)
+from attnsvm.svm.ipm import (GAMMA_START, GUARD_SHRINK, GUARD_TRIES, Problem, blocks, centering, clean_primal,
+                             ipm_result, is_optimal, mT, next_gamma, nuclear_ipm, reduce_problem, stall_limit,
+                             start_point, stops_at_optimum, sym, violation, z_half)
 
 __all__ = ["nuclear_ipm_batch"]
 
 
 def _min_eig(S: np.ndarray) -> np.ndarray:
     """Smallest eigenvalue of each symmetric matrix of the stack ``S (R, n, n)``: (R,)."""
-    return np.linalg.eigvalsh(_sym(S))[..., 0]
+    return np.linalg.eigvalsh(sym(S))[..., 0]
 
 
-def _rows(pb: _Problem, idx: np.ndarray) -> _Problem:
-    """The problems ``idx`` of a batched :class:`_Problem` (its arrays sliced, nothing recomputed)."""
-    q = _Problem.__new__(_Problem)
+def _rows(pb: Problem, idx: np.ndarray) -> Problem:
+    """The problems ``idx`` of a batched :class:`Problem` (its arrays sliced, nothing recomputed)."""
+    q = Problem.__new__(Problem)
     q.A, q.Bm, q.rhs, q.eq, q.ineq = pb.A[idx], pb.Bm[idx], pb.rhs[idx], pb.eq[idx], pb.ineq[idx]
     q.N, q.r1, q.r2, q.n_tot = pb.N, pb.r1, pb.r2, pb.n_tot[idx]
     q.Bq = q.qidx = q.E = None
     return q
 
 
-def _dual(pb: _Problem, lam: np.ndarray):
-    """Dual quantities of the stack (as :class:`attnsvm.svm.barrier._Dual`) and the mask of the
+def _dual(pb: Problem, lam: np.ndarray):
+    """Dual quantities of the stack (as :class:`attnsvm.svm.ipm.Dual`) and the mask of the
     problems whose dual iterate is inside the spectral-norm ball."""
     G = pb.Gmap(lam)
-    S = np.eye(pb.r2) - _t(G) @ G
+    S = np.eye(pb.r2) - mT(G) @ G
     ok = _pd(S)
     S[~ok] = np.eye(pb.r2)               # keeps the stack factorizable; those problems stop
-    Si = _sym(np.linalg.inv(S))
+    Si = sym(np.linalg.inv(S))
     AG = pb.A @ G
     C = G @ Si
-    return SimpleNamespace(G=G, Si=Si, C=C, Zh=_z_half(G, C, Si), AG=AG, AC=AG @ Si), ok
+    return SimpleNamespace(G=G, Si=Si, C=C, Zh=z_half(G, C, Si), AG=AG, AC=AG @ Si), ok
 
 
 def _pd(S: np.ndarray) -> np.ndarray:
@@ -75,7 +86,7 @@ def _lp_steps(x, dx) -> np.ndarray:
 
 def _psd_steps(LXi, dX) -> np.ndarray:
     """Per problem the largest ``alpha <= 1`` with ``X + alpha dX >= 0``, ``LXi`` the inverse Cholesky factors of X."""
-    lmin = _min_eig(LXi @ dX @ _t(LXi))
+    lmin = _min_eig(LXi @ dX @ mT(LXi))
     with np.errstate(divide="ignore"):
         return np.where(lmin >= 0, 1.0, np.minimum(1.0, -1.0 / np.minimum(lmin, -1e-300)))
 
@@ -87,7 +98,7 @@ def _lmi_steps(LZi, dG) -> np.ndarray:
     r1 = dG.shape[-2]
     zero1 = np.zeros(dG.shape[:-2] + (r1, r1))
     zero2 = np.zeros(dG.shape[:-2] + (dG.shape[-1], dG.shape[-1]))
-    return _psd_steps(LZi, _blocks(zero1, dG, zero2))
+    return _psd_steps(LZi, blocks(zero1, dG, zero2))
 
 
 class _Stack:
@@ -101,9 +112,9 @@ class _Stack:
         return _Stack(self.lam[idx], self.X11[idx], self.X12[idx], self.X22[idx], self.s[idx])
 
 
-def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
+def _newton(pb: Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     """Mehrotra's predictor-corrector direction and step lengths for every problem of the stack
-    (as :func:`attnsvm.svm.barrier._mehrotra_direction` and ``_step_lengths``): ``(d, ap, ad)``."""
+    (as :func:`attnsvm.svm.ipm.mehrotra_direction` and ``step_lengths``): ``(d, ap, ad)``."""
     M = pb.schur(x.X11, x.X12, x.X22, du)
     diag = np.arange(pb.N)
     M[:, diag, diag] += x.s / x.lam
@@ -119,9 +130,9 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     g = 2.0 * np.einsum("rkj,rkj->rk", du.AC, pb.Bm)
     r1 = pb.r1
     Zi11 = 2.0 * du.Zh[:, :r1, :r1]
-    X = _blocks(x.X11, x.X12, x.X22)
+    X = blocks(x.X11, x.X12, x.X22)
     LXi = np.linalg.inv(np.linalg.cholesky(X))
-    LZi = np.linalg.inv(np.linalg.cholesky(_blocks(np.broadcast_to(np.eye(pb.r1), x.X11.shape), du.G,
+    LZi = np.linalg.inv(np.linalg.cholesky(blocks(np.broadcast_to(np.eye(pb.r1), x.X11.shape), du.G,
                                                   np.broadcast_to(np.eye(pb.r2), x.X22.shape))))
 
     def direction(rvec, sig_mu, corr):
@@ -136,11 +147,11 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
         ds = -x.s - (x.s / x.lam) * dlam + sig_mu[:, None] / x.lam
         if corr is not None:
             dX11, dX12, dX22, ds = dX11 + corr[0], dX12 + corr[1], dX22 + corr[2], ds + corr[3]
-        return dlam, dG, _sym(dX11), dX12, _sym(dX22), ds
+        return dlam, dG, sym(dX11), dX12, sym(dX22), ds
 
     def max_steps(d):
         dlam, dG, dX11, dX12, dX22, ds = d
-        ap = np.minimum(_psd_steps(LXi, _blocks(dX11, dX12, dX22)), _lp_steps(x.s, ds))
+        ap = np.minimum(_psd_steps(LXi, blocks(dX11, dX12, dX22)), _lp_steps(x.s, ds))
         ad = np.minimum(_lmi_steps(LZi, dG), _lp_steps(x.lam, dlam))
         return ap, ad
 
@@ -152,8 +163,8 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     xz = (0.5 * (tr(x.X11 + ap[:, None, None] * dX11_a) + tr(x.X22 + ap[:, None, None] * dX22_a))
           - np.sum((x.X12 + ap[:, None, None] * dX12_a) * (du.G + ad[:, None, None] * dG_a), axis=(-2, -1)))
     mu_a = (xz + np.sum((x.s + ap[:, None] * ds_a) * (x.lam + ad[:, None] * dlam_a), axis=-1)) / pb.n_tot
-    sigma = np.clip(mu_a / mu, 0.0, 1.0) ** 3
-    c = pb.XY(_blocks(dX11_a, dX12_a, dX22_a), dG_a, du)
+    sigma = centering(mu_a, mu)
+    c = pb.XY(blocks(dX11_a, dX12_a, dX22_a), dG_a, du)
     c11, c12, c22 = c[:, :r1, :r1], c[:, :r1, r1:], c[:, r1:, r1:]
     cs = -(ds_a * dlam_a) / x.lam
     sm = sigma * mu
@@ -163,20 +174,20 @@ def _newton(pb: _Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     ap, ad = gamma * ap, gamma * ad
     dlam, dG, dX11, dX12, dX22, ds = d
     # guard against rounding at the boundary: the dual inside the ball, X positive definite
-    for _ in range(60):
+    for _ in range(GUARD_TRIES):
         G2 = pb.Gmap(x.lam + ad[:, None] * dlam)
-        bad = ~_pd(np.eye(pb.r2) - _t(G2) @ G2)
+        bad = ~_pd(np.eye(pb.r2) - mT(G2) @ G2)
         if not bad.any():
             break
-        ad = np.where(bad, 0.7 * ad, ad)
+        ad = np.where(bad, GUARD_SHRINK * ad, ad)
     else:
         ad = np.where(bad, 0.0, ad)
-    dX = _blocks(dX11, dX12, dX22)
-    for _ in range(60):
+    dX = blocks(dX11, dX12, dX22)
+    for _ in range(GUARD_TRIES):
         bad = ~_pd(X + ap[:, None, None] * dX)
         if not bad.any():
             break
-        ap = np.where(bad, 0.7 * ap, ap)
+        ap = np.where(bad, GUARD_SHRINK * ap, ap)
     else:
         ap = np.where(bad, 0.0, ap)
     return d, ap, ad
@@ -186,8 +197,8 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
     """The batched path-following loop over problems of equal reduced shape without equality rows.
     Returns per problem ``(best, status, iterations, stopped)``, ``best = (merit, gap, violation, X12, lam)``."""
     R = len(reds)
-    pb_all = _Problem(np.stack([r.pb.A for r in reds]), np.stack([r.pb.Bm for r in reds]),
-                      np.stack([r.pb.rhs for r in reds]), np.zeros((R, reds[0].pb.N), bool))
+    pb_all = Problem(np.stack([r.pb.A for r in reds]), np.stack([r.pb.Bm for r in reds]),
+                     np.stack([r.pb.rhs for r in reds]), np.zeros((R, reds[0].pb.N), bool))
     x_all = _Stack(*(np.stack([s[k] for s in starts]) for k in range(5)))
     best_merit = np.full(R, np.inf)
     best_gap = np.full(R, np.inf)
@@ -195,7 +206,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
     best_X12 = x_all.X12.copy()
     best_lam = x_all.lam.copy()
     since = np.zeros(R, np.int64)
-    gamma = np.full(R, 0.95)
+    gamma = np.full(R, GAMMA_START)
     iters = np.zeros(R, np.int64)
     status = np.array(["inaccurate"] * R, dtype=object)
     stopped = np.array(["iteration limit"] * R, dtype=object)
@@ -210,14 +221,14 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         if not inside.all():              # rounding pushed a dual onto the boundary: keep its best
             out = idx[~inside]
             stopped[out], active[out] = "numerical limit", False
-        # measure (as barrier._measure): gap, violation, the best iterate, the barrier parameter
+        # measure (as ipm.measure): gap, violation, the best iterate, the barrier parameter
         marg = pb.amap(x.X12)
         viol = np.max(np.maximum(pb.rhs - marg, 0.0), axis=-1) / (1.0 + np.max(np.abs(pb.rhs), axis=-1))
         nuc = np.linalg.svd(x.X12, compute_uv=False).sum(axis=-1)
         gap = (nuc - np.sum(pb.rhs * x.lam, axis=-1)) / np.maximum(1.0, np.abs(nuc))
         Xc = x.X12.copy()
         for j in np.flatnonzero((gap <= 10 * tol) & (viol > feas_tol)):
-            Xj, vj, gj = _clean_primal(reds[idx[j]].pb, x.X12[j], x.lam[j], feas_tol)
+            Xj, vj, gj = clean_primal(reds[idx[j]].pb, x.X12[j], x.lam[j], feas_tol)
             if vj < viol[j]:
                 Xc[j], viol[j], gap[j] = Xj, vj, gj
         merit = np.maximum(gap, viol)
@@ -228,11 +239,11 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         since[idx] = np.where(better, 0, since[idx] + 1)
         pobj = 0.5 * (np.trace(x.X11, axis1=-2, axis2=-1) + np.trace(x.X22, axis1=-2, axis2=-1))
         mu = (pobj - np.sum(x.X12 * du.G, axis=(-2, -1)) + np.sum(x.s * x.lam, axis=-1)) / pb.n_tot
-        # stopping test (as barrier._stopping_test)
-        optimal = (best_gap[idx] <= tol) & (best_viol[idx] <= feas_tol)
+        # stopping test (as ipm.stopping_test)
+        optimal = is_optimal(best_gap[idx], best_viol[idx], tol, feas_tol)
         status[idx[optimal]] = "optimal"
-        done = optimal & ((best_gap[idx] <= 0.1 * tol) | (since[idx] >= 1))
-        stall = ~done & (since[idx] >= np.where(best_merit[idx] < 1e-7, 4, 10))
+        done = optimal & stops_at_optimum(best_gap[idx], since[idx], tol)
+        stall = ~done & (since[idx] >= stall_limit(best_merit[idx]))
         stopped[idx[done]] = ""
         stopped[idx[stall]] = "stalled"
         go = ~done & ~stall & inside
@@ -257,24 +268,24 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         x_all.X12[gi] = x.X12 + a3 * dX12
         x_all.X22[gi] = x.X22 + a3 * dX22
         x_all.s[gi] = x.s + ap[:, None] * ds
-        gamma[gi] = 0.9 + 0.09 * np.minimum(ap, ad)
+        gamma[gi] = next_gamma(np.minimum(ap, ad))
     return [((best_merit[k], best_gap[k], best_viol[k], best_X12[k], best_lam[k]), status[k], int(iters[k]),
              stopped[k]) for k in range(R)]
 
 
 def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, max_iter: int = 80) -> list:
-    """Solve many ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` problems (as :func:`~attnsvm.svm.barrier.nuclear_ipm`).
+    """Solve many ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` problems (as :func:`~attnsvm.svm.ipm.nuclear_ipm`).
 
     Parameters
     ----------
     problems : list of tuples ``(U (N, d1), V (N, d2), rhs (N,), is_equality (N,) bool, lam_init (N,) or
         None, W_init (d1, d2) or None)``, each a feasible constraint set (feasibility is decided by
         the caller); sizes may differ (problems are stacked by reduced shape)
-    tol, feas_tol, max_iter : as :func:`~attnsvm.svm.barrier.nuclear_ipm`
+    tol, feas_tol, max_iter : as :func:`~attnsvm.svm.ipm.nuclear_ipm`
 
     Returns
     -------
-    list of :class:`~attnsvm.svm.barrier.IPMResult`, one per problem, in order; ``info["batch"]`` is the
+    list of :class:`~attnsvm.svm.ipm.IPMResult`, one per problem, in order; ``info["batch"]`` is the
     number of problems it was stacked with (1: solved alone by ``nuclear_ipm``).
     """
     out: list = [None] * len(problems)
@@ -283,13 +294,13 @@ def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, m
         U, V = np.asarray(U, float), np.asarray(V, float)
         rhs, eq = np.asarray(rhs, float), np.asarray(eq, bool)
         info = {"method": "primal-dual interior point (HKM, Mehrotra), batched"}
-        red = None if eq.any() else _reduce(U, V, rhs, eq, info)
+        red = None if eq.any() else reduce_problem(U, V, rhs, eq, info)
         if red is None or not red.live.all():
             out[k] = nuclear_ipm(U, V, rhs, eq, lam_init=lam0, W_init=W0, tol=tol, feas_tol=feas_tol,
                                  max_iter=max_iter)
             out[k].info["batch"] = 1
             continue
-        start = _start(red.pb, None if lam0 is None else np.asarray(lam0, float), red.M_init(W0))
+        start = start_point(red.pb, None if lam0 is None else np.asarray(lam0, float), red.M_init(W0))
         groups.setdefault((red.pb.N, red.pb.r1, red.pb.r2), []).append((k, red, start, info, U.shape[0]))
     for members in groups.values():
         if len(members) == 1:             # alone in its shape: the single solve
@@ -305,9 +316,9 @@ def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, m
         for (k, red, _, info, N), (best, status, its, stopped) in zip(members, results):
             merit, gap, viol, X12, lam_l = best
             if not np.isfinite(merit):      # never measured (the start left the domain): the start itself
-                best = (merit, gap, _violation(red.pb, red.pb.amap(X12)), X12, lam_l)
+                best = (merit, gap, violation(red.pb, red.pb.amap(X12)), X12, lam_l)
             if stopped:
                 info["stopped"] = stopped
             info["batch"] = len(members)
-            out[k] = _result(red, best, str(status), its, info, N, tol, feas_tol, secs)
+            out[k] = ipm_result(red, best, str(status), its, info, N, tol, feas_tol, secs)
     return out

@@ -2,7 +2,7 @@
 
 The working-set method (:func:`attnsvm.svm.working_set.solve_nuclear_ws`) solves the nuclear SVM of a row
 subset, checks all N rows and solves again on the enlarged subset: every round a full run of the
-interior-point method of :mod:`attnsvm.svm.barrier` (~25 iterations from the Frobenius start). Here the
+interior-point method of :mod:`attnsvm.svm.ipm` (~25 iterations from the Frobenius start). Here the
 rows outside the subset are checked *during* one run instead, against the primal iterate ``X12`` at
 every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
 violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
@@ -14,10 +14,10 @@ more than 1e-3 when the gap is below 1e-4 join once (``late_joins``: the path re
 a further round of the caller costs ~25); after that they do not join, the run ends on its subset and leaves
 them to the caller's next round.
 
-Everything the method computes about the subset is :mod:`attnsvm.svm.barrier`'s (same Newton system,
+Everything the method computes about the subset is :mod:`attnsvm.svm.ipm`'s (same Newton system,
 step rule, stopping test and clean-up). The bases are those of *all* rows (the u side: the rows
 themselves when ``d1 <= N``; the w side: the span of all distinct w's), so a joining row never changes
-the coordinates of the iterate. The result is the subset's :class:`~attnsvm.svm.barrier.IPMResult`
+the coordinates of the iterate. The result is the subset's :class:`~attnsvm.svm.ipm.IPMResult`
 mapped to all N rows (multipliers zero outside the final subset); the caller checks every row and
 certifies, as after any working-set round.
 """
@@ -28,60 +28,20 @@ import time
 
 import numpy as np
 
-from attnsvm.svm.barrier import (IPMResult, _chol_S, _Dual, _Iterate, _measure, _Problem, _Reduction, _result,
-                                 _start, _stopping_test, _trace, _trace_iterate, _tracing, _violation, distinct_rows,
-                                 ipm_arrays, next_step, row_space_basis)
+from attnsvm.svm.ipm import (IPMResult, Iterate, PathState, Problem, RowSet, chol_S, ipm_arrays, ipm_result,
+                             start_point, trace, tracing)
 
 __all__ = ["nuclear_ipm_grow"]
 
 
-class _AllRows:
-    """All N rows in the bases of all rows, scaled as :func:`attnsvm.svm.barrier._reduce` scales a subset:
-    ``A (N, r1)``, the distinct scaled w's ``Bq (q, r2)`` with the query index ``qinv (N,)``, ``rhs``, ``eq``."""
-
-    def __init__(self, U, V, rhs, eq):
-        N, d1 = U.shape
-        Vq, self.qinv = distinct_rows(V)
-        self.B = row_space_basis(Vq)
-        Bq = Vq @ self.B
-        self.P = None if d1 <= N else row_space_basis(U)
-        A = U if self.P is None else U @ self.P
-        self.live = (np.linalg.norm(A, axis=1) > 0) & (np.linalg.norm(Bq[self.qinv], axis=1) > 0)
-        trivial = np.where(eq, rhs == 0, rhs <= 0)
-        self.empty = A.shape[1] == 0 or self.B.shape[1] == 0 or bool(trivial[self.live].all())
-        if self.empty:
-            return
-        live = self.live
-        self.su = float(np.max(np.linalg.norm(A[live], axis=1)))
-        self.sv = float(np.max(np.linalg.norm(Bq[self.qinv[live]], axis=1)))
-        self.sr = float(np.max(np.abs(rhs[live])))
-        self.A, self.Bq = A / self.su, Bq / self.sv
-        self.rhs, self.eq = rhs / self.sr, eq
-
-    def problem(self, rows: np.ndarray) -> _Problem:
-        """The reduced problem of the rows ``rows`` (indices, ascending)."""
-        used, qidx = np.unique(self.qinv[rows], return_inverse=True)
-        qidx = np.asarray(qidx).ravel()
-        Bq = self.Bq[used]
-        return _Problem(self.A[rows], Bq[qidx], self.rhs[rows], self.eq[rows], groups=(Bq, qidx))
-
-    def reduction(self, pb: _Problem, rows: np.ndarray) -> _Reduction:
-        return _Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
-
-    def margins(self, X12: np.ndarray) -> np.ndarray:
-        """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
-        Y = self.Bq @ X12.T                                     # (q, r1)
-        return np.einsum("kj,kj->k", self.A, Y[self.qinv])
-
-
-def _violated(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
+def _violated(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
     """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
     violation among them (0 when none)."""
     new, v = _outside(allr, X12, in_set, thr)
     return new, float(v[new].max()) if new.size else 0.0
 
 
-def _outside(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
+def _outside(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
     """``(idx, v)``: the indices of the live rows outside the subset whose (scaled) violation ``v`` (N,) exceeds
     ``thr`` (``|rhs_k - m_k|`` on equality rows, ``rhs_k - m_k`` else; a negative ``thr`` takes in satisfied rows)."""
     v = allr.rhs - allr.margins(X12)
@@ -95,7 +55,7 @@ _JOIN_BAND = 0.05
 _JOIN_BAND_SHARE = 2.0
 
 
-def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
+def _with_band(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
                room: int) -> np.ndarray:
     """The joining rows ``new`` (violated; indices, ascending) with the rows outside the subset that ``X12`` nearly
     violates: margin below ``rhs_k +`` :data:`_JOIN_BAND` ``* vscale``, the least slack first, at most
@@ -113,7 +73,7 @@ def _with_band(allr: _AllRows, X12: np.ndarray, in_set: np.ndarray, new: np.ndar
     return np.union1d(new, near)
 
 
-def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: float):
+def _join(allr: RowSet, rows: np.ndarray, x: Iterate, new: np.ndarray, mu: float):
     """The subset ``rows`` with the rows ``new`` added (ascending) and the iterate extended to it: each new
     inequality row gets the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the multiplier ``mu / s_k``
     (equality rows: multiplier 0); the multipliers are then shrunk until ``||G|| < 1`` holds with room."""
@@ -132,7 +92,7 @@ def _join(allr: _AllRows, rows: np.ndarray, x: _Iterate, new: np.ndarray, mu: fl
     lam[pos_new[ineq_new]] = mu / s_new[ineq_new]
     pb = allr.problem(rows2)
     lam = _into_ball(pb, lam)
-    x2 = _Iterate(lam, x.X11, x.X12, x.X22, s_full[~eq2])
+    x2 = Iterate(lam, x.X11, x.X12, x.X22, s_full[~eq2])
     return rows2, pb, x2
 
 
@@ -141,16 +101,16 @@ _SHRINK = (1.0, 1 - 1e-6, 1 - 1e-5, 1 - 1e-4, 1 - 1e-3, 0.997, 0.99, 0.97, 0.9, 
            1e-6)
 
 
-def _into_ball(pb: _Problem, lam: np.ndarray) -> np.ndarray:
+def _into_ball(pb: Problem, lam: np.ndarray) -> np.ndarray:
     """``theta^2 lam`` for the first ``theta`` of :data:`_SHRINK` that keeps the dual strictly inside the
     spectral-norm ball ``||G(lam)|| < 1`` (the square leaves room for the first step)."""
     for th in _SHRINK:
-        if _chol_S(pb.Gmap(th * lam)) is not None:
+        if chol_S(pb.Gmap(th * lam)) is not None:
             return th * th * lam
     raise np.linalg.LinAlgError("no strictly dual feasible multipliers for the changed subset")
 
 
-def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: float, least: float):
+def _drop(allr: RowSet, rows: np.ndarray, x: Iterate, slack: float, small: float, least: float):
     """The subset without its clearly inactive inequality rows (slack above ``slack`` and multiplier below
     ``small`` times the largest), or None when fewer than ``least`` times the subset's rows are."""
     eq = allr.eq[rows]
@@ -163,7 +123,84 @@ def _drop(allr: _AllRows, rows: np.ndarray, x: _Iterate, slack: float, small: fl
     rows2 = rows[keep]
     pb = allr.problem(rows2)
     lam = _into_ball(pb, x.lam[keep])
-    return rows2, pb, _Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
+    return rows2, pb, Iterate(lam, x.X11, x.X12, x.X22, s_full[keep][~eq[keep]])
+
+
+#: the subset is checked against all rows at every iteration once the relative gap is below this (and when it is solved)
+_CHECK_GAP = 0.1
+
+
+class _Growth:
+    """The growing subset of one run of :func:`nuclear_ipm_grow`: its rows (indices, ascending), the rules for rows
+    that join and leave, and the run's record of them (``joined``, ``dropped``, ``checks``, ``max_size``;
+    ``info["late_joins"]``).
+
+    Rows leave between the gaps ``100 tol`` and 1e-3 when their slack exceeds 0.5% of ``1 + max |rhs|`` and their
+    multiplier is below 1e-3 of the largest (at least 5% of the subset at once). The slack bar sits below the band's
+    width (:data:`_JOIN_BAND`), so the band's rows that stay inactive can leave; at 5% they stayed, at 0.05% dropped
+    rows came back (docs/guide/performance.md, "Nuclear iterations"). Rows still violated by more than 1e-3 below
+    the gap 1e-4 join ``late_joins`` times, then are left to the caller.
+    """
+
+    def __init__(self, allr: RowSet, rows: np.ndarray, tol: float, feas_tol: float, max_rows, late_joins: int,
+                 info: dict):
+        self.allr, self.rows, self.feas_tol, self.max_rows, self.info = allr, rows, feas_tol, max_rows, info
+        # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
+        self.vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
+        self.drop_low, self.drop_gap, self.drop_slack, self.drop_small, self.drop_least = (100.0 * tol, 1e-3, 0.005,
+                                                                                           1e-3, 0.05)
+        self.late_gap, self.late_viol, self.late_left = 1e-4, 1e-3, int(late_joins)
+        info["late_joins"] = 0
+        self.joined: list = []
+        self.dropped: list = []
+        self.checks = 0
+        self.max_size = rows.size
+
+    def check(self, pb: Problem, x: Iterate, path: PathState, gap: float, viol: float, mu: float, optimal: bool):
+        """Check all rows against the iterate ``x`` of the subset's problem ``pb`` (the best iterate when
+        ``optimal``): ``"stop"`` when the run ends optimal and leaves violated rows to the caller, ``(pb, x)`` the
+        changed subset's problem and iterate when rows joined or left (``path`` restarted), else None."""
+        allr, N, vscale, rows, info = self.allr, self.allr.N, self.vscale, self.rows, self.info
+        self.checks += 1
+        X12 = path.best[3] if optimal else x.X12
+        thr = max(2.0 * viol, 10.0 * self.feas_tol) * vscale
+        in_set = np.isin(np.arange(N), rows)
+        new, vmax = _violated(allr, X12, in_set, thr)
+        late = gap < self.late_gap and vmax > self.late_viol * vscale
+        too_many = self.max_rows is not None and rows.size + new.size > self.max_rows
+        if late and self.late_left > 0 and not too_many:     # join now: cheaper than a further round
+            late, self.late_left = False, self.late_left - 1
+            info["late_joins"] += 1
+        if too_many or late:
+            if optimal and new.size:        # leave these rows to the caller's next round
+                path.status = "optimal"
+                info["stopped"] = "rows left to join"
+                self.joined.append(-int(new.size))
+                return "stop"
+            new = new[:0]
+        if new.size:
+            new = _with_band(allr, X12, in_set, new, vscale, (N if self.max_rows is None else self.max_rows)
+                             - rows.size - new.size)
+        self.joined.append(int(new.size))
+        changed = None
+        if self.drop_low < gap <= self.drop_gap and not optimal:
+            out = _drop(allr, rows, x, self.drop_slack * vscale, self.drop_small, self.drop_least)
+            if out is not None:
+                self.dropped.append(int(rows.size - out[0].size))
+                if tracing():
+                    trace("drop", rows=self.dropped[-1], N=int(out[0].size))
+                self.rows, pb, x = out
+                path.restart()
+                changed = (pb, x)
+        if new.size:
+            self.rows, pb, x = _join(allr, self.rows, x, new, mu)
+            if tracing():
+                trace("join", rows=int(new.size), N=int(self.rows.size))
+            self.max_size = max(self.max_size, self.rows.size)
+            path.restart()
+            path.status = "inaccurate"
+            changed = (pb, x)
+        return changed
 
 
 def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
@@ -178,7 +215,7 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         All rows (a feasible set; feasibility is decided by the caller).
     start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
-    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.barrier.nuclear_ipm` (``tol`` is
+    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm` (``tol`` is
         the relative duality gap on the final subset)
     max_iter : iterations of the whole run; max_rows : largest subset (None: no limit); rows stop
         joining when it would be exceeded
@@ -189,123 +226,51 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
 
     Returns
     -------
-    ``(res, rows)``: :class:`~attnsvm.svm.barrier.IPMResult` over all N rows (multipliers zero outside
+    ``(res, rows)``: :class:`~attnsvm.svm.ipm.IPMResult` over all N rows (multipliers zero outside
     the final subset; ``info["joined"]`` the rows added per check, ``info["checks"]``) and the final
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
     t0 = time.perf_counter()
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
-    allr = _AllRows(U, V, rhs, eq)
+    allr = RowSet(U, V, rhs, eq)
     in_set = np.asarray(start_rows, bool).copy()
     if allr.empty:
         info.update(iterations=0, rel_gap=0.0, violation=0.0, seconds=time.perf_counter() - t0, joined=[])
         return IPMResult("optimal", np.zeros((d1, d2)), np.zeros(N), info), in_set
-    info["reduced_shape"] = [int(allr.A.shape[1]), int(allr.B.shape[1])]
+    info["reduced_shape"] = allr.reduced_shape
     rows = np.flatnonzero(in_set & allr.live)
     pb = allr.problem(rows)
     if backend is not None:
-        backend.attach(pb)
         info["device"] = backend.name
     red = allr.reduction(pb, rows)
-    x = _Iterate(*_start(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
-    # the threshold of a violated row: the subset's own violation measure (relative to 1 + max |rhs|)
-    vscale = 1.0 + float(np.max(np.abs(allr.rhs[allr.live])))
-    best = None
-    status = "inaccurate"
-    gamma = 0.95
-    since_best = 0
-    L_next = None
-    next_check = 1e-1
-    joined: list = []
-    dropped: list = []
-    max_size = rows.size
-    # rows leave between these gaps when their slack exceeds 0.5% of the largest |rhs| and their multiplier is
-    # below 1e-3 of the largest (at least 5% of the subset at once); late rows join once (late_joins),
-    # then only when nearly satisfied. The slack bar sits below the band's width (0.05, _with_band), so the band's
-    # rows that stay inactive can leave; 5% kept them (and 0.05% dropped rows that came back: a second round);
-    # measured in docs/guide/performance.md ("Nuclear iterations")
-    drop_low, drop_gap, drop_slack, drop_small, drop_least = 100.0 * tol, 1e-3, 0.005, 1e-3, 0.05
-    late_gap, late_viol = 1e-4, 1e-3
-    late_left = int(late_joins)
-    info["late_joins"] = 0
-    checks = 0
+    x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[rows], red.M_init(W_init)))
+    path = PathState(tol, feas_tol, t0, time_limit, verbose, info, backend)
+    grow = _Growth(allr, rows, tol, feas_tol, max_rows, late_joins, info)
     it = 0
     for it in range(1, max_iter + 1):
-        try:
-            du = _Dual(pb.A, pb.Bm, x.lam, L_next, x.G)
-        except np.linalg.LinAlgError:
-            info["stopped"] = "numerical limit"
+        ev = path.evaluate(pb, x, it, grow.rows.size)
+        if ev is None:
             break
-        best, merit, mu, (nuc, dobj, gap, viol) = _measure(pb, x, du, best, tol, feas_tol)
-        if verbose:
-            print(f"it {it:3d} |S| {rows.size:6d} |M|_* {nuc:.12g} dual {dobj:.12g} gap {gap:.2e} viol {viol:.2e} "
-                  f"mu {mu:.2e}", flush=True)
-        if _tracing():
-            _trace_iterate(pb, x, mu, gap, viol)
-        since_best = 0 if best[0] == merit else since_best + 1
-        optimal, stop, reason = _stopping_test(best, since_best, tol, feas_tol, t0, time_limit)
-        if (gap <= next_check or optimal) and reason != "time limit":  # every iteration once the gap is below 0.1
-            checks += 1
-            X12 = best[3] if optimal else x.X12
-            thr = max(2.0 * viol, 10.0 * feas_tol) * vscale
-            in_set = np.isin(np.arange(N), rows)
-            new, vmax = _violated(allr, X12, in_set, thr)
-            late = gap < late_gap and vmax > late_viol * vscale
-            too_many = max_rows is not None and rows.size + new.size > max_rows
-            if late and late_left > 0 and not too_many:     # join now: cheaper than a further round
-                late, late_left = False, late_left - 1
-                info["late_joins"] += 1
-            if too_many or late:
-                if optimal and new.size:        # leave these rows to the caller's next round
-                    status = "optimal"
-                    info["stopped"] = "rows left to join"
-                    joined.append(-int(new.size))
-                    break
-                new = new[:0]
-            if new.size:
-                new = _with_band(allr, X12, in_set, new, vscale, (N if max_rows is None else max_rows)
-                                 - rows.size - new.size)
-            joined.append(int(new.size))
-            next_check = 1e-1
-            if drop_low < gap <= drop_gap and not optimal:
-                out = _drop(allr, rows, x, drop_slack * vscale, drop_small, drop_least)
-                if out is not None:
-                    dropped.append(int(rows.size - out[0].size))
-                    if _tracing():
-                        _trace("drop", rows=dropped[-1], N=int(out[0].size))
-                    rows, pb, x = out
-                    if backend is not None:
-                        backend.attach(pb)
-                    best, since_best, L_next = None, 0, None
-                    if not new.size:
-                        continue
-            if new.size:
-                rows, pb, x = _join(allr, rows, x, new, mu)
-                if _tracing():
-                    _trace("join", rows=int(new.size), N=int(rows.size))
-                max_size = max(max_size, rows.size)
-                if backend is not None:
-                    backend.attach(pb)
-                best, since_best, L_next, status = None, 0, None, "inaccurate"
+        du, mu, (_, _, gap, viol), test = ev
+        optimal, _, reason = test
+        if (gap <= _CHECK_GAP or optimal) and reason != "time limit":
+            changed = grow.check(pb, x, path, gap, viol, mu, optimal)
+            if changed == "stop":
+                break
+            if changed is not None:
+                pb, x = changed
                 continue
-        if optimal:
-            status = "optimal"
-        if stop:
-            if reason:
-                info["stopped"] = reason
+        x_next = path.advance(pb, x, du, mu, test)
+        if x_next is None:
             break
-        step = next_step(pb, x, du, mu, gamma, verbose, info)
-        if step is None:
-            break
-        x, L_next, gamma = step
+        x = x_next
     else:
         info["stopped"] = "iteration limit"
-    if best is None:
-        best = (np.inf, np.inf, _violation(pb, pb.amap(x.X12)), x.X12, np.zeros(pb.N))
-    info.update(joined=joined, dropped=dropped, checks=checks, max_rows=int(max_size))
+    rows = grow.rows
+    info.update(joined=grow.joined, dropped=grow.dropped, checks=grow.checks, max_rows=int(grow.max_size))
     red = allr.reduction(pb, rows)
-    res = _result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+    res = ipm_result(red, path.final_best(pb, x), path.status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
     mask = np.zeros(N, bool)
     mask[rows] = True
     return res, mask

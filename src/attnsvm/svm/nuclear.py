@@ -6,7 +6,7 @@ the rows of U and ``B (d2, r2)`` of the rows of V, ``W = P M B^T`` and
 is solved by
 
 * ``solver="auto"`` / ``"ipm"`` (default): the primal-dual interior-point method of
-  :mod:`attnsvm.svm.barrier`, numpy / scipy by default (``device=``: its dense algebra on a
+  :mod:`attnsvm.svm.ipm`, numpy / scipy by default (``device=``: its dense algebra on a
   torch device, :mod:`attnsvm.svm.torch_backend`). Its only large matrix is the N x N Schur
   complement, built from Gram-type products, so reduced sizes ``r1 + r2`` in the hundreds
   (d = 768) are routine where the reduced SDP through cvxpy does not fit in memory. Relative
@@ -32,7 +32,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.barrier import nuclear_ipm, row_space_basis
+from attnsvm.svm.ipm import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
                                    row_sizes)

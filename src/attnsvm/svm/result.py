@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnsvm.svm.barrier import singular_values, spectral_norm
+from attnsvm.svm.ipm import singular_values, spectral_norm
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.farkas import exact_farkas, norm_lower_bound
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, stationarity_residual

@@ -1,10 +1,10 @@
 """The nuclear interior-point method's dense algebra on a torch device (``device=`` of the nuclear solvers).
 
-Per iteration the IPM of :mod:`attnsvm.svm.barrier` builds the N x N Schur complement (two N x N x r
-products and a few N x N elementwise products, :meth:`attnsvm.svm.barrier._Problem.schur`), factors it
+Per iteration the IPM of :mod:`attnsvm.svm.ipm` builds the N x N Schur complement (two N x N x r
+products and a few N x N elementwise products, :meth:`attnsvm.svm.ipm.Problem.schur`), factors it
 (Cholesky) and solves two Newton systems with the factor; at thousands of rows that is nearly all of
 its time. :class:`TorchNewton` runs exactly these steps through torch on a device (``"cuda"``, or
-``"cpu"`` for tests), in float64: the Schur complement is the *same* formula, ``_Problem.schur`` called on
+``"cpu"`` for tests), in float64: the Schur complement is the *same* formula, ``Problem.schur`` called on
 a view of the reduced problem whose arrays are torch tensors on the device (:class:`_DeviceProblem`);
 only the N-vectors of the Newton systems travel back. Everything else (the small r x r algebra, the
 step lengths, the stopping test, the clean-up, the certificate) stays in numpy, so the result is
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.svm.barrier import _Problem
+from attnsvm.svm.ipm import Problem
 
 __all__ = ["TorchNewton", "check_device"]
 
@@ -52,11 +52,11 @@ def check_device(device):
     return dev
 
 
-class _DeviceProblem(_Problem):
-    """The arrays of a reduced :class:`~attnsvm.svm.barrier._Problem` that :meth:`_Problem.schur` reads,
+class _DeviceProblem(Problem):
+    """The arrays of a reduced :class:`~attnsvm.svm.ipm.Problem` that :meth:`Problem.schur` reads,
     as float64 tensors on ``dev``; the column and row expansions by the query index in torch."""
 
-    def __init__(self, pb: _Problem, dev):
+    def __init__(self, pb: Problem, dev):
         torch = _torch()
         self.torch, self.dev = torch, dev
         t = self.tensor
@@ -71,39 +71,44 @@ class _DeviceProblem(_Problem):
         return self.torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64), device=self.dev)
 
     @staticmethod
-    def _transposed(F):
+    def transposed(F):
         return F.T.contiguous()
 
-    def _take_rows(self, F, idx):
+    def take_rows(self, F, idx):
         return F.index_select(0, idx)
 
-    def _take_cols(self, F, idx):
+    def take_cols(self, F, idx):
         return F.index_select(1, idx)
 
 
 class TorchNewton:
-    """Backend of :func:`attnsvm.svm.barrier.nuclear_ipm` (its ``backend`` argument): the Schur complement,
-    its Jacobi-scaled Cholesky factorization and the Newton solves on the torch device ``device``.
+    """Newton backend of :func:`attnsvm.svm.ipm.nuclear_ipm` (its ``backend`` argument; the interface:
+    :class:`attnsvm.svm.ipm.problem.NumpyNewton`): the Schur complement, its Jacobi-scaled Cholesky factorization
+    and the Newton solves on the torch device ``device``.
 
-    The factorization mirrors :func:`attnsvm.svm.barrier._factor_lower`: Jacobi scaling, Cholesky, a
+    The factorization mirrors :func:`attnsvm.svm.ipm.factor_lower`: Jacobi scaling, Cholesky, a
     growing diagonal shift (1e-14, then x99) while the factorization fails, and an eigenvalue solve as the
-    last resort.
+    last resort. The reduced problem's arrays go to the device once per problem (again when the problem changes).
     """
 
     def __init__(self, device):
         self.dev = check_device(device)
         self.name = str(self.dev)
+        self._pb = self._dp = None
 
-    def attach(self, pb: _Problem) -> None:
-        """Route the Newton systems of ``pb`` through the device."""
-        dp = _DeviceProblem(pb, self.dev)
-        pb.newton_solver = lambda x, du, diag: self._solver(dp, x, du, diag)
+    def solver(self, pb: Problem, x, du, diag):
+        """Solver of ``(M + diag(diag)) dlam = r`` at the iterate ``x`` of ``pb`` on the device: a function of
+        ``r (N,)`` returning ``dlam (N,)`` (numpy arrays both)."""
+        if self._pb is not pb:
+            self._dp = None                           # the old problem's device arrays go before the new ones
+            self._pb, self._dp = pb, _DeviceProblem(pb, self.dev)
+        return self._solver(self._dp, x, du, diag)
 
     def _solver(self, dp: _DeviceProblem, x, du, diag):
         torch, t = dp.torch, dp.tensor
         # A C only where the Schur complement reads it (without the distinct queries): else it is never formed
         dut = _DualView(t(du.AC) if dp.qidx is None else None, t(du.G), t(du.Si), t(du.C), t(du.Zh))
-        M = _Problem.schur(dp, t(x.X11), t(x.X12), t(x.X22), dut)
+        M = Problem.schur(dp, t(x.X11), t(x.X12), t(x.X22), dut)
         M.diagonal().add_(t(diag))
         dg = M.diagonal().clone()
         dg[~(dg > 0)] = 1.0
@@ -136,7 +141,7 @@ class TorchNewton:
 
 
 class _DualView:
-    """The dual quantities :meth:`_Problem.schur` reads (``AC`` (None on the distinct queries, where it is not
+    """The dual quantities :meth:`Problem.schur` reads (``AC`` (None on the distinct queries, where it is not
     read), ``G``, ``Si``, ``C``, ``Zh``), as device tensors."""
 
     def __init__(self, AC, G, Si, C, Zh):
