@@ -17,37 +17,52 @@ from attnsvm.svm import ConstraintSet, gen_constraints, solve
 from attnsvm.svm.farkas import exact_farkas, norm_lower_bound
 
 
+def _Q(x) -> sympy.Rational:
+    fr = Fraction(float(x))
+    return sympy.Rational(fr.numerator, fr.denominator)
+
+
 def _exact_rows(cs, rows, differences=False):
-    """The matrices ``vec(u_k w_k^T)`` of ``rows`` as exact rationals (sympy), ``(d1 d2, s)``; with
-    ``differences`` the u's are the exact token differences the builder rounded."""
-    cols = []
+    """The matrices ``vec(u_k w_k^T) 2^-(a_k + b_k)`` of ``rows`` as exact rationals (sympy), ``(d1 d2, s)``, each
+    row scaled exactly by powers of two to entries below 1 (``2^a_k``, ``2^b_k`` above ``max |u_k|``, ``max |w_k|``;
+    a positive factor per row changes no Farkas sign), and the exponents ``a + b (s,)``. With ``differences`` the
+    u's are the exact token differences the builder rounded."""
+    cols, e = [], []
     pairs = cs.token_differences(rows) if differences else None
     for j, k in enumerate(rows):
+        a = int(np.frexp(np.abs(cs.U[k]).max())[1])
+        b = int(np.frexp(np.abs(cs.V[k]).max())[1])
         if pairs is not None:
-            u = [Fraction(float(a)) - Fraction(float(b)) for a, b in zip(pairs[0][j], pairs[1][j])]
+            u = [_Q(x) - _Q(y) for x, y in zip(pairs[0][j], pairs[1][j])]
         else:
-            u = [Fraction(float(x)) for x in cs.U[k]]
-        w = [Fraction(float(x)) for x in cs.V[k]]
-        cols.append([sympy.Rational(a.numerator, a.denominator) * sympy.Rational(b.numerator, b.denominator)
-                     for a in u for b in w])
-    return sympy.Matrix(cols).T
+            u = [_Q(x) for x in cs.U[k]]
+        w = [_Q(x) for x in cs.V[k]]
+        scale = sympy.Rational(2) ** (-(a + b))
+        cols.append([x * y * scale for x in u for y in w])
+        e.append(a + b)
+    return sympy.Matrix(cols).T, np.array(e)
 
 
 def _independently_infeasible(cs, sol, differences=False) -> bool:
-    """An exact null vector of the certificate's rows with the Farkas signs (>= 0 on inequality rows) and
-    ``rhs^T f > 0`` (sympy; the null space of the proof's rows is a line here, else the check is skipped)."""
+    """Exact multipliers on the certificate's rows with the Farkas signs (>= 0 on inequality rows) and
+    ``rhs^T f > 0``, found with sympy: its exact null space of the (exactly scaled) rows' matrices, the returned
+    float multipliers in the scaled units projected on it with rationalized coefficients, then every condition
+    checked in rational arithmetic."""
     rows = np.asarray(sol.certificate.offending)      # every row of the proof (a multiplier may round to 0)
-    null = _exact_rows(cs, rows, differences).nullspace()
+    A, e = _exact_rows(cs, rows, differences)
+    null = A.nullspace()
     assert len(null) >= 1, "the certificate's rows are exactly independent: no Farkas multipliers on them"
-    if len(null) > 1:
-        return False
-    v = [null[0][i] for i in range(len(rows))]
-    f = sol.certificate.farkas[rows]
-    if sum(float(x) * y for x, y in zip(v, f)) < 0:
-        v = [-x for x in v]
+    m, ef = np.frexp(sol.certificate.farkas[rows])
+    ef = ef + e
+    f = np.ldexp(m, ef - ef[m != 0].max())            # the multipliers of the scaled rows, largest about 1
+    B = np.array([[float(v[i]) for v in null] for i in range(len(rows))])
+    B /= np.abs(B).max(axis=0)
+    c, *_ = np.linalg.lstsq(B, f, rcond=None)
+    top = [max(abs(v[i]) for i in range(len(rows))) for v in null]
+    exact = [sum(_Q(ci) * v[i] / t for ci, v, t in zip(c, null, top)) for i in range(len(rows))]
     eq = cs.is_equality[rows]
-    rhs = [sympy.Rational(Fraction(float(r)).numerator, Fraction(float(r)).denominator) for r in cs.rhs[rows]]
-    return all(x >= 0 for x, e in zip(v, eq) if not e) and sum(r * x for r, x in zip(rhs, v)) > 0
+    rhs = [_Q(r) * sympy.Rational(2) ** int(-ek) for r, ek in zip(cs.rhs[rows], e)]
+    return bool(all(x >= 0 for x, q in zip(exact, eq) if not q) and sum(r * x for r, x in zip(rhs, exact)) > 0)
 
 
 def _pair(eps):
@@ -167,3 +182,43 @@ def test_the_norm_bound_is_below_every_feasible_w():
         assert bound <= np.linalg.norm(W)
     # a negative multiplier on an inequality row proves nothing
     assert norm_lower_bound(U, V, rhs, np.zeros(N, bool), -f) == 0.0
+
+
+def test_the_robust_proof_covers_over_determined_selections_beyond_the_exact_limit():
+    """Random selections with more rows than matrix entries are infeasible with zero inside the rows' hull: the
+    robust proof (exact multipliers exist near the float ones) covers them at any size; before it, supports above
+    64 rows were "undecided". One instance small enough for sympy is re-verified exactly."""
+    from attnsvm.svm.farkas import EXACT_MAX_ROWS
+
+    rng = np.random.default_rng(0)
+    for d, check in ((5, True), (10, False)):
+        N = d * d * 3
+        cs = ConstraintSet(rng.standard_normal((N, d)), rng.standard_normal((N, d)), np.ones(N))
+        sol = solve(cs, "fro", method="dense")
+        assert sol.status == "infeasible" and sol.info["farkas_proof"] == "robust"
+        assert len(sol.certificate.offending) > d * d
+        if check:
+            assert _independently_infeasible(cs, sol)
+        else:
+            assert len(sol.certificate.offending) > EXACT_MAX_ROWS
+
+
+def test_the_robust_proof_refuses_what_it_cannot_prove():
+    from attnsvm.svm.farkas import _robust_proof
+
+    U, V = np.array([[1.0, 0.0], [-1.0, 1e-14]]), np.array([[1.0, 0.0], [1.0, 0.0]])
+    assert _robust_proof(U, V, np.ones(2), np.zeros(2, bool), np.array([0.5, 0.5])) is not None
+    # exactly dependent rows (a row and its negative, plus a third): sigma is 0, no robust proof
+    U3 = np.array([[0.3, 0.6], [-0.3, -0.6], [1.0, 2.0]])
+    assert _robust_proof(U3, np.ones((3, 1)), np.ones(3), np.zeros(3, bool), np.array([0.5, 0.5, 0.0])) is not None
+    # a robust set: the proof holds, and a negative inequality multiplier or rhs^T f <= 0 breaks it
+    rng = np.random.default_rng(1)
+    N = 75
+    cs = ConstraintSet(rng.standard_normal((N, 5)), rng.standard_normal((N, 5)), np.ones(N))
+    f = solve(cs, "fro", method="dense").certificate.farkas
+    J = np.flatnonzero(f)
+    assert _robust_proof(cs.U[J], cs.V[J], cs.rhs[J], cs.is_equality[J], f[J]) is None
+    bad = f[J].copy()
+    bad[0] = -bad[0]
+    assert _robust_proof(cs.U[J], cs.V[J], cs.rhs[J], cs.is_equality[J], bad) is not None
+    assert _robust_proof(cs.U[J], cs.V[J], -cs.rhs[J], cs.is_equality[J], f[J]) is not None

@@ -27,7 +27,13 @@ integer system ``sum_k g_k Ũ_k Ṽ_k^T = 0``. On the rows J that the float mult
 
 Step 4 is what proves: steps 1-3 only choose the candidate, so a bad draw of p, q or a float guess
 can cost a proof, never make a false one. A set too large for exact arithmetic within
-:data:`EXACT_BUDGET` is not proven (the solvers then report "undecided" with the norm bound).
+:data:`EXACT_BUDGET` is not proven that way.
+
+Robustly infeasible sets (zero inside the hull of the rows' matrices, as in random over-determined selections)
+have a cheaper proof that needs no exact arithmetic and no bound on the rows: :func:`_robust_proof` shows that
+exact multipliers exist near the float ones (the rows span every matrix entry they touch, with a smallest singular
+value that outweighs the float multipliers' residual). It is tried first; what neither proves is "undecided"
+(the solvers then report the norm bound).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ EXACT_MAX_ROWS = 64
 #: at most this many big-integer multiply-adds in the final exact check (step 4: a few seconds)
 EXACT_BUDGET = 2.0e7
 _U = 2.0 ** -53                                     # unit roundoff of float64
+_TINY = 2.0 ** -1074                                # the smallest subnormal: rounding below the normal range
 
 
 @dataclass(frozen=True)
@@ -66,12 +73,16 @@ class FarkasProof:
         The rows the proof combines (every nonzero exact multiplier), else the rows last tried.
     reason : str
         Why it is not proven ("" when proven).
+    exact : bool
+        Proven by exact multipliers (rounded in ``farkas``); False for the robust proof (:func:`_robust_proof`):
+        exact multipliers exist within a proven distance of the float ones in ``farkas``.
     """
 
     proven: bool
     farkas: np.ndarray | None
     rows: np.ndarray
     reason: str = ""
+    exact: bool = True
 
 
 def norm_lower_bound(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, eq: np.ndarray, f: np.ndarray) -> float:
@@ -302,6 +313,12 @@ def exact_farkas(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, eq: np.ndarray, 
     if f.shape != (N,) or not np.all(np.isfinite(f)) or not np.any(f):
         return FarkasProof(False, None, empty, "no finite nonzero multipliers")
     top = float(np.abs(f).max())
+    J = np.flatnonzero(f)
+    robust = _robust_proof(U[J], V[J], rhs[J], eq[J], f[J])   # cheap where it applies (|J| >= d1 d2)
+    if robust is None:
+        out = np.zeros(N)
+        out[J] = f[J] / float(rhs[J] @ f[J])
+        return FarkasProof(True, out, J, "", exact=False)
     tried = []
     reason = ""
     for J in (np.flatnonzero(np.abs(f) > rel_support * top), np.flatnonzero(f), np.arange(N)):
@@ -317,7 +334,63 @@ def exact_farkas(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, eq: np.ndarray, 
         out = np.zeros(N)
         out[J] = vals
         return FarkasProof(True, out if np.all(np.isfinite(out)) else None, J[nz])
-    return FarkasProof(False, None, tried[-1] if tried else empty, reason)
+    return FarkasProof(False, None, tried[-1] if tried else empty, f"{reason}; {robust}" if reason else robust)
+
+
+#: the largest ``d1 d2 x |J|`` matrix :func:`_robust_proof` forms (float64 entries)
+ROBUST_MAX_ENTRIES = 4_000_000
+
+
+def _robust_proof(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, eq: np.ndarray, f: np.ndarray) -> str | None:
+    """None when float multipliers ``f (s,)`` on these rows prove infeasibility without exact arithmetic, else why not.
+
+    The proof: let ``A* (D, s)`` hold the exact ``vec(u_k w_k^T)`` (the rows' floats, or the exact token differences
+    they round, each entry within ``3 u`` relative of the float product, u the unit roundoff) over the ``D``
+    nonzero entry positions. If its smallest singular value ``sigma`` is positive (``s >= D``), A* maps onto R^D,
+    so some g with ``||g||_2 <= ||A* f|| / sigma`` has ``A* (f + g) = 0``; when every inequality multiplier exceeds
+    that bound and ``rhs^T f > ||rhs|| ||g||``, ``f + g`` is an exact Farkas certificate. Every float quantity is
+    taken at its a priori error bound: the singular values within ``10 max(D, s) u ||A||_2`` (backward stable SVD)
+    plus ``3 u ||A||_F`` (the entries), ``A f`` within ``gamma_s |A| |f|`` plus the entries' error. This proves the
+    robustly infeasible sets (zero inside the hull of the rows, as random over-determined selections are) at any
+    size the matrix fits; it never proves a set whose rows are exactly dependent (then sigma is 0).
+    """
+    s = U.shape[0]
+    cu, cv = np.flatnonzero(np.any(U != 0, axis=0)), np.flatnonzero(np.any(V != 0, axis=0))
+    D = cu.size * cv.size
+    if s == 0 or D == 0 or D > s:
+        return f"the {s} rows cannot span their {D} matrix entries (no robust proof)"
+    if D * s > ROBUST_MAX_ENTRIES or not np.all(np.isfinite(f)) or np.any(f[~eq] <= 0):
+        return "no robust proof (too large, or a multiplier is not positive)"
+    # rows scaled by powers of two to entries below 1 (the certificate's existence is unchanged: f_k 2^(a_k + b_k)
+    # multiplies the scaled row k as f_k multiplied row k; rhs_k 2^-(a_k + b_k) keeps every product rhs_k f_k)
+    a = np.frexp(np.abs(U).max(axis=1))[1].astype(np.int64)
+    b = np.frexp(np.abs(V).max(axis=1))[1].astype(np.int64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        Un, Vn = np.ldexp(U[:, cu], -a[:, None]), np.ldexp(V[:, cv], -b[:, None])
+        mf, ef = np.frexp(f)
+        ef = ef.astype(np.int64) + a + b
+        fs = np.ldexp(mf, ef - int(ef.max()))            # f in the scaled rows' units, largest entry in [0.5, 1)
+        mb, eb = np.frexp(rhs)
+        eb = eb.astype(np.int64) - a - b
+        bs = np.ldexp(mb, eb - int(eb[mb != 0].max(initial=0)))
+        A = (Un[:, :, None] * Vn[:, None, :]).reshape(s, D).T      # (D, s), entries below 1
+        # each entry within 3u relative of the exact product of the rows' data (their exact token differences
+        # included), plus the absolute rounding of results below float64's normal range
+        sv = np.linalg.svd(A, compute_uv=False)
+        nF = float(np.linalg.norm(A))
+        err_A = 3 * _U * nF + 4 * _TINY * np.sqrt(D * s)
+        sigma = float(sv[-1]) - 10 * max(D, s) * _U * float(sv[0]) - err_A
+        gamma = s * _U / (1 - s * _U)
+        S = A @ fs
+        err_S = gamma * float(np.linalg.norm(np.abs(A) @ np.abs(fs))) + err_A * float(np.linalg.norm(fs)) \
+            + s * _TINY
+        g = (float(np.linalg.norm(S)) + err_S) / sigma if sigma > 0 else float("inf")
+        bf = float(bs @ fs) - gamma * float(np.abs(bs) @ np.abs(fs)) - s * _TINY
+    ineq = ~eq
+    if not (np.isfinite(g) and sigma > 0 and np.all(fs[ineq] > g * (1 + 4 * _U))
+            and bf > float(np.linalg.norm(bs)) * g * (1 + 4 * _U)):
+        return "no robust proof (the rows are not robustly infeasible at these multipliers)"
+    return None
 
 
 def _prove_on(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, eq: np.ndarray, f: np.ndarray,

@@ -184,7 +184,8 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
     "infeasible" (W None, margins NaN, duals 0) only when :func:`~attnsvm.svm.farkas.exact_farkas`
     proves it on the data as given (rows built from tokens: on the tokens' exact differences); the
     certificate then holds the exact multipliers rounded to float64 (the solver's when those do not
-    fit). Otherwise "undecided": the multipliers proved only that every W satisfying the rows has
+    fit, and for a robust proof, ``info["farkas_proof"] == "robust"``, the float multipliers near which
+    exact ones are proven to exist). Otherwise "undecided": the multipliers proved only that every W satisfying the rows has
     ``||W||_F >= certificate.norm_lower_bound`` (:func:`~attnsvm.svm.farkas.norm_lower_bound`),
     ``info["farkas_unproven"]`` says why, and ``info["farkas_residual"]`` gives their relative
     residual ``residual``.
@@ -200,6 +201,7 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
             offending = proof.rows
         cert = farkas_certificate(cs, f, residual, offending)
         cert.norm_lower_bound = float("inf")
+        info["farkas_proof"] = "exact" if proof.exact else "robust"
         return build_solution(cs, status="infeasible", formulation=formulation, norm=norm, W=None,
                               norm_value=float("inf"), margins=np.full(N, np.nan), duals=np.zeros(N),
                               support=np.zeros(N, bool), certificate=cert, info=info)
