@@ -184,6 +184,11 @@ CORRUPT = {
         # ||X(k)|| at step K exchanged with that at step 100: the norm falls over the last decade
         "C1 (Theorem 3.15, cycle language): ||X(k)||_F rises": swap_steps("norm", lambda K: K, lambda K: 100,
                                                                           record="cycle_train"),
+        # the integrity partners: cosines left as raw inner products (about ||W|| ||W_svm|| times the cosine)
+        **{f"{what} ({col}) lies in [-1, 1]": (lambda t, col=col: t.assign(**{col: t[col] * 50.0}))
+           for col, what in (("cos", "cosine with the soft-margin SVM"), ("cos_eq", "cosine of W_fin + R W_svm"),
+                             ("cos_rand_eq", "cosine of W_fin + R' W_rand"),
+                             ("cos_hard", "cosine with the hard-margin SVM"))},
     },
     "lm-margins": {
         "C2: the median normalized margin": swap_steps("median_margin", lambda K: K, lambda K: 0, "summary", ("run",)),
@@ -205,6 +210,9 @@ CORRUPT = {
         "C2: every run's final margin is positive": setv("median_margin", lambda r: r["median_margin"] * 0 - 0.1,
                                                          record="summary"),
         "C2: every soft-margin SVM used is certified": first_row("svm_status", "optimal_inaccurate", record="summary"),
+        # margins not divided by ||X(k)||_F (about 10 at the quick preset's last step)
+        "C2: every normalized margin lies in [-2, 2]": lambda t: t.assign(
+            **{c: t[c] * 10.0 for c in ("margin", "median_margin", "min_margin") if c in t.columns}),
     },
     "lm-stability": {
         "C3 (logistic): softmax attention's gradient Lipschitz estimate is below": swap_attention(

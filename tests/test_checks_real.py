@@ -169,8 +169,13 @@ CERT = "every SVM compared with is certified"
 def test_digits_real_table_passes(digits):
     _all_checks_pass(digits[0], digits)
     names = set(_checks(digits))
+    partners = {f"{what} ({col}) lies in [-1, 1] in every row (a correlation of normalized arrays)"
+                for col, what in (("corr_att_fro", "corr with the Frobenius Att-SVM"),
+                                  ("corr_att_nuc", "corr with the nuclear Att-SVM"),
+                                  ("svm_fro_nuc_corr", "corr of the two SVMs"),
+                                  ("corr_random_dir", "corr of a random direction"))}
     assert names == {D_ACC.format("W"), D_ACC.format("KQ"), D_SEL.format("W"), D_SEL.format("KQ"),
-                     D_DIR["W"], D_DIR["KQ"], D_BIAS, CERT}
+                     D_DIR["W"], D_DIR["KQ"], D_BIAS, CERT} | partners
 
 
 @pytest.mark.parametrize("kind", ["uniform", "normal"])
