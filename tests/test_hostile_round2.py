@@ -630,3 +630,24 @@ def test_the_cli_exits_1_when_a_task_ends_badly(tmp_path):
     r = _python(script, timeout=200)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and r.stderr.count("FAILED task seeds-002") == 2, r.stderr
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling", "devnull", "folder"])
+@pytest.mark.parametrize("name", ["report.html", "report.md", "skipped.sha256"])
+def test_a_report_output_that_is_special_is_replaced_or_refused(tmp_path, name, what):
+    out = tmp_path / "out"
+    _folder(out)
+    if name == "skipped.sha256":
+        (out / "skipped.json").write_text("[]")
+    _make(out / name, what)
+    before = _outside(tmp_path, out)
+    try:
+        page, md = _write_report(out)
+    except ValidationError as exc:
+        assert "\n" not in str(exc) and name in str(exc)
+    else:
+        if name == "skipped.sha256":       # the seal cannot be read: a warning, never a green banner
+            assert "All checks pass" not in md.splitlines()[2] and "warning" in md.splitlines()[2]
+        else:
+            assert (out / name).is_file() and not (out / name).is_symlink()
+    assert _outside(tmp_path, out) == before and not os.path.exists(str(out / name) + ".nowhere")
