@@ -2,7 +2,13 @@
 
 Every case ends cleanly: a report with nothing unescaped and no traceback (the report), a problem or warning instead
 of a green banner (the seal), a one-line error or a correct run with nothing written outside --out (output
-paths), or the task's own recorded failure while the other tasks finish (the pool)."""
+paths), or the task's own recorded failure while the other tasks finish (the pool).
+
+Before their fixes: a Markdown link ``[x](javascript:...)`` from any text field was live in report.md; ESC and NUL
+from checks.json and skipped.json reached report.md and report.html raw; a check's ``claim_is`` of a list or dict
+was a TypeError traceback; an error quoting an ``--out`` with a newline took two lines; and a task whose table
+stored alone but not with the other task's (text or bytes where they hold numbers) stopped the whole sweep, every
+experiment of it, with a TableError traceback after all the work."""
 
 from __future__ import annotations
 
@@ -278,10 +284,6 @@ def test_every_edit_of_skipped_json_is_a_warning(sealed_run, tmp_path, how):
     path.write_bytes(_edit_json(path.read_bytes(), how))
     banner = _banner(out)
     assert "All checks pass" not in banner and "warning" in banner
-
-
-def _truncate(raw, other, old):
-    return raw[:-1]
 
 
 RESULTS = {
