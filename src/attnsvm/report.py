@@ -33,7 +33,7 @@ import os
 import re
 from urllib.parse import quote
 
-from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, read_regular
+from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, printable, read_regular
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
@@ -342,7 +342,9 @@ def _seconds(e: dict) -> float:
 
 
 def _e(text) -> str:
-    return html.escape(str(text if text is not None else ""), quote=True)
+    """Escaped HTML of a value; control and format characters (ESC, NUL, U+202E) shown as escapes
+    (:func:`attnsvm._files.printable`)."""
+    return html.escape(printable(text if text is not None else "", keep="\n\t"), quote=True)
 
 
 def _md(text) -> str:
@@ -351,8 +353,9 @@ def _md(text) -> str:
 
 
 def _md_block(text) -> str:
-    """Markdown text from a file (an experiment's notes) for report.md: its markup kept, raw HTML escaped."""
-    return html.escape(human(text), quote=False)
+    """Markdown text from a file (an experiment's notes) for report.md: its markup kept, raw HTML escaped, and no
+    link (``[text](javascript:...)``, a reference ``[a]: url``): brackets escaped, as the HTML twin has no links."""
+    return html.escape(printable(human(text), keep="\n\t"), quote=False).replace("[", "\\[").replace("]", "\\]")
 
 
 def _fence(text: str) -> str:
@@ -528,7 +531,7 @@ def _claim_note(c: dict, detail: str) -> str:
     from attnsvm.experiments.checks import CLAIM_IS
 
     claim = c.get("claim_is")
-    if claim not in CLAIM_IS or claim == "exact":
+    if not isinstance(claim, str) or claim not in CLAIM_IS or claim == "exact":     # a list: unhashable
         return detail
     note = CLAIM_IS[claim]
     p = _number(c.get("p_value"))
@@ -893,5 +896,5 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {_seconds(e):.1f} s, "
              f"workers: {_e(e.get('workers'))}"
              f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
-    config_text = str(e.get("config_text", "")).rstrip()
+    config_text = printable(e.get("config_text", ""), keep="\n\t").rstrip()
     md += [_fence(config_text) + "yaml", config_text, _fence(config_text), ""]

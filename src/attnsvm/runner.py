@@ -1365,7 +1365,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     collect_start = time.time()
     name = experiment.name
     _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
-    tables, provenance, configs = [], [], []
+    tables, provenance, configs, stored = [], [], [], []
     for t in tasks:
         path = shard[t.key]
         if not os.path.lexists(path):
@@ -1376,6 +1376,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
             raise StorageError(f"the stored shard {path} changed during the run ({exc.reason}); run the same command "
                                "again to recompute it") from None
         tables.append(table)
+        stored.append(t)
         if isinstance(prov.get("config"), dict) and prov["config"] not in configs:
             configs.append(prov["config"])
         provenance.append({k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written", "source",
@@ -1384,7 +1385,17 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     results_path = os.path.join(expdir, RESULTS_FILE)
     sealed = {"experiment": name, "config_hash": chash}
     # the data first (kept if a check or a figure fails), then sealed again with the digests of its checks and meta
-    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
+    try:
+        _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
+    except TableError:   # each task's table stores, together they do not: the tasks that disagree fail
+        keep = _joinable(tables)
+        failures.extend(_failure(t, TableError(f"{name}.run_task: its table's columns cannot join those of the "
+                                               f"other tasks ({_column_types(tables[k])})"))
+                        for k, t in enumerate(stored) if k not in keep)
+        provenance = [p for k, p in enumerate(provenance) if k in keep]
+        table = pd.concat([tables[k] for k in sorted(keep)], ignore_index=True)
+        _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
+        _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
     # the config that produced the stored numbers is what the shards say (one config per shard folder)
     shown = configs[0] if len(configs) == 1 else config_json
     _atomic_text(config_to_yaml(experiment.Config(**shown)), os.path.join(expdir, "config.yaml"))
@@ -1424,6 +1435,28 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text),
                                           META_DIGEST_KEY: _sha256_text(meta_text)})
     return RunSummary(name, expdir, len(tasks), computed, resumed, failures, checks, wall, preset, recomputed)
+
+
+def _column_types(table: pd.DataFrame) -> str:
+    """``"a: float64, b: object"``: a table's columns and dtypes, for an error (at most 200 characters)."""
+    return _short(", ".join(f"{c}: {t}" for c, t in table.dtypes.items()), 200)
+
+
+def _joinable(tables: list) -> set:
+    """The indices of the tables that store as one (:func:`shard_bytes`): those of the most common column
+    dtypes (the first such table on a tie), then each other table that still stores when added. Called only when
+    all of them together do not store (a task returned text where the others return numbers)."""
+    kinds = [tuple((str(c), str(t)) for c, t in table.dtypes.items()) for table in tables]
+    base = max(range(len(tables)), key=lambda k: (kinds.count(kinds[k]), -k))
+    keep = {base}
+    for k in sorted(range(len(tables)), key=lambda k: (kinds[k] != kinds[base], k)):
+        if k not in keep:
+            try:
+                shard_bytes(pd.concat([tables[j] for j in sorted(keep | {k})], ignore_index=True))
+            except TableError:
+                continue
+            keep.add(k)
+    return keep
 
 
 def _failure(task: Task, exc: BaseException) -> dict:

@@ -23,8 +23,9 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None):
-        # messages may quote names read from files: escape control characters (no terminal escape sequences)
-        click.echo(f"attnsvm: error: {printable(self.format_message(), keep=chr(10))}", err=True)
+        # messages may quote names read from files or paths given: escape control characters (no terminal escape
+        # sequences) and newlines (one line)
+        click.echo(f"attnsvm: error: {printable(self.format_message())}", err=True)
 
 
 def _usage_line(exc: click.UsageError) -> str:
