@@ -222,3 +222,15 @@ def test_the_robust_proof_refuses_what_it_cannot_prove():
     bad[0] = -bad[0]
     assert _robust_proof(cs.U[J], cs.V[J], cs.rhs[J], cs.is_equality[J], bad) is not None
     assert _robust_proof(cs.U[J], cs.V[J], -cs.rhs[J], cs.is_equality[J], f[J]) is not None
+
+
+def test_the_working_set_returns_a_status_not_an_exception_for_unverified_multipliers(monkeypatch):
+    """Before: a subset solver's Farkas multipliers with a relative residual above 100 FARKAS_RESIDUAL raised
+    RuntimeError from solve(). Now the proof decides: a set that is infeasible is proven so whatever the float
+    residual said, and none is claimed without a proof."""
+    from attnsvm.svm import working_set
+
+    monkeypatch.setattr(working_set, "_farkas_residual", lambda ws, f: 1.0)   # as if the multipliers were poor
+    u = np.array([[0.3, 0.6], [-0.3, -0.6], [1.0, 0.5]])                       # rows 0 and 1 contradict
+    sol = solve(ConstraintSet(u, np.ones((3, 2)), np.ones(3)), "fro", method="working_set")
+    assert sol.status == "infeasible" and sol.certificate.farkas is not None
