@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import attnsvm.real.probe as probe_module  # noqa: E402
+import attnsvm.real.probe_tasks as probe_module  # noqa: E402  (the tasks call head_task)
 from attnsvm.real.probe import format_table, probe_heads  # noqa: E402
 from attnsvm.real.probe_view import render_probe_view  # noqa: E402
 from attnsvm.real.verdict import verdict_summary  # noqa: E402

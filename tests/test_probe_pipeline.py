@@ -56,7 +56,13 @@ def test_the_forward_pass_runs_once_for_every_step(models, monkeypatch):
 
 
 def test_the_stored_probes_tasks_of_a_layer_share_its_svm_inputs_while_the_forward_pass_is_cached(models):
-    from attnsvm.experiments.real.probe_run import ProbeConfig, _setup
+    from attnsvm.real.probe_config import ProbeConfig
+    from attnsvm.real.probe_tasks import setup_of, svm_inputs
+
+    def _setup(cfg, layer, head):  # what a stored task builds: its setup and its layer's SVM inputs
+        s = setup_of(cfg, layers=[layer], heads=[head])
+        m = min(cfg.svm_sentences, len(s.sentences))
+        return s, None, svm_inputs(s, layer, m), m
 
     cache.clear()
     cfg = ProbeConfig(sentences=SENTENCES, model=str(models["gpt2"]), layers=[0, 1], heads=[0, 1, 2], svm_sentences=5,

@@ -23,7 +23,8 @@ from attnsvm.real.nulls import head_against_nulls, mean_query_direction, own_sel
 from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
-from attnsvm.real.verdict import SINK_LEGEND, add_verdict, verdict_summary  # noqa: E402
+from attnsvm.real.nulls import NULLS  # noqa: E402
+from attnsvm.real.verdict import add_verdict, verdict_summary  # noqa: E402
 from test_probe_calibration import PLANTED, THRESHOLD, random_model  # noqa: E402
 
 SENTENCES = corpus_sentences(16, 3)
@@ -138,7 +139,7 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     """``probe_heads(null_kind="sink")``: the verdict's columns come from the sink nulls (``null_kind`` "sink"),
     the spectrum nulls are reported beside them, and every head has its sink statistics; the default is unchanged."""
     path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
-    kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=3)
+    kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=3, null_stop=False)
     sink = probe_heads(SENTENCES[:6], null_kind="sink", **kw)
     t = sink.table
     assert (t["null_kind"] == "sink").all() and sink.config["null_kind"] == "sink"
@@ -166,7 +167,7 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     # the printed summary names the verdict's null (the same command again: every task resumed)
     text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), threshold=THRESHOLD, null_kind="sink",
                      null_stop=False, **kw)
-    assert "vs sink nulls" in text and "(spectrum nulls " in text and SINK_LEGEND in text
+    assert "vs sink nulls" in text and "(spectrum nulls " in text and NULLS["sink"].legend in text
     assert "vs spectrum nulls" in verdict_summary(spec) and "sink" not in verdict_summary(spec)
 
 
@@ -189,8 +190,8 @@ def test_cli_null_kind_choice(tmp_path):
 
 def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     """``probe_heads(svm_sentences=[4, 6])``: one row per head and m (those of one m equal the probe at that m
-    alone), BY at each m, a stable verdict per head; ``attnsvm probe --svm-sentences 4,6`` prints them and refuses
-    --out."""
+    alone), BY at each m, a stable verdict per head; ``attnsvm probe --svm-sentences 4,6`` prints them, and with
+    --out stores one task per head and m whose table is the in-process one."""
     from click.testing import CliRunner
 
     from attnsvm.cli import cli
@@ -211,7 +212,15 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     assert r.exit_code == 0, r.output
     assert "stable_verdict" in r.output and "SVMs on [4, 6]" in r.output
     r = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "--out" in r.output
+    assert r.exit_code == 0, r.output
+    stored = pd.read_csv(tmp_path / "o" / "probe.csv")
+    shards = sorted(p.name for p in (tmp_path / "o" / "probe" / "shards").rglob("*.parquet"))
+    assert "L0-H1-m4-null.parquet" in shards and "L0-H0-m6.parquet" in shards, shards
+    inproc = probe_heads(SENTENCES[:6], svm_sentences=[6, 4], **kw).table  # the same tasks in this process
+    assert list(zip(stored["head"], stored["m"])) == list(zip(inproc["head"], inproc["m"]))
+    for c in ("corr_restricted", "null_mean", "p_upper", "q_upper"):
+        np.testing.assert_allclose(stored[c], inproc[c], rtol=1e-12, err_msg=c)
+    assert list(stored["stable_verdict"]) == list(inproc["stable_verdict"])
 
 
 def _lines(tmp_path):

@@ -263,6 +263,24 @@ def _sizes(text):
         raise UserError(f"--curve expects comma-separated integers or 'all', got {text!r}") from None
 
 
+
+class _NullKinds(click.Choice):
+    """``--null-kind``'s choices: the verdict kinds of the null registry (:func:`attnsvm.real.nulls.verdict_null_kinds`),
+    read when click asks for them, so ``attnsvm --help`` does not import the solvers."""
+
+    def __init__(self):
+        super().__init__(())
+
+    @property
+    def choices(self):
+        from attnsvm.real.nulls import verdict_null_kinds
+
+        return verdict_null_kinds()
+
+    @choices.setter
+    def choices(self, value):  # click's constructor sets them: the registry is the source
+        pass
+
 @cli.command()
 @click.option("--layers", default=None, help="Comma-separated layer indices (default: all; MiniLM has 6).")
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
@@ -295,11 +313,13 @@ def _sizes(text):
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
               help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
                    "each head's verdict (default 8; 0: no verdict). Not for --query all.")
-@click.option("--null-kind", type=click.Choice(["spectrum", "sink"]), default="spectrum", show_default=True,
-              help="The verdict's null heads: spectrum (the head's singular values, Haar-random singular vectors) or "
-                   "sink (the head's own W with its query side rotated at random about the mean query: keeps the "
-                   "head's query-independent key preference, e.g. an attention sink on [CLS], exactly; the spectrum "
-                   "nulls are then drawn too and reported in spectrum_* columns).")
+@click.option("--null-kind", type=_NullKinds(), default="spectrum", show_default=True,
+              help="The verdict's null heads, a kind of the registry attnsvm.real.nulls.NULLS "
+                   "(attnsvm.real.nulls.verdict_null_kinds()). spectrum: the head's singular values, Haar-random "
+                   "singular vectors; "
+                   "sink: the head's own W with its query side rotated at random about the mean query (keeps its "
+                   "query-independent key preference, e.g. an attention sink on [CLS]). With a kind other than "
+                   "spectrum the spectrum nulls are drawn too and reported in spectrum_* columns.")
 @click.option("--null-stop/--no-null-stop", default=True, show_default=True,
               help="Draw each head's spectrum nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "

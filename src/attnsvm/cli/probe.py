@@ -9,7 +9,6 @@ import json
 import os
 import time
 
-import numpy as np
 
 
 from attnsvm.errors import ValidationError
@@ -151,10 +150,11 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
-    from attnsvm.real.nulls import NULL_DRAWS
-    from attnsvm.real.probe import format_table, probe_heads, resolve_model, solver_options
+    from attnsvm.real.nulls import NULLS
+    from attnsvm.real.probe import check_indices, format_table, probe_heads, resolve_model, solver_options
+    from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
-    from attnsvm.real.verdict import LEGEND, SINK_LEGEND, verdict_summary
+    from attnsvm.real.verdict import LEGEND, verdict_summary
 
     check_seed(seed)
     if out:
@@ -162,56 +162,39 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
-    if isinstance(svm_sentences, (list, tuple)) and len(svm_sentences) > 1 and out:
-        raise ValidationError("--svm-sentences with several values runs in this process only: leave out --out (the "
-                              "stored probe takes one value)")
     if (scheduler or (workers is not None and workers != 1)) and not out:
         raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR as well")
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
-    if model is not None:
-        model = loaded
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
                       if max_length is None else ""))
-    max_length = loaded.probe_max_length(max_length)
-    if null_draws is None:
-        null_draws = NULL_DRAWS if query != "all" else 0
-    for name, v in (("--null-draws", null_draws), ("--transplant-draws", transplant_draws)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
-    if query == "all":
-        transplant_draws = 0
-    stored = None
-    if out:
-        from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun, stored_result
-        from attnsvm.real.probe import check_indices
-        from attnsvm.runner import StorageError, results_problem, run_experiment
-
-        cfg = ProbeConfig(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
+    # the probe's settings, defaulted and validated once (attnsvm.real.probe_config), for both paths below
+    config = probe_config(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
                           layers=check_indices(layers, loaded.n_layers, "layers"),
                           heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
-                          seed=seed, max_length=max_length, view_sentences=view_sentences,
-                          model=None if model is None else loaded.path, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
-                          null_kind=null_kind)
+                          seed=seed, max_length=loaded.probe_max_length(max_length), view_sentences=view_sentences,
+                          model=None if model is None else loaded.path, transplant_draws=transplant_draws,
+                          device=device, null_stop=bool(null_stop), null_kind=null_kind,
+                          **({} if null_draws is None else {"null_draws": null_draws}))
+    stored = None
+    if out:
+        from attnsvm.experiments.real.probe_run import ProbeRun, stored_result
+        from attnsvm.runner import StorageError, results_problem, run_experiment
+
         t0 = time.perf_counter()
-        summary = run_experiment(ProbeRun(), cfg, out, workers=workers, scheduler=scheduler, progress=progress_bar,
+        summary = run_experiment(ProbeRun(), config, out, workers=workers, scheduler=scheduler, progress=progress_bar,
                                  connect_timeout=connect_timeout, max_memory=max_memory)
         problem = results_problem(summary.outdir)   # the table shown is the one the run stored, verified
         if problem is not None:
             raise StorageError(f"{summary.outdir}: {problem}")
-        res = stored_result(cfg, summary.outdir, max_memory=max_memory, t0=t0)
+        res = stored_result(config, summary.outdir, max_memory=max_memory, t0=t0)
         res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
         stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
                   "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
                   "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
     else:
-        res = probe_heads(sentences, n_sentences=n_sentences, layers=layers, heads=heads,
-                          svm_sentences=svm_sentences, progress=progress, model=model, threshold=threshold,
-                          query=query, seed=seed, max_length=max_length, max_memory=max_memory,
-                          view_sentences=view_sentences, null_draws=int(null_draws),
-                          transplant_draws=int(transplant_draws), device=device, null_stop=bool(null_stop),
-                          null_kind=null_kind)
+        res = probe_heads(config=config, model=None if model is None else loaded, progress=progress,
+                          max_memory=max_memory)
     table = res.table
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:
@@ -247,8 +230,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         lines.append(verdict_summary(table))
         if "verdict" in table.columns:
             lines.append(LEGEND)
-            if null_kind != "spectrum":
-                lines.append(SINK_LEGEND)
+            if NULLS[config.null_kind].legend:
+                lines.append(NULLS[config.null_kind].legend)
         elif query == "all":
                 lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)

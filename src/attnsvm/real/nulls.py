@@ -60,32 +60,77 @@ these states, agrees with the SVM of its selections as well as the head does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.verdict import null_columns
 
-NULL_KINDS = ("spectrum", "structured", "sink")
-#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``); the first is the default
-VERDICT_NULL_KINDS = ("spectrum", "sink")
-#: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
-RNG_KINDS = NULL_KINDS + ("transplant",)
+@dataclass(frozen=True)
+class NullKind:
+    """One kind of null head, as the probe draws it (:data:`NULLS`).
+
+    Attributes
+    ----------
+    name : the kind's name (``--null-kind``, the ``kind`` of a draw, the ``null_kind`` column)
+    tag : the last word of its draws' generator seed (:func:`null_rng`), distinct per kind
+    prepare : ``prepare(inputs, W_h, s) -> state``, once per head and call: what every draw of the head shares
+        (``inputs`` the layer's :class:`~attnsvm.real.layer.LayerInputs`, ``W_h (D, D)``, ``s (r,)`` its spectrum)
+    draw : ``draw(state, rng) -> W_r (D, D)``, one null head from the draw's generator
+    verdict : whether a verdict may use it (``probe_heads(null_kind=)``); the others are descriptive
+    summary : one line on what it keeps of the head and what it randomizes (``--help``, legends, checks)
+    legend : the line a table's legend adds when the verdict uses it ("" for none)
+    """
+
+    name: str
+    tag: int
+    prepare: Callable
+    draw: Callable
+    verdict: bool
+    summary: str
+    legend: str = ""
+
+
+#: the registered null kinds by name (:func:`register_null`); the module's own are below
+NULLS: dict[str, NullKind] = {}
+
+
+def register_null(kind: NullKind) -> NullKind:
+    """Add ``kind`` to :data:`NULLS` (a name or generator tag already taken is a ValidationError): every reader of the
+    registry -- :func:`null_heads`, :func:`null_rng`, the probe's settings and columns -- then knows it."""
+    if kind.name in NULLS or kind.name == "transplant":
+        raise ValidationError(f"null kind {kind.name!r} is already registered")
+    if kind.tag in {k.tag for k in NULLS.values()} | {_TRANSPLANT_TAG}:
+        raise ValidationError(f"null kind {kind.name!r}: generator tag {kind.tag} is already taken")
+    NULLS[kind.name] = kind
+    return kind
+
+
+def verdict_null_kinds() -> tuple:
+    """The registered kinds a verdict may use, in registration order (the first is the default)."""
+    return tuple(k for k, v in NULLS.items() if v.verdict)
+
+
+#: the generator tag of the transplant null's choice of source heads (not a drawn null: no registry entry)
+_TRANSPLANT_TAG = 3
 #: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
 NULL_DRAWS = 8
 #: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
 #: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
 #: (its own top-``|O_i|`` tokens, ``|O_i|`` the real head's set sizes)
 NULL_SELECTIONS = ("threshold", "matched")
-_KIND_TAG = {"spectrum": 1, "structured": 2, "transplant": 3, "sink": 4}
 
 
 def null_rng(seed: int, layer: int, head: int, draw: int, kind: str = "spectrum") -> np.random.Generator:
     """The generator of one null draw: seeded by ``(seed, layer, head, draw, kind)`` only (a stream
     distinct from :func:`attnsvm.real.probe.baseline_rng`'s, which has three words of entropy)."""
-    if kind not in _KIND_TAG:
-        raise ValidationError(f"kind must be one of {RNG_KINDS}, got {kind!r}")
-    return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head), int(draw), _KIND_TAG[kind]])
+    tag = _TRANSPLANT_TAG if kind == "transplant" else NULLS[kind].tag if kind in NULLS else None
+    if tag is None:
+        raise ValidationError(f"kind must be one of {tuple(NULLS) + ('transplant',)}, got {kind!r}")
+    return np.random.default_rng([int(seed) % (1 << 64), int(layer), int(head), int(draw), tag])
 
 
 def haar_frame(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
@@ -319,8 +364,8 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     list of dicts ``{"draw", "kind", "status", "corr_restricted", "mean_selected", "seconds"}``; a draw
     whose SVM is not certified (or selects every candidate, W = 0) has ``corr_restricted`` NaN (dropped).
     """
-    if kind not in NULL_KINDS:
-        raise ValidationError(f"kind must be one of {NULL_KINDS}, got {kind!r}")
+    if kind not in NULLS:
+        raise ValidationError(f"kind must be one of {tuple(NULLS)}, got {kind!r}")
     if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, (int, np.integer)) or draws < 0:
         raise ValidationError(f"draws must be an integer >= 0, got {draws!r}")
     sizes = np.asarray(sizes)
@@ -333,19 +378,11 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
         s = np.asarray(spectrum, dtype=np.float64)
         if s.ndim != 1 or s.size > D - 1 or not np.all(np.isfinite(s)) or np.any(s <= 0):
             raise ValidationError(f"spectrum must be the head's (r,) positive singular values, r <= D - 1 = {D - 1}")
-    bases = mu = None
-    if kind == "structured":
-        key, query = principal_bases(inputs.X, inputs.cand, inputs.Z, 2 * max(s.size, 1))
-        bases = (key, query)
-    elif kind == "sink":
-        W_h, mu = np.asarray(W_h, dtype=np.float64), mean_query_direction(inputs.Z)
+    null = NULLS[kind]
+    state = null.prepare(inputs, W_h, s)
     out = []
     for j in range(int(start), int(start) + int(draws)):
-        rng = null_rng(seed, layer, head, j, kind)
-        if mu is not None:
-            Wr = sink_null(W_h, mu, rng)
-        else:
-            Wr = spectrum_null(s, D, rng) if bases is None else structured_null(s, *bases, rng)
+        Wr = null.draw(state, null_rng(seed, layer, head, j, kind))
         out.append({"draw": j, "kind": kind, **_bilinear_draw(inputs, Wr, sizes, threshold, solver_options)})
     return out
 
@@ -419,3 +456,33 @@ def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *,
                                              draws=draws, threshold=threshold, kind=kind, **solver_options),
                             kind=kind))
     return out
+
+
+# ---------------------------------------------------------------- the registered kinds
+register_null(NullKind(
+    "spectrum", 1, prepare=lambda inputs, W_h, s: (s, inputs.X.shape[2]),
+    draw=lambda state, rng: spectrum_null(state[0], state[1], rng), verdict=True,
+    summary="spectrum null heads (the head's singular values, Haar-random singular vectors, selecting by their own "
+            "attention >= threshold)"))
+register_null(NullKind(
+    "structured", 2,
+    prepare=lambda inputs, W_h, s: (s,) + principal_bases(inputs.X, inputs.cand, inputs.Z, 2 * max(s.size, 1)),
+    draw=lambda state, rng: structured_null(*state, rng), verdict=False,
+    summary="structured null heads (the head's singular values, singular vectors Haar inside the top principal "
+            "subspaces of the layer's tokens and queries)"))
+register_null(NullKind(
+    "sink", 4, prepare=lambda inputs, W_h, s: (np.asarray(W_h, dtype=np.float64), mean_query_direction(inputs.Z)),
+    draw=lambda state, rng: sink_null(state[0], state[1], rng), verdict=True,
+    summary="sink null heads (the head's own W with its query side rotated at random about the mean query: its "
+            "query-independent key preference, e.g. an attention sink on [CLS], kept exactly)",
+    legend="null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W "
+           "with its query side rotated at random about the mean query: its query-independent key preference, e.g. a "
+           "[CLS] sink, kept exactly); spectrum_mean = the spectrum nulls' mean (descriptive); qi_share = the "
+           "query-independent share of the head's scores, sel_first = share of queries selecting position 0."))
+
+#: the registered kinds (:data:`NULLS`) at import
+NULL_KINDS = tuple(NULLS)
+#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``); the first is the default
+VERDICT_NULL_KINDS = verdict_null_kinds()
+#: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
+RNG_KINDS = NULL_KINDS + ("transplant",)

@@ -81,12 +81,12 @@ its correlations are NaN.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnsvm.errors import ValidationError
 from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: F401  (the old name of the forward cache)
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary  # noqa: F401  (old import paths)
 from attnsvm.real.nulls import (  # noqa: F401
@@ -97,7 +97,8 @@ from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported un
     head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
     resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
-from attnsvm.real.verdict import add_verdict, add_verdict_by_m, null_columns, spectrum_columns, transplant_columns
+from attnsvm.real.probe_config import ProbeConfig, probe_config
+from attnsvm.real.probe_tasks import combine, head_null_columns, result_settings, run_in_process, setup_of  # noqa: F401
 
 
 @dataclass
@@ -161,16 +162,14 @@ class ProbeResult:
     forward_cached: bool = False
 
 
-def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
-                threshold: float = 0.1, svm_sentences: int = 48, baseline_draws: int = 1, seed: int = 0,
-                max_length: int | None = None, model=None, progress=None, max_memory=None,
-                view_sentences: int = 4, null_draws: int = None, structured_draws: int = 0,
-                null_selection: str = "threshold", transplant_draws: int = 0, device=None,
-                null_stop: bool = False, null_kind: str = "spectrum") -> ProbeResult:
+def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, model=None, progress=None,
+                max_memory=None, **settings) -> ProbeResult:
     """Probe the heads of a pretrained transformer, MiniLM-L6 by default (see the module docstring).
 
     Parameters
     ----------
+    config : a :class:`attnsvm.real.probe_config.ProbeConfig` (or a dict of its settings); ``settings`` (its field
+        names, below) override it; every setting is defaulted and validated there, once
     model : None (the shipped MiniLM), a model directory (str or path: see
         :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
         loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
@@ -202,8 +201,8 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
         head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
         the number of probed heads, checked on the finished table: ``null_stop_proven``; none for a head
         without a certified SVM);
-        the row says why (``null_stop``) and how many were planned (``null_planned``). Default False (all
-        ``null_draws``); ``attnsvm probe`` stops by default
+        the row says why (``null_stop``) and how many were planned (``null_planned``). Default True, as
+        ``attnsvm probe`` (False: all ``null_draws`` for every head)
     null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "spectrum" (default) or
         "sink" (:func:`attnsvm.real.nulls.sink_null`: the head's W with its query side rotated about the mean query,
         keeping its attention sink); with "sink" ``null_draws`` spectrum nulls are drawn too, all of them, and
@@ -236,89 +235,23 @@ def probe_heads(sentences=None, *, n_sentences: int = 256, layers=None, heads=No
     import pandas as pd
 
     t_start = time.perf_counter()
-    if null_draws is None:
-        null_draws = NULL_DRAWS if query != "all" else 0
-    if query == "all":
-        null_draws = structured_draws = transplant_draws = 0  # nulls of the sequence SVM: not implemented yet
-    several = isinstance(svm_sentences, (list, tuple))
-    for v in (svm_sentences if several else [svm_sentences]):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValidationError(f"svm_sentences must be an integer >= 0 or a list of them, got {svm_sentences!r}")
-    if several and (not svm_sentences or (len(svm_sentences) > 1 and min(svm_sentences) < 1)):
-        raise ValidationError(f"svm_sentences as a list must hold integers >= 1, got {svm_sentences!r}")
-    if not isinstance(baseline_draws, (int, np.integer)) or baseline_draws < 1:
-        raise ValidationError(f"baseline_draws must be an integer >= 1, got {baseline_draws!r}")
-    if null_kind not in VERDICT_NULL_KINDS:
-        raise ValidationError(f"null_kind must be one of {VERDICT_NULL_KINDS}, got {null_kind!r}")
-    if null_selection not in NULL_SELECTIONS:
-        raise ValidationError(f"null_selection must be one of {NULL_SELECTIONS}, got {null_selection!r}")
-    for name, v in (("null_draws", null_draws), ("structured_draws", structured_draws),
-                    ("transplant_draws", transplant_draws)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValidationError(f"{name} must be an integer >= 0, got {v!r}")
-    if isinstance(view_sentences, (bool, np.bool_)) or not isinstance(view_sentences, (int, np.integer)) \
-            or view_sentences < 0:
-        raise ValidationError(f"view_sentences must be an integer >= 0, got {view_sentences!r}")
-    solver = solver_options(max_memory, device)
-    say = progress or (lambda msg: None)
-    setup = prepare_probe(sentences, n_sentences=n_sentences, layers=layers, heads=heads, query=query,
-                          threshold=threshold, seed=seed, max_length=max_length, model=model, max_memory=max_memory)
-    n = len(setup.q)
-    ms = sorted({min(int(v), n) for v in (svm_sentences if several else [svm_sentences])})
-    several = len(ms) > 1  # one value (or values that all clip to n): today's table, no m column
-    m_svm = ms[-1]
-    any_null = bool(null_draws or structured_draws or transplant_draws)
-    tested = len(setup.layers) * len(setup.heads)  # heads probed with nulls: the stopping level's m
-    view = view_arrays(setup, view_sentences)
-    rows, support = [], {}
-    t_svm = t_null = 0.0
-    for l, m_svm in [(l, m) for l in setup.layers for m in ms]:
-        if m_svm >= 1:
-            say(f"layer {l}: solving {len(setup.heads) * (1 + baseline_draws)} nuclear-norm "
-                + ("sequence Gen-SVMs" if query == "all" else "Gen-SVMs") + f" on {m_svm} sentences"
-                + (f" ({int(setup.qmask[:m_svm].sum())} queries)" if query == "all" else "")
-                + (f" and {len(setup.heads) * (null_draws + structured_draws + transplant_draws)} of null heads"
-                   if any_null else ""))
-            # the layer's SVM sentences, validated once for all its heads, baselines and null heads
-            inp = seq_layer_inputs(setup, l, m_svm) if query == "all" else layer_inputs(setup, l, m_svm)
-        for h in setup.heads:
-            row = {"layer": l, "head": h, **({"m": m_svm} if several else {}), **view["stats"][(l, h)]}
-            if m_svm >= 1:
-                sel = view["selected"][(l, h)][:m_svm]
-                t1 = time.perf_counter()
-                svm_row, support[(l, h)] = head_task(setup, inp, l, h, sel, baseline_draws=baseline_draws, **solver)
-                t_svm += time.perf_counter() - t1
-                row.update(svm_row)
-                if any_null:
-                    t1 = time.perf_counter()
-                    draws = null_task(setup, inp, l, h, sel, null_draws=null_draws, structured_draws=structured_draws,
-                                      transplant_draws=transplant_draws, null_selection=null_selection,
-                                      real=row_statistic(row) if null_stop else None, tested=tested,
-                                      null_kind=null_kind, spectrum_draws=null_draws, **solver)
-                    t_null += time.perf_counter() - t1
-                    row.update(head_null_columns(row["corr_restricted"], draws,
-                                                 planned=int(null_draws) if null_stop else None, tested=tested,
-                                                 null_kind=null_kind))
-            rows.append(row)
-    table = pd.DataFrame(rows)
-    if (null_draws or structured_draws) and m_svm >= 1:
-        table = add_verdict_by_m(table) if several else add_verdict(table)
-    cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=query, threshold=float(threshold),
-               svm_sentences=ms if several else m_svm, baseline_draws=int(baseline_draws), seed=int(setup.seed),
-               max_length=int(setup.max_length))
-    if query != "all" and m_svm >= 1:
-        cfg.update(null_draws=int(null_draws), structured_draws=int(structured_draws), null_selection=null_selection)
-        if null_kind != "spectrum":  # the default's config stays as it was
-            cfg.update(null_kind=null_kind)
-        if transplant_draws:
-            cfg.update(transplant_draws=int(transplant_draws))
-        if null_stop and null_draws:
-            cfg.update(null_stop=True)
-    if getattr(setup.model, "name", "") != "MiniLM":  # the default model's config stays as it was
-        cfg.update(model=setup.model.path, family=setup.model.family.name)
-    seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": t_svm, "nulls": t_null,
+    loaded = None
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        loaded = resolve_model(model)  # a loaded model (a ValidationError for anything else)
+    elif model is not None:
+        settings["model"] = os.fspath(model)
+    if sentences is not None:
+        settings["sentences"] = list(sentences) if not isinstance(sentences, str) else sentences
+    config = probe_config(config, **settings)
+    solver = solver_options(max_memory, config.device)
+    setup = setup_of(config, model=loaded, max_memory=max_memory)
+    config = config.model_copy(update={"layers": setup.layers, "heads": setup.heads})  # explicit: the tasks' list
+    view = view_arrays(setup, config.view_sentences)
+    rows, support, secs = run_in_process(config, setup, solver, progress)
+    table = combine(config, pd.DataFrame(rows)).drop(columns=["part"], errors="ignore")
+    seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": secs["svm"], "nulls": secs["nulls"],
                "total": time.perf_counter() - t_start}
-    return result_of(setup, table, view, support, seconds, cfg)
+    return result_of(setup, table, view, support, seconds, result_settings(config, setup))
 
 
 def solver_options(max_memory=None, device=None) -> dict:
@@ -332,27 +265,6 @@ def solver_options(max_memory=None, device=None) -> dict:
         solve(gen_constraints(np.eye(2)[None], np.array([[1.0, 0.0]]), np.array([[True, False]])), "nuclear",
               device=device)
         out["device"] = device
-    return out
-
-
-def head_null_columns(real: float, draws: list, planned: int | None = None, tested: int | None = None,
-                      null_kind: str = "spectrum") -> dict:
-    """The null columns of a head's row from its ``corr_restricted`` (``real``, NaN without a certified SVM)
-    and its :func:`~attnsvm.real.probe_steps.null_task` draws: with draws of the verdict's ``null_kind``
-    ("spectrum" or "sink") or structured draws (or ``planned`` verdict draws, the probe's ``null_draws`` when they
-    may stop early) :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs; ``tested``: the heads probed
-    with nulls, the stopping level's m); with a sink verdict and spectrum draws
-    :func:`attnsvm.real.verdict.spectrum_columns` (descriptive); with transplanted heads
-    :func:`attnsvm.real.verdict.transplant_columns` (descriptive)."""
-    kinds = {k: [d for d in draws if d["kind"] == k] for k in ("spectrum", "sink", "structured", "transplant")}
-    out = {}
-    if kinds[null_kind] or kinds["structured"] or planned:
-        out.update(null_columns(real, kinds[null_kind], kinds["structured"] or None, planned=planned, tested=tested,
-                                kind=null_kind))
-    if null_kind != "spectrum" and kinds["spectrum"]:
-        out.update(spectrum_columns(kinds["spectrum"]))
-    if kinds["transplant"]:
-        out.update(transplant_columns(real, kinds["transplant"]))
     return out
 
 

@@ -28,7 +28,7 @@ from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import (
-    VERDICT_NULL_KINDS, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
+    head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
@@ -466,8 +466,8 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
     tested : the number of heads probed with nulls (Benjamini-Yekutieli's m): the draws stop at
         :func:`attnsvm.real.verdict.stop_level` ``(tested)`` = 0.05 / c(m); None: at 0.05 (valid for any m)
-    null_kind : the kind of the ``null_draws`` verdict nulls: "spectrum" (default) or "sink"
-        (:func:`attnsvm.real.nulls.sink_null`)
+    null_kind : the kind of the ``null_draws`` verdict nulls, a kind of :data:`attnsvm.real.nulls.NULLS`
+        ("spectrum", the default, or "sink": :func:`attnsvm.real.nulls.sink_null`; the probe's settings check it)
     spectrum_draws : with ``null_kind="sink"``, spectrum nulls drawn too, all of them (reported beside the verdict,
         :func:`attnsvm.real.probe.head_null_columns`)
 
@@ -476,8 +476,6 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
     list of the draws' dicts (``kind`` "spectrum", "sink", "structured" or "transplant"; a transplant also has
     ``source`` "L<l>-H<h>")
     """
-    if null_kind not in VERDICT_NULL_KINDS:
-        raise ValidationError(f"null_kind must be one of {VERDICT_NULL_KINDS}, got {null_kind!r}")
     threshold = setup.threshold if null_selection == "threshold" else None
     Wh = setup.model.head_weights(layer, head)
     sizes = selected.sum(axis=1)

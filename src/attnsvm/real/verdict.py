@@ -251,13 +251,18 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
 
 
-def spectrum_columns(spectrum: list) -> dict:
-    """Descriptive columns of a head's spectrum nulls when the verdict uses another null (the sink null,
-    :func:`attnsvm.real.nulls.sink_null`): ``spectrum_mean, spectrum_sd`` (NaN where undefined) and ``n_spectrum``
-    (certified draws) of their ``corr_restricted`` (:func:`attnsvm.real.nulls.null_heads` dicts)."""
-    v = np.array([d["corr_restricted"] for d in spectrum], float)
+def reference_columns(kind: str, draws: list) -> dict:
+    """Descriptive columns of a head's nulls of ``kind`` drawn beside the verdict's null (the spectrum nulls beside
+    the sink null's verdict): ``<kind>_mean, <kind>_sd`` (NaN where undefined) and ``n_<kind>`` (certified draws)
+    of their ``corr_restricted`` (:func:`attnsvm.real.nulls.null_heads` dicts)."""
+    v = np.array([d["corr_restricted"] for d in draws], float)
     mean, sd, k = null_moments(v[np.isfinite(v)])
-    return {"spectrum_mean": mean, "spectrum_sd": sd, "n_spectrum": k}
+    return {f"{kind}_mean": mean, f"{kind}_sd": sd, f"n_{kind}": k}
+
+
+def spectrum_columns(spectrum: list) -> dict:
+    """:func:`reference_columns` of spectrum nulls: ``spectrum_mean, spectrum_sd, n_spectrum``."""
+    return reference_columns("spectrum", spectrum)
 
 
 def transplant_columns(real: float, transplants: list) -> dict:
@@ -491,11 +496,4 @@ LEGEND = (
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
     "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
     "same sizes (secondary baseline)."
-)
-#: the legend's addition when the verdict uses the sink null (``--null-kind sink``)
-SINK_LEGEND = (
-    "null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W with "
-    "its query side rotated at random about the mean query: its query-independent key preference, e.g. a [CLS] "
-    "sink, kept exactly); spectrum_mean = the spectrum nulls' mean (descriptive); qi_share = the query-independent "
-    "share of the head's scores, sel_first = share of queries selecting position 0."
 )

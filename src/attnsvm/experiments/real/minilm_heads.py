@@ -10,7 +10,7 @@ from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
 from attnsvm._files import atomic_write
 from attnsvm.real.errors import INSTALL_HINT
-from attnsvm.real.nulls import NULL_DRAWS
+from attnsvm.real.nulls import NULL_DRAWS, NULLS
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
 from attnsvm.experiments.checks import Check
 from attnsvm.experiments.power import CORR_EFFECT, MAJORITY_WIN
@@ -73,7 +73,7 @@ class RealMinilmHeads(Experiment):
                           query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
                           baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
                           null_draws=config.null_draws, structured_draws=config.structured_draws,
-                          null_selection=config.null_selection)
+                          null_selection=config.null_selection, null_stop=False)  # this preset: all draws
         out = res.table.copy()
         out["seconds_svm"] = res.seconds["svm"]
         return out
@@ -95,17 +95,21 @@ class RealMinilmHeads(Experiment):
         out = []
         if "p_upper" in table.columns:  # the verdict, Benjamini-Yekutieli over every probed head of the table
             table = add_verdict(table)
+            kind = getattr(config, "null_kind", "spectrum")
             c = verdict_counts(table)
             n = len(table)
             detail = (f"{c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
                       f"{c['below null']} below null, {c['no SVM']} no SVM; mean corr_restricted "
-                      f"{nanmean(table['corr_restricted']):.3f} vs spectrum nulls {nanmean(table['null_mean']):.3f}")
+                      f"{nanmean(table['corr_restricted']):.3f} vs {kind} nulls {nanmean(table['null_mean']):.3f}")
             null = ("spectrum null heads: the head's singular values with Haar-random singular vectors, selecting "
-                    "by their own attention >= threshold; p-values by the predictive t of the null draws")
+                    "by their own attention >= threshold; p-values by the predictive t of the null draws"
+                    if kind == "spectrum" else NULLS[kind].summary + "; p-values by the predictive t of the null draws")
             out += [
-                Check("heads beyond their spectrum null (Benjamini-Yekutieli over the probed heads at FDR "
+                Check(f"heads beyond their {kind} null (Benjamini-Yekutieli over the probed heads at FDR "
                       f"{LEVEL}): at least one rejects the global null that no head agrees with its selections' SVM "
-                      "more than a bilinear head of its spectrum", float(c["beyond null"]), ">= 1",
+                      + ("more than a bilinear head of its spectrum" if kind == "spectrum"
+                         else f"more than its {kind} null heads"),
+                      float(c["beyond null"]), ">= 1",
                       c["beyond null"] >= 1, SRC_HEADS,
                       f"BY at level {LEVEL} controls the false discovery rate under any dependence; under the global "
                       f"null any rejection has probability <= {LEVEL}. Comparator fixed in advance: {null}",
@@ -113,8 +117,9 @@ class RealMinilmHeads(Experiment):
                       # the global test's p-value: the smallest BY-adjusted p over the heads (BY under the global
                       # null controls the probability of any rejection)
                       p_value=float(np.nanmin(table["q_upper"])) if table["q_upper"].notna().any() else None),
-                Check("share of heads beyond their spectrum null (the claim 'the heads are max-margin token "
-                      "selectors' read as: most heads agree with their SVM beyond a same-spectrum bilinear head)",
+                Check(f"share of heads beyond their {kind} null (the claim 'the heads are max-margin token "
+                      "selectors' read as: most heads agree with their SVM beyond "
+                      + ("a same-spectrum bilinear head)" if kind == "spectrum" else f"their {kind} null heads)"),
                       c["beyond null"] / n if n else float("nan"), ">= 0.5", n > 0 and c["beyond null"] >= n / 2,
                       SRC_HEADS, "a majority: the claim is about heads in general, not a few; " + null,
                       "qualitative", detail),

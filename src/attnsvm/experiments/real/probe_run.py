@@ -11,13 +11,16 @@ from its own generator, :func:`attnsvm.real.probe.baseline_rng`). ``DIR/probe`` 
 a section (its checks are those of ``real-minilm-heads``).
 
 Null heads (:mod:`attnsvm.real.nulls`) are tasks of their own, one per head (``L<layer>-H<head>-null``,
-its ``null_draws`` spectrum and ``structured_draws`` structured nulls), so heads and nulls resume
-separately. ``results.parquet`` holds both kinds of rows (column ``part``: "head" or "null");
-:func:`combine` turns them into one row per head with its p-values and the verdict (Benjamini-Yekutieli
-over all the probed heads, so the verdict is computed from the whole table, never per task).
+its ``null_draws`` verdict nulls and ``structured_draws`` structured nulls), so heads and nulls resume
+separately. With several numbers of SVM sentences (``svm_sentences`` a list) every head has a task per m
+(``L<layer>-H<head>-m<m>``, ``...-m<m>-null``). ``results.parquet`` holds both kinds of rows (column ``part``:
+"head" or "null"); :func:`attnsvm.real.probe_tasks.combine` turns them into one row per head (and m) with its
+p-values and the verdict (Benjamini-Yekutieli over all the probed heads, at each m, so the verdict is computed
+from the whole table, never per task).
 
-The tasks call the steps of :mod:`attnsvm.real.probe_steps` (one forward pass per process, cached by
-:mod:`attnsvm.real.cache`; the layer's SVM sentences built and validated once per task); :func:`stored_result`
+The tasks are those of :mod:`attnsvm.real.probe_tasks`, the same that :func:`attnsvm.real.probe.probe_heads`
+runs in one process, from the same :class:`attnsvm.real.probe_config.ProbeConfig` (one forward pass per
+process, cached by :mod:`attnsvm.real.cache`; the layer's SVM sentences built once per process); :func:`stored_result`
 assembles from the runner's folder the :class:`attnsvm.real.probe.ProbeResult` that
 ``attnsvm probe --out`` writes and shows.
 
@@ -31,76 +34,35 @@ import json
 import os
 import time
 
-from typing import Literal
-
 import numpy as np
-from pydantic import NonNegativeInt
 
 from attnsvm.experiments.base import Task
-from attnsvm.experiments.real.minilm_heads import HeadsConfig, RealMinilmHeads
-
-
-class ProbeConfig(HeadsConfig):
-    """The arguments of :func:`attnsvm.real.probe.probe_heads` (``layers`` and ``heads`` explicit):
-    those of ``real-minilm-heads`` plus the sentences, the view, the model, the transplanted heads and the
-    solvers' device."""
-
-    sentences: list[str] | None = None
-    svm_sentences: NonNegativeInt = 48
-    view_sentences: NonNegativeInt = 4
-    model: str | None = None
-    transplant_draws: NonNegativeInt = 0
-    device: str | None = None
-    #: a head's spectrum nulls stop once no further draw can change any verdict (``probe_heads(null_stop=)``)
-    null_stop: bool = True
-    #: the verdict's null (``probe_heads(null_kind=)``): "spectrum" or "sink" (then ``null_draws`` spectrum nulls
-    #: too, all drawn, in the descriptive ``spectrum_*`` columns)
-    null_kind: Literal["spectrum", "sink"] = "spectrum"
+from attnsvm.experiments.real.minilm_heads import RealMinilmHeads
+from attnsvm.real.probe_config import ProbeConfig  # noqa: F401  (the stored probe's config; its old import path)
+from attnsvm.real.probe_tasks import ProbeTask, combine, probe_tasks
 
 
 def has_nulls(config) -> bool:
-    """Whether the probe of ``config`` draws null heads (one query per sentence, SVMs, null_draws > 0)."""
-    return config.query != "all" and config.svm_sentences >= 1 and \
-        (config.null_draws + config.structured_draws + config.transplant_draws) > 0
+    """Whether the probe of ``config`` draws null heads (:attr:`attnsvm.real.probe_config.ProbeConfig.has_nulls`)."""
+    return config.has_nulls
 
 
 def tested_heads(config) -> int:
     """The number of heads the probe of ``config`` draws nulls for (every probed head): the m of the null tasks'
     stopping level (:func:`attnsvm.real.verdict.stop_level`), known when the tasks are planned."""
-    return len(config.layers) * len(config.heads)
+    return config.tested
 
 
-def _setup(config, layer: int, head: int):
-    """The probe's shared step for one task: :func:`attnsvm.real.probe_steps.prepare_probe` (the forward pass
-    cached per process), the layer's selections and its SVM sentences (built once per process for the
-    consecutive tasks of a layer: :func:`attnsvm.real.cache.derived`)."""
-    from attnsvm.real import cache
-    from attnsvm.real.probe_steps import layer_inputs, layer_selections, prepare_probe, seq_layer_inputs
-
-    setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=[layer], heads=[head],
-                          query=config.query, threshold=config.threshold, seed=config.seed,
-                          max_length=config.max_length, model=config.model)
-    m = min(config.svm_sentences, len(setup.sentences))
-    inp = None
-    if m >= 1:
-        build = (lambda: seq_layer_inputs(setup, layer, m)) if config.query == "all" else \
-            (lambda: layer_inputs(setup, layer, m))
-        # the inputs read the forward pass, the queries (query kind, seed) and the causal flag (the model's)
-        inp = cache.derived(setup.fw, ("layer_inputs", config.query, setup.seed, setup.causal, int(layer), int(m)),
-                            build)
-    return setup, layer_selections(setup, layer), inp, m
-
-
-#: the statistic of heads solved in this process, ``{(config key, layer, head): value}``
+#: the statistic of heads solved in this process, ``{(config key, task key): value}``
 #: (:func:`attnsvm.real.probe_steps.row_statistic`): a null task right after its head's task in the same
 #: process reuses it instead of solving the head's SVM again (a fresh process solves it: the same value)
 _STATISTIC: dict = {}
 
 
-def _statistic_key(config, layer: int, head: int) -> tuple:
+def _statistic_key(config, task: ProbeTask) -> tuple:
     import hashlib
 
-    return hashlib.sha256(config.model_dump_json().encode()).hexdigest(), int(layer), int(head)
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest(), task.layer, task.head, task.m
 
 
 def _solver(config) -> dict:
@@ -109,44 +71,8 @@ def _solver(config) -> dict:
     return solver_options(None, config.device)
 
 
-def combine(config, table):
-    """The per-head table of a stored probe: the head rows (``part == "head"``) with the null columns of
-    their null task's rows (:func:`attnsvm.real.verdict.null_columns`) and the verdict over all heads
-    (:func:`attnsvm.real.verdict.add_verdict`). A table without null rows comes back with only the head rows."""
-    import pandas as pd
-
-    from attnsvm.real.probe import head_null_columns
-    from attnsvm.real.verdict import add_verdict
-
-    if table.empty or "part" not in table.columns:
-        return table
-    # layer and head stay integers: a task that stored no rows (a head without an SVM draws no nulls) is a
-    # zero-row shard, and concatenating it made them float (printed "3.0000  0.0000", stored "3.0,0.0")
-    table = table.astype({c: "int64" for c in ("layer", "head") if c in table.columns})
-    nulls = table[table["part"] == "null"]
-    null_only = [c for c in ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds", "source")
-                 if c in table]
-    heads = table[table["part"] == "head"].drop(columns=null_only).reset_index(drop=True)  # a head's NaN columns stay
-    heads = heads.drop(columns=["part"])
-    if nulls.empty:
-        return heads
-    from attnsvm.real.probe_steps import row_statistic
-
-    planned = int(config.null_draws) if getattr(config, "null_stop", False) and config.null_draws else None
-    tested = tested_heads(config)
-    extra = []
-    for r in heads.itertuples():
-        g = nulls[(nulls["layer"] == r.layer) & (nulls["head"] == r.head)].sort_values("draw", kind="stable")
-        real = row_statistic(r._asdict()) if str(r.svm_status) == "optimal" else float("nan")
-        if g.empty and not (planned and not np.isfinite(real)):  # its null task failed: no p-values
-            extra.append({})
-            continue
-        draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
-                 for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
-                                         g["source"] if "source" in g.columns else [""] * len(g))]
-        extra.append(head_null_columns(real, draws, planned=planned, tested=tested, null_kind=config.null_kind))
-    out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
-    return add_verdict(out)
+def _probe_task(params: dict) -> ProbeTask:
+    return ProbeTask(params["layer"], params["head"], params["m"], params["part"], params["several"])
 
 
 class ProbeRun(RealMinilmHeads):
@@ -159,39 +85,33 @@ class ProbeRun(RealMinilmHeads):
     quick = {}
 
     def tasks(self, config):
-        parts = ("head", "null") if has_nulls(config) else ("head",)  # a head's null task right after it
-        return [Task(f"L{int(l)}-H{int(h)}" + ("-null" if p == "null" else ""), 1,
-                     {"layer": int(l), "head": int(h), "part": p})
-                for l in config.layers for h in config.heads for p in parts]
+        return [Task(t.key, 1, {"layer": t.layer, "head": t.head, "m": t.m, "part": t.part, "several": t.several})
+                for t in probe_tasks(config)]
 
     def run_task(self, config, task):
-        """A head task: the head's row of :attr:`ProbeResult.table` (``part`` "head"), plus ``view_support``:
-        its SVM's support tokens in the first ``view_sentences`` sentences as JSON (for probe.html; "[]"
-        without an SVM). A null task: one row per null head (``part`` "null", ``kind``, ``draw``,
-        ``null_status``, ``null_corr_restricted``, ``null_seconds``)."""
+        """A head task: the head's row (:func:`attnsvm.real.probe_tasks.head_rows`, ``part`` "head"), plus
+        ``view_support``: its SVM's support tokens in the first ``view_sentences`` sentences as JSON (for
+        probe.html; "[]" without an SVM) and ``seconds_svm``. A null task: one row per null head
+        (:func:`attnsvm.real.probe_tasks.null_rows`, ``part`` "null")."""
         import pandas as pd
 
-        from attnsvm.real.probe_steps import head_task
+        from attnsvm.real.probe_steps import layer_selections, row_statistic
+        from attnsvm.real.probe_tasks import head_rows, null_rows, setup_of
 
-        l, h = task.params["layer"], task.params["head"]
-        setup, ls, inp, m = _setup(config, l, h)
-        if task.params.get("part") == "null":
-            return pd.DataFrame(self._null_rows(config, setup, ls, inp, m, l, h))
-        row, sup, t_svm = {"layer": l, "head": h, **ls.stats[0]}, None, 0.0
-        if inp is not None:
-            t0 = time.perf_counter()
-            svm_row, sup = head_task(setup, inp, l, h, ls.sel[0, :m], baseline_draws=config.baseline_draws,
-                                     **_solver(config))
-            t_svm = time.perf_counter() - t0
-            row.update(svm_row)
-            if has_nulls(config) and config.null_stop:  # for its null task, if it runs next in this process
-                from attnsvm.real.probe_steps import row_statistic
-
-                if len(_STATISTIC) > 4096:
-                    _STATISTIC.clear()
-                _STATISTIC[_statistic_key(config, l, h)] = row_statistic(svm_row)
+        t = _probe_task(task.params)
+        setup = setup_of(config, layers=[t.layer], heads=[t.head])
+        ls = layer_selections(setup, t.layer)
+        if t.part == "null":
+            real = _STATISTIC.pop(_statistic_key(config, t), None)
+            return pd.DataFrame(null_rows(config, setup, t, ls.sel[0], _solver(config), real))
+        t0 = time.perf_counter()
+        row, sup = head_rows(config, setup, t, ls.sel[0], ls.stats[0], _solver(config))
+        t_svm = time.perf_counter() - t0 if sup is not None else 0.0
+        if sup is not None and config.has_nulls and config.null_stop:  # for its null task, if it runs next here
+            if len(_STATISTIC) > 4096:
+                _STATISTIC.clear()
+            _STATISTIC[_statistic_key(config, t)] = row_statistic(row)
         out = pd.DataFrame([row])
-        out.insert(0, "part", "head")
         k = min(config.view_sentences, len(setup.sentences))
         out["view_support"] = json.dumps(np.asarray(sup[:k], bool).tolist() if sup is not None else [])
         out["seconds_svm"] = t_svm
@@ -205,27 +125,6 @@ class ProbeRun(RealMinilmHeads):
 
         return {"model": folder_digest(config.model or model_path())}
 
-    @staticmethod
-    def _null_rows(config, setup, ls, inp, m, layer, head) -> list[dict]:
-        from attnsvm.real.probe_steps import head_statistic, null_task
-
-        if inp is None:
-            return []
-        real = None
-        if config.null_stop and config.null_draws:
-            key = _statistic_key(config, layer, head)
-            real = _STATISTIC.pop(key, None)
-            if real is None:  # its head ran in another process (or earlier): solve the head's SVM here
-                real = head_statistic(setup, inp, layer, head, ls.sel[0, :m], **_solver(config))
-        draws = null_task(setup, inp, layer, head, ls.sel[0, :m], null_draws=config.null_draws,
-                          structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
-                          null_selection=config.null_selection, real=real, tested=tested_heads(config),
-                          null_kind=config.null_kind, spectrum_draws=config.null_draws, **_solver(config))
-        return [{"part": "null", "layer": layer, "head": head, "kind": d["kind"], "draw": d["draw"],
-                 "null_status": d["status"], "null_corr_restricted": d["corr_restricted"],
-                 "null_seconds": d["seconds"], **({"source": d["source"]} if "source" in d else {})}
-                for d in draws]
-
     def plot(self, config, table, outdir):
         from attnsvm.real.figures import heatmap_figure
 
@@ -233,24 +132,34 @@ class ProbeRun(RealMinilmHeads):
         return heatmap_figure(table, outdir, "probe_heatmap") if "corr_restricted" in table.columns else []
 
     def checks(self, config, table):
+        """The checks of ``real-minilm-heads`` on the combined table; with several m, on the rows of the largest m
+        (each check is about the heads once; the verdict at each m and the stable verdict are in the table)."""
         table = combine(config, table)
         if "corr_restricted" not in table.columns:  # svm_sentences = 0: statistics only, nothing to check
             return []
+        if "m" in table.columns:
+            table = table[table["m"] == table["m"].max()].drop(columns=["m", "stable_verdict"], errors="ignore")
+            table = table.reset_index(drop=True)
         return super().checks(config, table)
 
     def deviations(self, config):
         return []
 
     def explain(self, config, table):
+        from attnsvm.real.nulls import NULLS
+        from attnsvm.real.probe_tasks import n_sentences_of
+
         table = combine(config, table)
-        n = len(config.sentences) if config.sentences is not None else config.n_sentences
-        head = (f"{len(table)} heads, {n} sentences, each head's SVM on the first {config.svm_sentences}, "
+        n = n_sentences_of(config)
+        sizes = ", ".join(str(m) for m in config.sizes_for(n))
+        head = (f"{len(table)} rows, {n} sentences, each head's SVM on the first {sizes}, "
                 f"{config.query} queries, threshold {config.threshold}, {config.baseline_draws} random draw(s) per head"
-                + (f", {config.null_draws} spectrum null heads per head" if has_nulls(config) else "")
+                + (f", {config.null_draws} {config.null_kind} null heads per head" if config.has_nulls else "")
                 + (" (fewer where no further draw can change any verdict)"
-                   if has_nulls(config) and config.null_stop and config.null_draws else "")
+                   if config.has_nulls and config.null_stop and config.null_draws else "")
+                + (f" ({NULLS[config.null_kind].summary})" if config.has_nulls and config.null_draws else "")
                 + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
-                   if has_nulls(config) and config.transplant_draws else "")
+                   if config.has_nulls and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
         if table.empty or "corr_restricted" not in table.columns:
             return head
@@ -268,31 +177,24 @@ def stored_result(config: ProbeConfig, outdir: str, *, max_memory=None, t0: floa
     import pandas as pd
 
     from attnsvm.real.probe import result_of
-    from attnsvm.real.probe_steps import prepare_probe, view_arrays
+    from attnsvm.real.probe_steps import view_arrays
+    from attnsvm.real.probe_tasks import result_settings, setup_of
 
     t0 = time.perf_counter() if t0 is None else t0
     path = os.path.join(outdir, "results.parquet")
     table = pd.read_parquet(path) if os.path.exists(path) else pd.DataFrame()
-    setup = prepare_probe(config.sentences, n_sentences=config.n_sentences, layers=config.layers,
-                          heads=config.heads, query=config.query, threshold=config.threshold, seed=config.seed,
-                          max_length=config.max_length, model=config.model, max_memory=max_memory)
+    setup = setup_of(config, max_memory=max_memory)
     view = view_arrays(setup, config.view_sentences)
     table = combine(config, table)
     support, svm, nulls = {}, 0.0, 0.0
     if not table.empty:
-        table = table.sort_values(["layer", "head"], ignore_index=True)
-        if "view_support" in table.columns:
+        table = table.sort_values(["layer", "head"] + (["m"] if "m" in table.columns else []), ignore_index=True)
+        if "view_support" in table.columns:  # each head's at its largest m (the rows' last)
             support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
                        for r in table.itertuples() if r.view_support != "[]"}
         svm = float(table["seconds_svm"].sum()) if "seconds_svm" in table.columns else 0.0
         nulls = float(table["null_seconds"].sum()) if "null_seconds" in table.columns else 0.0
         table = table.drop(columns=[c for c in ("view_support", "seconds_svm") if c in table.columns])
-    n = len(setup.sentences)
-    cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=config.query,
-               threshold=float(config.threshold), svm_sentences=min(int(config.svm_sentences), n),
-               baseline_draws=int(config.baseline_draws), seed=int(setup.seed), max_length=int(setup.max_length))
-    if getattr(setup.model, "name", "") != "MiniLM":
-        cfg.update(model=setup.model.path, family=setup.model.family.name)
     seconds = {"forward": setup.t_forward, "forward_cached": setup.cached, "svm": svm, "nulls": nulls,
                "total": time.perf_counter() - t0}
-    return result_of(setup, table, view, support, seconds, cfg)
+    return result_of(setup, table, view, support, seconds, result_settings(config, setup))
