@@ -38,8 +38,8 @@ from attnsvm._validate import as_float_array, as_index_array, as_mask_array, che
 from attnsvm.errors import ValidationError
 from attnsvm.memory import format_size, require_memory
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import (ConstraintSet, _att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, checked_set, _fin_rows, _gen_rows, _prompt_rows,
+from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
+                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
                                      seq_constraints, v_constraints)
 from attnsvm.svm.frobenius import solve_frobenius_batch
 from attnsvm.svm.norms import NormTable, get_norm
@@ -66,7 +66,9 @@ def _check_problem(problem) -> TokenProblem:
     return problem
 
 
-def _default_select(problem: TokenProblem, select) -> np.ndarray:
+def default_select(problem: TokenProblem, select) -> np.ndarray:
+    """The validated selection ``(n,)`` of ``problem``: ``select`` or, for None / "opt", its optimal tokens.
+    Internal, shared with :mod:`attnsvm.svm.analysis`."""
     if select is None or (isinstance(select, str) and select == "opt"):
         if problem.Y is None or problem.v is None:
             raise ValidationError("select=None means the optimal tokens, which need labels Y and a head v; "
@@ -212,16 +214,16 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    sel = _default_select(problem, select)
+    sel = default_select(problem, select)
     if problem.mode == "prompt":
         if norm != "fro":
             raise ValidationError("a prompt problem (vector p) has only the Euclidean norm: use norm='fro'")
         if valid is not None:
             raise ValidationError("valid (padding) is not supported for prompt problems")
-        # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
+        # X, W and sel are validated (TokenProblem, default_select): no second pass through solve_p_svm
         opts = VectorOptions.parse(solver_options, "the p-SVM solver")
         return _solve_prompt(_keys(problem.X, problem.W), sel, None, opts)
-    cs = _att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
+    cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
     return _dispatch(cs, norm, "att", **solver_options)
 
 
@@ -244,7 +246,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     norm = _check_norm(norm)
     n, T = problem.n, problem.T
     O = check_selected_sets(selected, n, T)
-    cs = _gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
+    cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
     return _dispatch(cs, norm, "gen", **solver_options)
 
 
@@ -266,7 +268,7 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = _fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
+    cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
     return _dispatch(cs, norm, "fin", **solver_options)
 
 
@@ -315,8 +317,8 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     norm = _check_norm(norm)
     n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
     O = check_selected_sets(selected, n, T)            # validated once for both SVMs
-    svm = _dispatch(_gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
-    fin = _dispatch(_fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
+    svm = _dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = _dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -399,7 +401,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
 def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, opts: VectorOptions) -> SVMSolution:
     """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
     form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
-    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, options=opts)
+    sol = solve_vector_svm(prompt_rows(K, sel, zero), "p", form, options=opts)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
@@ -477,8 +479,8 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    sel = _default_select(problem, select)
-    cs = _att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
+    sel = default_select(problem, select)
+    cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
     return _solve_soft(cs, C, norm, squared, solver_options)
 
 
@@ -562,7 +564,7 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
         Xa = np.stack([p.X for p in probs])
         Za = np.stack([p.queries for p in probs])
         if select is None:
-            sel = np.stack([_default_select(p, None) for p in probs])
+            sel = np.stack([default_select(p, None) for p in probs])
         else:
             sel = select
     else:
