@@ -28,7 +28,7 @@ import numpy as np
 
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.reductions import RowScaling
 
 __all__ = [
     "ConstraintSet",
@@ -138,7 +138,7 @@ class ConstraintSet:
         entries below 1 and its right-hand sides at most 1, whatever the scale of the
         data (1e-200 or 1e200). Power-of-two scaling is exact in floating point. The
         solution of ``cs_n`` maps back through :class:`RowScaling`
-        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.scaling`).
+        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.reductions`).
         """
         sc = RowScaling.unit_rows(self.U, self.V, self.rhs)
         return sc.apply(self), sc

@@ -3,7 +3,7 @@
 The solver interface: each method is a :class:`Solver` (a name, its options dataclass from
 :mod:`attnsvm.svm.options` and the function that runs it), implemented in its own module. Each
 function follows the same three stages, after cvxpy's apply -> solve -> invert: it scales the rows
-(:mod:`attnsvm.svm.scaling`), solves the scaled problem, and maps the result back, certifies it and
+(:mod:`attnsvm.svm.reductions`), solves the scaled problem, and maps the result back, certifies it and
 builds the :class:`~attnsvm.svm.solution.SVMSolution` (:mod:`attnsvm.svm.result`).
 
 =========================  ==========================================  ==========================

@@ -6,7 +6,7 @@ stationarity, the soft margin's dual norm), the statuses (:mod:`attnsvm.svm.solu
 gap and stationarity thresholds), the settings (:mod:`attnsvm.svm.settings`: which settings the norm
 has, their norm-dependent defaults), the soft margin (:mod:`attnsvm.svm.soft`: its conic program and
 how the hard-margin multipliers map to it), the memory estimate (:mod:`attnsvm.svm.api`) and the
-multipliers' units (:class:`~attnsvm.svm.scaling.RowScaling` ``objective``).
+multipliers' units (:class:`~attnsvm.svm.reductions.RowScaling` ``objective``).
 
 Adding a norm touches three files: its :class:`Norm` in :data:`NORMS` (this module), the module with its
 solvers, and their entries in :data:`attnsvm.svm.dispatch.SOLVERS` and
@@ -59,7 +59,7 @@ class Norm:
     dual : ``S (d1, d2) -> ||S||_dual`` (0 for an empty S)
     multipliers : the objective whose multipliers its hard-margin solvers return: "squared"
         (``1/2 ||W||^2``) or "norm" (``||W||``, dual ball ``||sum lam_k u_k w_k^T||_dual <= 1``): the
-        ``objective`` of :meth:`~attnsvm.svm.scaling.RowScaling.lam`
+        ``objective`` of :meth:`~attnsvm.svm.reductions.RowScaling.lam`
     objective : ``(U (s, d1), V (s, d2), b (s,), lam (s,), lam_f (s,), W (d1, d2), residual) ->``
         :class:`ObjectiveTerms` of the hard-margin certificate (``lam_f``: the multipliers made dual
         feasible; ``residual``: a stationarity residual the caller measured, or None)

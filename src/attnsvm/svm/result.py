@@ -4,22 +4,25 @@ One formula per certificate (:func:`hard_certificate` with the norm's objective 
 :mod:`attnsvm.svm.norms`, :func:`soft_certificate`, :func:`farkas_certificate`), whatever the method that found the solution
 (dense or working set, one instance or a batch), and one builder of the result
 (:func:`build_solution`, by keyword; :func:`infeasible_solution` for a Farkas certificate). The
-solvers pass the rows that carry multipliers in their scaled units (:mod:`attnsvm.svm.scaling`):
+solvers pass the rows that carry multipliers in their scaled units (:mod:`attnsvm.svm.reductions`):
 all N rows for the dense methods, the working set for the working-set methods (multipliers are
 zero elsewhere, so the sums are the same).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.farkas import exact_farkas, norm_lower_bound
 from attnsvm.svm.norms import combine_rows, get_norm
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap
+from attnsvm.svm.reductions import SubspaceBasis
+from attnsvm.svm.solution import Certificate, SVMSolution, certificate_passes, relative_gap
 
 __all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "hard_certificate",
-           "fro_certificate", "nuclear_certificate", "soft_certificate", "farkas_certificate"]
+           "fro_certificate", "nuclear_certificate", "soft_certificate", "farkas_certificate", "lift_solution"]
 
 
 def _dual_terms(lam: np.ndarray, eq: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -189,3 +192,23 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
     return build_solution(cs, status="undecided", formulation=formulation, norm=norm, W=None,
                           norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
                           support=np.zeros(N, bool), certificate=cert, info=info)
+
+
+def lift_solution(sol: SVMSolution, cs: ConstraintSet, basis: SubspaceBasis, *, gap_bound: float = 0.0,
+                  info: dict | None = None) -> SVMSolution:
+    """The solution ``sol`` of rows reduced to ``basis`` (``M (r1, r2)``) as the solution of the full rows ``cs``
+    (the same N rows, in the same order): ``W = P M B^T`` (:meth:`~attnsvm.svm.reductions.SubspaceBasis.lift`),
+    the same margins, multipliers and support, and the duality gap raised by ``gap_bound`` >= 0 (what the
+    rows' parts outside the bases can add to it); the status is "optimal" only if that certificate still
+    passes (:func:`~attnsvm.svm.solution.certificate_passes`), else "optimal_inaccurate". An infeasible or
+    undecided ``sol`` keeps its certificate (the Farkas multipliers are those of the same rows). ``info``: entries
+    added to the solution's info.
+    """
+    extra = dict(sol.info or {}, **(info or {}))
+    if not sol.feasible:
+        return dataclasses.replace(sol, constraints=cs, info=extra)
+    cert = dataclasses.replace(sol.certificate, duality_gap=sol.certificate.duality_gap + gap_bound)
+    status = sol.status
+    if status == "optimal" and not certificate_passes(cert, sol.norm):
+        status = "optimal_inaccurate"
+    return dataclasses.replace(sol, W=basis.lift(sol.W), constraints=cs, certificate=cert, status=status, info=extra)

@@ -28,8 +28,7 @@ import numpy as np
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.svm.constraints import ConstraintSet, row_gram
-from attnsvm.svm.scaling import RowScaling, representable
-from attnsvm.svm.nuclear import row_basis
+from attnsvm.svm.reductions import RowScaling, SubspaceBasis, representable
 from attnsvm.svm.norms import Norm, get_norm
 from attnsvm.svm.options import FrobeniusOptions, SoftOptions
 from attnsvm.svm.settings import SolverSettings
@@ -87,9 +86,9 @@ def _conic(cs_s: ConstraintSet, C: float, norm: Norm, squared: bool):
     """The reduced conic program through cvxpy on the scaled set. Returns ``(W, lam, xi, info)``."""
     import cvxpy as cp
 
-    P, B = row_basis(cs_s.U), row_basis(cs_s.V)
-    Ua, Vb = cs_s.U @ P, cs_s.V @ B
-    r1, r2 = P.shape[1], B.shape[1]
+    basis = SubspaceBasis.of(cs_s.U, cs_s.V)
+    Ua, Vb = basis.rows(cs_s.U, cs_s.V)
+    r1, r2 = Ua.shape[1], Vb.shape[1]
     if r1 == 0 or r2 == 0:          # every row is zero: W = 0, slack pays every positive rhs
         xi = np.maximum(cs_s.rhs, 0.0)
         lam = np.where(cs_s.rhs > 0, C, 0.0)
@@ -111,7 +110,7 @@ def _conic(cs_s: ConstraintSet, C: float, norm: Norm, squared: bool):
         raise RuntimeError(f"soft-margin solve failed in {solver}: {exc}") from None
     if M.value is None:
         raise RuntimeError(f"soft-margin solve failed in {solver}: status {prob.status}")
-    W = P @ np.asarray(M.value) @ B.T
+    W = basis.lift(np.asarray(M.value))
     lam = np.asarray(con.dual_value).ravel() * div
     slack = np.maximum(np.asarray(xi.value).ravel(), 0.0)
     return W, lam, slack, {"solver": solver, "solver_status": prob.status}

@@ -56,7 +56,7 @@ from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.pdas import BasePDAS, principal_submatrix, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
-from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.reductions import RowScaling, RowSubset
 from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
                                  nuclear_certificate)
 from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
@@ -239,8 +239,7 @@ def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: n
     "infeasible" only with a proof and "undecided" (with its norm bound) otherwise, never a claim
     without one."""
     res = _farkas_residual(ws, farkas_ws)
-    farkas = np.zeros(cs.N)
-    farkas[ws.rows] = setup.scaling.subset(ws.rows).farkas(farkas_ws)
+    farkas = RowSubset(ws.rows, cs.N).lift(setup.scaling.subset(ws.rows).farkas(farkas_ws))
     if offending_ws is None:
         big = np.abs(farkas_ws) > 1e-9 * max(float(np.abs(farkas_ws).max()), 1e-300)
         offending_ws = np.flatnonzero(big)
@@ -531,8 +530,7 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     computed in the scaled units, like the dense solvers' row-normalized ones.
     """
     sub = setup.scaling.subset(ws.rows)
-    lam = np.zeros(cs.N)
-    lam[ws.rows] = sub.lam(lam_ws, "squared")
+    lam = RowSubset(ws.rows, cs.N).lift(sub.lam(lam_ws, "squared"))
     nrm = float(np.linalg.norm(W))
     slack_ws = sub.rhs(margins[ws.rows] - cs.rhs[ws.rows])
     cert = fro_certificate(violation=relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * nrm),
@@ -722,8 +720,7 @@ def _support_counts(rows: np.ndarray, lam_sub: np.ndarray, first: np.ndarray) ->
 def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
                     info) -> SVMSolution:
     """Nuclear solution with its relative certificate over all N rows (duals zero outside S)."""
-    lam = np.zeros(cs.N)
-    lam[rows] = lam_sub
+    lam = RowSubset(rows, cs.N).lift(lam_sub)
     viol = relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * float(np.linalg.norm(W)))
     cert, nuc = nuclear_certificate(violation=viol, U=sub.U, V=sub.V, b=sub.rhs, eq=sub.is_equality, lam=lam_sub,
                                     slack=margins[rows] - sub.rhs, W=W)
