@@ -120,6 +120,19 @@ def test_a_toy_norm_is_checked_like_the_shipped_ones(toy):
     assert status_from(certify(cs, 1.01 * sol.W, sol.duals, "toy"), "toy") == "optimal_inaccurate"
 
 
+def test_the_per_norm_constants_are_the_registrys_with_their_former_values():
+    from attnsvm.svm import CERTIFIED_STATIONARITY
+    from attnsvm.svm.api import SOLUTION_ARRAYS
+
+    # the same keys and values as the dicts they were (and equal to them, as mappings)
+    assert CERTIFIED_GAP == {"fro": 1e-8, "nuclear": 1e-6} and CERTIFIED_STATIONARITY == {"fro": 1e-8}
+    assert SOLUTION_ARRAYS == {"fro": 7, "nuclear": 9}
+    assert NORM_SETTINGS == {"fro": ("feas_tol", "support_tol", "time_limit", "max_memory"),
+                             "nuclear": ("feas_tol", "gap_tol", "support_tol", "time_limit", "max_memory"),
+                             "soft": ("support_tol", "max_memory")}
+    assert CERTIFIED_GAP.get("nope", 1.0) == 1.0 and repr(CERTIFIED_GAP) == "{'fro': 1e-08, 'nuclear': 1e-06}"
+
+
 def test_unknown_norms_are_refused_and_the_registry_is_unchanged_after_the_fixture():
     cs = _problem()
     assert "toy" not in norms.NORMS and "toy" not in CERTIFIED_GAP

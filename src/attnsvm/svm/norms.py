@@ -231,7 +231,7 @@ def get_norm(norm) -> Norm:
     raise ValidationError(f"norm must be {names}, got {norm!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NormTable(Mapping):
     """A read-only view ``name -> getattr(norm, attr)`` over :data:`NORMS` (norms whose attribute is None
     left out), plus ``extra`` entries: the per-norm constants (``CERTIFIED_GAP``, ``NORM_SETTINGS``)
