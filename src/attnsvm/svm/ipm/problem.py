@@ -413,7 +413,7 @@ class RowSet:
             Vq, self.qinv = V, np.zeros(0, np.int64)
         self.basis = SubspaceBasis(None if d1 <= N else row_space_basis(U),
                                    row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0)))
-        self.B = self.basis.B
+        self.B, self.P = self.basis.B, self.basis.P
         A, Bq = self.basis.rows(U, Vq)
         self.N, self.reduced_shape = N, [int(A.shape[1]), int(self.B.shape[1])]
         na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[self.qinv]
