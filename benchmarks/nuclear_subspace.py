@@ -1,29 +1,25 @@
-"""Benchmark: where a probe instance's nuclear solve spends its time, and what spectral subspaces could save.
+"""Benchmark: where a probe instance's nuclear solve spends its time.
 
 Usage: python benchmarks/nuclear_subspace.py [--sentences 256] [--layer 3] [--heads 3] [--kinds head null]
-       [--oracle-k 60 120] [--colgen] [--k0 40] [--add 20] [--cases DIR] [--threads 1]
+       [--cases DIR] [--threads 1]
 
 For the MiniLM selections of :mod:`probe_scale` (query "word", threshold 0.1, seed 0) of each head ("head") and of
 its first spectrum null draw ("null": :func:`attnsvm.real.nulls.spectrum_null` of the head's spectrum, draw 0 of
 :func:`attnsvm.real.nulls.null_rng`, selecting by its own attention at the threshold, as the probe's nulls do), it
-solves the nuclear Gen-SVM of the first ``--sentences`` sentences and prints:
+solves the nuclear Gen-SVM of the first ``--sentences`` sentences by the working set
+(:func:`attnsvm.svm.working_set.solve_nuclear_ws`, what ``attnsvm probe`` runs) and prints its CPU seconds,
+rounds, subset size and interior-point iterations per round, the optimum's rank (singular values above 1e-6 of the
+largest) and support, and the split of the CPU seconds over the interior-point method's parts (process CPU time
+around each): ``schur`` (the blocks of the N x N Schur complement's lower triangle: its N x N x r products,
+Hadamard products and query gathers), ``chol`` (its Cholesky factorization), ``dual`` (S's factor and the
+(r1 + r2)-sized products of the dual iterate), ``dirs`` (the primal direction's products), ``factors`` (the Schur
+complement's ``N x r`` and ``q x N`` factors) and the rest.
 
-* ``ws``: the working set (:func:`attnsvm.svm.working_set.solve_nuclear_ws`, what ``attnsvm probe`` runs): CPU
-  seconds, rounds, subset size and interior-point iterations per round, the optimum's rank (singular values above
-  1e-6 of the largest) and support, and the split of the CPU seconds over the interior-point method's parts
-  (process CPU time around each): ``schur`` (the blocks of the N x N Schur complement's lower triangle: its
-  N x N x r products, Hadamard products and query gathers), ``chol`` (its Cholesky factorization), ``dual``
-  (S's factor and the (r1 + r2)-sized products of the dual iterate), ``dirs`` (the primal direction's
-  products), ``factors`` (the Schur complement's ``N x r`` and ``q x N`` factors) and the rest.
-* ``oracle k``: the nuclear SVM restricted to the top k singular directions of the *optimal* dual matrix
-  ``G = sum_k lam_k u_k w_k^T`` (:func:`attnsvm.svm.subspace.solve_nuclear_subspace`), certified in the full
-  space: what a perfect prediction of the spectral subspace would cost (a bound on that method's gain).
-* ``colgen`` (with ``--colgen``): column generation on the singular spaces from the Frobenius solution
-  (:func:`attnsvm.svm.subspace.solve_nuclear_colgen`, ``--k0``, ``--add``): CPU, rounds, the subspace
-  size and the full certificate's gap per round.
+(The spectral-subspace restriction this benchmark also measured, ``attnsvm.svm.subspace``, was removed in 0.3: it
+was slower than the full solve without an oracle, docs/guide/performance.md "Spectral subspaces for the nuclear
+subproblem"; ``git show 89fb43a:benchmarks/nuclear_subspace.py`` has that version.)
 
-Every line has the status (from the full-space certificate) and the relative difference of ||W||_* to the working
-set's. ``--cases DIR``: the arrays are read from / written to ``DIR/L{layer}h{head}_{sentences}.npz`` (as
+``--cases DIR``: the arrays are read from / written to ``DIR/L{layer}h{head}_{sentences}.npz`` (as
 benchmarks/nuclear_support.py). One BLAS thread by default. Needs the real extra: pip install 'attnsvm[real]'.
 """
 
@@ -100,10 +96,6 @@ def main():
     ap.add_argument("--layer", type=int, default=3)
     ap.add_argument("--heads", type=int, nargs="+", default=[3])
     ap.add_argument("--kinds", nargs="+", default=["head", "null"], choices=["head", "null"])
-    ap.add_argument("--oracle-k", type=int, nargs="*", default=[60, 120])
-    ap.add_argument("--colgen", action="store_true")
-    ap.add_argument("--k0", type=int, default=40)
-    ap.add_argument("--add", type=int, default=20)
     ap.add_argument("--cases", default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -112,7 +104,6 @@ def main():
     import numpy as np
 
     from attnsvm.svm import gen_constraints
-    from attnsvm.svm.subspace import solve_nuclear_colgen, solve_nuclear_subspace
     from attnsvm.svm.working_set import solve_nuclear_ws
 
     for (h, kind), (X, Z, S, valid) in _cases(args).items():
@@ -131,29 +122,6 @@ def main():
               f" support {info.get('support')} ||W||_* {ref.norm_value:.12g}", flush=True)
         print(f"            split (CPU-s): {split} other {cpu - sum(sp.cpu.values()):.1f}; per iteration "
               f"{cpu / max(its, 1):.3f}", flush=True)
-
-        def line(name, sol, cpu, extra):
-            rel = abs(sol.norm_value - ref.norm_value) / ref.norm_value
-            print(f"  {name:<9} {sol.status:>18} CPU-s {cpu:7.1f} ({ref_cpu / cpu:4.2f}x) gap "
-                  f"{sol.certificate.duality_gap:.1e} d||W||_* {rel:.1e} {extra}", flush=True)
-
-        ref_cpu = cpu
-        Ug, _, Vgt = np.linalg.svd(cs.combine(ref.duals))
-        for k in args.oracle_k:
-            c0 = time.process_time()
-            sol = solve_nuclear_subspace(cs, Ug[:, :k], Vgt[:k].T, formulation="gen")
-            cpu = time.process_time() - c0
-            if sol is None:
-                print(f"  oracle {k:<3} restricted problem infeasible", flush=True)
-                continue
-            r = sol.info["restricted"]
-            line(f"oracle {k}", sol, cpu, f"sizes {r.get('round_sizes')} iterations {r.get('round_iterations')}")
-        if args.colgen:
-            c0 = time.process_time()
-            sol = solve_nuclear_colgen(cs, k0=args.k0, add=args.add, formulation="gen")
-            cpu = time.process_time() - c0
-            gaps = " ".join("-" if g is None else f"{g:.0e}" for g in sol.info["gaps"])
-            line("colgen", sol, cpu, f"rounds {sol.info['rounds']} k {sol.info['subspaces'][-1]} gaps {gaps}")
 
 
 if __name__ == "__main__":

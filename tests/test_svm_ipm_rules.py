@@ -112,3 +112,13 @@ def test_the_former_module_still_serves_its_public_names():
     for name in barrier.__all__:
         assert getattr(barrier, name) is getattr(ipm, name)
     assert {"nuclear_ipm", "IPMResult", "singular_values", "spectral_norm", "row_space_basis"} <= set(barrier.__all__)
+
+
+def test_query_basis_is_a_deprecated_alias_that_still_answers():
+    from attnsvm.svm import barrier
+
+    V = np.repeat(np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]), 3, axis=0)
+    with pytest.warns(DeprecationWarning, match="query_basis"):
+        B = barrier.query_basis(V)
+    assert B.shape == (3, 2) and np.allclose(B.T @ B, np.eye(2)) and np.allclose(V - V @ B @ B.T, 0.0)
+    assert not hasattr(ipm, "query_basis")

@@ -1,4 +1,4 @@
-"""The factor kept by the working set's active-set method (:class:`attnsvm.svm.pdas._BasePDAS`):
+"""The factor kept by the working set's active-set method (:class:`attnsvm.svm.pdas.BasePDAS`):
 after a rebuild (factored in place), appends and pinned rows it must equal a fresh factorization,
 and its solves those of the free rows' matrix ``M_FF``; the subset QP's BLAS threads."""
 
@@ -7,20 +7,20 @@ import scipy.linalg as sla
 
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
-from attnsvm.svm.pdas import _BasePDAS
+from attnsvm.svm.pdas import BasePDAS
 from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.working_set import _GramSet, _Setup
 
 
 def _base(n=40, d=6):
-    """A _BasePDAS over the rows of a planted Att-SVM (rank d^2: 40 rows in general position)."""
+    """A BasePDAS over the rows of a planted Att-SVM (rank d^2: 40 rows in general position)."""
     pr, sel, _ = planted_problem(n, 11, d, seed=4)
     cs = att_constraints(pr.X, pr.queries, sel)
     setup = _Setup(cs, SolverSettings())
     ws = _GramSet(setup, None)
     rng = np.random.default_rng(0)
     ws.add(rng.permutation(cs.N)[:40])
-    base = _BasePDAS(setup)
+    base = BasePDAS(setup)
     return base, ws
 
 
@@ -91,7 +91,7 @@ def test_subset_qp_runs_on_one_blas_thread(monkeypatch):
 
 
 def _factored_base(n=40, d=6, free=30):
-    """A _BasePDAS whose factor holds ``free`` rows (a padded buffer: identity beyond them)."""
+    """A BasePDAS whose factor holds ``free`` rows (a padded buffer: identity beyond them)."""
     base, ws = _base(n, d)
     _step(base, ws, np.arange(free))
     assert base.L.shape[0] > base.s
@@ -146,23 +146,23 @@ def test_tri_solve_blas_and_fallback_equal_scipy():
 
 
 def test_principal_block_equals_fancy_indexing():
-    """_principal (copies by runs of consecutive indices, or a gather beyond 128 runs) is G[ix_(idx, idx)]."""
-    from attnsvm.svm.pdas import _principal
+    """principal_submatrix (copies by runs of consecutive indices, or a gather beyond 128 runs) is G[ix_(idx, idx)]."""
+    from attnsvm.svm.pdas import principal_submatrix
 
     rng = np.random.default_rng(2)
     G = rng.standard_normal((300, 300))
     for idx in (np.arange(300), np.arange(0), np.array([5]), np.r_[0:40, 41:90, 200:300], np.r_[3:299],
                 np.sort(rng.permutation(300)[:250]), np.arange(0, 300, 2)):
         want = G[np.ix_(idx, idx)]
-        assert np.array_equal(_principal(G, idx), want)
+        assert np.array_equal(principal_submatrix(G, idx), want)
         out = np.full((idx.size + 3, idx.size + 5), np.nan)
-        _principal(G, idx, out=out[:idx.size, :idx.size])           # into a strided view
+        principal_submatrix(G, idx, out=out[:idx.size, :idx.size])           # into a strided view
         assert np.array_equal(out[:idx.size, :idx.size], want)
         assert np.isnan(out[idx.size:]).all() and np.isnan(out[:, idx.size:]).all()
     G = rng.standard_normal((1200, 1200))
     idx = np.arange(0, 1200, 2)                                     # 600 runs, gathered in two bands
     out = np.empty((idx.size, idx.size))
-    _principal(G, idx, out=out)
+    principal_submatrix(G, idx, out=out)
     assert np.array_equal(out, G[np.ix_(idx, idx)])
 
 

@@ -14,7 +14,7 @@ from attnsvm.svm import dispatch
 from attnsvm.svm.options import (FrobeniusOptions, FrobeniusWSOptions, NuclearOptions, NuclearWSOptions, SoftOptions,
                                  VectorOptions)
 from attnsvm.svm.result import build_solution, fro_certificate, support_mask
-from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.reductions import RowScaling
 
 rng = np.random.default_rng(27)
 

@@ -14,7 +14,7 @@ import numpy as np
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.api import _default_select, solve_svm
+from attnsvm.svm.api import default_select, solve_svm
 from attnsvm.svm.nuclear import row_basis
 from attnsvm.svm.solution import SVMSolution
 
@@ -77,7 +77,7 @@ def is_locally_optimal(problem: TokenProblem, select, *, norm: str = "fro", tol:
     select : (n,) int
     """
     gamma = _scores(problem)
-    sel = _default_select(problem, select)
+    sel = default_select(problem, select)
     sup = support_indices(problem, sel, norm=norm, tol=tol, solution=solution)
     if sup is None:
         return False
@@ -113,7 +113,7 @@ def all_support_vectors(problem: TokenProblem, select=None, *, norm: str = "fro"
 
     Returns False for an infeasible selection.
     """
-    sel = _default_select(problem, select)
+    sel = default_select(problem, select)
     sup = support_indices(problem, sel, norm=norm, tol=tol, solution=solution)
     if sup is None:
         return False
@@ -158,7 +158,7 @@ def separation_delta(problem: TokenProblem, select=None, *, norm: str = "fro", t
     ``nan`` if the selection is infeasible.
     """
     tol = check_number(tol, "tol", low=0.0, high=1.0, high_open=True)
-    sel = _default_select(problem, select)
+    sel = default_select(problem, select)
     sol = _solution(problem, sel, norm, solution)
     if not sol.feasible:
         return float("nan")

@@ -38,30 +38,26 @@ from attnsvm._validate import as_float_array, as_index_array, as_mask_array, che
 from attnsvm.errors import ValidationError
 from attnsvm.memory import format_size, require_memory
 from attnsvm.problem import TokenProblem
-from attnsvm.svm.constraints import (ConstraintSet, _att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
-                                     check_valid, check_valid_selected, checked_set, _fin_rows, _gen_rows, _prompt_rows,
+from attnsvm.svm.constraints import (ConstraintSet, att_rows, bare_set, check_fin_inputs, check_probs, check_selected_sets,
+                                     check_valid, check_valid_selected, checked_set, fin_rows, gen_rows, prompt_rows,
                                      seq_constraints, v_constraints)
-from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius_batch
-from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear_batch
+from attnsvm.svm.frobenius import solve_frobenius_batch
+from attnsvm.svm.norms import NormTable, get_norm
+from attnsvm.svm.nuclear import solve_nuclear_batch
 from attnsvm.svm.options import NuclearOptions, SoftOptions, VectorOptions
-from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.prompt import solve_vector_svm
 from attnsvm.svm.soft import solve_soft
 from attnsvm.svm.solution import Certificate, SVMSolution
-from attnsvm.svm.dispatch import solve_dispatch
+from attnsvm.svm.dispatch import CERTIFIERS, solve_dispatch
 
 __all__ = [
     "solve", "certify", "solve_svm", "solve_gen_svm", "solve_fin", "svm_equivalence", "SVMEquivalence", "solve_seq_svm",
     "solve_p_svm", "solve_v_svm", "solve_soft_svm", "solve_svm_batch", "BatchSolution",
 ]
 
-_NORMS = ("fro", "nuclear")
-
-
 def _check_norm(norm) -> str:
-    if norm not in _NORMS:
-        raise ValidationError(f"norm must be 'fro' or 'nuclear', got {norm!r}")
-    return norm
+    return get_norm(norm).name
 
 
 def _check_problem(problem) -> TokenProblem:
@@ -70,7 +66,9 @@ def _check_problem(problem) -> TokenProblem:
     return problem
 
 
-def _default_select(problem: TokenProblem, select) -> np.ndarray:
+def default_select(problem: TokenProblem, select) -> np.ndarray:
+    """The validated selection ``(n,)`` of ``problem``: ``select`` or, for None / "opt", its optimal tokens.
+    Internal, shared with :mod:`attnsvm.svm.analysis`."""
     if select is None or (isinstance(select, str) and select == "opt"):
         if problem.Y is None or problem.v is None:
             raise ValidationError("select=None means the optimal tokens, which need labels Y and a head v; "
@@ -79,17 +77,15 @@ def _default_select(problem: TokenProblem, select) -> np.ndarray:
     return as_index_array(select, "select", (problem.n,), problem.T, f"(n,) = ({problem.n},)")
 
 
-#: d1 x d2 float64 arrays alive at the peak of a solve, the solution W and its certificate's products included:
-#: measured about 6 (dense Frobenius), 4 (Frobenius working set), 7 (dense nuclear) and 8 (nuclear working set)
-#: at N = 5, d = 2000 and 3000 (``python benchmarks/memory_estimates.py`` prints measured peak and estimate);
-#: budgeted above.
-SOLUTION_ARRAYS = {"fro": 7, "nuclear": 9}
+#: norm -> d1 x d2 float64 arrays alive at the peak of a solve, the solution W and its certificate's products
+#: included (:attr:`~attnsvm.svm.norms.Norm.solution_arrays`; a read-only view of :data:`~attnsvm.svm.norms.NORMS`)
+SOLUTION_ARRAYS = NormTable("solution_arrays")
 
 
 def solution_bytes(N: int, d1: int, d2: int, norm: str, R: int = 1) -> float:
     """Peak bytes of the d1 x d2 arrays of R solves of N rows (W, the certificate's combinations, the
     nuclear norm's SVD) plus the row copies the solvers make (the N x N work is counted by each solver)."""
-    return float(R) * 8.0 * (SOLUTION_ARRAYS[norm] * float(d1) * float(d2) + 3.0 * float(N) * (d1 + d2))
+    return float(R) * 8.0 * (get_norm(norm).solution_arrays * float(d1) * float(d2) + 3.0 * float(N) * (d1 + d2))
 
 
 def require_solution_memory(N: int, d1: int, d2: int, norm: str, max_memory=None, R: int = 1) -> None:
@@ -101,7 +97,7 @@ def require_solution_memory(N: int, d1: int, d2: int, norm: str, max_memory=None
         return
     many = f"{R} solves of " if R > 1 else ""
     require_memory(nbytes, f"{many}the {d1} x {d2} solution W and its certificate ({norm} norm, "
-                   f"{SOLUTION_ARRAYS[norm]} arrays of {format_size(8.0 * d1 * d2)}) and 3 copies of the "
+                   f"{get_norm(norm).solution_arrays} arrays of {format_size(8.0 * d1 * d2)}) and 3 copies of the "
                    f"{N} rows", max_memory,
                    hint="a smaller token dimension d or fewer constraints")
 
@@ -185,7 +181,7 @@ def certify(constraints: ConstraintSet, W, duals, norm: str = "fro") -> Certific
     lam = as_float_array(duals, "duals", 1, f"(N,) = ({N},)")
     if lam.shape != (N,):
         raise ValidationError(f"duals must have shape (N,) = ({N},), got {lam.shape}")
-    cert, _ = (frobenius_certificate if norm == "fro" else nuclear_certificate)(constraints, W, lam)
+    cert, _ = CERTIFIERS[norm](constraints, W, lam)
     return cert
 
 
@@ -218,16 +214,16 @@ def solve_svm(problem: TokenProblem, select=None, norm: str = "fro", valid=None,
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    sel = _default_select(problem, select)
+    sel = default_select(problem, select)
     if problem.mode == "prompt":
         if norm != "fro":
             raise ValidationError("a prompt problem (vector p) has only the Euclidean norm: use norm='fro'")
         if valid is not None:
             raise ValidationError("valid (padding) is not supported for prompt problems")
-        # X, W and sel are validated (TokenProblem, _default_select): no second pass through solve_p_svm
+        # X, W and sel are validated (TokenProblem, default_select): no second pass through solve_p_svm
         opts = VectorOptions.parse(solver_options, "the p-SVM solver")
         return _solve_prompt(_keys(problem.X, problem.W), sel, None, opts)
-    cs = _att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
+    cs = att_rows(problem.X, problem.queries, sel, check_valid_selected(valid, sel, problem.T))
     return _dispatch(cs, norm, "att", **solver_options)
 
 
@@ -250,7 +246,7 @@ def solve_gen_svm(problem: TokenProblem, selected, norm: str = "fro", valid=None
     norm = _check_norm(norm)
     n, T = problem.n, problem.T
     O = check_selected_sets(selected, n, T)
-    cs = _gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
+    cs = gen_rows(problem.X, problem.queries, O, check_valid(valid, n, T, O, "selected"))
     return _dispatch(cs, norm, "gen", **solver_options)
 
 
@@ -272,7 +268,7 @@ def solve_fin(problem: TokenProblem, selected, probs, norm: str = "fro", **solve
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    cs = _fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
+    cs = fin_rows(problem.X, problem.queries, *check_fin_inputs(selected, probs, problem.n, problem.T))
     return _dispatch(cs, norm, "fin", **solver_options)
 
 
@@ -321,8 +317,8 @@ def svm_equivalence(problem: TokenProblem, selected, probs, W, norm: str = "fro"
     norm = _check_norm(norm)
     n, T, X, Z = problem.n, problem.T, problem.X, problem.queries
     O = check_selected_sets(selected, n, T)            # validated once for both SVMs
-    svm = _dispatch(_gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
-    fin = _dispatch(_fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
+    svm = _dispatch(gen_rows(X, Z, O, np.ones((n, T), bool)), norm, "gen")
+    fin = _dispatch(fin_rows(X, Z, O, check_probs(probs, O)), norm, "fin")
     if not svm.feasible or not fin.feasible:
         raise ValidationError("svm_equivalence: the Gen-SVM or the W_fin system is infeasible for this selection")
     nn = float(np.sum(svm.W * svm.W))
@@ -405,7 +401,7 @@ def solve_p_svm(X, W, select, relaxed=None, *, Y=None, **solver_options) -> SVMS
 def _solve_prompt(K: np.ndarray, sel: np.ndarray, zero: np.ndarray | None, opts: VectorOptions) -> SVMSolution:
     """The (relaxed) p-SVM of validated keys ``K (n, T, d)``, ``sel (n,)`` and relaxed samples ``zero (n,)``."""
     form = "prompt" if zero is None or not np.any(zero) else "prompt-relaxed"
-    sol = solve_vector_svm(_prompt_rows(K, sel, zero), "p", form, options=opts)
+    sol = solve_vector_svm(prompt_rows(K, sel, zero), "p", form, options=opts)
     if zero is not None:
         sol.info["relaxed_samples"] = [int(i) for i in np.flatnonzero(zero)]
     return sol
@@ -483,8 +479,8 @@ def solve_soft_svm(problem: TokenProblem, select, C: float, norm: str = "fro", s
     """
     problem = _check_problem(problem)
     norm = _check_norm(norm)
-    sel = _default_select(problem, select)
-    cs = _att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
+    sel = default_select(problem, select)
+    cs = att_rows(problem.X, problem.queries, sel, np.ones((problem.n, problem.T), bool))
     return _solve_soft(cs, C, norm, squared, solver_options)
 
 
@@ -553,12 +549,12 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     BatchSolution (status "optimal" only where the certificate passes; ``norm_value`` is the
     Frobenius or the nuclear norm).
     """
-    check_choice(norm, "norm", ("fro", "nuclear"))
+    check_choice(norm, "norm", tuple(_BATCH))
     st = SolverSettings.take(settings, norm)
     if settings or st.time_limit is not None:
         bad = next(iter(settings), "time_limit")
         raise ValidationError(f"unknown solver option {bad!r} for solve_svm_batch (its options: "
-                              f"{', '.join(n for n in NORM_SETTINGS[norm] if n != 'time_limit')})")
+                              f"{', '.join(n for n in get_norm(norm).settings if n != 'time_limit')})")
     max_memory = st.max_memory
     if isinstance(X, (list, tuple)) and X and isinstance(X[0], TokenProblem):
         probs = X
@@ -568,7 +564,7 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
         Xa = np.stack([p.X for p in probs])
         Za = np.stack([p.queries for p in probs])
         if select is None:
-            sel = np.stack([_default_select(p, None) for p in probs])
+            sel = np.stack([default_select(p, None) for p in probs])
         else:
             sel = select
     else:
@@ -597,9 +593,12 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     ii = np.arange(n)[None, :, None]
     U = (Xa[rr, ii, sel[..., None]] - Xa[rr, ii, t_idx]).reshape(R, n * (T - 1), d)
     V = np.broadcast_to(Za[:, :, None, :], (R, n, T - 1, d)).reshape(R, n * (T - 1), d)
-    N = n * (T - 1)
-    if norm == "nuclear":
-        return _nuclear_batch(U, V, st)
+    return _BATCH[norm](U, V, st)
+
+
+def _frobenius_batch(U: np.ndarray, V: np.ndarray, st: SolverSettings) -> BatchSolution:
+    """The Frobenius Att-SVMs of the rows ``U (R, N, d)``, ``V (R, N, d)`` (right-hand sides 1)."""
+    R, N, _ = U.shape
     W, lam, status, certs = solve_frobenius_batch(U, V, np.ones((R, N)), np.zeros((R, N), bool),
                                                   st.resolved("fro", "dense"))
     feas = status != "infeasible"
@@ -625,6 +624,10 @@ def _nuclear_batch(U: np.ndarray, V: np.ndarray, settings: SolverSettings) -> Ba
     duals = np.stack([s.duals for s in sols]) if R else np.zeros((0, N))
     margins = np.stack([s.margins if s.feasible else np.full(N, np.nan) for s in sols]) if R else np.zeros((0, N))
     return BatchSolution(W, status, norm_value, duals, margins, [s.certificate for s in sols])
+
+
+#: norm -> the batched solve of :func:`solve_svm_batch`
+_BATCH = {"fro": _frobenius_batch, "nuclear": _nuclear_batch}
 
 
 def _fro_norm(W: np.ndarray) -> float:

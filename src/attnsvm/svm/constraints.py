@@ -28,7 +28,7 @@ import numpy as np
 
 from attnsvm._validate import as_float_array, as_index_array, as_mask_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.reductions import RowScaling
 
 __all__ = [
     "ConstraintSet",
@@ -138,7 +138,7 @@ class ConstraintSet:
         entries below 1 and its right-hand sides at most 1, whatever the scale of the
         data (1e-200 or 1e200). Power-of-two scaling is exact in floating point. The
         solution of ``cs_n`` maps back through :class:`RowScaling`
-        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.scaling`).
+        (:meth:`RowScaling.unit_rows`, :mod:`attnsvm.svm.reductions`).
         """
         sc = RowScaling.unit_rows(self.U, self.V, self.rhs)
         return sc.apply(self), sc
@@ -345,7 +345,7 @@ def att_constraints(X, Z, select, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return _att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
+    return att_rows(X, Z, sel, check_valid_selected(valid, sel, T))
 
 
 def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
@@ -355,7 +355,9 @@ def check_valid_selected(valid, sel: np.ndarray, T: int) -> np.ndarray:
     return check_valid(valid, n, T, chosen, "selected")
 
 
-def _att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+# The row builders from validated arrays (att_rows, gen_rows, fin_rows, prompt_rows): internal, shared with
+# attnsvm.svm.api and attnsvm.svm.prompt, which validate once and build without a second pass.
+def att_rows(X: np.ndarray, Z: np.ndarray, sel: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`att_constraints` from validated arrays (no checks, no copies of X).
 
     ``X (n, T, d)`` and ``Z (n, d)`` float64, ``sel (n,)`` int64 in ``[0, T)``, ``ok (n, T)``
@@ -397,7 +399,7 @@ def gen_constraints(X, Z, selected, valid=None) -> ConstraintSet:
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
     O = check_selected_sets(selected, n, T)
-    return _gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
+    return gen_rows(X, Z, O, check_valid(valid, n, T, O, "selected"))
 
 
 def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
@@ -409,7 +411,7 @@ def check_selected_sets(selected, n: int, T: int) -> np.ndarray:
     return O
 
 
-def _gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
+def gen_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, ok: np.ndarray) -> ConstraintSet:
     """The rows of :func:`gen_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``
     float64, ``O (n, T)`` bool (non-empty sets), ``ok (n, T)`` bool (containing ``O``)."""
     n, T, _ = X.shape
@@ -457,7 +459,7 @@ def fin_constraints(X, Z, selected, probs) -> ConstraintSet:
     X = as_float_array(X, "X", 3, "(n, T, d)")
     n, T, d = X.shape
     Z = _check_queries(Z, n, d)
-    return _fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
+    return fin_rows(X, Z, *check_fin_inputs(selected, probs, n, T))
 
 
 def check_fin_inputs(selected, probs, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -477,7 +479,7 @@ def check_probs(probs, O: np.ndarray) -> np.ndarray:
     return s
 
 
-def _fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
+def fin_rows(X: np.ndarray, Z: np.ndarray, O: np.ndarray, s: np.ndarray) -> ConstraintSet:
     """The rows of :func:`fin_constraints` from validated arrays: ``X (n, T, d)``, ``Z (n, d)``,
     ``O (n, T)`` bool, ``s (n, T)`` float64 (> 0 on ``O``). Rows by sample, then token."""
     n, T, _ = X.shape
@@ -585,10 +587,10 @@ def prompt_constraints(K, select, zero_rows=None) -> ConstraintSet:
     K = as_float_array(K, "keys", 3, "(n, T, d)")
     n, T, d = K.shape
     sel = as_index_array(select, "select", (n,), T, f"(n,) = ({n},)")
-    return _prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
+    return prompt_rows(K, sel, None if zero_rows is None else np.asarray(zero_rows, bool))
 
 
-def _prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
+def prompt_rows(K: np.ndarray, sel: np.ndarray, zero_rows: np.ndarray | None = None) -> ConstraintSet:
     """The rows of :func:`prompt_constraints` from validated arrays: ``K (n, T, d)`` float64,
     ``sel (n,)`` int64, ``zero_rows (n,)`` bool or None."""
     n, T, d = K.shape

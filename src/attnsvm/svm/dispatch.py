@@ -3,7 +3,7 @@
 The solver interface: each method is a :class:`Solver` (a name, its options dataclass from
 :mod:`attnsvm.svm.options` and the function that runs it), implemented in its own module. Each
 function follows the same three stages, after cvxpy's apply -> solve -> invert: it scales the rows
-(:mod:`attnsvm.svm.scaling`), solves the scaled problem, and maps the result back, certifies it and
+(:mod:`attnsvm.svm.reductions`), solves the scaled problem, and maps the result back, certifies it and
 builds the :class:`~attnsvm.svm.solution.SVMSolution` (:mod:`attnsvm.svm.result`).
 
 =========================  ==========================================  ==========================
@@ -14,6 +14,9 @@ builds the :class:`~attnsvm.svm.solution.SVMSolution` (:mod:`attnsvm.svm.result`
 ("fro", "working_set")     :func:`~attnsvm.svm.working_set.solve_frobenius_ws`  :class:`FrobeniusWSOptions`
 ("nuclear", "working_set") :func:`~attnsvm.svm.working_set.solve_nuclear_ws`    :class:`NuclearWSOptions`
 =========================  ==========================================  ==========================
+
+The norms are :data:`attnsvm.svm.norms.NORMS`; a norm's methods are its entries here, and
+:data:`CERTIFIERS` holds the function that certifies a candidate solution of it (:func:`attnsvm.svm.certify`).
 
 (The soft margin, :func:`~attnsvm.svm.soft.solve_soft` with :class:`SoftOptions`, and the vector
 SVMs, :func:`~attnsvm.svm.prompt.solve_vector_svm` with :class:`VectorOptions`, are called by
@@ -28,15 +31,16 @@ from typing import Callable
 from attnsvm._validate import check_choice
 from attnsvm.errors import ResourceLimitError, ValidationError
 from attnsvm.svm.constraints import ConstraintSet
-from attnsvm.svm.frobenius import solve_frobenius
-from attnsvm.svm.nuclear import solve_nuclear
+from attnsvm.svm.frobenius import frobenius_certificate, solve_frobenius
+from attnsvm.svm.norms import get_norm
+from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear
 from attnsvm.svm.options import (WS_KNOBS, FrobeniusOptions, FrobeniusWSOptions, NuclearOptions, NuclearWSOptions,
                                  SolverOptions)
-from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
+from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.solution import SVMSolution
 from attnsvm.svm.working_set import ScaleError, solve_frobenius_ws, solve_nuclear_ws
 
-__all__ = ["solve_dispatch", "Solver", "SOLVERS", "METHODS", "AUTO_DENSE_MAX_N", "accepted_options"]
+__all__ = ["solve_dispatch", "Solver", "SOLVERS", "CERTIFIERS", "METHODS", "AUTO_DENSE_MAX_N", "accepted_options"]
 
 #: ``method`` values of :func:`solve_dispatch` ("pdas" and "goldfarb-idnani" select the dense
 #: Frobenius solver with that QP method).
@@ -69,6 +73,11 @@ SOLVERS = {
 }
 
 
+#: norm -> ``certify(cs, W, lam) -> (Certificate, margins (N,))`` of a candidate ``W (d1, d2)`` with multipliers
+#: ``lam (N,)`` of the norm's objective (:attr:`~attnsvm.svm.norms.Norm.multipliers`), in the units of ``cs``
+CERTIFIERS = {"fro": frobenius_certificate, "nuclear": nuclear_certificate}
+
+
 #: options only the working sets have: under ``method="auto"`` giving one chooses the working set
 WS_ONLY = frozenset(WS_KNOBS)
 
@@ -76,7 +85,7 @@ WS_ONLY = frozenset(WS_KNOBS)
 def accepted_options(norm: str) -> tuple[str, ...]:
     """The keyword options ``norm``'s methods accept: the settings of the norm and every method's knobs."""
     knobs = [k for (nm, _), sv in SOLVERS.items() if nm == norm for k in sv.options.knobs()]
-    return NORM_SETTINGS[norm] + tuple(dict.fromkeys(knobs))
+    return get_norm(norm).settings + tuple(dict.fromkeys(knobs))
 
 
 def _parse(norm: str, method: str, settings: SolverSettings, kw: dict) -> tuple[Solver, SolverOptions]:
@@ -86,7 +95,7 @@ def _parse(norm: str, method: str, settings: SolverSettings, kw: dict) -> tuple[
 
 def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str = "auto", *,
                    settings: SolverSettings | None = None, **kw) -> SVMSolution:
-    """Solve the SVM of ``cs`` (norm "fro" or "nuclear") by the dense or the working-set method.
+    """Solve the SVM of ``cs`` (a norm of :data:`~attnsvm.svm.norms.NORMS`) by the dense or the working-set method.
 
     Parameters
     ----------
@@ -96,7 +105,7 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
     settings : the :class:`~attnsvm.svm.settings.SolverSettings` (None: built from ``kw``)
     **kw : the settings (when ``settings`` is None) and the knobs of the chosen method (:data:`SOLVERS`),
         parsed before any work: an unknown or bad option is a ValidationError naming it. Every method of a
-        norm accepts the same settings (:data:`~attnsvm.svm.settings.NORM_SETTINGS`); the working-set knobs
+        norm accepts the same settings (:attr:`~attnsvm.svm.norms.Norm.settings`); the working-set knobs
         choose the working set under ``method="auto"``. ``max_memory`` applies to every path: the dense one
         refuses (ResourceLimitError) when its N x N matrices need more, and ``method="auto"`` then takes the
         working set.
@@ -110,15 +119,20 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
             raise ValidationError(f"unknown solver option {name!r} for norm={norm!r} (its options: "
                                   f"{', '.join(valid)})")
     if method in ("pdas", "goldfarb-idnani"):
-        if norm != "fro":
-            raise ValidationError(f"method={method!r} is a Frobenius QP method; for norm='nuclear' use 'auto', "
+        if "method" not in SOLVERS[(norm, "dense")].options.knobs():
+            raise ValidationError(f"method={method!r} is a Frobenius QP method; for norm={norm!r} use 'auto', "
                                   "'dense' or 'working_set'")
         kw["method"] = method
         method = "dense"
     auto = method == "auto"
     ws_only = WS_ONLY
+    has_ws = (norm, "working_set") in SOLVERS
     if auto:
-        method = "dense" if cs.N <= AUTO_DENSE_MAX_N and not ws_only.intersection(kw) else "working_set"
+        small = cs.N <= AUTO_DENSE_MAX_N or not has_ws
+        method = "dense" if small and not ws_only.intersection(kw) else "working_set"
+    if (norm, method) not in SOLVERS:
+        have = ", ".join(repr(m) for (nm, m) in SOLVERS if nm == norm)
+        raise ValidationError(f"norm={norm!r} has no method {method!r} (its methods: 'auto', {have})")
     solver, opts = _parse(norm, method, settings, kw)
     if method == "working_set":
         try:
@@ -132,7 +146,7 @@ def solve_dispatch(cs: ConstraintSet, norm: str, formulation: str, method: str =
     try:
         return solver(cs, formulation, opts)
     except ResourceLimitError:
-        if not auto:
+        if not auto or not has_ws:
             raise
     # the dense solver refused (before allocating) for lack of memory: the working set needs O(N d)
     solver, opts = _parse(norm, "working_set", settings, kw)

@@ -32,7 +32,7 @@ from attnsvm.svm.options import FrobeniusOptions
 from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.qp import QPResult, goldfarb_idnani, pdas_batch, pdas_rhs, solve_gram_qp
 from attnsvm.svm.result import build_solution, farkas_residual, fro_certificate, infeasible_solution
-from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.reductions import RowScaling, representable
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["solve_frobenius", "solve_frobenius_rhs", "solve_frobenius_batch", "frobenius_solution", "frobenius_certificate",

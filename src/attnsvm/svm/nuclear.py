@@ -39,7 +39,7 @@ from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_represe
 from attnsvm.svm.options import NuclearOptions
 from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.result import build_solution, infeasible_solution
-from attnsvm.svm.scaling import RowScaling, representable
+from attnsvm.svm.reductions import RowScaling, SubspaceBasis, representable
 from attnsvm.svm.result import nuclear_certificate as result_nuclear_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
@@ -133,20 +133,19 @@ def _solve_reduced_cvxpy(Ua, Vb, rhs, eq, solver, eps=1e-9, time_limit=None):
 
 def _solve_cvxpy(cs: ConstraintSet, solver: str, time_limit):
     """The conic route: explicit bases, reduced SDP through cvxpy. Returns W, lam, info."""
-    P = row_basis(cs.U)
-    B = row_basis(cs.V)
-    size = P.shape[1] + B.shape[1]
+    basis = SubspaceBasis.of(cs.U, cs.V)
+    Ua, Vb = basis.rows(cs.U, cs.V)
+    size = Ua.shape[1] + Vb.shape[1]
     if solver == "cvxpy":
         solver = "CLARABEL" if size <= 150 else "SCS"
     info = {"method": f"reduced SDP via cvxpy/{solver}", "solver": solver,
-            "reduced_shape": [int(P.shape[1]), int(B.shape[1])]}
-    if P.shape[1] == 0 or B.shape[1] == 0:
+            "reduced_shape": [int(Ua.shape[1]), int(Vb.shape[1])]}
+    if Ua.shape[1] == 0 or Vb.shape[1] == 0:
         return np.zeros((cs.d1, cs.d2)), np.zeros(cs.N), dict(info, solver_status="optimal")
     eps = 1e-9 if size <= 300 else 1e-7
-    M, lam, status = _solve_reduced_cvxpy(cs.U @ P, cs.V @ B, cs.rhs, cs.is_equality, solver, eps=eps,
-                                          time_limit=time_limit)
+    M, lam, status = _solve_reduced_cvxpy(Ua, Vb, cs.rhs, cs.is_equality, solver, eps=eps, time_limit=time_limit)
     info["solver_status"] = status
-    return P @ M @ B.T, lam, info
+    return basis.lift(M), lam, info
 
 
 def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options: NuclearOptions | None = None,

@@ -20,7 +20,7 @@ import numpy as np
 
 from attnsvm._validate import check_choice
 from attnsvm.errors import ValidationError
-from attnsvm.svm.settings import NORM_SETTINGS, SolverSettings
+from attnsvm.svm.settings import SolverSettings, settings_of
 
 __all__ = ["SolverOptions", "FrobeniusOptions", "NuclearOptions", "FrobeniusWSOptions", "NuclearWSOptions",
            "SoftOptions", "VectorOptions", "QP_METHODS", "NUCLEAR_SOLVERS", "SolverSettings", "WS_KNOBS"]
@@ -51,7 +51,7 @@ class SolverOptions:
     :class:`~attnsvm.svm.settings.SolverSettings`, its None defaults filled for the method's norm and
     kind) and the method's knobs."""
 
-    #: whose settings it accepts (a key of :data:`~attnsvm.svm.settings.NORM_SETTINGS`) and its kind ("dense" or
+    #: whose settings it accepts (a norm of :data:`~attnsvm.svm.norms.NORMS`, or "soft") and its kind ("dense" or
     #: "working_set"): they choose the defaults :meth:`SolverSettings.resolved` fills in
     NORM: ClassVar[str] = "fro"
     KIND: ClassVar[str] = "dense"
@@ -75,7 +75,7 @@ class SolverOptions:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The option names of this method: its settings and its knobs."""
-        return NORM_SETTINGS[cls.NORM] + cls.knobs()
+        return settings_of(cls.NORM) + cls.knobs()
 
     @classmethod
     def parse(cls, options: dict, what: str) -> "SolverOptions":

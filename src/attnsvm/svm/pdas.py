@@ -1,5 +1,8 @@
 """The factorization of the working set's subset QP: a primal-dual active-set method on the
-min-norm-point form that keeps one Cholesky factor across iterations and rounds (:class:`_BasePDAS`)."""
+min-norm-point form that keeps one Cholesky factor across iterations and rounds (:class:`BasePDAS`).
+
+Internal to the working set (:mod:`attnsvm.svm.working_set` uses :class:`BasePDAS` and
+:func:`principal_submatrix`)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import contextlib
 
 import numpy as np
 
-__all__ = ["_BasePDAS"]
+__all__ = ["BasePDAS", "principal_submatrix"]
 
 
 def _blas(name: str):
@@ -36,7 +39,7 @@ def _blas(name: str):
 
 _BLAS: dict = {}
 
-#: BLAS threads for the whole-block Cholesky factorizations of :meth:`_BasePDAS._refactor` (set by the
+#: BLAS threads for the whole-block Cholesky factorizations of :meth:`BasePDAS._refactor` (set by the
 #: caller's :func:`factor_threads`; 1 outside it)
 _FACTOR_THREADS = [1]
 
@@ -109,7 +112,7 @@ def _symv(G: np.ndarray, f: np.ndarray) -> np.ndarray:
     return dsymv(1.0, G.T, np.asarray(f, np.float64), lower=0)
 
 
-def _principal(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def principal_submatrix(G: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``G[np.ix_(idx, idx)]`` for increasing indices ``idx (k,)``, written into ``out (k, k)`` when given.
 
     Index sets here are a matrix's rows less a few, i.e. few runs of consecutive indices: up to
@@ -139,7 +142,7 @@ class _Singular(Exception):
     """The free rows of the subset QP are (numerically) linearly dependent."""
 
 
-class _BasePDAS:
+class BasePDAS:
     """Primal-dual active-set method for the working-set QP in min-norm-point form.
 
     With ``A_k = u_k w_k^T`` and ``G`` their Gram matrix, the hard-margin SVM of the working set
@@ -245,7 +248,7 @@ class _BasePDAS:
             return
         buf = self._buffer(s)
         cap = buf.shape[0]
-        M = self._border(_principal(G, idx, out=buf[:s, :s]), b[idx])
+        M = self._border(principal_submatrix(G, idx, out=buf[:s, :s]), b[idx])
         info = ctypes.c_int(0)
         # column-major, the block is M^T = M (lda = cap): its upper factor U = L^T fills the C-order lower triangle
         with caller_threads():
@@ -359,7 +362,7 @@ class _BasePDAS:
 
     def _mblock(self, G: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """The block ``M_FF = G_FF + beta2 b_F b_F^T`` of the rows ``idx`` of ``G (s, s)``: ``(|idx|, |idx|)``."""
-        return self._border(_principal(G, idx), b[idx])
+        return self._border(principal_submatrix(G, idx), b[idx])
 
     def _border(self, M: np.ndarray, bi: np.ndarray) -> np.ndarray:
         """``M += beta2 bi bi^T`` in place (``M (k, k)``, possibly a strided view), returned."""

@@ -6,7 +6,7 @@
 * v-SVM: ``min ||v|| s.t. Y_i v^T x_{i,a_i} >= 1`` (hard margin, no bias), solved
   exactly (not approximated through a large C).
 
-The rows come from :func:`~attnsvm.svm.constraints._prompt_rows` and
+The rows come from :func:`~attnsvm.svm.constraints.prompt_rows` and
 :func:`~attnsvm.svm.constraints._v_rows` (``V = 1``, shape (N, 1)); this module solves them
 with the exact Frobenius solver and returns the vector instead of the (d, 1) matrix.
 """

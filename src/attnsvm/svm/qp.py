@@ -64,7 +64,10 @@ def _tol_b(b: np.ndarray, tol: float) -> float:
     return tol * max(1.0, float(np.max(np.abs(b))) if b.size else 1.0)
 
 
-def _kkt_ok(G, b, eq, lam, tol) -> bool:
+def kkt_ok(G, b, eq, lam, tol) -> bool:
+    """Whether multipliers ``lam (s,)`` solve the Gram QP ``G (s, s)``, ``b (s,)``, ``eq (s,)`` to ``tol``
+    (relative to ``max(1, max |b|)``): dual feasible, primal feasible, complementary. Internal, shared with
+    :mod:`attnsvm.svm.working_set` (its subset QP's check)."""
     m = G @ lam
     btol = _tol_b(b, tol)
     ineq = ~eq
@@ -113,7 +116,7 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, ma
         mu = G @ lam - b
         new_free = eq | (lam - mu / diag > 0)
         if np.array_equal(new_free, free):
-            if _kkt_ok(G, b, eq, lam, tol):
+            if kkt_ok(G, b, eq, lam, tol):
                 return QPResult("optimal", lam, iterations=it, method="pdas")
             return None
         key = new_free.tobytes()
@@ -172,7 +175,7 @@ def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10
     out = []
     for r in range(R):
         lam = np.ascontiguousarray(X[:, r])
-        out.append(QPResult("optimal", lam, iterations=1, method="pdas") if _kkt_ok(G, B[r], eq, lam, tol) else None)
+        out.append(QPResult("optimal", lam, iterations=1, method="pdas") if kkt_ok(G, B[r], eq, lam, tol) else None)
     return out
 
 
@@ -233,7 +236,7 @@ def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-
         lam[pending] = x
         done = pending[same]
         for r in done:
-            ok[r] = _kkt_ok(G[r], b[r], eq[r], lam[r], tol)
+            ok[r] = kkt_ok(G[r], b[r], eq[r], lam[r], tol)
         free[pending] = new_free
         pending = pending[~same]
     return lam, ok

@@ -1,30 +1,28 @@
 """The last stage of every solver: certify a solution and build the :class:`SVMSolution`.
 
-One formula per certificate (:func:`fro_certificate`, :func:`nuclear_certificate`,
-:func:`soft_certificate`, :func:`farkas_certificate`), whatever the method that found the solution
+One formula per certificate (:func:`hard_certificate` with the norm's objective from
+:mod:`attnsvm.svm.norms`, :func:`soft_certificate`, :func:`farkas_certificate`), whatever the method that found the solution
 (dense or working set, one instance or a batch), and one builder of the result
 (:func:`build_solution`, by keyword; :func:`infeasible_solution` for a Farkas certificate). The
-solvers pass the rows that carry multipliers in their scaled units (:mod:`attnsvm.svm.scaling`):
+solvers pass the rows that carry multipliers in their scaled units (:mod:`attnsvm.svm.reductions`):
 all N rows for the dense methods, the working set for the working-set methods (multipliers are
 zero elsewhere, so the sums are the same).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from attnsvm.svm.ipm import singular_values, spectral_norm
 from attnsvm.svm.constraints import ConstraintSet
 from attnsvm.svm.farkas import exact_farkas, norm_lower_bound
-from attnsvm.svm.solution import Certificate, SVMSolution, relative_gap, stationarity_residual
+from attnsvm.svm.norms import combine_rows, get_norm
+from attnsvm.svm.reductions import SubspaceBasis
+from attnsvm.svm.solution import Certificate, SVMSolution, certificate_passes, relative_gap
 
-__all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "fro_certificate",
-           "nuclear_certificate", "soft_certificate", "farkas_certificate"]
-
-
-def _combine(U: np.ndarray, V: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """``sum_k lam_k u_k w_k^T`` of rows ``U (s, d1)``, ``V (s, d2)``: (d1, d2)."""
-    return (U * lam[:, None]).T @ V
+__all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "hard_certificate",
+           "fro_certificate", "nuclear_certificate", "soft_certificate", "farkas_certificate", "lift_solution"]
 
 
 def _dual_terms(lam: np.ndarray, eq: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -39,53 +37,46 @@ def _dual_terms(lam: np.ndarray, eq: np.ndarray, slack: np.ndarray) -> tuple[np.
     return lam_f, (max(neg, 0.0) / top if top > 0 else 0.0), comp
 
 
-def fro_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
-                    lam: np.ndarray, slack: np.ndarray, W: np.ndarray, residual: float | None = None) -> Certificate:
-    """The certificate of ``min 1/2 ||W||_F^2`` (see :class:`Certificate`).
+def hard_certificate(norm, *, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
+                     lam: np.ndarray, slack: np.ndarray, W: np.ndarray,
+                     residual: float | None = None) -> tuple[Certificate, float]:
+    """The certificate of ``min ||W||`` for the norm ``norm`` (a name or :class:`~attnsvm.svm.norms.Norm`;
+    see :class:`Certificate`) and ``||W||``.
 
     ``violation``: the relative max violation over all rows (:func:`relative_violation`); the rows
     carrying multipliers, in scaled units: ``U (s, d1)``, ``V (s, d2)``, ``b (s,)``, ``eq (s,)``,
-    ``lam (s,)``, ``slack (s,)`` (margin minus rhs), and ``W (d1, d2)`` in the same units.
-    ``residual``: the stationarity residual when the caller measures it on the returned pair
-    (default: :func:`stationarity_residual` of these rows).
+    ``lam (s,)`` (multipliers of the norm's objective, :attr:`~attnsvm.svm.norms.Norm.multipliers`),
+    ``slack (s,)`` (margin minus rhs), and ``W (d1, d2)`` in the same units. ``residual``: the
+    stationarity residual when the caller measures it on the returned pair (default: the norm's own,
+    :attr:`~attnsvm.svm.norms.Norm.objective`). The primal and dual objectives and the stationarity
+    residual are the norm's; the dual infeasibility and complementarity are the same for every norm.
     """
+    nm = get_norm(norm)
     lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
-    S_f = _combine(U, V, lam_f)
-    nW2 = float(np.sum(W * W))
-    dual = float(b @ lam_f) - 0.5 * float(np.sum(S_f * S_f))
-    return Certificate(
+    t = nm.objective(U, V, b, lam, lam_f, W, residual)
+    cert = Certificate(
         max_violation=violation,
-        stationarity_residual=stationarity_residual(U, V, lam, W) if residual is None else residual,
-        duality_gap=relative_gap(0.5 * nW2, dual),
+        stationarity_residual=t.stationarity,
+        duality_gap=relative_gap(t.primal, t.dual),
         dual_infeasibility=dual_inf,
-        complementarity=comp / nW2 if nW2 > 0 else comp,
+        complementarity=comp / t.scale if t.scale > 0 else comp,
     )
+    return cert, t.value
+
+
+def fro_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
+                    lam: np.ndarray, slack: np.ndarray, W: np.ndarray, residual: float | None = None) -> Certificate:
+    """The certificate of ``min 1/2 ||W||_F^2``: :func:`hard_certificate` of the Frobenius norm (arguments as
+    there; ``residual`` default :func:`stationarity_residual` of these rows)."""
+    return hard_certificate("fro", violation=violation, U=U, V=V, b=b, eq=eq, lam=lam, slack=slack, W=W,
+                            residual=residual)[0]
 
 
 def nuclear_certificate(*, violation: float, U: np.ndarray, V: np.ndarray, b: np.ndarray, eq: np.ndarray,
                         lam: np.ndarray, slack: np.ndarray, W: np.ndarray) -> tuple[Certificate, float]:
-    """The certificate of ``min ||W||_*`` (dual ball ``||sum lam_k u_k w_k^T||_2 <= 1``) and ``||W||_*``.
-
-    Arguments as :func:`fro_certificate` (multipliers of the norm objective).
-    """
-    S = _combine(U, V, lam)
-    spec = spectral_norm(S)
-    nuc = float(singular_values(W).sum())
-    align = abs(float(np.sum(W * S)) - nuc) / nuc if nuc > 0 else abs(float(np.sum(W * S)))
-    lam_f, dual_inf, comp = _dual_terms(lam, eq, slack)
-    if np.array_equal(lam_f, lam):                             # already dual feasible (as the IPM's are)
-        spec_f = spec
-    else:
-        spec_f = spectral_norm(_combine(U, V, lam_f)) if S.size else 0.0
-    dual = float(b @ lam_f) / max(1.0, spec_f)                 # scaled into the dual ball
-    cert = Certificate(
-        max_violation=violation,
-        stationarity_residual=max(spec - 1.0, 0.0) + align,
-        duality_gap=relative_gap(nuc, dual),
-        dual_infeasibility=dual_inf,
-        complementarity=comp / nuc if nuc > 0 else comp,
-    )
-    return cert, nuc
+    """The certificate of ``min ||W||_*`` (dual ball ``||sum lam_k u_k w_k^T||_2 <= 1``) and ``||W||_*``:
+    :func:`hard_certificate` of the nuclear norm (arguments as there, multipliers of the norm objective)."""
+    return hard_certificate("nuclear", violation=violation, U=U, V=V, b=b, eq=eq, lam=lam, slack=slack, W=W)
 
 
 def soft_certificate(*, violation: float, cs: ConstraintSet, W: np.ndarray, lam: np.ndarray, margins: np.ndarray,
@@ -101,7 +92,8 @@ def soft_certificate(*, violation: float, cs: ConstraintSet, W: np.ndarray, lam:
     primal = (nrm ** 2 if squared else nrm) + C * float(slack.sum())
     lam_c = np.clip(lam, 0.0, C)
     S_c = cs.combine(lam_c)
-    dual_norm = (float(np.linalg.norm(S_c)) if norm == "fro" else float(np.linalg.norm(S_c, 2))) if S_c.size else 0.0
+    nm = get_norm(norm)
+    dual_norm = nm.dual(S_c)
     if squared:
         dual = float(cs.rhs @ lam_c) - 0.25 * dual_norm ** 2
     else:
@@ -109,18 +101,7 @@ def soft_certificate(*, violation: float, cs: ConstraintSet, W: np.ndarray, lam:
     top = float(np.max(np.abs(lam))) if lam.size else 0.0
     residual = 0.0 if cs.N == 0 else float("nan")
     if W.size and cs.N:
-        S = cs.combine(lam)
-        if norm == "fro":
-            # stationarity: W / ||W|| = S (norm objective) or 2 W = S (squared)
-            target = 2 * W if squared else (W / nrm if nrm > 0 else W)
-            den = max(float(np.linalg.norm(target)), float(np.linalg.norm(S)))
-            residual = float(np.linalg.norm(S - target)) / den if den > 0 else 0.0
-        else:
-            # ||S||_2 <= 1 (times 2 ||W||_* when squared) and <W, S> = ||W||_* (times 2 ||W||_*)
-            k = 2.0 * nrm if squared else 1.0
-            spec = float(np.linalg.norm(S, 2)) if S.size else 0.0
-            ref = k * nrm if nrm > 0 else 1.0
-            residual = max(spec - k, 0.0) / max(k, 1e-300) + abs(float(np.sum(W * S)) - k * nrm) / ref
+        residual = nm.soft_stationarity(W, cs.combine(lam), nrm, squared)
     return Certificate(max_violation=violation,
                        duality_gap=relative_gap(primal, dual),
                        stationarity_residual=residual,
@@ -139,7 +120,7 @@ def farkas_residual(U: np.ndarray, V: np.ndarray, f: np.ndarray) -> float:
         return float("inf")
     size = np.linalg.norm(U, axis=1) * np.linalg.norm(V, axis=1)
     den = float(np.abs(f) @ size)
-    num = float(np.linalg.norm(_combine(U, V, f)))
+    num = float(np.linalg.norm(combine_rows(U, V, f)))
     return num / den if den > 0 else 0.0
 
 
@@ -211,3 +192,23 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
     return build_solution(cs, status="undecided", formulation=formulation, norm=norm, W=None,
                           norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
                           support=np.zeros(N, bool), certificate=cert, info=info)
+
+
+def lift_solution(sol: SVMSolution, cs: ConstraintSet, basis: SubspaceBasis, *, gap_bound: float = 0.0,
+                  info: dict | None = None) -> SVMSolution:
+    """The solution ``sol`` of rows reduced to ``basis`` (``M (r1, r2)``) as the solution of the full rows ``cs``
+    (the same N rows, in the same order): ``W = P M B^T`` (:meth:`~attnsvm.svm.reductions.SubspaceBasis.lift`),
+    the same margins, multipliers and support, and the duality gap raised by ``gap_bound`` >= 0 (what the
+    rows' parts outside the bases can add to it); the status is "optimal" only if that certificate still
+    passes (:func:`~attnsvm.svm.solution.certificate_passes`), else "optimal_inaccurate". An infeasible or
+    undecided ``sol`` keeps its certificate (the Farkas multipliers are those of the same rows). ``info``: entries
+    added to the solution's info.
+    """
+    extra = dict(sol.info or {}, **(info or {}))
+    if not sol.feasible:
+        return dataclasses.replace(sol, constraints=cs, info=extra)
+    cert = dataclasses.replace(sol.certificate, duality_gap=sol.certificate.duality_gap + gap_bound)
+    status = sol.status
+    if status == "optimal" and not certificate_passes(cert, sol.norm):
+        status = "optimal_inaccurate"
+    return dataclasses.replace(sol, W=basis.lift(sol.W), constraints=cs, certificate=cert, status=status, info=extra)

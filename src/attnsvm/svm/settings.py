@@ -16,10 +16,12 @@ setting         meaning (default)
                 method's feasibility target, and the Frobenius start and feasibility test of the nuclear
                 solvers (1e-10)
 ``gap_tol``     nuclear norm, in (0, 1e-6]: the relative duality gap ``(||W||_* - rhs^T lam) / max(1,
-                ||W||_*)`` the interior-point method aims at (None: 1e-9 for a dense solve, 1e-8 for each
-                subset of the working set, whose certificate over all rows needs 1e-6)
+                ||W||_*)`` the interior-point method aims at (None: the norm's
+                :attr:`~attnsvm.svm.norms.Norm.gap_tol`, 1e-9 for a dense solve, 1e-8 for each subset of
+                the working set, whose certificate over all rows needs 1e-6)
 ``support_tol`` in [0, 1): margins within ``support_tol * max(|rhs_k|, max |rhs|)`` of their rhs count
-                as support (None: 1e-6 Frobenius, 1e-5 nuclear, whose interior-point margins are less exact)
+                as support (None: the norm's :attr:`~attnsvm.svm.norms.Norm.support_tol`, 1e-6 Frobenius,
+                1e-5 nuclear, whose interior-point margins are less exact)
 ``time_limit``  seconds (> 0) or None: the working set stops between rounds and the interior-point method
                 between iterations once it has run this long (the status then says what was proven); the
                 dense Frobenius active-set solve, which has no intermediate W, runs to its end
@@ -42,21 +44,27 @@ from dataclasses import dataclass, fields
 
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
+from attnsvm.svm.norms import NormTable, get_norm
 
-__all__ = ["SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS"]
+__all__ = ["SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS", "settings_of"]
 
-#: the settings each norm's hard-margin methods accept (gap_tol: the Frobenius QP is solved exactly by an
-#: active-set method), and those of the soft margin (one cvxpy solve at fixed tolerances)
-NORM_SETTINGS = {"fro": ("feas_tol", "support_tol", "time_limit", "max_memory"),
-                 "nuclear": ("feas_tol", "gap_tol", "support_tol", "time_limit", "max_memory"),
-                 "soft": ("support_tol", "max_memory")}
+#: the settings of the soft margin (one cvxpy solve at fixed tolerances), and its default support_tol
+SOFT_SETTINGS = ("support_tol", "max_memory")
+SOFT_SUPPORT_TOL = 1e-6
+
+#: the settings each norm's hard-margin methods accept (:attr:`~attnsvm.svm.norms.Norm.settings`: gap_tol only
+#: where the norm's methods are iterative), and under "soft" those of the soft margin: a read-only view of
+#: :data:`~attnsvm.svm.norms.NORMS`
+NORM_SETTINGS = NormTable("settings", {"soft": SOFT_SETTINGS})
 
 #: old name -> setting, accepted with a DeprecationWarning until 0.3
 DEPRECATED_SETTINGS = {"tol": "feas_tol"}
 
-#: the defaults that depend on the norm (support_tol) or on the method (gap_tol), in this one place
-SUPPORT_TOL = {"fro": 1e-6, "nuclear": 1e-5, "soft": 1e-6}
-GAP_TOL = {"dense": 1e-9, "working_set": 1e-8}
+
+def settings_of(norm: str) -> tuple[str, ...]:
+    """The settings of ``norm`` (a name of :data:`~attnsvm.svm.norms.NORMS`, ValidationError otherwise) or of
+    the soft margin (``"soft"``)."""
+    return SOFT_SETTINGS if norm == "soft" else get_norm(norm).settings
 
 
 def check_setting(name: str, value) -> None:
@@ -104,7 +112,7 @@ class SolverSettings:
     @classmethod
     def take(cls, kw: dict, norm: str) -> "SolverSettings":
         """The settings among the keywords ``kw`` (removed from it) for ``norm`` (a key of
-        :data:`NORM_SETTINGS`), or the object given as ``settings=``; ``tol`` is mapped to
+        :data:`NORM_SETTINGS`, :func:`settings_of`), or the object given as ``settings=``; ``tol`` is mapped to
         ``feas_tol`` with a DeprecationWarning. A setting the norm does not have stays in ``kw`` (the
         caller's parser names it as unknown)."""
         if "settings" in kw:
@@ -115,29 +123,30 @@ class SolverSettings:
             if both:
                 raise ValidationError(f"give settings=SolverSettings(...) or the settings as keywords, not both "
                                       f"(got {', '.join(both)})")
-            extra = [name for name in cls.names() if name not in NORM_SETTINGS[norm] and getattr(given, name)
+            extra = [name for name in cls.names() if name not in settings_of(norm) and getattr(given, name)
                      != getattr(cls, name)]
             if extra:
                 raise ValidationError(f"settings: {', '.join(extra)} is not a setting of norm={norm!r} (its "
-                                      f"settings: {', '.join(NORM_SETTINGS[norm])})")
+                                      f"settings: {', '.join(settings_of(norm))})")
             return given
         for old, new in DEPRECATED_SETTINGS.items():
-            if old in kw and new in NORM_SETTINGS[norm]:
+            if old in kw and new in settings_of(norm):
                 if new in kw:
                     raise ValidationError(f"give {new} only: {old} is its deprecated name")
                 warnings.warn(f"solver option {old!r} is deprecated and will be removed in 0.3: it maps to "
                               f"{new!r} ({old}={kw[old]!r} -> {new}={kw[old]!r})", DeprecationWarning,
                               stacklevel=_outside_stacklevel())
                 kw[new] = kw.pop(old)
-        return cls(**{name: kw.pop(name) for name in NORM_SETTINGS[norm] if name in kw})
+        return cls(**{name: kw.pop(name) for name in settings_of(norm) if name in kw})
 
     def resolved(self, norm: str, method: str) -> "SolverSettings":
         """These settings with the defaults of ``norm`` and ``method`` ("dense" or "working_set") in place of None."""
         fill = {}
+        nm = None if norm == "soft" else get_norm(norm)
         if self.support_tol is None:
-            fill["support_tol"] = SUPPORT_TOL[norm]
-        if self.gap_tol is None and norm == "nuclear":
-            fill["gap_tol"] = GAP_TOL[method]
+            fill["support_tol"] = SOFT_SUPPORT_TOL if nm is None else nm.support_tol
+        if self.gap_tol is None and nm is not None and nm.gap_tol is not None:
+            fill["gap_tol"] = nm.gap_tol[method]
         return self.derive(**fill) if fill else self
 
     def derive(self, **changes) -> "SolverSettings":

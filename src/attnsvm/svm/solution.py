@@ -9,6 +9,7 @@ import numpy as np
 
 from attnsvm.npzfile import write_npz
 from attnsvm.svm.constraints import ConstraintSet
+from attnsvm.svm.norms import FROBENIUS, NORMS, NormTable, stationarity_residual
 
 __all__ = ["Certificate", "SVMSolution", "SOLUTION_FORMAT", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
            "CERTIFIED_STATIONARITY", "certificate_passes", "status_from", "relative_violation", "relative_gap",
@@ -19,35 +20,36 @@ SOLUTION_FORMAT = "attnsvm.SVMSolution"
 #: A solution is "optimal" (certified) only if its relative max violation is at most this ...
 CERTIFIED_VIOLATION = 1e-8
 #: ... and its relative duality gap at most this, per norm (interior-point nuclear solves
-#: stop at a looser gap than the exact Frobenius active set) ...
-CERTIFIED_GAP = {"fro": 1e-8, "nuclear": 1e-6}
-#: ... and, for the Frobenius norm, its relative stationarity residual
-#: ``||W - sum_k lam_k u_k w_k^T||_F / ||W||_F`` (:func:`stationarity_residual`) at most this.
-#: Like the violation it is a relative backward error of the returned pair (W, lam): an exact
-#: pair leaves only the rounding of a sum of N rank-one terms (about ``N eps``, below 1e-10 up to
-#: a million rows), so 1e-8, the order of CERTIFIED_VIOLATION and CERTIFIED_GAP["fro"], fails only
-#: a W that is not the combination of its multipliers. The nuclear residual (spectral-norm excess
-#: plus alignment, see :class:`Certificate`) is reported but not thresholded: an interior-point
-#: solution is only stationary to the order of its gap, which CERTIFIED_GAP already bounds; nor is
-#: the soft-margin one (see :func:`certificate_passes`).
-CERTIFIED_STATIONARITY = {"fro": 1e-8}
+#: stop at a looser gap than the exact Frobenius active set): each norm's
+#: :attr:`~attnsvm.svm.norms.Norm.certified_gap`, a read-only view of :data:`~attnsvm.svm.norms.NORMS` ...
+CERTIFIED_GAP = NormTable("certified_gap")
+#: ... and its relative stationarity residual at most this, for the norms that threshold it
+#: (:attr:`~attnsvm.svm.norms.Norm.certified_stationarity`: the Frobenius norm's
+#: ``||W - sum_k lam_k u_k w_k^T||_F / ||W||_F``, :func:`stationarity_residual`, at 1e-8, the order of
+#: CERTIFIED_VIOLATION). The nuclear residual (spectral-norm excess plus alignment, see
+#: :class:`Certificate`) is reported but not thresholded: an interior-point solution is only stationary
+#: to the order of its gap, which CERTIFIED_GAP already bounds; nor is the soft-margin one (see
+#: :func:`certificate_passes`).
+CERTIFIED_STATIONARITY = NormTable("certified_stationarity")
 
 
 def certificate_passes(certificate: "Certificate", norm: str, *, stationarity: bool = True) -> bool:
     """True when ``certificate`` proves optimality to the package's standard for ``norm``.
 
     Relative max violation <= :data:`CERTIFIED_VIOLATION`, relative duality gap
-    <= ``CERTIFIED_GAP[norm]`` and, for a hard-margin "fro" certificate (``stationarity``),
-    relative stationarity residual <= ``CERTIFIED_STATIONARITY["fro"]`` (NaN never passes).
+    <= the norm's :attr:`~attnsvm.svm.norms.Norm.certified_gap` and, for a hard-margin certificate
+    (``stationarity``) of a norm that thresholds it, relative stationarity residual <=
+    :attr:`~attnsvm.svm.norms.Norm.certified_stationarity` (NaN never passes). ``norm``: a name of
+    :data:`~attnsvm.svm.norms.NORMS`; another name is held to the Frobenius gap, without a stationarity test.
     The soft-margin solver passes ``stationarity=False``: its residual (of ``W / ||W||`` against
     the multipliers' combination, see :mod:`attnsvm.svm.soft`) measures how accurate the conic
     solver's multipliers are (about 1e-7 on typical instances) while the gap already proves
     the optimality of W.
     """
+    nm = NORMS.get(norm)
     viol, gap = certificate.max_violation, certificate.duality_gap
-    tol_gap = CERTIFIED_GAP.get(norm, CERTIFIED_GAP["fro"])
-    ok = viol == viol and gap == gap and viol <= CERTIFIED_VIOLATION and gap <= tol_gap
-    tol_res = CERTIFIED_STATIONARITY.get(norm) if stationarity else None
+    ok = viol == viol and gap == gap and viol <= CERTIFIED_VIOLATION and gap <= (nm or FROBENIUS).certified_gap
+    tol_res = nm.certified_stationarity if stationarity and nm is not None else None
     if tol_res is not None:
         res = certificate.stationarity_residual
         ok = ok and res == res and res <= tol_res
@@ -57,24 +59,6 @@ def certificate_passes(certificate: "Certificate", norm: str, *, stationarity: b
 def status_from(certificate: "Certificate", norm: str, *, stationarity: bool = True) -> str:
     """"optimal" when ``certificate`` passes (:func:`certificate_passes`), else "optimal_inaccurate"."""
     return "optimal" if certificate_passes(certificate, norm, stationarity=stationarity) else "optimal_inaccurate"
-
-
-_TINY = float(np.finfo(np.float64).tiny)
-
-
-def stationarity_residual(U: np.ndarray, V: np.ndarray, lam: np.ndarray, W: np.ndarray) -> float:
-    """``||W - U^T diag(lam) V||_F / max(||W||_F, tiny)``: how far W is from the combination
-    ``sum_k lam_k u_k w_k^T`` of its multipliers (Frobenius stationarity).
-
-    ``U (N, d1)``, ``V (N, d2)``, ``lam (N,)``, ``W (d1, d2)``, all in the same units (the
-    callers pass the row-scaled rows with the multipliers and W mapped to them). Only rows
-    with a nonzero multiplier are combined (nothing of size ``N d1 d2``). ``inf`` if not finite.
-    """
-    nz = np.flatnonzero(lam)
-    S = (U[nz] * lam[nz, None]).T @ V[nz]
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = float(np.linalg.norm(W - S)) / max(float(np.linalg.norm(W)), _TINY)
-    return out if out == out else float("inf")
 
 
 def relative_violation(margins: np.ndarray, rhs: np.ndarray, eq: np.ndarray, size: np.ndarray,

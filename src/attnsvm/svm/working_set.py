@@ -8,7 +8,7 @@ a candidate W costs ``O(q d1 d2 + N d1)`` for q distinct queries
 1. solves the problem *exactly* on a working subset S of rows (Frobenius: the min-norm-point
    form of its dual on the s x s Gram matrix of S, kept up to date incrementally, by a
    primal-dual active-set method that reuses one Cholesky factor across iterations and
-   rounds (:class:`~attnsvm.svm.pdas._BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
+   rounds (:class:`~attnsvm.svm.pdas.BasePDAS`), falling back to the dense solvers of :mod:`attnsvm.svm.qp`;
    nuclear: :func:`~attnsvm.svm.nuclear.solve_nuclear`, the reduced interior-point method,
    on the subset),
 2. computes all N margins of its solution in one streaming pass,
@@ -53,10 +53,10 @@ from attnsvm.memory import require_memory
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.options import FrobeniusWSOptions, NuclearOptions, NuclearWSOptions
 from attnsvm.svm.settings import SolverSettings
-from attnsvm.svm.pdas import _BasePDAS, _principal, factor_threads
+from attnsvm.svm.pdas import BasePDAS, principal_submatrix, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
-from attnsvm.svm.scaling import RowScaling
+from attnsvm.svm.reductions import RowScaling, RowSubset
 from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
                                  nuclear_certificate)
 from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
@@ -137,7 +137,7 @@ class _GramSet:
     def G(self) -> np.ndarray:
         """The Gram matrix of S: ``(s, s)``."""
         if self._kept is not None:
-            self._G = _principal(self._G, self._kept)
+            self._G = principal_submatrix(self._G, self._kept)
             self._kept = None
         return self._G
 
@@ -164,7 +164,7 @@ class _GramSet:
         if self._kept is None:
             G[:s, :s] = self._G
         else:
-            _principal(self._G, self._kept, out=G[:s, :s])
+            principal_submatrix(self._G, self._kept, out=G[:s, :s])
             self._kept = None
         cross = (self.U @ Un.T) * (self.V @ Vn.T)
         G[:s, s:] = cross
@@ -239,8 +239,7 @@ def _infeasible(cs: ConstraintSet, setup: "_Setup", ws: "_GramSet", farkas_ws: n
     "infeasible" only with a proof and "undecided" (with its norm bound) otherwise, never a claim
     without one."""
     res = _farkas_residual(ws, farkas_ws)
-    farkas = np.zeros(cs.N)
-    farkas[ws.rows] = setup.scaling.subset(ws.rows).farkas(farkas_ws)
+    farkas = RowSubset(ws.rows, cs.N).lift(setup.scaling.subset(ws.rows).farkas(farkas_ws))
     if offending_ws is None:
         big = np.abs(farkas_ws) > 1e-9 * max(float(np.abs(farkas_ws).max()), 1e-300)
         offending_ws = np.flatnonzero(big)
@@ -317,7 +316,7 @@ def _one_blas_thread():
         yield
 
 
-def _subset_qp(cs, ws: "_GramSet", base: "_BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
+def _subset_qp(cs, ws: "_GramSet", base: "BasePDAS", new: np.ndarray, cap: int, info, tol: float) -> QPResult:
     """Solve the QP of the working set; ``new`` are the rows just appended (most violated first).
 
     Near the rank, freeing many rows at once gives nearly square free sets whose multipliers
@@ -385,7 +384,7 @@ FARKAS_RESIDUAL = 1e-10
 
 def _from_mnp(ws: "_GramSet", out, b, eq, tol) -> QPResult | None:
     """SVM multipliers ``f / t`` or a Farkas certificate from a min-norm point (None: not verified)."""
-    from attnsvm.svm.qp import _kkt_ok
+    from attnsvm.svm.qp import kkt_ok
 
     f, _, it = out
     w = ws.combine(f)
@@ -404,7 +403,7 @@ def _from_mnp(ws: "_GramSet", out, b, eq, tol) -> QPResult | None:
     if not t > 0:
         return None
     lam = f / t
-    if not (_kkt_ok(ws.G, b, eq, lam, tol) or _kkt_relative_ok(ws, lam, b, eq, tol)):
+    if not (kkt_ok(ws.G, b, eq, lam, tol) or _kkt_relative_ok(ws, lam, b, eq, tol)):
         return None
     return QPResult("optimal", lam, iterations=it, method="working-set pdas (min-norm point)")
 
@@ -413,7 +412,7 @@ def _kkt_relative_ok(ws: "_GramSet", lam, b, eq, tol) -> bool:
     """Optimality of the subset SVM in the package's relative measures (:class:`Certificate`):
     violation relative to ``|b_k| + ||A_k|| ||W||``, negative multipliers relative to the largest
     and the relative duality gap, each at most ``10 tol``. Near infeasibility
-    (``||W||`` large) rounding makes the absolute test of :func:`attnsvm.svm.qp._kkt_ok` unreachable."""
+    (``||W||`` large) rounding makes the absolute test of :func:`attnsvm.svm.qp.kkt_ok` unreachable."""
     W = ws.combine(lam)
     nw = float(np.linalg.norm(W))
     m = np.einsum("kd,kd->k", ws.U @ W, ws.V)
@@ -469,7 +468,7 @@ def solve_frobenius_ws(cs: ConstraintSet, *, formulation: str | None = None,
     rank = _rank_bound(cs, setup.groups)
     cap = rank + 1              # free rows at most: a minimal infeasible set has rank + 1 rows
     ws = _GramSet(setup, max_memory)
-    base = _BasePDAS(setup)
+    base = BasePDAS(setup)
     base.max_rows = cap
     in_ws = np.zeros(N, bool)
     lam = np.zeros(0)
@@ -531,8 +530,7 @@ def _frobenius_result(cs, setup: _Setup, ws: "_GramSet", lam_ws, W, margins, for
     computed in the scaled units, like the dense solvers' row-normalized ones.
     """
     sub = setup.scaling.subset(ws.rows)
-    lam = np.zeros(cs.N)
-    lam[ws.rows] = sub.lam(lam_ws, "squared")
+    lam = RowSubset(ws.rows, cs.N).lift(sub.lam(lam_ws, "squared"))
     nrm = float(np.linalg.norm(W))
     slack_ws = sub.rhs(margins[ws.rows] - cs.rhs[ws.rows])
     cert = fro_certificate(violation=relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * nrm),
@@ -722,8 +720,7 @@ def _support_counts(rows: np.ndarray, lam_sub: np.ndarray, first: np.ndarray) ->
 def _nuclear_result(cs, setup: _Setup, sub: ConstraintSet, rows, W, lam_sub, margins, formulation, support_tol,
                     info) -> SVMSolution:
     """Nuclear solution with its relative certificate over all N rows (duals zero outside S)."""
-    lam = np.zeros(cs.N)
-    lam[rows] = lam_sub
+    lam = RowSubset(rows, cs.N).lift(lam_sub)
     viol = relative_violation(margins, cs.rhs, cs.is_equality, setup.scale * float(np.linalg.norm(W)))
     cert, nuc = nuclear_certificate(violation=viol, U=sub.U, V=sub.V, b=sub.rhs, eq=sub.is_equality, lam=lam_sub,
                                     slack=margins[rows] - sub.rhs, W=W)

@@ -78,7 +78,7 @@ iterations).
 
 from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, IPMResult, PathState, ipm_arrays, ipm_result, is_optimal,
                                     measure, nuclear_ipm, path_following, stall_limit, stopping_test, stops_at_optimum)
-from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm, query_basis,
+from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm,
                                     row_space_basis, singular_values, spectral_norm, sym, z_half)
 from attnsvm.svm.ipm.newton import NewtonSystem, centering, ipm_step, mehrotra_direction, next_step
 from attnsvm.svm.ipm.problem import (Dual, Iterate, NUMPY_NEWTON, NumpyNewton, Problem, Reduction, RowSet,
@@ -90,6 +90,6 @@ __all__ = ["Dual", "EQUAL_STEPS_MAX_ROWS", "GAMMA_START", "GUARD_SHRINK", "GUARD
            "NUMPY_NEWTON", "NewtonSystem", "NumpyNewton", "PathState", "Problem", "Reduction", "RowSet", "blocks",
            "centering", "chol", "chol_S", "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays",
            "ipm_result", "ipm_step", "is_optimal", "mT", "measure", "mehrotra_direction", "next_gamma", "next_step",
-           "nuclear_ipm", "nuclear_norm", "path_following", "query_basis", "reduce_problem", "row_space_basis",
+           "nuclear_ipm", "nuclear_norm", "path_following", "reduce_problem", "row_space_basis",
            "singular_values", "spectral_norm", "stall_limit", "start_point", "stopping_test", "stops_at_optimum",
            "sym", "trace", "trace_iterate", "tracing", "violation", "z_half"]

@@ -273,7 +273,5 @@ def ipm_result(red: Reduction, best, status: str, iterations: int, info: dict, N
         viol, gap = viol2, gap2
         if status != "optimal" and gap <= tol and viol <= feas_tol:
             status = "optimal"
-    lam = np.zeros(N)
-    lam[red.live] = lam_l / (red.su * red.sv)
     info.update(iterations=iterations, rel_gap=float(gap), violation=float(viol), seconds=seconds)
-    return IPMResult(status, red.W(X12), lam, info)
+    return IPMResult(status, red.W(X12), red.lam(lam_l, N), info)

@@ -11,16 +11,6 @@ import numpy as np
 import scipy.linalg as sla
 
 
-def query_basis(V: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
-    """Orthonormal basis ``(d2, r)`` of the span of the rows of ``V (N, d2)``.
-
-    The rows usually repeat (one query per sample): the SVD runs on the distinct rows.
-    """
-    if V.size == 0:
-        return np.zeros((V.shape[1], 0))
-    return row_space_basis(distinct_rows(V)[0], rtol)
-
-
 def distinct_rows(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(Vq (q, d), inv (N,))``: the distinct rows of ``V (N, d)`` in lexicographic order (as
     ``np.unique(V, axis=0)``) and the index of each row's in ``Vq`` (``V == Vq[inv]``); a lexsort, without

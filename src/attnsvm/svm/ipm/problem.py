@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnsvm.svm.reductions import RowSubset, SubspaceBasis
 from attnsvm.svm.ipm.linalg import (blocks, chol_S, distinct_rows, eye, factor_lower, mT, max_reduce, nuclear_norm,
                                     row_space_basis, spectral_norm, svd, tri_inv, z_half)
 
@@ -360,26 +361,35 @@ class Reduction:
     """
 
     pb: Problem
-    B: np.ndarray
-    P: np.ndarray | None
+    basis: SubspaceBasis
     live: np.ndarray
     su: float
     sv: float
     sr: float
 
+    @property
+    def B(self) -> np.ndarray:
+        """``B (d2, r2)``: the basis of the w's."""
+        return self.basis.B
+
+    @property
+    def P(self) -> np.ndarray | None:
+        """``P (d1, r1)``: the basis of the u's, or None (the identity)."""
+        return self.basis.P
+
     def M_init(self, W_init) -> np.ndarray | None:
         """A primal start ``W_init (d1, d2)`` in the reduced, scaled coordinates: ``(r1, r2)``."""
         if W_init is None:
             return None
-        W_init = np.asarray(W_init, float)
-        return (W_init if self.P is None else self.P.T @ W_init) @ self.B * (self.su * self.sv / self.sr)
+        return self.basis.reduce(np.asarray(W_init, float)) * (self.su * self.sv / self.sr)
 
     def W(self, X12: np.ndarray) -> np.ndarray:
         """The reduced solution ``X12 (r1, r2)`` as ``W (d1, d2)``."""
-        W = (X12 * (self.sr / (self.su * self.sv))) @ self.B.T
-        if self.P is not None:
-            W = self.P @ W
-        return W
+        return self.basis.lift_right(X12 * (self.sr / (self.su * self.sv)))
+
+    def lam(self, lam_live: np.ndarray, N: int) -> np.ndarray:
+        """The multipliers ``lam_live`` of the live rows, unscaled, among all ``N`` rows (0 elsewhere): (N,)."""
+        return RowSubset(self.live, N).lift(lam_live / (self.su * self.sv))
 
 
 class RowSet:
@@ -401,10 +411,10 @@ class RowSet:
             Vq, self.qinv = distinct_rows(V)
         else:
             Vq, self.qinv = V, np.zeros(0, np.int64)
-        self.B = row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0))
-        Bq = Vq @ self.B
-        self.P = None if d1 <= N else row_space_basis(U)
-        A = U if self.P is None else U @ self.P
+        self.basis = SubspaceBasis(None if d1 <= N else row_space_basis(U),
+                                   row_space_basis(Vq) if V.size else np.zeros((V.shape[1], 0)))
+        self.B, self.P = self.basis.B, self.basis.P
+        A, Bq = self.basis.rows(U, Vq)
         self.N, self.reduced_shape = N, [int(A.shape[1]), int(self.B.shape[1])]
         na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(Bq, axis=1)[self.qinv]
         self.live = live = (na > 0) & (nb > 0)
@@ -432,7 +442,7 @@ class RowSet:
 
     def reduction(self, pb: Problem, rows: np.ndarray) -> Reduction:
         """The :class:`Reduction` of ``pb``, the problem of ``rows`` (indices or a mask (N,))."""
-        return Reduction(pb, self.B, self.P, rows, self.su, self.sv, self.sr)
+        return Reduction(pb, self.basis, rows, self.su, self.sv, self.sr)
 
     def margins(self, X12: np.ndarray) -> np.ndarray:
         """``a_k^T X12 b_k`` of all N rows (scaled): shape (N,)."""
