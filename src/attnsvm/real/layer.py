@@ -24,14 +24,15 @@ full space instead. With N >= D (the probe at scale) the rows are built in the f
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import ConstraintSet, certificate_passes, gen_constraints, solve
+from attnsvm.svm import ConstraintSet, gen_constraints, solve
+from attnsvm.svm.reductions import SubspaceBasis
+from attnsvm.svm.result import lift_solution
 from attnsvm.svm.analysis import row_basis
 
 #: the largest bound ``||lam||_1 span_residual`` on ``||S - P S_M B^T||_2`` (the multipliers' matrix outside the
@@ -154,17 +155,11 @@ class LayerInputs:
         return out.with_tokens(self.Xr)   # an "infeasible" is proven on the reduced tokens' exact differences
 
     def _lift(self, sol, cs, bound: float):
-        """The reduced solution ``sol`` (``M (r1, r2)``) as the solution of the full rows ``cs``: ``W = P M B^T``,
-        the same margins and multipliers, the duality gap raised by ``bound`` (status from that certificate)."""
-        info = dict(sol.info or {}, layer_bases=[int(self.P.shape[1]), int(self.B.shape[1])], span_bound=bound)
-        if not sol.feasible:  # infeasible (a Farkas certificate) or undecided: no W to map
-            return dataclasses.replace(sol, constraints=cs, info=info)
-        cert = dataclasses.replace(sol.certificate, duality_gap=sol.certificate.duality_gap + bound)
-        status = sol.status
-        if status == "optimal" and not certificate_passes(cert, "nuclear"):
-            status = "optimal_inaccurate"
-        return dataclasses.replace(sol, W=self.P @ sol.W @ self.B.T, constraints=cs, certificate=cert,
-                                   status=status, info=info)
+        """The reduced solution ``sol`` (``M (r1, r2)``) as the solution of the full rows ``cs``
+        (:func:`attnsvm.svm.result.lift_solution`: ``W = P M B^T``, the same margins and multipliers, the duality
+        gap raised by ``bound``, the status from that certificate)."""
+        return lift_solution(sol, cs, SubspaceBasis(self.P, self.B), gap_bound=bound,
+                             info={"layer_bases": [int(self.P.shape[1]), int(self.B.shape[1])], "span_bound": bound})
 
     def scores(self, W: np.ndarray) -> np.ndarray:
         """The bilinear scores ``x_t^T W z_i`` (m, T) of a head ``W (D, D)`` (key on the left)."""
