@@ -157,7 +157,7 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     # the stored probe (--out: runner tasks, then combine) gives the same sink verdict columns
     from attnsvm.cli.probe import run_probe
 
-    kw.pop("threshold")
+    kw.pop("threshold"), kw.pop("null_stop")
     text = run_probe(sentences=SENTENCES[:6], out=str(tmp_path / "out"), as_json=True, threshold=THRESHOLD,
                      null_kind="sink", null_stop=False, **kw)
     stored = pd.DataFrame(json.loads(text)["heads"])

@@ -12,7 +12,7 @@ import time
 
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.figures import heatmap_figure
+from attnsvm.real.figures import curve_figure, heatmap_figure, largest_m
 from attnsvm.real.probe_view import cost_items, write_probe_view
 
 
@@ -213,9 +213,15 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         _write_text(os.path.join(out, "probe.csv"), table.to_csv(index=False))
         _write_text(os.path.join(out, "probe.json"), json.dumps(payload, indent=2))
         written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
-        written += _figure(lambda: heatmap_figure(table, out, "probe_heatmap"), os.path.join(out, "probe_heatmap"))
+        written += _figure(lambda: heatmap_figure(largest_m(table), out, "probe_heatmap"),
+                           os.path.join(out, "probe_heatmap"))
         png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
-        written.append(write_probe_view(res, out, heatmap=png))
+        curve_png = None
+        if "m" in table.columns:  # several m: each head's score against m over its nulls' band
+            paths = _figure(lambda: curve_figure(table, out, "probe_curve"), os.path.join(out, "probe_curve"))
+            written += paths
+            curve_png = next((os.path.basename(p) for p in paths if p.endswith(".png")), None)
+        written.append(write_probe_view(res, out, heatmap=png, curve=curve_png))
         if agreement is not None:
             from attnsvm.real.agreement import agreement_figure
 

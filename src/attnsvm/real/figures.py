@@ -73,3 +73,46 @@ def heatmap_figure(table, outdir: str, stem: str = "probe_heatmap") -> list:
         fig.text(0.5, -0.02, "grey hatched cells: no value (the head's SVM is infeasible or not certified; see probe.html "
                  "for the reason)", ha="center", va="top", fontsize=10)
     return save_figure(fig, outdir, stem)
+
+
+def largest_m(table):
+    """The rows of ``table`` at its largest number of SVM sentences (a table with an ``m`` column: one row per head
+    and m), each head once, with its ``stable_verdict``; a table without ``m`` as it is."""
+    if "m" not in table.columns:
+        return table
+    return table[table["m"] == table["m"].max()].reset_index(drop=True)
+
+
+def curve_figure(table, outdir: str, stem: str = "probe_curve") -> list:
+    """One small panel per head of a probe at several m (``table`` with an ``m`` column): the head's
+    ``corr_restricted`` against m over its nulls' band ``null_mean +- 2 null_sd`` (where drawn), the panel titled
+    with the head and its ``stable_verdict``. Returns the PNG and PDF paths."""
+    from attnsvm.plotting import save_figure, subplots
+
+    keys = sorted({(int(r.layer), int(r.head)) for r in table.itertuples()})
+    cols = min(6, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = subplots(rows, cols, width=2.2 * cols + 0.6, height=1.9 * rows + 0.6)
+    for k, (l, h) in enumerate(keys):
+        ax = axes[k // cols][k % cols]
+        g = table[(table["layer"] == l) & (table["head"] == h)].sort_values("m")
+        m = g["m"].to_numpy(float)
+        if "null_mean" in g.columns:
+            mean, sd = g["null_mean"].to_numpy(float), g["null_sd"].to_numpy(float)
+            ok = np.isfinite(mean) & np.isfinite(sd)
+            ax.fill_between(m[ok], (mean - 2 * sd)[ok], (mean + 2 * sd)[ok], color="#bdbdbd", alpha=0.7, lw=0,
+                            label="null mean +- 2 sd")
+            ax.plot(m[ok], mean[ok], color="#757575", lw=1)
+        y = g["corr_restricted"].to_numpy(float)
+        ax.plot(m[np.isfinite(y)], y[np.isfinite(y)], "o-", color="#1565c0", ms=3, lw=1.2, label="head")
+        ax.set_xscale("log")
+        ax.set_xticks(m, [str(int(v)) for v in m], fontsize=7)
+        ax.minorticks_off()
+        ax.tick_params(labelsize=7)
+        stable = str(g["stable_verdict"].iloc[-1]) if "stable_verdict" in g.columns else ""
+        ax.set_title(f"L{l}-H{h}" + (f": {stable}" if stable else ""), fontsize=8)
+    for k in range(len(keys), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    fig.text(0.5, -0.01, "x: SVM sentences m; blue: the head's corr_restricted; grey band: its nulls' mean +- 2 sd",
+             ha="center", va="top", fontsize=9)
+    return save_figure(fig, outdir, stem)

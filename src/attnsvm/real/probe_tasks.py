@@ -170,7 +170,10 @@ def combine(config: ProbeConfig, table):
     table = table.astype({c: "int64" for c in ("layer", "head", "m") if c in table.columns})
     nulls = table[table["part"] == "null"]
     heads = table[table["part"] == "head"].drop(columns=[c for c in NULL_ONLY if c in table])
-    heads = heads.drop(columns=["part"]).reset_index(drop=True)  # a head's NaN columns stay
+    heads = heads.drop(columns=["part"])  # a head's NaN columns stay
+    # one order on both paths: by layer, head (and m), whatever order the tasks ran or were stored in
+    heads = heads.sort_values([c for c in ("layer", "head", "m") if c in heads.columns], kind="stable")
+    heads = heads.reset_index(drop=True)
     for c in INT_COLUMNS:  # integers, as a head's row has them (the null rows' NaN made the column float)
         if c in heads.columns and heads[c].notna().all() and len(heads):
             heads[c] = heads[c].astype("int64")

@@ -92,6 +92,13 @@ text-align:left;vertical-align:bottom}#matrix tr.cur th,#matrix tr.cur td{outlin
 """
 
 
+def svm_m(cfg: dict) -> int:
+    """The number of SVM sentences of a probe's settings (``svm_sentences``; with several m the largest, the one the
+    page's head sections and support tokens show)."""
+    v = cfg.get("svm_sentences", 0)
+    return int(max(v)) if isinstance(v, (list, tuple)) else int(v)
+
+
 def head_anchor(layer: int, head: int) -> str:
     """The id of a head's section: ``head-L-H``."""
     return f"head-{int(layer)}-{int(head)}"
@@ -289,7 +296,7 @@ def _no_svm_html(result, r) -> str:
     """A head without a certified SVM in words: what has no value and why (:func:`head_reason`), the random
     baseline it cannot be compared with, the solver's status (no nan, inf or advantage shown)."""
     verdict = r.get("verdict") if isinstance(r.get("verdict"), str) else "no SVM"
-    m = int(result.config.get("svm_sentences", 0))
+    m = svm_m(result.config)
     base = r.get("corr_random_restricted")
     return (f"<p class='score'>verdict <b>{_e(verdict)}</b>: this head has no certified SVM on its {m} SVM sentences, "
             "so there is no corr_restricted to compare with null heads or with random selections (no p-value, no "
@@ -324,7 +331,7 @@ def _head_section(result, r, n_show: int) -> str:
                    f"{_num(r['corr_random'])}.</p>")
         sup = result.support.get((l, h))
         n_sup = int(r["svm_support"]) if "svm_support" in r.index else int(np.asarray(sup).sum()) if sup is not None else 0
-        m = int(result.config.get("svm_sentences", 0))
+        m = svm_m(result.config)
         out.append(_kv([("SVM status", _e(r["svm_status"])), ("relative duality gap", _num(r["svm_gap"], ".2e")),
                         ("relative violation", _num(r["svm_violation"], ".2e")), ("rank", _e(int(r["svm_rank"]))),
                         ("nuclear norm", _num(r["svm_nuclear"])),
@@ -345,7 +352,33 @@ def _head_section(result, r, n_show: int) -> str:
     return "".join(out)
 
 
-def render_probe_view(result, *, heatmap: str | None = None, sentences: int | None = None) -> str:
+def _curve_html(full, curve: str | None) -> str:
+    """The section of a probe at several m: each head's score, null mean and sd, p and verdict at each m and its
+    stable verdict (the verdicts at the two largest m where they agree), and the curve figure when there is one."""
+    cols = [c for c in ("m", "corr_restricted", "null_mean", "null_sd", "p_upper", "verdict") if c in full.columns]
+    out = ["<h2 id='curve'>Across sample sizes</h2><p class='small'>Each head probed on the first m sentences for each "
+           "m; the verdict is Benjamini-Yekutieli over the heads at each m, and the <b>stable verdict</b> is the verdict "
+           "where those at the two largest m agree, else 'depends on sample size' (a conjunction over nested samples: "
+           "conservative). The head sections below show the largest m.</p>"]
+    if curve:
+        out.append(f"<p><img src='{_e(curve)}' alt='each head: corr_restricted against m over its nulls band'></p>")
+    out.append("<table><tr><th>head</th><th>stable verdict</th>" + "".join(f"<th>{_e(c)}</th>" for c in cols)
+               + "</tr>")
+    for (l, hd), g in full.groupby(["layer", "head"], sort=True):
+        g = g.sort_values("m")
+        stable = _e(g["stable_verdict"].iloc[-1]) if "stable_verdict" in g.columns else ""
+        for j, (_, r) in enumerate(g.iterrows()):
+            cells = "".join(f"<td class='num'>{_num(r[c], '.1e' if c == 'p_upper' else '.4f')}</td>"
+                            if isinstance(r[c], (float, np.floating)) else f"<td>{_e(r[c])}</td>" for c in cols)
+            first = (f"<td rowspan='{len(g)}'><a href='#{head_anchor(int(l), int(hd))}'>L{int(l)}-H{int(hd)}</a></td>"
+                     f"<td rowspan='{len(g)}'>{stable}</td>") if j == 0 else ""
+            out.append(f"<tr>{first}{cells}</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def render_probe_view(result, *, heatmap: str | None = None, sentences: int | None = None,
+                      curve: str | None = None) -> str:
     """The page of a :class:`~attnsvm.real.probe.ProbeResult` as a string.
 
     Parameters
@@ -353,12 +386,20 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     result : ProbeResult with ``attention`` ``(layer, head) -> (k, T)``, ``selected`` ``(n, T)``,
         ``support`` ``(m_svm, T)`` (empty without SVMs) and ``candidates (k, T)``
     heatmap : relative path of the heat-map PNG to show (None: none)
+    curve : relative path of the curve PNG of a probe at several m (:func:`attnsvm.real.figures.curve_figure`)
     sentences : show at most this many of the k kept sentences per head (None: all k)
 
     Returns
     -------
     str (UTF-8 HTML document)
     """
+    import dataclasses
+
+    from attnsvm.real.figures import largest_m
+
+    full = result.table
+    if "m" in full.columns:  # several m: the page shows each head at the largest m, and the curve across m
+        result = dataclasses.replace(result, table=largest_m(full))
     table = result.table
     cfg = dict(result.config)
     k = min((len(a) for a in result.attention.values()), default=0)
@@ -401,6 +442,8 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
         alt = ("heat maps of corr_restricted, the spectrum nulls' mean and the excess over them"
                if "verdict" in table.columns else "heat maps of corr_restricted, its random baseline and the advantage")
         h.append(f"<p><img src='{_e(heatmap)}' alt='{alt}'></p>")
+    if "m" in full.columns:
+        h.append(_curve_html(full, curve))
     h.append(_explorer_html(result, n_show))
     h.append("<h2>Legend</h2>" + _legend())
     h.append("<h2>Run</h2><div class='maps'>")
@@ -410,7 +453,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("</div>")
     h.append("<h2>Per layer</h2>" + _layer_summary(table))
     h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head, each with the probe's own query; the SVM "
-             f"saw the first {_e(cfg.get('svm_sentences', 0))} of {_e(cfg.get('n_sentences', len(result.sentences)))}."
+             f"saw the first {_e(svm_m(cfg))} of {_e(cfg.get('n_sentences', len(result.sentences)))}."
              "</p>")
     if cfg.get("query") == "all":
         h.append("<p class='small'>query = all: every word token is a query and the SVM uses all of them; each sentence "
@@ -422,14 +465,17 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
 
 
 def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentences: int | None = None,
-                     filename: str = "probe.html") -> str:
+                     filename: str = "probe.html", curve: str | None = None) -> str:
     """Write :func:`render_probe_view` to ``outdir/filename`` (atomic) and return its path.
 
-    ``heatmap`` is a path relative to ``outdir`` (e.g. ``"probe_heatmap.png"``), shown only when the file exists.
+    ``heatmap`` and ``curve`` are paths relative to ``outdir`` (e.g. ``"probe_heatmap.png"``), shown only when the
+    file exists.
     """
     if heatmap and not os.path.isfile(os.path.join(outdir, heatmap)):
         heatmap = None
-    data = render_probe_view(result, heatmap=heatmap, sentences=sentences).encode("utf-8")
+    if curve and not os.path.isfile(os.path.join(outdir, curve)):
+        curve = None
+    data = render_probe_view(result, heatmap=heatmap, sentences=sentences, curve=curve).encode("utf-8")
     path = os.path.join(outdir, filename)
     try:
         atomic_write(path, lambda fh: fh.write(data))
@@ -572,7 +618,7 @@ def _explorer_data(result, n_show: int) -> dict:
     layers = sorted({k[0] for k in keys})
     return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
             "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
-            "sentences": sents, "att": att, "support": sup, "svm_sentences": int(cfg.get("svm_sentences", 0))}
+            "sentences": sents, "att": att, "support": sup, "svm_sentences": svm_m(cfg)}
 
 
 _SCRIPT = r"""

@@ -126,10 +126,13 @@ class ProbeRun(RealMinilmHeads):
         return {"model": folder_digest(config.model or model_path())}
 
     def plot(self, config, table, outdir):
-        from attnsvm.real.figures import heatmap_figure
+        from attnsvm.real.figures import curve_figure, heatmap_figure, largest_m
 
         table = combine(config, table)
-        return heatmap_figure(table, outdir, "probe_heatmap") if "corr_restricted" in table.columns else []
+        if "corr_restricted" not in table.columns:
+            return []
+        paths = heatmap_figure(largest_m(table), outdir, "probe_heatmap")
+        return paths + (curve_figure(table, outdir, "probe_curve") if "m" in table.columns else [])
 
     def checks(self, config, table):
         """The checks of ``real-minilm-heads`` on the combined table; with several m, on the rows of the largest m
