@@ -39,71 +39,51 @@ the solvers inside the tasks.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import platform
-import re
-import subprocess
 import sys
 import time
 import traceback
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 
 import pandas as pd
 
-from attnsvm._files import atomic_write, is_temp_name, loads_json, not_regular, open_lock, oserror_text, read_regular
+from attnsvm._files import oserror_text
 from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
 from attnsvm.experiments.config import config_to_yaml
+from attnsvm.runner.folders import (  # noqa: F401 - LOCK_FILE is re-exported
+    LOCK_FILE, LOCK_TIMEOUT, LockError, check_folders, check_outdir, clean_temp_files, folder_lock, folder_locks,
+    make_run_folders,
+)
+from attnsvm.runner.provenance import (
+    code_version, config_hash, environment, expected_provenance, git_version, run_provenance, seeds_of, source_digest,
+)
+from attnsvm.runner.storage import (  # noqa: F401 - the constants are re-exported
+    CHECKS_DIGEST_KEY, CHECKS_FILE, CHECKSUM_KEY, MAX_SEALED_BYTES, META_DIGEST_KEY, PROVENANCE_KEY, RESULTS_FILE,
+    VERIFIED_FIELDS, ShardError, StorageError, TableError, atomic_parquet, atomic_text, durable_write,
+    provenance_mismatch, read_shard, results_problem, results_seal, shard_bytes, shard_is_stored, shard_problem,
+    short, sha256_text, stored_count, verify_shard_bytes,
+)
 
-PROVENANCE_KEY = b"attnsvm.provenance"
-CHECKSUM_KEY = b"attnsvm.checksum"
-RESULTS_FILE = "results.parquet"
-CHECKS_FILE = "checks.json"
-#: provenance key of results.parquet: the digest of the checks.json written with it
-CHECKS_DIGEST_KEY = "checks_sha256"
-#: provenance key of results.parquet: the digest of the meta.json written with it (seals since issue 43)
-META_DIGEST_KEY = "meta_sha256"
-#: the largest checks.json or meta.json whose digest is verified (bytes)
-MAX_SEALED_BYTES = 64 << 20
-LOCK_FILE = ".lock"
-#: the checksum's value in the parquet footer: this tag, then 64 lowercase hex digits
-_CHECKSUM_TAG = b"attnsvm-sha256:"
-_CHECKSUM_RE = re.compile(re.escape(_CHECKSUM_TAG) + rb"([0-9a-f]{64})")
-_PLACEHOLDER = b"0" * 64
-#: provenance fields that must equal this run's for a stored shard to be reused
-VERIFIED_FIELDS = ("experiment", "task", "config_hash", "config", "attnsvm", "source", "inputs")
-
-
-class StorageError(AttnSVMError, OSError):
-    """The results folder cannot be created or written (disk full, read-only, a path through a file)."""
-
-
-class ShardError(StorageError):
-    """A stored shard fails its checksum or its provenance (``reason`` says which and how)."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"the stored shard {path} cannot be used: {reason}")
-        self.path, self.reason = path, reason
-
-
-class LockError(StorageError, TimeoutError):
-    """An experiment folder's lock is held by another run for longer than the lock timeout, or already by this
-    process (the same experiment twice in one run); the message names the process that holds it."""
+#: the documented names (classes and functions); the constants above and below are importable from here too
+__all__ = [
+    "StorageError", "ShardError", "LockError", "TaskAborted", "TableError", "SchedulerError", "RunInterrupted",
+    "RunSummary", "config_hash", "source_digest", "git_version", "code_version", "execute_task", "shard_bytes",
+    "verify_shard_bytes", "read_shard", "provenance_mismatch", "results_problem", "results_seal", "preset_of",
+    "max_workers", "run_experiment", "execute_timed", "default_workers", "run_experiments", "queue_order",
+    "shared_state_of", "next_for_worker", "check_scheduler", "environment",
+]
 
 
 class TaskAborted(AttnSVMError, RuntimeError):
     """A task raised ``SystemExit``, a ``KeyboardInterrupt`` of its own (no SIGINT arrived) or another exception that
     is not an ``Exception``: recorded as that task's failure instead of ending the sweep."""
-
-
-class TableError(ValidationError):
-    """A task's table cannot be stored as it is (a column pyarrow cannot convert, or of lists, dicts or objects)."""
 
 
 class SchedulerError(AttnSVMError, ConnectionError):
@@ -149,75 +129,6 @@ class RunSummary:
     @property
     def ok(self) -> bool:
         return not self.failed and not self.failed_checks
-
-
-def config_hash(config) -> str:
-    """Hash of the config and the attnsvm version: shards of another config or release are never reused."""
-    from attnsvm import __version__
-
-    return hashlib.sha256((config_to_yaml(config) + __version__).encode()).hexdigest()[:12]
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def source_digest(package_dir: str | None = None) -> str:
-    """``sha256:<hex>`` of the package's files (relative paths and contents, ``__pycache__`` and ``.pyc`` left out).
-
-    Stored in every shard's provenance and compared on resume: shards computed by other code
-    are recomputed even when the version number is the same and there is no git checkout.
-    """
-    root = package_dir or _PACKAGE_DIR
-    h = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/").encode("utf-8", "surrogateescape")
-            with open(full, "rb") as fh:
-                data = fh.read()
-            h.update(b"%d:%s:%d:" % (len(rel), rel, len(data)))
-            h.update(data)
-    return "sha256:" + h.hexdigest()
-
-
-def git_version(package_dir: str | None = None) -> str | None:
-    """``git describe --always`` of the checkout the package folder is tracked in, with ``-dirty`` when a file
-    under the package folder differs from that commit (modified, added, deleted or untracked); None when the
-    package is not tracked by git (an installed wheel) or git is unavailable."""
-    pkg = package_dir or _PACKAGE_DIR
-
-    def git(*args):
-        r = subprocess.run(["git", "-C", pkg, *args], capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    try:
-        # tracked in the repository git finds from here: a checkout of the package, not a venv inside some project
-        if not git("ls-files", "--", "__init__.py"):
-            return None
-        desc = git("describe", "--always")
-        status = git("status", "--porcelain", "--untracked-files=all", "--", ".")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if not desc or status is None:
-        return None
-    return desc + ("-dirty" if status else "")
-
-
-@lru_cache(maxsize=8)
-def _code_version(source: str) -> str:
-    from attnsvm import __version__
-
-    desc = git_version()
-    return f"{__version__} (git {desc})" if desc else __version__
-
-
-def code_version() -> str:
-    """``attnsvm.__version__``, plus ``git describe --always`` (``-dirty`` when the package's files differ from the
-    commit) when the package runs from a git checkout, e.g. ``0.1.0 (git 1a2b3c4-dirty)``."""
-    return _code_version(source_digest())
 
 
 @contextmanager
@@ -295,7 +206,7 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
     A task that raises ``SystemExit``, its own ``KeyboardInterrupt`` (not a SIGINT: Ctrl-C still interrupts) or
     another non-``Exception`` raises :class:`TaskAborted` instead, so that it is recorded as that task's failure.
     """
-    if shard_path is not None and _shard_is_stored(shard_path):
+    if shard_path is not None and shard_is_stored(shard_path):
         return None
     name = experiment.name
     config = experiment.Config(**config_json)
@@ -317,377 +228,6 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
 
 
 # ------------------------------------------------------------------ storage
-def _write_all(fh, data: bytes) -> None:
-    """Write ``data`` to the open file (one place, so tests can inject a full disk)."""
-    fh.write(data)
-
-
-def _durable_write(path: str, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data`` (temp file, fsync, rename, fsync the folder);
-    :class:`StorageError` naming ``path`` on failure, with no temporary file left."""
-    try:
-        atomic_write(path, lambda fh: _write_all(fh, data), sync_dir=True)
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {oserror_text(exc, path)}") from None
-
-
-def _atomic_text(text: str, path: str) -> None:
-    _durable_write(path, text.encode("utf-8"))
-
-
-def _checksum_at(raw: bytes) -> int | None:
-    """Offset of the checksum's 64 hex digits in the parquet bytes ``raw``: the last checksum in the file's footer
-    (None: the file is not parquet, or no attnsvm checksum is there)."""
-    if len(raw) < 12 or raw[:4] != b"PAR1" or raw[-4:] != b"PAR1":
-        return None
-    footer = int.from_bytes(raw[-8:-4], "little")
-    begin = len(raw) - 8 - footer
-    if footer <= 0 or begin < 4:
-        return None
-    found = None
-    for found in _CHECKSUM_RE.finditer(raw, begin, len(raw) - 8):
-        pass
-    return None if found is None else found.start(1)
-
-
-def shard_bytes(table: pd.DataFrame, provenance: dict | None = None) -> bytes:
-    """Parquet bytes of ``table`` (columns as they are, no index) carrying ``provenance`` (JSON, key
-    ``attnsvm.provenance``) and a checksum (key ``attnsvm.checksum``): the SHA-256 of the whole file with the
-    checksum's own 64 hex digits read as zeros. Any change to the file, in the data, the metadata or the
-    checksum itself, makes :func:`verify_shard_bytes` fail. :class:`TableError` when a column cannot be stored as
-    it is: one pyarrow cannot convert, or of lists, dicts or objects (nested arrow types)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        at = pa.Table.from_pandas(table, preserve_index=False)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        raise TableError(f"cannot store the table: {type(exc).__name__}: {text}"[:400]) from None
-    nested = next((f for f in at.schema if pa.types.is_nested(f.type)), None)
-    if nested is not None:
-        raise TableError(f"cannot store the table: column {_short(nested.name, 40)} holds lists, dicts or objects "
-                         f"(arrow type {_short(str(nested.type), 60)}), not numbers, strings or booleans (store such "
-                         "values as text, e.g. JSON)")
-    meta = dict(at.schema.metadata or {})
-    if provenance is not None:
-        text = json.dumps(provenance, default=str, sort_keys=True)
-        # a config string that spells the tag must not look like a checksum (valid JSON: only inside strings)
-        meta[PROVENANCE_KEY] = text.replace(_CHECKSUM_TAG.decode(), "attnsvm-sha256\\u003a").encode("utf-8")
-    meta[CHECKSUM_KEY] = _CHECKSUM_TAG + _PLACEHOLDER  # last: the footer's last checksum is this one
-    sink = pa.BufferOutputStream()
-    pq.write_table(at.replace_schema_metadata(meta), sink)
-    raw = sink.getvalue().to_pybytes()
-    at_ = _checksum_at(raw)
-    if at_ is None or raw[at_:at_ + 64] != _PLACEHOLDER:
-        raise StorageError("cannot place the checksum in the parquet footer (a column name or value spells "
-                           f"{_CHECKSUM_TAG.decode()!r} followed by 64 hex digits)")
-    return raw[:at_] + hashlib.sha256(raw).hexdigest().encode("ascii") + raw[at_ + 64:]
-
-
-def verify_shard_bytes(raw: bytes) -> str | None:
-    """Why the bytes of a stored parquet file fail their checksum (None: they pass). See :func:`shard_bytes`."""
-    if len(raw) == 0:
-        return "empty file"
-    if len(raw) < 12 or raw[:4] != b"PAR1" or raw[-4:] != b"PAR1":
-        return "not a parquet file (truncated or overwritten)"
-    at = _checksum_at(raw)
-    if at is None:
-        return ("no attnsvm checksum: not written by attnsvm as it is (e.g. rewritten by pandas without attnsvm's "
-                "metadata, or by an older attnsvm), or its footer is damaged")
-    stored = raw[at:at + 64]
-    actual = hashlib.sha256(raw[:at] + _PLACEHOLDER + raw[at + 64:]).hexdigest().encode("ascii")
-    if actual != stored:
-        return (f"checksum mismatch (stored {stored[:12].decode()}..., content {actual[:12].decode()}...): the file "
-                "changed after it was written")
-    return None
-
-
-def read_shard(path: str, expected: dict | None = None) -> tuple[pd.DataFrame, dict]:
-    """``(table, provenance)`` of a stored shard, verified.
-
-    Raises :class:`ShardError` (its ``reason`` says why) when the file is not a regular file, cannot be
-    read, fails its checksum, has no provenance or, when ``expected`` (a provenance dict) is given, a
-    provenance whose :data:`VERIFIED_FIELDS` differ from it.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    kind = not_regular(path)
-    if kind is not None:
-        raise ShardError(path, f"it is {kind}, not a regular file")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise ShardError(path, f"cannot read it: {oserror_text(exc, path)}") from None
-    problem = verify_shard_bytes(raw)
-    if problem is None:
-        try:
-            at = pq.read_table(pa.BufferReader(raw))
-            text = (at.schema.metadata or {}).get(PROVENANCE_KEY)
-            prov = json.loads(text.decode("utf-8")) if text else None
-            table = at.to_pandas()
-        except Exception as exc:  # noqa: BLE001 - checksummed yet unreadable: say so, never use it
-            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        else:
-            if not isinstance(prov, dict):
-                problem = "no provenance in its metadata"
-            elif expected is not None:
-                problem = provenance_mismatch(prov, expected)
-    if problem is not None:
-        raise ShardError(path, problem)
-    return table, prov
-
-
-def _short(value, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def provenance_mismatch(stored: dict, expected: dict) -> str | None:
-    """Why a shard's provenance ``stored`` does not belong to this run's ``expected`` (None: it does)."""
-    if stored.get("experiment") != expected.get("experiment"):
-        return f"a shard of experiment {_short(stored.get('experiment'))}, not {_short(expected.get('experiment'))}"
-    if stored.get("task") != expected.get("task"):
-        return (f"a shard of task {_short(stored.get('task'))}, not {_short(expected.get('task'))} (copied or moved "
-                "from another task)")
-    if stored.get("config_hash") != expected.get("config_hash") or stored.get("config") != expected.get("config"):
-        return f"written for config {_short(stored.get('config_hash'))}, not {_short(expected.get('config_hash'))}"
-    if stored.get("attnsvm") != expected.get("attnsvm") or stored.get("source") != expected.get("source"):
-        return (f"written by other code (attnsvm {_short(stored.get('attnsvm'))}, source {_short(stored.get('source'), 30)}"
-                f"; this is {_short(expected.get('attnsvm'))}, source {_short(expected.get('source'), 30)})")
-    if stored.get("inputs") != expected.get("inputs"):
-        old, new = stored.get("inputs"), expected.get("inputs") or {}
-        old = old if isinstance(old, dict) else {}
-        changed = sorted((k for k in set(old) | set(new) if old.get(k) != new.get(k)), key=str)
-        return "its inputs changed since it was written (" + "; ".join(
-            f"{_short(k, 40)}: {_short(old.get(k), 30)}, now {_short(new.get(k), 30)}" for k in changed) + ")"
-    return None
-
-
-def _atomic_parquet(table: pd.DataFrame, path: str, provenance: dict | None = None) -> None:
-    _durable_write(path, shard_bytes(table, provenance))
-
-
-def _sha256_text(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def results_problem(expdir: str) -> str | None:
-    """Why the stored checks and meta of the experiment folder ``expdir`` cannot be trusted (None: they can,
-    or the folder predates the seal: see :func:`results_seal`)."""
-    return results_seal(expdir)[0]
-
-
-def _file_digest(expdir: str, name: str) -> tuple[str | None, str | None]:
-    """``(digest, problem)`` of the file ``expdir/name``: its ``sha256:<hex>``, or why it cannot be read."""
-    path = os.path.join(expdir, name)
-    try:
-        return "sha256:" + hashlib.sha256(read_regular(path, MAX_SEALED_BYTES)).hexdigest(), None
-    except OSError as exc:
-        return None, f"cannot read {name}: {exc.strerror or exc}; re-run the experiment"
-
-
-def results_seal(expdir: str) -> tuple[str | None, str | None]:
-    """``(problem, warning)`` of the experiment folder ``expdir``'s seal: why its checks and meta cannot be
-    shown as the run's (None: they can), and what of it predates the seal and is shown unverified (None: all
-    is verified).
-
-    The run seals the folder's meaning in ``expdir/results.parquet``, which must pass its checksum
-    (:func:`verify_shard_bytes`); its provenance names the experiment (which must be the folder's name) and
-    the config hash (which must be meta.json's) and holds the digests of the ``checks.json`` (key
-    ``checks_sha256``) and ``meta.json`` (key ``meta_sha256``) written after it. So a flipped bit, a checks.json
-    or meta.json edited by hand (its preset, its run count), another experiment's results and checks copied in,
-    checks left over from an earlier run whose new run stopped before its checks, or checks whose
-    results.parquet was removed are problems, never shown as a run's verdict. Folders sealed before meta.json
-    was (only ``checks_sha256``) or written without provenance get a warning saying what is unverified.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    name = os.path.basename(os.path.normpath(expdir))
-    path = os.path.join(expdir, RESULTS_FILE)
-    if not os.path.lexists(path):
-        return (f"{RESULTS_FILE} is missing, so nothing verifies this folder's {CHECKS_FILE} and meta.json: its "
-                "checks are not shown as the run's verdict; re-run the experiment"), None
-    try:
-        raw = read_regular(path)
-    except OSError as exc:
-        return f"cannot read {RESULTS_FILE}: {exc.strerror or exc}; re-run the experiment", None
-    problem = verify_shard_bytes(raw)
-    if problem is not None:
-        return f"{RESULTS_FILE}: {problem}; re-run the experiment", None
-    try:
-        text = (pq.read_schema(pa.BufferReader(raw)).metadata or {}).get(PROVENANCE_KEY)
-        prov = loads_json(text) if text else None
-    except Exception as exc:  # noqa: BLE001 - checksummed yet unreadable: say so
-        return f"{RESULTS_FILE} is unreadable ({type(exc).__name__}); re-run the experiment", None
-    if not isinstance(prov, dict) or CHECKS_DIGEST_KEY not in prov:
-        return None, (f"{RESULTS_FILE} predates the seal (written by an earlier attnsvm): its {CHECKS_FILE} and "
-                      "meta.json are shown as they are, unverified")
-    if prov.get("experiment") != name:
-        return (f"{RESULTS_FILE} and its {CHECKS_FILE} are sealed for experiment {_short(prov.get('experiment'))}, "
-                f"not {name!r} (copied from another experiment's folder); re-run the experiment"), None
-    for key, file in ((CHECKS_DIGEST_KEY, CHECKS_FILE), (META_DIGEST_KEY, "meta.json")):
-        if key not in prov:
-            continue
-        digest = prov[key]
-        if digest is None:
-            return (f"{file} was not written for these results (the run stopped after storing them, before its "
-                    "checks); re-run the experiment"), None
-        actual, problem = _file_digest(expdir, file)
-        if problem is not None:
-            return problem, None
-        if actual != digest:
-            return (f"{file} changed after the run (its digest {actual[7:19]}... is not the {str(digest)[7:19]}... "
-                    f"that {RESULTS_FILE} holds); re-run the experiment"), None
-    try:
-        meta = loads_json(read_regular(os.path.join(expdir, "meta.json"), MAX_SEALED_BYTES))
-    except (OSError, ValueError):
-        meta = None     # the report names why meta.json cannot be read
-    if isinstance(meta, dict) and meta.get("config_hash") != prov.get("config_hash"):
-        return (f"{RESULTS_FILE} and its {CHECKS_FILE} are sealed for config {_short(prov.get('config_hash'))}, not "
-                f"the {_short(meta.get('config_hash'))} of meta.json (copied from another run); re-run the "
-                "experiment"), None
-    if META_DIGEST_KEY not in prov:
-        return None, (f"sealed by an earlier attnsvm, before meta.json was: {RESULTS_FILE} and {CHECKS_FILE} are "
-                      "verified, meta.json (preset, run count, notes, config) is shown unverified")
-    return None, None
-
-
-def _shard_is_stored(path: str) -> bool:
-    """Whether ``path`` holds a shard that passes its checksum (a Dask task resubmitted after its shard was
-    stored; the provenance is verified again when the results are collected)."""
-    try:
-        read_shard(path)
-        return True
-    except ShardError:
-        return False
-
-
-def _clean_temp_files(expdir: str) -> int:
-    """Remove temporary files left by a writer that died (the folder lock is held: none is live): in ``expdir``
-    and its shard folders, the names of :func:`attnsvm._files.temp_name`'s form only (a user's
-    ``analysis.tmp-notes.txt`` stays); shard folders that are symbolic links are not entered."""
-    removed = 0
-    shards = os.path.join(expdir, "shards")
-    folders = [expdir] + [os.path.join(shards, d) for d in _entries(shards)]
-    for folder in folders:
-        if not os.path.isdir(folder) or os.path.islink(folder):
-            continue
-        for name in _entries(folder):
-            if is_temp_name(name):
-                try:
-                    os.unlink(os.path.join(folder, name))
-                    removed += 1
-                except OSError:
-                    pass
-    return removed
-
-
-def _entries(folder: str) -> list:
-    """The names in ``folder`` (none when it cannot be listed)."""
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
-
-
-#: seconds a run waits for another run's lock on an experiment folder before a :class:`LockError` (``--lock-timeout``)
-LOCK_TIMEOUT = 3600.0
-#: ``(st_dev, st_ino)`` of the lock files this process holds: a second lock of one folder fails at once
-_HELD_LOCKS: set = set()
-
-
-def _lock_holder(fh) -> str:
-    """The pid the holder of the lock file ``fh`` wrote there ("?" when none is readable)."""
-    try:
-        fh.seek(0)
-        holder = fh.read(32).decode("ascii", "replace").strip()
-    except OSError:
-        return "?"
-    return holder if holder.isdigit() else "?"
-
-
-def _acquire(fh, expdir: str, timeout: float) -> None:
-    """Take the exclusive flock of the open lock file ``fh`` of ``expdir``, waiting (saying so once) at most
-    ``timeout`` seconds while another process holds it; :class:`LockError` naming that process after that."""
-    import fcntl
-
-    deadline = time.monotonic() + timeout
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        holder = _lock_holder(fh)
-        if not waiting:
-            waiting = True
-            print(f"attnsvm: {expdir} is in use by another run (pid {holder}); waiting for it to finish, then its "
-                  f"stored tasks are reused (waiting at most --lock-timeout {timeout:g} s)", file=sys.stderr, flush=True)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LockError(f"{expdir} is in use by another run (pid {holder}), still after waiting --lock-timeout "
-                            f"{timeout:g} s: let that run finish (or stop it), then run the same command again")
-        time.sleep(min(0.1, left))
-
-
-@contextmanager
-def _folder_lock(expdir: str, timeout: float = LOCK_TIMEOUT):
-    """Hold an exclusive lock on ``expdir`` (flock on ``expdir/.lock``); wait, saying so, at most ``timeout``
-    seconds while another run holds it (:class:`LockError` after that, or at once when this process holds it)."""
-    path = os.path.join(expdir, LOCK_FILE)
-    try:
-        fh = open_lock(path)
-    except OSError as exc:
-        raise StorageError(f"cannot use the lock file {path}: {oserror_text(exc, path)}") from None
-    key = None
-    try:
-        st = os.fstat(fh.fileno())
-        if (st.st_dev, st.st_ino) in _HELD_LOCKS:
-            raise LockError(f"{expdir} is already locked by this process (pid {os.getpid()}): one experiment folder "
-                            "is used twice in one run")
-        try:
-            import fcntl  # noqa: F401
-        except ImportError:  # pragma: no cover - not POSIX: no lock
-            pass
-        else:
-            try:
-                _acquire(fh, expdir, timeout)
-            except LockError:
-                raise
-            except OSError as exc:  # file system without locks (some network mounts)
-                print(f"attnsvm: warning: cannot lock {path} ({exc.strerror}); do not run two sweeps on this folder "
-                      "at once", file=sys.stderr, flush=True)
-        key = (st.st_dev, st.st_ino)
-        _HELD_LOCKS.add(key)
-        try:
-            fh.seek(0)
-            fh.truncate()
-            fh.write(str(os.getpid()).encode("ascii"))
-            fh.flush()
-        except OSError:
-            pass
-        yield
-    finally:
-        if key is not None:
-            _HELD_LOCKS.discard(key)
-        fh.close()
-
-
-@contextmanager
-def _folder_locks(expdirs, timeout: float = LOCK_TIMEOUT):
-    """Hold the locks of every folder of ``expdirs``, taken in one canonical order (sorted resolved paths), so
-    that two runs locking the same folders in any order never wait for each other."""
-    from contextlib import ExitStack
-
-    with ExitStack() as stack:
-        for expdir in sorted(set(expdirs), key=lambda d: (os.path.realpath(d), d)):
-            stack.enter_context(_folder_lock(expdir, timeout))
-        yield
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
@@ -709,85 +249,6 @@ def preset_of(experiment, config) -> str:
     if dump == build_config(experiment, quick=True).model_dump(mode="json"):
         return "quick"
     return "custom"
-
-
-def _seeds_of(task: Task):
-    """The seeds a task covers, as its params state them (else the params that fix its randomness)."""
-    for key in ("seeds", "seed", "run"):
-        if key in task.params:
-            return task.params[key]
-    return "set by the config and task params " + json.dumps(task.params, sort_keys=True, default=str)
-
-
-def _check_outdir(outdir) -> str:
-    if not isinstance(outdir, (str, os.PathLike)):
-        raise ValidationError(f"outdir (--out) must be a folder path, got {type(outdir).__name__}")
-    out = os.fspath(outdir)
-    if isinstance(out, bytes):
-        out = os.fsdecode(out)
-    if not out.strip():
-        raise ValidationError("outdir (--out) must name a folder, got an empty path ''")
-    if "\0" in out:
-        raise ValidationError(f"outdir (--out) must be a folder path without NUL characters, got {out!r}")
-    return out
-
-
-def _makedirs(path: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise StorageError(f"cannot create the results folder {path}: {oserror_text(exc, path)}") from None
-
-
-def _below(root: str, path: str) -> list:
-    """The folder names leading from ``root`` to ``path`` (``path`` must lie below ``root``)."""
-    rel = os.path.relpath(path, root)
-    parts = [] if rel == os.curdir else rel.split(os.sep)
-    if any(part in ("", os.curdir, os.pardir) for part in parts):
-        raise StorageError(f"the results folder {path} is not below the run's folder {root}")
-    return parts
-
-
-def _check_folders(root: str, path: str) -> None:
-    """Raise :class:`StorageError` unless every folder from ``root`` (excluded: it may be a link) down to ``path``
-    is a real folder, not a symbolic link, and ``path`` resolves to where those names lead: nothing a run writes
-    below its ``--out`` is written through a link into another folder."""
-    import stat
-
-    parts = _below(root, path)
-    cur = root
-    for part in parts:
-        cur = os.path.join(cur, part)
-        try:
-            st = os.lstat(cur)
-        except OSError as exc:
-            raise StorageError(f"cannot use the results folder {cur}: {oserror_text(exc, cur)}") from None
-        if stat.S_ISLNK(st.st_mode):
-            raise StorageError(f"{cur} is a symbolic link (to {_short(os.readlink(cur), 60)}); refused: attnsvm does "
-                               f"not follow links below the results folder {root} (remove the link, or give --out the "
-                               "folder itself)")
-        if not stat.S_ISDIR(st.st_mode):
-            raise StorageError(f"cannot create the results folder {path}: {cur!r} is a file, not a folder")
-    if os.path.realpath(path) != os.path.join(os.path.realpath(root), *parts):
-        raise StorageError(f"{path} resolves to {os.path.realpath(path)}, not below {os.path.realpath(root)}; "
-                           "refused: attnsvm does not follow links below the results folder")
-
-
-def _make_run_folders(plan: dict) -> None:
-    """Create the experiment's shard folder below the run's ``--out`` (which may itself be a link), one folder at a
-    time, never through a symbolic link (:func:`_check_folders`)."""
-    root = plan["outdir"]
-    _makedirs(root)
-    cur = root
-    for part in _below(root, plan["sharddir"]):
-        cur = os.path.join(cur, part)
-        try:
-            os.mkdir(cur)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise StorageError(f"cannot create the results folder {cur}: {oserror_text(exc, cur)}") from None
-        _check_folders(root, cur)
 
 
 #: ``--workers`` beyond this many local worker processes per CPU is refused (more start no task sooner)
@@ -824,7 +285,7 @@ def _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir, 
     _check_seconds(lock_timeout, "--lock-timeout")
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
         raise ValidationError(f"--scheduler must be an address such as tcp://host:8786, got {scheduler!r}")
-    outdir = _check_outdir(outdir)
+    outdir = check_outdir(outdir)
     limit = _limit_of(max_memory)  # validates max_memory
     return worker_timeout, outdir, (limit if max_memory is not None else None)
 
@@ -906,9 +367,9 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     plan = _plan(experiment, config, outdir, max_memory)
     if scheduler:
         check_scheduler(scheduler, connect_timeout)  # before anything is written: a clear error, never a hang
-    _make_run_folders(plan)
-    with _folder_lock(plan["expdir"], lock_timeout):
-        _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folder is ours
+    make_run_folders(plan["outdir"], plan["sharddir"])
+    with folder_lock(plan["expdir"], lock_timeout):
+        check_folders(plan["outdir"], plan["sharddir"])  # again, once the folder is ours
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
         outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
@@ -936,16 +397,16 @@ class _Sweep:
         self.workers, self.scheduler, self.task_hook = workers, scheduler, task_hook
         name = experiment.name
         tasks, sharddir = plan["tasks"], plan["sharddir"]
-        _clean_temp_files(plan["expdir"])
+        clean_temp_files(plan["expdir"])
         self.shard = {t.key: os.path.join(sharddir, f"{t.key}.parquet") for t in tasks}
-        self.run_prov = _run_provenance(experiment, config, plan["config_json"], plan["chash"])
+        self.run_prov = run_provenance(experiment, config, plan["config_json"], plan["chash"])
         self.recomputed = []
         stored = set()
         for t in tasks:
             path = self.shard[t.key]
             if not os.path.lexists(path):
                 continue
-            problem = _shard_problem(path, _expected(self.run_prov, t))
+            problem = shard_problem(path, expected_provenance(self.run_prov, t))
             if problem is None:
                 stored.add(t.key)
                 continue
@@ -969,7 +430,7 @@ class _Sweep:
         self.timed = False  # set by run_experiments, whose tasks are timed
 
     def _provenance(self, task):
-        return {**_expected(self.run_prov, task), "seeds": _seeds_of(task), "params": task.params,
+        return {**expected_provenance(self.run_prov, task), "seeds": seeds_of(task), "params": task.params,
                 "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}
 
     def record(self, task, result) -> None:
@@ -987,7 +448,7 @@ class _Sweep:
             if data is None:  # resubmitted by Dask after its shard was stored
                 self.resumed += 1
             else:
-                _durable_write(self.shard[task.key], data)
+                durable_write(self.shard[task.key], data)
                 self.computed += 1
             if self.task_hook is not None:
                 self.task_hook(task.key)
@@ -1001,7 +462,7 @@ class _Sweep:
         return _interrupted(self.experiment.name, self.shard, self.plan["sharddir"])
 
     def stopped(self, exc: StorageError) -> StorageError:
-        return StorageError(f"{exc}; the sweep stopped, {_stored(self.shard)} finished task(s) are kept in "
+        return StorageError(f"{exc}; the sweep stopped, {stored_count(self.shard)} finished task(s) are kept in "
                             f"{self.plan['sharddir']}: free space or fix the folder, then run the same command again "
                             "to resume")
 
@@ -1017,7 +478,7 @@ class _Sweep:
         except KeyboardInterrupt:
             raise self.interrupted() from None
         except StorageError as exc:
-            raise StorageError(f"{exc}; {_stored(self.shard)} finished task(s) stay stored in {p['sharddir']}: fix "
+            raise StorageError(f"{exc}; {stored_count(self.shard)} finished task(s) stay stored in {p['sharddir']}: fix "
                                "the folder, then run the same command again to write the results") from None
 
 
@@ -1098,10 +559,10 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
         return out
     plans = [_plan(experiment, config, outdir, max_memory) for experiment, config in jobs]
     for plan in plans:
-        _make_run_folders(plan)
-    with _folder_locks([plan["expdir"] for plan in plans], lock_timeout):
+        make_run_folders(plan["outdir"], plan["sharddir"])
+    with folder_locks([plan["expdir"] for plan in plans], lock_timeout):
         for plan in plans:
-            _check_folders(plan["outdir"], plan["sharddir"])  # again, once the folders are ours
+            check_folders(plan["outdir"], plan["sharddir"])  # again, once the folders are ours
         sweeps = [_Sweep(experiment, config, plan, None, None) for (experiment, config), plan in zip(jobs, plans)]
         n = 1 if workers == 1 else default_workers(sum(len(s.todo) for s in sweeps))
         for s in sweeps:
@@ -1225,7 +686,7 @@ def _broken_pool_error(sweeps, i: int, processes) -> AttnSVMError:
                 p.join(max(deadline - time.monotonic(), 0.0))
         if p.exitcode == _UNGUARDED_EXIT:
             return AttnSVMError(_unguarded_message("run_experiments"))
-    n = sum(_stored(s.shard) for s in sweeps)
+    n = sum(stored_count(s.shard) for s in sweeps)
     return AttnSVMError(f"a worker process died during the run (killed, or out of memory: see --max-memory); {n} "
                         f"finished task(s) are stored under {os.path.dirname(sweeps[i].plan['expdir'])}: run the same "
                         "command again to resume (--workers 1 runs every task in this process)")
@@ -1305,53 +766,10 @@ def _pooled_outcomes(sweeps, workers: int, max_memory):
         _restore_env(old_env)
 
 
-def _stored(shard: dict) -> int:
-    """How many of the tasks' shards exist."""
-    return sum(os.path.exists(p) for p in shard.values())
-
-
 def _interrupted(name: str, shard: dict, sharddir: str) -> "RunInterrupted":
-    n = _stored(shard)
+    n = stored_count(shard)
     return RunInterrupted(f"interrupted; {n} finished task(s) of {name} are stored in {sharddir}; "
                           "run the same command again to resume", n, sharddir)
-
-
-def _inputs_of(experiment, config) -> dict:
-    """Digests of the files the experiment's numbers depend on beyond its config, from its optional method
-    ``input_digests(config) -> {name: digest}`` (the probe: its model's weight, config and tokenizer files)."""
-    hook = getattr(experiment, "input_digests", None)
-    if hook is None:
-        return {}
-    try:
-        digests = hook(config)
-    except OSError as exc:
-        raise StorageError(f"{experiment.name}: cannot read the inputs to record their digests: "
-                           f"{exc.strerror or exc}") from None
-    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
-        raise TypeError(f"{experiment.name}.input_digests must return a dict of str to str, got {digests!r:.80}")
-    return dict(sorted(digests.items()))
-
-
-def _run_provenance(experiment, config, config_json, chash) -> dict:
-    """What every shard of this run must say (:data:`VERIFIED_FIELDS` but the task) and the code version."""
-    from attnsvm import __version__
-
-    source = source_digest()
-    return {"experiment": experiment.name, "config_hash": chash, "config": config_json, "attnsvm": __version__,
-            "source": source, "version": _code_version(source), "inputs": _inputs_of(experiment, config)}
-
-
-def _expected(run_prov: dict, task: Task) -> dict:
-    return {**run_prov, "task": task.key}
-
-
-def _shard_problem(path: str, expected: dict) -> str | None:
-    """Why the shard at ``path`` cannot be used for the task of ``expected`` (None: it can)."""
-    try:
-        read_shard(path, expected)
-    except ShardError as exc:
-        return exc.reason
-    return None
 
 
 def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, chash, start, workers, scheduler,
@@ -1364,14 +782,14 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     plus this collection's; without it, the time since ``start``."""
     collect_start = time.time()
     name = experiment.name
-    _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
+    atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
     tables, provenance, configs, stored = [], [], [], []
     for t in tasks:
         path = shard[t.key]
         if not os.path.lexists(path):
             continue
         try:
-            table, prov = read_shard(path, _expected(run_prov, t))
+            table, prov = read_shard(path, expected_provenance(run_prov, t))
         except ShardError as exc:
             raise StorageError(f"the stored shard {path} changed during the run ({exc.reason}); run the same command "
                                "again to recompute it") from None
@@ -1386,7 +804,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     sealed = {"experiment": name, "config_hash": chash}
     # the data first (kept if a check or a figure fails), then sealed again with the digests of its checks and meta
     try:
-        _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
+        atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
     except TableError:   # each task's table stores, together they do not: the tasks that disagree fail
         keep = _joinable(tables)
         failures.extend(_failure(t, TableError(f"{name}.run_task: its table's columns cannot join those of the "
@@ -1394,11 +812,11 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
                         for k, t in enumerate(stored) if k not in keep)
         provenance = [p for k, p in enumerate(provenance) if k in keep]
         table = pd.concat([tables[k] for k in sorted(keep)], ignore_index=True)
-        _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
-        _atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
+        atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: None, META_DIGEST_KEY: None})
+        atomic_text(json.dumps(failures, indent=2), os.path.join(expdir, "failures.json"))
     # the config that produced the stored numbers is what the shards say (one config per shard folder)
     shown = configs[0] if len(configs) == 1 else config_json
-    _atomic_text(config_to_yaml(experiment.Config(**shown)), os.path.join(expdir, "config.yaml"))
+    atomic_text(config_to_yaml(experiment.Config(**shown)), os.path.join(expdir, "config.yaml"))
 
     checks = []
     figures = []
@@ -1416,7 +834,7 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
     preset = preset_of(experiment, config)
     checks = mark_findings(name, checks, preset)
     checks_text = json.dumps(checks, indent=2)
-    _atomic_text(checks_text, os.path.join(expdir, CHECKS_FILE))
+    atomic_text(checks_text, os.path.join(expdir, CHECKS_FILE))
     timing = dict(timing or {})
     wall = timing["task_seconds"] + time.time() - collect_start if timing else time.time() - start
     meta = {
@@ -1431,15 +849,15 @@ def _collect(experiment, config, config_json, tasks, shard, expdir, sharddir, ch
         "recomputed_unreadable": recomputed, **timing,
     }
     meta_text = json.dumps(meta, indent=2, default=str)
-    _atomic_text(meta_text, os.path.join(expdir, "meta.json"))
-    _atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: _sha256_text(checks_text),
-                                          META_DIGEST_KEY: _sha256_text(meta_text)})
+    atomic_text(meta_text, os.path.join(expdir, "meta.json"))
+    atomic_parquet(table, results_path, {**sealed, CHECKS_DIGEST_KEY: sha256_text(checks_text),
+                                          META_DIGEST_KEY: sha256_text(meta_text)})
     return RunSummary(name, expdir, len(tasks), computed, resumed, failures, checks, wall, preset, recomputed)
 
 
 def _column_types(table: pd.DataFrame) -> str:
     """``"a: float64, b: object"``: a table's columns and dtypes, for an error (at most 200 characters)."""
-    return _short(", ".join(f"{c}: {t}" for c, t in table.dtypes.items()), 200)
+    return short(", ".join(f"{c}: {t}" for c, t in table.dtypes.items()), 200)
 
 
 def _joinable(tables: list) -> set:
@@ -1606,15 +1024,3 @@ def _quiet_distributed():
             lg.setLevel(level)
 
 
-def environment() -> dict:
-    """Versions of the pieces that decide the numbers."""
-    import importlib.metadata as md
-
-    versions = {}
-    for pkg in ("attnsvm", "numpy", "scipy", "torch", "cvxpy", "clarabel", "pandas", "matplotlib", "dask"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "packages": versions, "attnsvm_code": code_version()}
