@@ -46,9 +46,7 @@ import platform
 import sys
 import time
 import traceback
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import partial
 
 import pandas as pd
 
@@ -57,6 +55,10 @@ from attnsvm.errors import AttnSVMError, ValidationError
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.checks import integrity_check, mark_findings
 from attnsvm.experiments.config import config_to_yaml
+from attnsvm.runner.executors import (  # noqa: F401 - the constants are re-exported
+    LANE_DEPTH, PARENT_POLL, WORKER_TIMEOUT, DaskCluster, LocalPool, SchedulerError, Serial, check_scheduler,
+    next_for_worker, queue_order, refuse_in_worker_start, shared_state_of,
+)
 from attnsvm.runner.folders import (  # noqa: F401 - LOCK_FILE is re-exported
     LOCK_FILE, LOCK_TIMEOUT, LockError, check_folders, check_outdir, clean_temp_files, folder_lock, folder_locks,
     make_run_folders,
@@ -64,6 +66,7 @@ from attnsvm.runner.folders import (  # noqa: F401 - LOCK_FILE is re-exported
 from attnsvm.runner.provenance import (
     code_version, config_hash, environment, expected_provenance, git_version, run_provenance, seeds_of, source_digest,
 )
+from attnsvm.runner.tasks import TaskAborted, execute_task, execute_timed, one_thread
 from attnsvm.runner.storage import (  # noqa: F401 - the constants are re-exported
     CHECKS_DIGEST_KEY, CHECKS_FILE, CHECKSUM_KEY, MAX_SEALED_BYTES, META_DIGEST_KEY, PROVENANCE_KEY, RESULTS_FILE,
     VERIFIED_FIELDS, ShardError, StorageError, TableError, atomic_parquet, atomic_text, durable_write,
@@ -79,15 +82,6 @@ __all__ = [
     "max_workers", "run_experiment", "execute_timed", "default_workers", "run_experiments", "queue_order",
     "shared_state_of", "next_for_worker", "check_scheduler", "environment",
 ]
-
-
-class TaskAborted(AttnSVMError, RuntimeError):
-    """A task raised ``SystemExit``, a ``KeyboardInterrupt`` of its own (no SIGINT arrived) or another exception that
-    is not an ``Exception``: recorded as that task's failure instead of ending the sweep."""
-
-
-class SchedulerError(AttnSVMError, ConnectionError):
-    """The Dask scheduler cannot be reached, or what answers is not a Dask scheduler."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -131,102 +125,6 @@ class RunSummary:
         return not self.failed and not self.failed_checks
 
 
-@contextmanager
-def _one_thread():
-    """One BLAS and one torch thread while a task runs, the caller's settings restored afterwards.
-
-    The solvers' matrices are small and a sweep gets its parallelism from worker processes;
-    BLAS threads on top of them oversubscribe the cores and slow small solves down.
-    The runner never changes its host's settings beyond the task it runs.
-    """
-    from threadpoolctl import threadpool_limits
-
-    import torch
-
-    before = torch.get_num_threads()
-    with threadpool_limits(limits=1):
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-
-
-@contextmanager
-def _memory_limit(limit):
-    """Make ``limit`` (bytes, or None: unchanged) the package's memory limit while a task runs,
-    so the solvers' own checks inside the task use the same ``--max-memory``."""
-    from attnsvm.memory import ENV_VAR
-
-    if limit is None:
-        yield
-        return
-    old = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = str(int(limit))
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(ENV_VAR, None)
-        else:
-            os.environ[ENV_VAR] = old
-
-
-@contextmanager
-def _sigint_watch():
-    """Yields ``{"sigint": False}``, set True when SIGINT arrives while the block runs (then KeyboardInterrupt is
-    raised as usual), so that a task's own ``raise KeyboardInterrupt`` can be told from Ctrl-C; yields None (cannot
-    tell) outside the main thread or when SIGINT has a handler other than Python's default."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield None
-        return
-    seen = {"sigint": False}
-
-    def handler(signum, frame):
-        seen["sigint"] = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield seen
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def execute_task(experiment, config_json: dict, task: Task, shard_path: str | None = None,
-                 max_memory: int | None = None) -> pd.DataFrame | None:
-    """Run one task (module-level, so Dask can ship it to any worker with the experiment object).
-
-    Returns ``None`` without computing when ``shard_path`` already holds a readable shard
-    (a task resubmitted by Dask after a worker died, whose result is already stored).
-    A task that raises ``SystemExit``, its own ``KeyboardInterrupt`` (not a SIGINT: Ctrl-C still interrupts) or
-    another non-``Exception`` raises :class:`TaskAborted` instead, so that it is recorded as that task's failure.
-    """
-    if shard_path is not None and shard_is_stored(shard_path):
-        return None
-    name = experiment.name
-    config = experiment.Config(**config_json)
-    with _memory_limit(max_memory), _one_thread(), _sigint_watch() as seen:
-        try:
-            table = experiment.run_task(config, task)
-        except Exception:
-            raise
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt) and (seen is None or seen["sigint"]):
-                raise  # Ctrl-C (or cannot tell): interrupt the sweep
-            raise TaskAborted(f"{name}.run_task raised {type(exc).__name__}{exc.args!r:.200} instead of returning a "
-                              "table (a task must return a DataFrame or raise an Exception)") from None
-    if not isinstance(table, pd.DataFrame):
-        raise TypeError(f"{name}.run_task must return a DataFrame, got {type(table).__name__}")
-    table = table.copy()
-    table["task"] = task.key
-    return table
-
-
 # ------------------------------------------------------------------ storage
 
 
@@ -253,8 +151,6 @@ def preset_of(experiment, config) -> str:
 
 #: ``--workers`` beyond this many local worker processes per CPU is refused (more start no task sooner)
 WORKERS_PER_CPU = 4
-#: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
-WORKER_TIMEOUT = 60.0
 
 
 def max_workers() -> int:
@@ -361,7 +257,7 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
     RunInterrupted
         (a KeyboardInterrupt) on Ctrl-C; shards already stored are kept.
     """
-    _refuse_in_worker_start("run_experiment")
+    refuse_in_worker_start("run_experiment")
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
                                                         max_memory, lock_timeout)
     plan = _plan(experiment, config, outdir, max_memory)
@@ -372,10 +268,13 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         check_folders(plan["outdir"], plan["sharddir"])  # again, once the folder is ours
         sweep = _Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
-        outcomes = _outcomes(experiment, plan["config_json"], sweep.todo, workers, scheduler, connect_timeout,
-                             sweep.shard, max_memory, worker_timeout)
+        if scheduler or (workers is not None and workers > 1):
+            executor = DaskCluster(workers, scheduler, connect_timeout, worker_timeout, max_memory)
+        else:
+            executor = Serial(max_memory)
+        outcomes = executor.outcomes([sweep], [(0, task) for task in sweep.todo])
         try:
-            for task, result in outcomes:
+            for _, task, result in outcomes:
                 sweep.record(task, result)
                 bar.update(task.runs)
         except KeyboardInterrupt:
@@ -471,7 +370,7 @@ class _Sweep:
         figures compute)."""
         p = self.plan
         try:
-            with _one_thread():
+            with one_thread():
                 return _collect(self.experiment, self.config, p["config_json"], p["tasks"], self.shard, p["expdir"],
                                 p["sharddir"], p["chash"], p["start"], self.workers, self.scheduler, self.failures,
                                 self.computed, self.resumed, self.recomputed, self.run_prov, self._timing())
@@ -480,27 +379,6 @@ class _Sweep:
         except StorageError as exc:
             raise StorageError(f"{exc}; {stored_count(self.shard)} finished task(s) stay stored in {p['sharddir']}: fix "
                                "the folder, then run the same command again to write the results") from None
-
-
-def execute_timed(experiment, config_json: dict, task: Task, max_memory: int | None = None):
-    """:func:`execute_task`, returning ``(table, wall seconds, CPU seconds of this process)`` (a task's error is
-    raised as it is)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    table = execute_task(experiment, config_json, task, None, max_memory)
-    return table, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def _timed(sweep, outcome):
-    """The table of ``outcome`` (a :func:`execute_timed` result, or a future of one), its seconds added to ``sweep``."""
-    table, wall, cpu = outcome.result() if hasattr(outcome, "result") else outcome
-    sweep.task_seconds += wall
-    sweep.task_cpu_seconds += cpu
-    return table
-
-
-def _run_timed(sweep, task, max_memory):
-    """Run ``task`` of ``sweep`` in this process; its table, its seconds added to ``sweep``."""
-    return _timed(sweep, execute_timed(sweep.experiment, sweep.plan["config_json"], task, max_memory))
 
 
 def default_workers(tasks: int) -> int:
@@ -539,7 +417,7 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
     dies (killed, out of memory) stops the run with an :class:`~attnsvm.errors.AttnSVMError` saying that the
     stored tasks are kept and how to resume.
     """
-    _refuse_in_worker_start("run_experiments")
+    refuse_in_worker_start("run_experiments")
     worker_timeout, outdir, max_memory = _check_options(workers, scheduler, connect_timeout, worker_timeout, outdir,
                                                         max_memory, lock_timeout)
     jobs = list(jobs)
@@ -578,7 +456,8 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
                         done(summaries[k])
 
             finish_ready()
-            for i, task, result in _pooled_outcomes(sweeps, n, max_memory):
+            executor = Serial(max_memory) if n <= 1 else LocalPool(n, max_memory)
+            for i, task, result in executor.outcomes(sweeps, queue_order(sweeps)):
                 try:
                     sweeps[i].record(task, result)
                 except KeyboardInterrupt:
@@ -594,176 +473,6 @@ def run_experiments(jobs, outdir: str, *, workers: int | None = None, scheduler:
         finally:
             bar.close()
         return summaries
-
-
-def queue_order(sweeps) -> list[tuple[int, Task]]:
-    """The tasks to compute of ``sweeps`` as ``(index of the sweep, task)``, in the order the pool runs them:
-    the experiments by the estimated CPU seconds of their tasks to compute, longest first, and within each
-    its tasks longest first (:meth:`~attnsvm.experiments.Experiment.estimate_seconds`; ties keep the order of
-    ``sweeps`` and of their tasks). Long work starts early, so no long task runs last on a half-idle pool,
-    and each experiment's tasks stay together, so its checks and figures are written while the others run."""
-    def cost(s, task) -> float:
-        return float(s.experiment.estimate_seconds(s.config, task))
-
-    costs = [[cost(s, t) for t in s.todo] for s in sweeps]
-    order = sorted(range(len(sweeps)), key=lambda i: -sum(costs[i]))  # stable: ties in the order of ``sweeps``
-    return [(i, sweeps[i].todo[j]) for i in order
-            for j in sorted(range(len(sweeps[i].todo)), key=lambda j: -costs[i][j])]
-
-
-#: tasks handed to each worker process at a time: the one it runs and the next, so that it never waits while
-#: this process writes a finished experiment (its checks and figures)
-LANE_DEPTH = 2
-
-
-def shared_state_of(sweep, task: Task):
-    """The name of the worker-process state ``task`` of ``sweep`` builds and reuses
-    (:meth:`~attnsvm.experiments.Experiment.shared_state`; None for an experiment without the method)."""
-    hook = getattr(sweep.experiment, "shared_state", None)
-    return None if hook is None else hook(sweep.config, task)
-
-
-def next_for_worker(states: list, holders: dict, worker: int) -> int:
-    """Index in the queue of the next task for ``worker``: the first whose shared state (``states``, in queue
-    order; None: none) is None, held by no worker yet, or held by ``worker`` (``holders``: state -> set of
-    workers that built it); when every task left needs a state only other workers hold, the first (that
-    worker then builds it too, rather than wait idle). ``states`` must not be empty."""
-    for k, state in enumerate(states):
-        if state is None or worker in holders.get(state, (worker,)):
-            return k
-    return 0
-
-
-#: set in this process's environment while its pool's workers start: a worker that finds itself re-running a script
-#: without a ``__main__`` guard then exits with :data:`_UNGUARDED_EXIT`, which this process reports
-#: (see :func:`_refuse_in_worker_start`)
-_POOL_WORKER_ENV = "ATTNSVM_POOL_WORKER"
-_UNGUARDED_EXIT = 87
-#: seconds between a pool worker's checks that the process that started it is still alive
-PARENT_POLL = 0.5
-
-
-def _refuse_in_worker_start(what: str) -> None:
-    """Raise :class:`~attnsvm.errors.AttnSVMError` when this is a process started with 'spawn' that is still
-    importing the parent's main script: the script calls ``what`` without an ``if __name__ == "__main__":`` guard,
-    and running it here would wait forever for the parent's folder lock. A worker of attnsvm's own pool leaves
-    instead exits with :data:`_UNGUARDED_EXIT`, and the parent says why (:func:`_broken_pool_error`)."""
-    import multiprocessing
-
-    if not getattr(multiprocessing.current_process(), "_inheriting", False):
-        return
-    if os.environ.get(_POOL_WORKER_ENV) == str(os.getppid()):  # a worker of attnsvm's pool: the parent says why
-        os._exit(_UNGUARDED_EXIT)
-    raise AttnSVMError(_unguarded_message(what))
-
-
-def _unguarded_message(what: str) -> str:
-    return (f"{what} was called again while a worker process started: worker processes are started with 'spawn', "
-            'which runs the calling script again in each of them; put the call under if __name__ == "__main__":')
-
-
-def _pool_worker_start(parent: int, interval: float = PARENT_POLL) -> None:
-    """A pool worker's initializer: a daemon thread ends the worker as soon as the process that started it is gone
-    (killed with SIGKILL or SIGTERM, it cannot stop its workers), so that no idle worker stays behind."""
-    import threading
-
-    def watch():
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="attnsvm-parent-watch", daemon=True).start()
-
-
-def _broken_pool_error(sweeps, i: int, processes) -> AttnSVMError:
-    """The error for a worker that died: a script without a ``__main__`` guard when one of the pool's worker
-    ``processes`` exited with :data:`_UNGUARDED_EXIT`, else the stored tasks and how to resume."""
-    deadline = time.monotonic() + 5.0
-    for p in processes:
-        if p.exitcode is None:  # the pool saw it end before it was reaped (a loaded machine): wait, bounded
-            with suppress(Exception):
-                p.join(max(deadline - time.monotonic(), 0.0))
-        if p.exitcode == _UNGUARDED_EXIT:
-            return AttnSVMError(_unguarded_message("run_experiments"))
-    n = sum(stored_count(s.shard) for s in sweeps)
-    return AttnSVMError(f"a worker process died during the run (killed, or out of memory: see --max-memory); {n} "
-                        f"finished task(s) are stored under {os.path.dirname(sweeps[i].plan['expdir'])}: run the same "
-                        "command again to resume (--workers 1 runs every task in this process)")
-
-
-def _restore_env(old) -> None:
-    """Put :data:`_POOL_WORKER_ENV` back as it was (``old``: its value, None when unset)."""
-    if old is None:
-        os.environ.pop(_POOL_WORKER_ENV, None)
-    else:
-        os.environ[_POOL_WORKER_ENV] = old
-
-
-def _pooled_outcomes(sweeps, workers: int, max_memory):
-    """Yield ``(index of the sweep, task, result)`` as the tasks of all ``sweeps`` finish, computed in this
-    process (``workers == 1``) or on ``workers`` local worker processes (started fresh, so no thread state of
-    this process is inherited), taken in :func:`queue_order`: each worker is handed :data:`LANE_DEPTH` tasks
-    at a time, the next one by :func:`next_for_worker`, so that the tasks sharing a worker-process state
-    (a loaded model) stay on the worker that built it while the others have other work."""
-    todo = queue_order(sweeps)
-    if workers <= 1:
-        for i, task in todo:
-            s = sweeps[i]
-            yield i, task, partial(_run_timed, s, task, max_memory)
-        return
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
-
-    context = multiprocessing.get_context("spawn")
-    before = set(multiprocessing.active_children())
-    old_env = os.environ.get(_POOL_WORKER_ENV)
-    os.environ[_POOL_WORKER_ENV] = str(os.getpid())  # seen by the workers, started (at their first task) from here
-    lanes = [ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_pool_worker_start,
-                                 initargs=(os.getpid(),)) for _ in range(workers)]
-    queue = list(todo)
-    states = [shared_state_of(sweeps[i], task) for i, task in queue]
-    holders: dict = {}
-    futures = {}  # future -> (worker, index of the sweep, task)
-    handed = [0] * workers
-
-    def hand(worker: int) -> None:
-        k = next_for_worker(states, holders, worker)
-        (i, task), state = queue.pop(k), states.pop(k)
-        if state is not None:
-            holders.setdefault(state, set()).add(worker)
-        future = lanes[worker].submit(execute_timed, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
-                                      max_memory)
-        futures[future] = (worker, i, task)
-        handed[worker] += 1
-
-    processes = []
-    try:
-        for _ in range(LANE_DEPTH):  # one task each in turn: the longest ones start first on different workers
-            for worker in range(workers):
-                if queue:
-                    hand(worker)
-        # the workers start at their first task, just handed: they are this process's children now
-        processes = [p for p in multiprocessing.active_children() if p not in before]
-        _restore_env(old_env)
-        while futures:
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda f: futures[f][1]):
-                worker, i, task = futures.pop(future)
-                handed[worker] -= 1
-                exc = future.exception()
-                if isinstance(exc, BrokenProcessPool):
-                    raise _broken_pool_error(sweeps, i, processes) from None
-                while queue and handed[worker] < LANE_DEPTH:
-                    hand(worker)
-                yield i, task, partial(_timed, sweeps[i], future)
-    finally:
-        for lane in lanes:  # cancel what has not started everywhere first, then wait for the running tasks
-            lane.shutdown(wait=False, cancel_futures=True)
-        for lane in lanes:
-            lane.shutdown(wait=True)
-        _restore_env(old_env)
 
 
 def _interrupted(name: str, shard: dict, sharddir: str) -> "RunInterrupted":
@@ -883,144 +592,5 @@ def _failure(task: Task, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------- Dask
-def _run_blocking(make_coroutine):
-    """Run the coroutine ``make_coroutine()`` to completion and return its result, also when this thread
-    already runs an event loop (a Jupyter kernel does, and ``asyncio.run`` refuses to nest): then on a
-    fresh loop in a helper thread."""
-    import asyncio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make_coroutine())
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
-
-
-def check_scheduler(address: str, timeout: float) -> None:
-    """Raise :class:`SchedulerError` unless a Dask scheduler answers at ``address`` within ``timeout`` seconds.
-
-    Sends Dask's ``identity`` request over a fresh connection and waits for a reply of
-    type ``Scheduler``; a closed port, a silent server or another protocol ends in a
-    clear error after at most about ``timeout`` seconds instead of a hang or a traceback.
-    """
-    import asyncio
-
-    from distributed.comm import connect
-
-    async def probe():
-        comm = await connect(address, timeout=timeout)
-        try:
-            await comm.write({"op": "identity", "reply": True})
-            return await comm.read()
-        finally:
-            comm.abort()
-
-    what = f"no Dask scheduler answered at {address!r}"
-    try:
-        reply = _run_blocking(lambda: asyncio.wait_for(probe(), timeout))
-    except (asyncio.TimeoutError, TimeoutError):
-        raise SchedulerError(f"{what} within --connect-timeout {timeout:g} s (is the address right and the scheduler "
-                             "running?)") from None
-    except Exception as exc:  # noqa: BLE001 - refused, unreachable, bad address, garbage reply
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        raise SchedulerError(f"{what}: {type(exc).__name__}: {text}"[:400]) from None
-    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
-        raise SchedulerError(f"{address!r} answered, but not as a Dask scheduler (reply {str(reply)[:80]!r})")
-
-
-def _outcomes(experiment, config_json, todo, workers, scheduler, connect_timeout=20.0, shard=None, max_memory=None,
-              worker_timeout=WORKER_TIMEOUT):
-    """Yield ``(task, result)`` as tasks finish; ``result()`` returns the task's table (None: already
-    stored) or raises.
-
-    In this process when neither ``workers > 1`` nor ``scheduler`` is given, else on Dask: a scheduler
-    without a worker after ``worker_timeout`` seconds, or one lost during the run, raises one
-    :class:`SchedulerError` (distributed's own reconnect tracebacks are kept off the terminal meanwhile).
-    """
-    shard = shard or {}
-    if not (scheduler or (workers is not None and workers > 1)):
-        for task in todo:
-            yield task, partial(execute_task, experiment, config_json, task, None, max_memory)
-        return
-    if not todo:
-        return
-    from dask.distributed import Client, LocalCluster, as_completed
-
-    with _quiet_distributed():
-        cluster = None
-        if scheduler:
-            try:
-                client = Client(scheduler, timeout=connect_timeout)
-            except Exception as exc:  # noqa: BLE001
-                raise SchedulerError(f"cannot connect to the Dask scheduler at {scheduler!r}: {type(exc).__name__}: "
-                                     f"{exc}"[:400]) from None
-        else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-            client = Client(cluster)
-        where = scheduler or "the local Dask cluster"
-
-        def lost(why: str) -> SchedulerError:
-            n = sum(os.path.exists(p) for p in shard.values())
-            folder = os.path.dirname(next(iter(shard.values()))) if shard else "the results folder"
-            return SchedulerError(f"lost the Dask scheduler at {where!r} during the run ({why}); {n} finished task(s) "
-                                  f"are kept in {folder}: start the scheduler and its workers again, then run the same "
-                                  "command to resume")
-
-        def result_of(future):
-            def result():
-                try:
-                    return future.result()
-                except Exception as exc:  # noqa: BLE001 - a task's own error, unless the scheduler is gone
-                    if client.status != "running":
-                        raise lost(type(exc).__name__) from None
-                    raise
-            return result
-
-        try:
-            if scheduler:
-                try:
-                    client.wait_for_workers(1, timeout=worker_timeout)
-                except (TimeoutError, OSError):
-                    raise SchedulerError(f"the Dask scheduler at {scheduler!r} has no worker after --worker-timeout "
-                                         f"{worker_timeout:g} s: start workers (dask worker {scheduler}) or wait longer "
-                                         "with a larger --worker-timeout") from None
-            futures = {client.submit(execute_task, experiment, config_json, task, shard.get(task.key), max_memory,
-                                     pure=False, key=f"{experiment.name}-{task.key}-{time.time_ns()}"): task
-                       for task in todo}
-            for future in as_completed(futures):
-                task = futures.pop(future)
-                if future.status == "cancelled" or client.status != "running":
-                    raise lost(f"task {task.key} {future.status}, client {client.status}")
-                yield task, result_of(future)
-                # the result is stored: release it so that a worker lost later does not make Dask recompute it
-                future.release()
-        finally:
-            try:
-                client.close(timeout=10)
-            except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
-                pass
-            if cluster is not None:
-                cluster.close()
-
-
-@contextmanager
-def _quiet_distributed():
-    """distributed's client-side loggers at CRITICAL while this run uses Dask: a lost scheduler then ends in
-    the runner's one :class:`SchedulerError`, not in distributed's reconnect tracebacks."""
-    import logging
-
-    names = ("distributed.client", "distributed.core", "distributed.comm", "distributed.batched", "distributed.utils")
-    loggers = [logging.getLogger(n) for n in names]
-    old = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, old):
-            lg.setLevel(level)
 
 
