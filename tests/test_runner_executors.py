@@ -12,58 +12,33 @@ import os
 import sys
 
 import cloudpickle
-import numpy as np
 import pandas as pd
 import pytest
-import torch
-from pydantic import PositiveInt
+from test_reproduce_pool import PoolToy, PoolToyConfig
 
-from attnsvm.experiments import Experiment, ExperimentConfig, Task, build_config, check, registry
+from attnsvm.experiments import build_config, registry
 from attnsvm.runner import default_workers, run_experiment, run_experiments
 
 REAL = "mm-loss-functions"
 
 
-class ExecToyConfig(ExperimentConfig):
-    runs: PositiveInt = 6
-    per_task: PositiveInt = 2
-
-
-class ExecToy(Experiment):
-    """Seeded rows per task, with the pid and torch threads that computed them; later tasks are estimated longer,
-    so the pool queues them first."""
+class ExecToy(PoolToy):
+    """:class:`PoolToy` (seeded rows, with the pid and torch threads that computed them) whose later tasks are
+    estimated longer, so that the pool queues them first."""
 
     name = "exec-toy"
-    title = "executor toy"
-    Config = ExecToyConfig
-
-    def tasks(self, config):
-        seeds = list(range(config.runs))
-        return [Task(f"seeds-{s:03d}", len(seeds[s:s + config.per_task]), {"seeds": seeds[s:s + config.per_task]})
-                for s in range(0, len(seeds), config.per_task)]
 
     def estimate_seconds(self, config, task):
         return 1.0 + task.params["seeds"][0]
 
-    def run_task(self, config, task):
-        rows = []
-        for s in task.params["seeds"]:
-            a = np.random.default_rng(s).standard_normal((40, 40))
-            rows.append({"seed": s, "value": float(np.linalg.norm(a @ a.T)), "pid": os.getpid(),
-                         "torch_threads": torch.get_num_threads()})
-        return pd.DataFrame(rows)
 
-    def checks(self, config, table):
-        return [check("rows", float(len(table)), "==", config.runs, source="test", reason="every run is stored",
-                      kind="integrity")]
-
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Dask's workers get the toy by value
+for _module in (__name__, PoolToy.__module__):  # Dask's workers get the toy by value
+    cloudpickle.register_pickle_by_value(sys.modules[_module])
 
 
 def _jobs():
     real = registry()[REAL]
-    return [(ExecToy(), ExecToyConfig()), (real, build_config(real, quick=True))]
+    return [(ExecToy(), PoolToyConfig()), (real, build_config(real, quick=True))]
 
 
 def _run(executor: str, out: str) -> list:
