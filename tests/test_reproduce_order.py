@@ -11,7 +11,8 @@ from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
 from attnsvm.experiments.costs import DEFAULT_RUN_SECONDS, RUN_SECONDS, measured_run_seconds, run_seconds
-from attnsvm.runner import _Sweep, _plan, queue_order, run_experiments
+from attnsvm.runner import queue_order, run_experiments
+from attnsvm.runner.sweep import Sweep, make_plan
 
 #: what the toys' tasks and the runner's on_done did, in this process (``workers=1``)
 EVENTS: list = []
@@ -51,7 +52,7 @@ class OrderToyB(OrderToy):
 
 
 def _sweeps(tmp_path, jobs):
-    return [_Sweep(e, c, _plan(e, c, str(tmp_path), None), None, None) for e, c in jobs]
+    return [Sweep(e, c, make_plan(e, c, str(tmp_path), None), None, None) for e, c in jobs]
 
 
 def _keys(order, sweeps):

@@ -49,12 +49,12 @@ class Serial:
             if s.timed:
                 yield i, task, partial(_run_timed, s, task, self.max_memory)
             else:
-                yield i, task, partial(execute_task, s.experiment, s.plan["config_json"], task, None, self.max_memory)
+                yield i, task, partial(execute_task, s.experiment, s.plan.config_json, task, None, self.max_memory)
 
 
 def _run_timed(sweep, task, max_memory):
     """Run ``task`` of ``sweep`` in this process; its table, its seconds added to ``sweep``."""
-    return _timed(sweep, execute_timed(sweep.experiment, sweep.plan["config_json"], task, max_memory))
+    return _timed(sweep, execute_timed(sweep.experiment, sweep.plan.config_json, task, max_memory))
 
 
 def _timed(sweep, outcome):
@@ -137,7 +137,7 @@ class LocalPool:
             (i, task), state = queue.pop(k), states.pop(k)
             if state is not None:
                 holders.setdefault(state, set()).add(worker)
-            future = lanes[worker].submit(execute_timed, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
+            future = lanes[worker].submit(execute_timed, sweeps[i].experiment, sweeps[i].plan.config_json, task,
                                           max_memory)
             futures[future] = (worker, i, task)
             handed[worker] += 1
@@ -224,7 +224,7 @@ def _broken_pool_error(sweeps, i: int, processes) -> AttnSVMError:
             return AttnSVMError(_unguarded_message("run_experiments"))
     n = sum(stored_count(s.shard) for s in sweeps)
     return AttnSVMError(f"a worker process died during the run (killed, or out of memory: see --max-memory); {n} "
-                        f"finished task(s) are stored under {os.path.dirname(sweeps[i].plan['expdir'])}: run the same "
+                        f"finished task(s) are stored under {os.path.dirname(sweeps[i].plan.expdir)}: run the same "
                         "command again to resume (--workers 1 runs every task in this process)")
 
 
@@ -328,7 +328,7 @@ class DaskCluster:
             try:
                 if scheduler:
                     self._wait_for_a_worker(client)
-                futures = {client.submit(execute_task, sweeps[i].experiment, sweeps[i].plan["config_json"], task,
+                futures = {client.submit(execute_task, sweeps[i].experiment, sweeps[i].plan.config_json, task,
                                          sweeps[i].shard.get(task.key), self.max_memory, pure=False,
                                          key=f"{sweeps[i].experiment.name}-{task.key}-{time.time_ns()}"): (i, task)
                            for i, task in queue}
