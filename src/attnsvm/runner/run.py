@@ -12,7 +12,7 @@ import os
 
 from attnsvm.errors import ValidationError
 from attnsvm.runner.executors import (
-    WORKER_TIMEOUT, DaskCluster, LocalPool, Serial, check_scheduler, queue_order, refuse_in_worker_start,
+    WORKER_TIMEOUT, DaskCluster, Executor, LocalPool, Serial, check_scheduler, queue_order, refuse_in_worker_start,
 )
 from attnsvm.runner.folders import LOCK_TIMEOUT, check_folders, check_outdir, folder_lock, folder_locks, make_run_folders
 from attnsvm.runner.storage import StorageError
@@ -109,6 +109,7 @@ def run_experiment(experiment, config, outdir: str, *, workers: int | None = Non
         check_folders(plan.outdir, plan.sharddir)  # again, once the folder is ours
         sweep = Sweep(experiment, config, plan, workers, scheduler, task_hook)
         bar = _progress(sweep.total_runs, sweep.done_runs, experiment.name, progress)
+        executor: Executor
         if scheduler or (workers is not None and workers > 1):
             executor = DaskCluster(workers, scheduler, connect_timeout, worker_timeout, max_memory)
         else:
@@ -211,7 +212,7 @@ def _run_pooled(jobs: list, outdir: str, workers: int | None, progress: bool, ma
                         done(summaries[k])
 
             finish_ready()
-            executor = Serial(max_memory) if n <= 1 else LocalPool(n, max_memory)
+            executor: Executor = Serial(max_memory) if n <= 1 else LocalPool(n, max_memory)
             for i, task, result in executor.outcomes(sweeps, queue_order(sweeps)):
                 try:
                     sweeps[i].record(task, result)
