@@ -108,17 +108,17 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", default=None, help="build in this folder and keep it (default: a temporary folder)")
     args = ap.parse_args(argv)
 
-    from attnsvm import runner
-    from attnsvm.runner import ShardError, read_shard, run_experiment
+    from attnsvm.runner import ShardError, config_hash, read_shard, run_experiment
+    from attnsvm.runner.provenance import expected_provenance, run_provenance
 
     work = args.keep or tempfile.mkdtemp(prefix="shard-bitflip-")
     t0 = time.perf_counter()
     exp, cfg, path = _build(work)
     build_s = time.perf_counter() - t0
     good = open(path, "rb").read()
-    chash = runner.config_hash(cfg)
+    chash = config_hash(cfg)
     task = exp.tasks(cfg)[0]
-    expected = runner._expected(runner._run_provenance(exp, cfg, cfg.model_dump(mode="json"), chash), task)
+    expected = expected_provenance(run_provenance(exp, cfg, cfg.model_dump(mode="json"), chash), task)
     reference = read_shard(path, expected)
     if args.legacy:
         good = _legacy_bytes(*reference)

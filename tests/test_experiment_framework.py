@@ -137,17 +137,6 @@ def test_failing_task_is_reported_and_others_complete(tmp_path):
     assert summary.ok
 
 
-def test_dask_local_cluster_matches_serial(tmp_path):
-    toy = Toy()
-    cfg = build_config(toy)
-    serial = run_experiment(toy, cfg, str(tmp_path / "serial"), progress=False)
-    dask = run_experiment(toy, cfg, str(tmp_path / "dask"), workers=2, progress=False)
-    assert serial.ok and dask.ok and dask.computed == 3
-    a = pd.read_parquet(tmp_path / "serial" / "toy" / "results.parquet").sort_values("seed").reset_index(drop=True)
-    b = pd.read_parquet(tmp_path / "dask" / "toy" / "results.parquet").sort_values("seed").reset_index(drop=True)
-    pd.testing.assert_frame_equal(a, b)
-
-
 def test_report_without_results(tmp_path):
     with pytest.raises(ValidationError, match="no experiment results"):
         write_report(str(tmp_path))

@@ -63,14 +63,15 @@ def _python(script, timeout=120, **kw):
 
 # ------------------------------------------------------------------ locks
 OPPOSITE_ORDER = """
-real_open_lock = runner.open_lock
+from attnsvm.runner import folders
+real_open_lock = folders.open_lock
 
 def slow_open_lock(path):  # widen the window between taking one experiment's lock and the next
     fh = real_open_lock(path)
     time.sleep(1.0)
     return fh
 
-runner.open_lock = slow_open_lock
+folders.open_lock = slow_open_lock  # where the runner opens its locks
 if __name__ == "__main__":
     from attnsvm.cli import main
     while not os.path.exists({go!r}):  # both runs take their first lock at the same moment

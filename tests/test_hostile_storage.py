@@ -25,6 +25,7 @@ from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
 from attnsvm.report import write_report
 from attnsvm.runner import run_experiment
 from attnsvm import _files, runner
+from attnsvm.runner import storage
 from attnsvm.runner import RunInterrupted, StorageError, read_shard
 from attnsvm.memory import ENV_VAR
 
@@ -83,7 +84,7 @@ def test_each_shard_stores_config_version_and_seeds_and_is_fsynced(tmp_path, mon
     cfg = toy.Config(scale=2.0)
     synced = []
     real_fsync = os.fsync
-    monkeypatch.setattr(runner.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     summary = run_experiment(toy, cfg, str(tmp_path), progress=False)
     shards = sorted(os.listdir(os.path.join(summary.outdir, "shards", runner.config_hash(cfg))))
     assert shards == ["seeds-000.parquet", "seeds-002.parquet", "seeds-004.parquet"]
@@ -176,7 +177,7 @@ def _failing_write(fail_on: str, err: int, after: int = 0):
     """A ``_write_all`` that writes half of the data, then fails like a full disk or read-only folder
     for a file whose name contains ``fail_on`` (from its ``after``+1-th such write on)."""
     seen = {"n": 0}
-    real = runner._write_all
+    real = storage._write_all
 
     def write(fh, data):
         if fail_on in os.path.basename(fh.name):
@@ -194,7 +195,7 @@ def test_disk_full_mid_shard_keeps_stored_shards_and_resumes_exactly(tmp_path, m
     log = tmp_path / "calls.log"
     cfg = toy.Config(log=str(log))
     out = str(tmp_path / "out")
-    monkeypatch.setattr(runner, "_write_all", _failing_write(".parquet", errno.ENOSPC, after=1))
+    monkeypatch.setattr(storage, "_write_all", _failing_write(".parquet", errno.ENOSPC, after=1))
     with pytest.raises(StorageError) as info:
         run_experiment(toy, cfg, out, progress=False)
     msg = str(info.value)
@@ -214,7 +215,7 @@ def test_read_only_results_folder_is_one_clear_error_and_keeps_shards(tmp_path, 
     toy = StoreToy()
     cfg = toy.Config()
     out = str(tmp_path / "out")
-    monkeypatch.setattr(runner, "_write_all", _failing_write("meta.json", errno.EROFS))
+    monkeypatch.setattr(storage, "_write_all", _failing_write("meta.json", errno.EROFS))
     with pytest.raises(StorageError, match=r"cannot write .*meta\.json: Read-only file system") as info:
         run_experiment(toy, cfg, out, progress=False)
     assert "\n" not in str(info.value)
@@ -234,6 +235,7 @@ def test_writer_killed_mid_shard_then_resume_matches_clean_run(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_hostile_storage import StoreToy
         from attnsvm import runner
+        from attnsvm.runner import storage
         n = {{"k": 0}}
         def write(fh, data):
             if ".parquet.tmp-" in fh.name:
@@ -242,7 +244,7 @@ def test_writer_killed_mid_shard_then_resume_matches_clean_run(tmp_path):
                     fh.write(data[: len(data) // 3]); fh.flush()
                     os._exit(9)
             fh.write(data)
-        runner._write_all = write
+        storage._write_all = write  # where the runner's writes go through
         toy = StoreToy()
         runner.run_experiment(toy, toy.Config(), {str(out)!r}, progress=False)
     """))

@@ -7,9 +7,8 @@ import pandas as pd
 import pytest
 from conftest import attnsvm_cli
 
-from attnsvm.experiments import build_config, registry
+from attnsvm.experiments import registry
 
-from attnsvm.runner import run_experiment
 from attnsvm.experiments.checks import KINDS, VERDICTS, load_findings
 from attnsvm.experiments.claims import is_internal
 
@@ -103,18 +102,6 @@ def test_rerun_resumes_without_recomputing(quick_results):
     r = attnsvm_cli("run", "tf-feasibility", "--quick", "--out", str(quick_results))
     assert r.returncode == 0, r.stderr
     assert "0 computed" in r.stdout and "failed" in r.stdout
-
-
-def test_dask_local_cluster_on_a_real_experiment(tmp_path):
-    exp = registry()["tf-feasibility"]
-    cfg = build_config(exp, quick=True)
-    serial = run_experiment(exp, cfg, str(tmp_path / "serial"), progress=False)
-    dask = run_experiment(exp, cfg, str(tmp_path / "dask"), workers=2, progress=False)
-    assert serial.ok and dask.ok and dask.computed == serial.tasks
-    key = ["n", "T", "d", "seed"]
-    a = pd.read_parquet(tmp_path / "serial" / "tf-feasibility" / "results.parquet").drop(columns="task").sort_values(key)
-    b = pd.read_parquet(tmp_path / "dask" / "tf-feasibility" / "results.parquet").drop(columns="task").sort_values(key)
-    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
 
 
 @pytest.mark.parametrize("args, match", [

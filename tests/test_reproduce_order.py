@@ -1,8 +1,8 @@
 """The pooled ``reproduce``'s queue (:func:`attnsvm.runner.queue_order`): longest experiments first, each
-one's longest tasks first, each experiment written as soon as its tasks are in; the order changes no table."""
+one's longest tasks first, each experiment written as soon as its tasks are in. That the order changes no table:
+tests/test_runner_executors.py (the pool, whose queue there differs from the tasks' order)."""
 
 import json
-import os
 
 import numpy as np
 import pandas as pd
@@ -11,7 +11,8 @@ from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
 from attnsvm.experiments.costs import DEFAULT_RUN_SECONDS, RUN_SECONDS, measured_run_seconds, run_seconds
-from attnsvm.runner import _Sweep, _plan, queue_order, run_experiment, run_experiments
+from attnsvm.runner import queue_order, run_experiments
+from attnsvm.runner.sweep import Sweep, make_plan
 
 #: what the toys' tasks and the runner's on_done did, in this process (``workers=1``)
 EVENTS: list = []
@@ -51,7 +52,7 @@ class OrderToyB(OrderToy):
 
 
 def _sweeps(tmp_path, jobs):
-    return [_Sweep(e, c, _plan(e, c, str(tmp_path), None), None, None) for e, c in jobs]
+    return [Sweep(e, c, make_plan(e, c, str(tmp_path), None), None, None) for e, c in jobs]
 
 
 def _keys(order, sweeps):
@@ -86,24 +87,6 @@ def test_one_process_runs_the_queue_order_and_writes_each_experiment_when_its_ta
     assert all(s.ok and s.computed == 2 for s in out)
     assert EVENTS == [("task", "order-toy-b", "t0"), ("task", "order-toy-b", "t1"), ("done", "order-toy-b"),
                       ("task", "order-toy-a", "t1"), ("task", "order-toy-a", "t0"), ("done", "order-toy-a")]
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")
-def test_the_pool_in_queue_order_gives_the_tables_of_one_process_and_of_each_experiment_alone(tmp_path):
-    jobs = [(OrderToy(), OrderToyConfig(costs=[0.1, 0.2, 0.3])),
-            (OrderToyB(), OrderToyConfig(costs=[5.0, 0.5, 7.0, 1.0]))]  # queued b first, tasks in another order
-    pool = run_experiments(jobs, str(tmp_path / "pool"), progress=False)
-    one = run_experiments(jobs, str(tmp_path / "one"), workers=1, progress=False)
-    assert [s.name for s in pool] == [s.name for s in one] == ["order-toy-a", "order-toy-b"]
-    for (exp, config), s in zip(jobs, pool):
-        alone = run_experiment(exp, config, str(tmp_path / "alone"), progress=False)
-        assert s.ok and alone.ok and s.computed == alone.computed == len(config.costs)
-        tables = [pd.read_parquet(os.path.join(tmp_path, f, exp.name, "results.parquet")) for f in
-                  ("pool", "one", "alone")]
-        for t in tables[1:]:
-            pd.testing.assert_frame_equal(tables[0], t)
-        meta = json.loads((tmp_path / "pool" / exp.name / "meta.json").read_text())
-        assert meta["workers"] == 2 and meta["computed"] == len(config.costs)
 
 
 def test_the_default_estimate_is_runs_times_the_measured_seconds_per_run():

@@ -1,8 +1,7 @@
 """``reproduce``'s default: the tasks of all the experiments on one pool of local processes
-(:func:`attnsvm.runner.run_experiments`): the same tables as one process, resumable, failures recorded;
-checks and figures on one thread."""
+(:func:`attnsvm.runner.run_experiments`): resumable, failures recorded, checks and figures on one thread, a dead
+worker one clear error. That it gives the tables of one process: tests/test_runner_executors.py."""
 
-import json
 import os
 
 import numpy as np
@@ -13,7 +12,7 @@ from pydantic import PositiveInt
 from threadpoolctl import threadpool_info
 
 from attnsvm.errors import AttnSVMError, ValidationError
-from attnsvm.experiments import Experiment, ExperimentConfig, Task, build_config, check, registry
+from attnsvm.experiments import Experiment, ExperimentConfig, Task, check
 from attnsvm.runner import default_workers, read_shard, run_experiment, run_experiments
 
 
@@ -65,33 +64,6 @@ def test_default_workers_is_one_per_cpu_and_at_most_one_per_task(monkeypatch):
     assert [default_workers(n) for n in (0, 1, 2, 5)] == [1, 1, 2, 2]
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert default_workers(7) == 1
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")
-def test_default_pool_gives_the_tables_of_one_process(tmp_path):
-    real = registry()["mm-loss-functions"]
-    jobs = [(PoolToy(), PoolToyConfig()), (real, build_config(real, quick=True))]
-    one = run_experiments(jobs, str(tmp_path / "one"), workers=1, progress=False)
-    assert all(s.computed == s.tasks and not s.failed for s in one)
-    pool = run_experiments(jobs, str(tmp_path / "pool"), progress=False)
-    assert [s.name for s in pool] == ["pool-toy", "mm-loss-functions"]
-    assert all(s.computed == s.tasks and not s.failed for s in pool)
-    toy_one, toy_pool = _table(tmp_path / "one", "pool-toy"), _table(tmp_path / "pool", "pool-toy")
-    # the pool's tasks ran in other processes, on one torch thread each
-    assert os.getpid() not in set(toy_pool["pid"]) and set(toy_one["pid"]) == {os.getpid()}
-    assert set(toy_pool["torch_threads"]) == {1}
-    cols = ["task", "seed", "value"]
-    pd.testing.assert_frame_equal(toy_one[cols], toy_pool[cols])
-    pd.testing.assert_frame_equal(_table(tmp_path / "one", "mm-loss-functions"),
-                                  _table(tmp_path / "pool", "mm-loss-functions"))
-    for name in ("pool-toy", "mm-loss-functions"):
-        a = json.loads((tmp_path / "one" / name / "checks.json").read_text())
-        b = json.loads((tmp_path / "pool" / name / "checks.json").read_text())
-        assert [(c["name"], c["value"], c["passed"]) for c in a] == [(c["name"], c["value"], c["passed"]) for c in b]
-        for folder, workers in (("pool", 2), ("one", 1)):
-            meta = json.loads((tmp_path / folder / name / "meta.json").read_text())
-            assert meta["workers"] == workers and meta["task_cpu_seconds"] > 0
-            assert meta["task_seconds"] <= meta["wall_seconds"]
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a pool needs 2 CPUs")
