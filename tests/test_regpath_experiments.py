@@ -12,9 +12,9 @@ from attnsvm.experiments import build_config, registry
 from attnsvm.generators import random_problem
 from attnsvm.training.regpath import lowest_loss_path, path_loss, regularization_path
 
-NAMES = ("tf-regpath-w",)
-#: a small seeded run: 8 instances, the smallest and the largest radius of the presets
-SMALL = {"instances": 8, "radii": [5.0, 40.0], "chunk": 8}
+NAMES = ("tf-regpath-w", "tf-regpath-kq")
+#: a small seeded run: 8 instances, the smallest and the largest radius of the quick preset
+SMALL = {"instances": 8, "chunk": 8}
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,8 @@ def runs():
     out = {}
     for name in NAMES:
         exp = registry()[name]
-        cfg = build_config(exp, overrides=SMALL)
+        radii = exp.quick["radii"]
+        cfg = build_config(exp, overrides={**SMALL, "radii": [radii[0], radii[-1]]})
         table = pd.concat([exp.run_task(cfg, t) for t in exp.tasks(cfg)], ignore_index=True)
         out[name] = (exp, cfg, table)
     return out

@@ -49,6 +49,7 @@ SIZE_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "tf-local-convergence": [(r".", ("runs",))],
     "tf-seq-causal": [(r".", ("runs",))],
     "tf-regpath-w": [(r".", ("instances",))],
+    "tf-regpath-kq": [(r".", ("instances",))],
     "tf-lambda-head": [(r"at lambda=", ("runs",))],
     "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
     "lm-margins": [(r"^C2", ("runs",))],
