@@ -138,11 +138,12 @@ class _RegPath(Experiment):
         used = table[table.seed.isin(keep)] if len(table) else table
         first = used[used.R == R0].set_index("seed").sort_index() if len(used) else used
         last = used[used.R == R1].set_index("seed").sort_index() if len(used) else used
-        out = [integrity_check("instances with a path point at every radius", float(len(table)), ">=",
+        norm = "||W^mm||_F" if self.own == "fro" else "||W^mm_*||_*"
+        out = [integrity_check("path points computed (instances x radii)", float(len(table)), ">=",
                                config.instances * len(Rs), f"{total} instances, {len(Rs)} radii",
                                reason="every instance x radius of the preset ran"),
                integrity_check(f"share of instances whose path point at the largest R is at least as good as the "
-                               f"SVM direction (loss at R {self.svm_name} / its norm <= loss of the path)",
+                               f"SVM direction (loss of the path <= loss at R {self.svm_name} / {norm})",
                                len(keep) / total if total else float("nan"), ">=", MINIMIZER_SHARE,
                                f"{len(keep)} of {total} at R = {R1:g}",
                                reason="the path is the global minimizer over the ball; the search (a warm start and "
