@@ -214,6 +214,10 @@ class _RegPath(Experiment):
                                 alpha=0.5, lw=0.8)
             axes[0, 1].semilogx(sub.R, sub[f"corr_{self.other}"], ls, color="tab:red", alpha=0.5, lw=0.8)
         axes[0, 0].set_yscale("log")
+        radii = sorted(float(r) for r in config.radii)
+        for ax in (axes[0, 0], axes[0, 1]):
+            ax.set_xticks(radii, [f"{r:g}" for r in radii])
+            ax.tick_params(axis="x", which="minor", labelbottom=False)
         label_axes(axes[0, 0], "R", f"1 - corr({self.path}, {self.svm_name})", "own Att-SVM (dotted: not a minimizer)")
         label_axes(axes[0, 1], "R", f"corr({self.path}, other Att-SVM)", "the other norm's Att-SVM")
         return save_figure(fig, outdir, f"regpath_{self.param.lower()}")
