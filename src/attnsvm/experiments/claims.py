@@ -48,6 +48,8 @@ SIZE_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "tf-feasibility": [(r"at d=\d+", ("instances",))],
     "tf-local-convergence": [(r".", ("runs",))],
     "tf-seq-causal": [(r".", ("runs",))],
+    "tf-regpath-w": [(r".", ("instances",))],
+    "tf-regpath-kq": [(r".", ("instances",))],
     "tf-lambda-head": [(r"at lambda=", ("runs",))],
     "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
     "lm-margins": [(r"^C2", ("runs",))],

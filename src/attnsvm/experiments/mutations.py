@@ -142,6 +142,30 @@ def _rank_plus_one(t):
     return t
 
 
+def _path_stuck(t):
+    """tf-regpath-*: every radius holds the smallest radius's correlations (a path that never leaves its start)."""
+    t = t.copy()
+    first = t[t["R"] == t["R"].min()].set_index("seed")
+    for c in ("corr_fro", "corr_nuc"):
+        t[c] = t["seed"].map(first[c]).to_numpy()
+    return t
+
+
+def _radius_not_applied(t):
+    """tf-regpath-*: the largest radius's points 1.5 times outside the ball (the projection skipped)."""
+    t = t.copy()
+    t.loc[t["R"] == t["R"].max(), "budget"] *= 1.5
+    return t
+
+
+def _swap(a, b):
+    def f(t):
+        t = t.copy()
+        t[[a, b]] = t[[b, a]].to_numpy()
+        return t
+    return f
+
+
 _RANGE = "lies in [-1, 1] in every row"
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -183,6 +207,19 @@ MUTATIONS: tuple[Mutation, ...] = (
              _shuffled_runs_at_last_step, ("C2: the non-support pairs' share of the gradient mass keeps falling",)),
     Mutation("off-by-one-rank", "tf-svm-rank", "rank + 1 on a fifth of the instances (seed divisible by 5)",
              _rank_plus_one, ("accurate: mean |rank(W^mm) - min(n, d)|",)),
+    Mutation("raw-inner-product-regpath-w", "tf-regpath-w",
+             f"corr with both SVMs left as raw inner products (x{RAW_FACTOR:g})", _scale(["corr_fro", "corr_nuc"]),
+             (f"corr(W_R, W^mm) (corr_fro) {_RANGE}", f"corr(W_R, W^mm_*) (corr_nuc) {_RANGE}")),
+    Mutation("radius-not-applied-regpath-w", "tf-regpath-w",
+             "the projection onto the ball skipped at the largest radius (points 1.5 R from 0)", _radius_not_applied,
+             ("the path lies on the ball's boundary at every radius",)),
+    Mutation("path-does-not-converge-regpath-kq", "tf-regpath-kq",
+             "a path that never leaves its start: every radius holds the smallest radius's correlations", _path_stuck,
+             ("mean corr(K_R Q_R^T, W^mm_*) at the largest R",)),
+    Mutation("wrong-norm-svm-regpath-kq", "tf-regpath-kq",
+             "the (K, Q) path compared with the Frobenius Att-SVM instead of the nuclear one (columns swapped)",
+             _swap("corr_fro", "corr_nuc"), ("mean corr(K_R Q_R^T, W^mm_*) at the largest R",
+                                              "at the largest R, K_R Q_R^T correlates more with W^mm_*")),
 )
 
 

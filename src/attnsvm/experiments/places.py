@@ -24,6 +24,22 @@ PAPERS = {"transformers-as-svms.md": TF, "max-margin-token-selection.md": MM, "c
 #: (spec file, pattern on the rest of the reference, the paper's place); the first match wins
 PLACES: list[tuple[str, str, str]] = [
     # Transformers as Support Vector Machines
+    ("transformers-as-svms.md", r"4 thm 1 \(regularization path\)", "theorem: the regularization path of W "
+                                                                      "(argmin of the loss over ||W||_F <= R) converges "
+                                                                      "in direction to the Frobenius Att-SVM W^mm "
+                                                                      "(Theorem 2 of the authors' talk, 'Regularization "
+                                                                      "Path -> Att-SVM'); the paper has no experiment "
+                                                                      "for it"),
+    ("transformers-as-svms.md", r"4 thm 2 \(regularization path\)", "theorem: the regularization path of (K, Q) "
+                                                                      "(argmin over ||K||_F^2 + ||Q||_F^2 <= 2R) "
+                                                                      "converges to the set of nuclear-norm Att-SVM* "
+                                                                      "solutions (Theorem 3 of the authors' talk, "
+                                                                      "'Regularization Path -> Att-SVM*'); the paper "
+                                                                      "has no experiment for it"),
+    ("transformers-as-svms.md", r"1\.6 regularization paths", "the regularization paths (minimizers of the loss "
+                                                               "over norm balls) and the over-parameterization "
+                                                               "result (no finite stationary point when d >= "
+                                                               "max(T-1, n))"),
     ("transformers-as-svms.md", r"5 E8", "sequence-to-sequence and causal extension (Seq-SVM, causal SVM); the paper "
                                           "has no such experiment: protocol of this project"),
     ("transformers-as-svms.md", r"3\.7 and 7\.1 item 5", "over-parameterization result (Att-SVM feasible when "

@@ -16,6 +16,21 @@ from attnsvm.training.optim import Optimizer
 from attnsvm.training.results import PathResult
 
 
+def _check_path(param, radii, who: str) -> np.ndarray:
+    """``radii`` as a (P,) float64 array, after checking ``param`` ("W" or "KQ") and that the radii are a non-empty
+    increasing list of finite positive numbers (ValidationError naming ``who`` otherwise)."""
+    if param not in ("W", "KQ"):
+        raise ValidationError(f"{who} supports param 'W' or 'KQ', got {param!r}")
+    try:
+        radii = np.asarray(radii, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValidationError("radii must be a non-empty increasing list of finite positive numbers") from None
+    if radii.ndim != 1 or radii.size == 0 or not np.all(np.isfinite(radii)) or np.any(radii <= 0) \
+            or np.any(np.diff(radii) <= 0):
+        raise ValidationError(f"radii must be a non-empty increasing list of finite positive numbers, got {radii!r}")
+    return radii
+
+
 def regularization_path(
     problems,
     radii,
@@ -32,8 +47,10 @@ def regularization_path(
     """Minimize the loss over ``||W||_F <= R`` (param "W") or ``||K||^2 + ||Q||^2 <= 2R``
     (param "KQ") for an increasing list of radii, each warm-started from the previous one.
 
-    Projected normalized GD with step ``lr * R / sqrt(j + 1)`` at inner step j (each
-    parameter normalized separately), projecting onto the ball after every step.
+    Projected normalized GD with step ``lr * R / sqrt(j + 1)`` at inner step j for W, and ``lr * sqrt(R) /
+    sqrt(j + 1)`` for each of K and Q (each parameter normalized separately; on the budget's boundary a
+    balanced factor has norm ``sqrt(R)``, so both steps are the fraction ``lr`` of the parameter's scale),
+    projecting onto the ball after every step.
     The minimizers are approximate (first-order method); for large ``R * margin``
     (beyond ~35 in float64) the loss underflows and the path loses meaning.
 
@@ -44,15 +61,7 @@ def regularization_path(
     -------
     PathResult
     """
-    if param not in ("W", "KQ"):
-        raise ValidationError(f"regularization_path supports param 'W' or 'KQ', got {param!r}")
-    try:
-        radii = np.asarray(radii, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError("radii must be a non-empty increasing list of finite positive numbers") from None
-    if radii.ndim != 1 or radii.size == 0 or not np.all(np.isfinite(radii)) or np.any(radii <= 0) \
-            or np.any(np.diff(radii) <= 0):
-        raise ValidationError(f"radii must be a non-empty increasing list of finite positive numbers, got {radii!r}")
+    radii = _check_path(param, radii, "regularization_path")
     lr = check_lr(lr)
     with np.errstate(over="ignore"):
         first_step = lr * radii[-1]
@@ -81,10 +90,106 @@ def regularization_path(
                       K=out.get("K"), Q=out.get("Q"))
 
 
+def lowest_loss_path(
+    problems,
+    radii,
+    param: str = "W",
+    *,
+    restarts: int = 8,
+    steps_per_radius: int = 500,
+    lr: float = 0.1,
+    seed: int = 0,
+    m: int | None = None,
+    loss: str = "logistic",
+) -> tuple[PathResult, np.ndarray]:
+    """The regularization path of each problem as the lowest-loss point of ``restarts`` chains per radius.
+
+    The path is the *global* minimizer of the loss over each ball (``||W||_F <= R``, or ``||K||_F^2 + ||Q||_F^2 <=
+    2R``). One warm-started chain of projected GD (:func:`regularization_path`) follows the minimizer of small
+    radii continuously and stays in its basin when the global minimizer jumps to another (a locally-optimal
+    direction). Here, at every radius, chain 0 starts from the previous radius's kept point (warm start; zero
+    for W and a default draw for (K, Q) at the first radius) and chains 1 .. restarts-1 from independent random
+    points on the ball's boundary (Gaussian W scaled to ``||W||_F = R``; Gaussian K, Q scaled to ``||K||_F^2 =
+    ||Q||_F^2 = R``), all run ``steps_per_radius`` steps in one batch; the chain of the smallest loss is kept (ties:
+    the lowest chain index). The chains see nothing of any SVM.
+
+    Parameters
+    ----------
+    problems : TokenProblem or list of N of them
+    radii : (P,) increasing positive radii
+    restarts : int >= 1, chains per problem and radius
+    steps_per_radius, lr, m, loss : as :func:`regularization_path`
+    seed : int >= 0, seeds the random starts
+
+    Returns
+    -------
+    (PathResult with W (N, P, d, d), loss (N, P), norm (N, P) and for KQ K, Q (N, P, d, m); chain (N, P) int, the
+    chain kept at each radius)
+    """
+    restarts = check_int(restarts, "restarts", 1)
+    seed = check_int(seed, "seed", 0)
+    items = list(problems) if isinstance(problems, (list, tuple)) else [problems]
+    if not items:
+        raise ValidationError("problems must hold at least one problem")
+    radii_arr = _check_path(param, radii, "lowest_loss_path")
+    N, d = len(items), int(items[0].X.shape[-1])
+    m = d if m is None else check_int(m, "m", 1)
+    runs = [p for p in items for _ in range(restarts)]
+    gen = np.random.Generator(np.random.PCG64(seed))
+    keep: list = []
+    chains = []
+    prev = None
+    for rad in radii_arr:
+        rad = float(rad)
+        if param == "W":
+            start = gen.standard_normal((N, restarts, d, d))
+            start *= rad / np.linalg.norm(start.reshape(N, restarts, -1), axis=-1)[..., None, None]
+            start[:, 0] = 0.0 if prev is None else prev.W[:, 0]
+            init = start.reshape(N * restarts, d, d)
+        else:
+            K, Q = gen.standard_normal((2, N, restarts, d, m))
+            K *= np.sqrt(rad) / np.linalg.norm(K.reshape(N, restarts, -1), axis=-1)[..., None, None]
+            Q *= np.sqrt(rad) / np.linalg.norm(Q.reshape(N, restarts, -1), axis=-1)[..., None, None]
+            if prev is not None:
+                K[:, 0], Q[:, 0] = prev.K[:, 0], prev.Q[:, 0]
+            else:
+                K[:, 0], Q[:, 0] = (0.1 * K[:, 0], 0.1 * Q[:, 0])
+            init = (K.reshape(N * restarts, d, m), Q.reshape(N * restarts, d, m))
+        res = regularization_path(runs, [rad], param=param, steps_per_radius=steps_per_radius, lr=lr,
+                                  seed=list(range(N * restarts)), init=init, m=m, loss=loss)
+        best = np.argmin(res.loss[:, 0].reshape(N, restarts), axis=1)  # (N,): first chain of the smallest loss
+        idx = np.arange(N) * restarts + best
+        prev = PathResult(radii=res.radii, W=res.W[idx], loss=res.loss[idx], norm=res.norm[idx],
+                          K=None if res.K is None else res.K[idx], Q=None if res.Q is None else res.Q[idx])
+        keep.append(prev)
+        chains.append(best)
+    cat = (lambda name: None if getattr(keep[0], name) is None else np.concatenate([getattr(k, name) for k in keep], 1))
+    out = PathResult(radii=radii_arr, W=cat("W"), loss=cat("loss"), norm=cat("norm"), K=cat("K"), Q=cat("Q"))
+    return out, np.stack(chains, 1)
+
+
+def path_loss(problems, W, *, loss: str = "logistic") -> np.ndarray:
+    """The loss at given points ``W (N, d, d)`` (one per problem), computed exactly as :func:`regularization_path`
+    computes the losses of its path (the same float64 arithmetic), so that a path's loss and the loss at a
+    comparison point (e.g. an SVM direction scaled to the path's norm) compare without a rounding difference.
+
+    Returns (N,) float64.
+    """
+    items = list(problems) if isinstance(problems, (list, tuple)) else [problems]
+    W = np.asarray(W, dtype=np.float64)
+    if W.ndim != 3 or W.shape[0] != len(items) or not np.all(np.isfinite(W)):
+        raise ValidationError(f"W must be a finite array (N, d, d) with N = {len(items)} problems, got shape "
+                              f"{W.shape}")
+    # a radius above every norm: the points are not projected
+    rad = 2.0 * max(float(np.linalg.norm(W.reshape(len(items), -1), axis=1).max()), 1.0)
+    return regularization_path(items, [rad], param="W", steps_per_radius=0, init=W, loss=loss).loss[:, 0]
+
+
 class PathKernel:
     """Kernel of :func:`attnsvm.training.loop.run` for one radius of a regularization path.
 
-    Projected normalized GD: step ``lr * rad / sqrt(k + 1)`` then projection onto the ball of radius
+    Projected normalized GD: step ``lr * rad / sqrt(k + 1)`` (``lr * sqrt(rad) / sqrt(k + 1)`` for K and Q) then
+    projection onto the ball of radius
     ``rad`` (:meth:`start` sets the radius and projects the warm start). The only record is the last step:
     the loss and parameters at the radius, after one finiteness check per radius (NonFiniteError).
     :meth:`result`: numpy ``W`` (R, P, d, d), ``loss`` (R, P) and, for KQ, ``K`` / ``Q`` (R, P, d, m) over
@@ -139,7 +244,10 @@ class PathKernel:
 
     def update(self, k):
         res = self.res
-        self.opt.step(self.params, res["grads"], lr=self.lr * self.rad / np.sqrt(k + 1), log_scale=res.get("log_scale"))
+        # the step is the fraction lr of the parameter's scale: R for W, sqrt(R) for each balanced factor K, Q
+        # (K and Q at R's scale overshoot the ball ||K||^2 + ||Q||^2 <= 2R by a factor sqrt(R) from R = 1 / lr^2 on)
+        scale = self.rad if self.param == "W" else np.sqrt(self.rad)
+        self.opt.step(self.params, res["grads"], lr=self.lr * scale / np.sqrt(k + 1), log_scale=res.get("log_scale"))
         self.project()
 
     def result(self):
