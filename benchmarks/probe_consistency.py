@@ -1,7 +1,8 @@
 """Is the probe's statistic consistent as the number of SVM sentences m grows? Planted heads whose truth is known.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/probe_consistency.py [--ms 8,16,32,64,128] [--draws 4]
-        [--heads 5] [--layers 1,2] [--pool 256] [--kinds max-margin,random,sink+random]
+        [--heads 5] [--layers 1,2] [--pool 256] [--kinds max-margin,random,sink+random] [--seed 0] [--minilm 16,48]
+        (a kind partial<e>, e.g. partial0.5, adds partially planted heads)
 
 (defaults: 6.5 min wall, 161 CPU-s on the shared 2-core machine; the calibration check of the guide's table is
 ``--ms 16,64 --draws 8 --layers 0,1,2,3 --kinds random,sink+random``)
@@ -95,9 +96,11 @@ def score(inp, W: np.ndarray) -> dict:
     return out
 
 
-def heads(setup, layers, n_heads, pool):
+def heads(setup, layers, n_heads, pool, kinds=KINDS):
     """``{(kind, layer, head): function of inp -> W (D, D)}`` for the three kinds of planted heads (the max-margin
-    heads fitted on the first ``pool`` sentences)."""
+    heads fitted on the first ``pool`` sentences) and, for each kind ``partial<e>`` in ``kinds``, the partially
+    planted heads ``W_e = c ((1 - e) W_rand / ||W_rand|| + e W_svm / ||W_svm||)`` of benchmarks/planted_heads.py
+    (W_rand layer 1's head, W_svm the max-margin head's SVM, c = ||40 W_svm||)."""
     out = {}
     big = layer_inputs(setup, 1, pool)
     for h in range(n_heads):
@@ -107,6 +110,12 @@ def heads(setup, layers, n_heads, pool):
         if sol.status != "optimal":
             raise RuntimeError(f"the max-margin head {h}'s SVM is {sol.status}")
         out[("max-margin", 1, h)] = (lambda inp, W=ALPHA * sol.W: W)
+        Wr, Ws = setup.model.head_weights(1, h), sol.W
+        for kind in kinds:
+            if kind.startswith("partial"):
+                e = float(kind[len("partial"):])
+                W = ALPHA * np.linalg.norm(Ws) * ((1 - e) * Wr / np.linalg.norm(Wr) + e * Ws / np.linalg.norm(Ws))
+                out[(kind, 1, h)] = (lambda inp, W=W: W)
     for layer in layers:
         for h in range(n_heads):
             Wh = setup.model.head_weights(layer, h)
@@ -122,7 +131,7 @@ def run(ms, draws, layers, n_heads, pool, kinds=KINDS, seed=0):
         setup = prepare_probe(corpus_sentences(max(pool, max(ms)), 3), model=path, max_length=24,
                               threshold=THRESHOLD, seed=seed)
         rows = []
-        for (kind, layer, h), make in heads(setup, layers, n_heads, pool).items():
+        for (kind, layer, h), make in heads(setup, layers, n_heads, pool, kinds).items():
             if kind not in kinds:
                 continue
             for m in ms:
@@ -139,6 +148,24 @@ def run(ms, draws, layers, n_heads, pool, kinds=KINDS, seed=0):
                     Wr = sink_null(W, mu, null_rng(seed, layer, h, j, "sink"))
                     rows.append({"kind": kind, "layer": layer, "head": h, "m": m, "role": "sink", "draw": j,
                                  **score(inp, Wr)})
+    return pd.DataFrame(rows)
+
+
+def minilm(ms, draws, heads=(0, 3, 7), layer=3, seed=0) -> pd.DataFrame:
+    """The shipped MiniLM's ``layer`` (D = 385): each of ``heads`` and ``draws`` sink nulls on the first m of
+    ``max(ms)`` corpus sentences (the probe's defaults: one random word query, threshold 0.1), every statistic."""
+    setup = prepare_probe(corpus_sentences(max(ms), seed), layers=[layer], threshold=THRESHOLD, seed=seed)
+    rows = []
+    for h in heads:
+        W = setup.model.head_weights(layer, h)
+        for m in ms:
+            inp = layer_inputs(setup, layer, m)
+            mu = mean_query_direction(inp.Z)
+            rows.append({"kind": "MiniLM", "layer": layer, "head": h, "m": m, "role": "head", "draw": -1,
+                         **score(inp, W)})
+            for j in range(draws):
+                rows.append({"kind": "MiniLM", "layer": layer, "head": h, "m": m, "role": "sink", "draw": j,
+                             **score(inp, sink_null(W, mu, null_rng(seed, layer, h, j, "sink")))})
     return pd.DataFrame(rows)
 
 
@@ -168,24 +195,11 @@ def verdict_table(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ms", default="8,16,32,64,128", help="numbers of SVM sentences (nested samples)")
-    ap.add_argument("--draws", type=int, default=4, help="spectrum and sink nulls per head and m")
-    ap.add_argument("--heads", type=int, default=5, help="heads per layer (and max-margin heads)")
-    ap.add_argument("--layers", default="1,2", help="layers whose heads are the random and sink+random heads")
-    ap.add_argument("--kinds", default=",".join(KINDS), help="kinds of heads")
-    ap.add_argument("--pool", type=int, default=256, help="sentences the max-margin heads are fitted on (>= max m)")
-    args = ap.parse_args()
-    ms = sorted(int(v) for v in args.ms.split(","))
-    layers = [int(v) for v in args.layers.split(",")]
-    t0, c0 = time.perf_counter(), time.process_time()
-    t = run(ms, args.draws, layers, args.heads, args.pool, args.kinds.split(","))
+def report(t: pd.DataFrame, draws: int):
+    """Print the tables of :func:`run`'s rows (and keep them in /tmp/probe_consistency.csv)."""
     t.to_csv("/tmp/probe_consistency.csv", index=False)
-    pd.set_option("display.width", 200)
-    pd.set_option("display.max_rows", 500)
     v = verdict_table(t)
-    print(f"1. statistics by kind of head and m ({args.draws} spectrum and sink nulls per head; z: mean over heads; "
+    print(f"1. statistics by kind of head and m ({draws} spectrum and sink nulls per head; z: mean over heads; "
           "ks: KS p of the heads' p_upper vs U(0,1); beyond: heads with p_upper < 0.05)")
     for st in STATS:
         print(f"\n{st}")
@@ -195,6 +209,32 @@ def main():
     print("\n2. mechanism (means): selected and support tokens per sentence, share of ||W||^2 inside the restriction, "
           "query-independent share of the restricted W and of its SVM")
     print(mech.round(3).to_string())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="8,16,32,64,128", help="numbers of SVM sentences (nested samples)")
+    ap.add_argument("--draws", type=int, default=4, help="spectrum and sink nulls per head and m")
+    ap.add_argument("--heads", type=int, default=5, help="heads per layer (and max-margin heads)")
+    ap.add_argument("--layers", default="1,2", help="layers whose heads are the random and sink+random heads")
+    ap.add_argument("--minilm", default="", help="also MiniLM layer 3, heads 0, 3, 7 at these m (e.g. 16,48)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="kinds of heads on the random model ('': none)")
+    ap.add_argument("--seed", type=int, default=0, help="the random model's, the queries' and the nulls' seed")
+    ap.add_argument("--pool", type=int, default=256, help="sentences the max-margin heads are fitted on (>= max m)")
+    args = ap.parse_args()
+    ms = sorted(int(v) for v in args.ms.split(","))
+    layers = [int(v) for v in args.layers.split(",")]
+    t0, c0 = time.perf_counter(), time.process_time()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_rows", 500)
+    if args.kinds:
+        report(run(ms, args.draws, layers, args.heads, args.pool, args.kinds.split(","), args.seed), args.draws)
+    if args.minilm:
+        ml = minilm(sorted(int(v) for v in args.minilm.split(",")), args.draws)
+        print("\n3. MiniLM layer 3 (sink nulls): head value, null mean and sd per statistic")
+        g = ml.groupby(["head", "m", "role"])[list(STATS) + ["selected", "support", "sink_share"]]
+        print(g.mean().round(3).to_string())
+        print(ml[ml.role == "sink"].groupby(["head", "m"])[list(STATS)].std().round(3).to_string())
     print(f"\nwall {time.perf_counter() - t0:.0f} s, CPU {time.process_time() - c0:.0f} s")
 
 
