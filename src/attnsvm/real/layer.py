@@ -66,7 +66,10 @@ def margin_ratio(scores: np.ndarray, selected: np.ndarray, cand: np.ndarray, W_v
     SVM sentences m grows (0.01-0.07 from m = 8 to 128), while their ``corr_restricted`` drifts with m (up for random
     heads and their nulls, as more rows pin each SVM toward its own head; down for sink heads, as the sink's share
     of the restriction falls), and heads that are max-margin on a larger sample are *below* their nulls in every
-    correlation until m nears that sample, but beyond them in rho at every m (z growing with m).
+    correlation until m nears that sample, but beyond them in rho at every m (z growing with m). What it cannot
+    see: a head that is max-margin only in part (a tenth of random W is enough) or whose attention falls off
+    gradually has some selected and unselected token close together, and its rho is then that of its nulls. Its
+    null values are skewed to the right: a predictive-t p-value should be taken on ``log(rho)``.
 
     Parameters
     ----------
