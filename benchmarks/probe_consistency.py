@@ -4,8 +4,9 @@
         [--heads 5] [--layers 1,2] [--pool 256] [--kinds max-margin,random,sink+random] [--seed 0] [--minilm 16,48]
         (a kind partial<e>, e.g. partial0.5, adds partially planted heads)
 
-(defaults: 6.5 min wall, 161 CPU-s on the shared 2-core machine; the calibration check of the guide's table is
-``--ms 16,64 --draws 8 --layers 0,1,2,3 --kinds random,sink+random``, MiniLM's ``--kinds '' --minilm 16,48,128``)
+(defaults: 6.5-7 min wall, 150-161 CPU-s on the shared 2-core machine, two runs with identical output; the
+calibration check of the guide's table is ``--ms 16,64 --draws 8 --layers 0,1,2,3 --kinds random,sink+random``,
+MiniLM's ``--kinds '' --minilm 16,48,128``)
 
 On a random-weight BERT-like model (tests/test_probe_calibration.py's ``random_model``: width 40, so the
 bias-augmented states have D = 41 coordinates and span 40 directions; initializer range 0.3, threshold 0.1,
