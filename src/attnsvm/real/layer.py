@@ -50,6 +50,62 @@ def corr(A: np.ndarray, B) -> float:
     return float(np.sum(A * B) / (na * nb))
 
 
+def margin_ratio(scores: np.ndarray, selected: np.ndarray, cand: np.ndarray, W_visible: np.ndarray,
+                 W_svm) -> float:
+    """How much of the largest achievable normalized margin a head attains on its own selections.
+
+    ``rho = gamma(W) ||W_svm||_* / ||W_visible||_*``: ``gamma`` the head's own hard margin on its selections (the
+    smallest ``s_a - s_b`` of its scores over every sentence with an unselected candidate, a selected, b an
+    unselected candidate: the margin of the SVM's inequality rows), ``W_visible`` the part of its W the sentences
+    see (:meth:`LayerInputs.restrict`; the margins are exactly those of ``W_visible``), ``W_svm`` the nuclear Gen-SVM
+    of the same selections, whose normalized margin ``1 / ||W_svm||_*`` is the largest any W reaches. So
+    ``rho <= 1`` whenever W also ties its selected tokens (the SVM's equality rows; only a head that breaks them can
+    exceed 1), ``rho = 1`` exactly when the visible W is a max-margin solution, and it is invariant to W's scale.
+
+    Why this and not ``corr_restricted`` (benchmarks/probe_consistency.py, docs/guide/probe.md "Which statistic is
+    consistent as m grows"): on planted heads, random and sink-plus-random heads' rho stays flat as the number of
+    SVM sentences m grows (0.01-0.07 from m = 8 to 128), while their ``corr_restricted`` drifts with m (up for random
+    heads and their nulls, as more rows pin each SVM toward its own head; down for sink heads, as the sink's share
+    of the restriction falls), and heads that are max-margin on a larger sample are *below* their nulls in every
+    correlation until m nears that sample, but beyond them in rho at every m (z growing with m). What it cannot
+    see: a head that is max-margin only in part (a tenth of random W is enough) or whose attention falls off
+    gradually has some selected and unselected token close together, and its rho is then that of its nulls. Its
+    null values are skewed to the right: a predictive-t p-value should be taken on ``log(rho)``.
+
+    Parameters
+    ----------
+    scores : (m, T) the head's scores ``x_t^T W z_i`` (:meth:`LayerInputs.scores`)
+    selected : (m, T) bool, its selections (inside ``cand``)
+    cand : (m, T) bool, the candidates
+    W_visible : (D, D) the restricted W (:meth:`LayerInputs.restrict`)
+    W_svm : (D, D) the certified SVM of ``selected``, or None (no certified SVM)
+
+    Returns
+    -------
+    float rho; NaN (as :func:`corr`) without a certified SVM, when every candidate is selected in every sentence
+    (no inequality row), or when ``W_visible`` or ``W_svm`` is zero
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    selected, cand = np.asarray(selected), np.asarray(cand)
+    if scores.ndim != 2 or selected.shape != scores.shape or cand.shape != scores.shape:
+        raise ValidationError(f"scores, selected and cand must share one (m, T) shape, got {scores.shape}, "
+                              f"{selected.shape}, {cand.shape}")
+    if selected.dtype != bool or cand.dtype != bool or np.any(selected & ~cand):
+        raise ValidationError("selected and cand must be bool arrays with selected inside cand")
+    if W_svm is None:
+        return float("nan")
+    rows = (cand & ~selected).any(axis=1) & selected.any(axis=1)
+    if not rows.any():
+        return float("nan")
+    lo = np.where(selected, scores, np.inf).min(axis=1)
+    hi = np.where(cand & ~selected, scores, -np.inf).max(axis=1)
+    gamma = float((lo - hi)[rows].min())
+    nv, ns = np.linalg.norm(W_visible, "nuc"), np.linalg.norm(W_svm, "nuc")
+    if not (nv > 0 and ns > 0) or not np.isfinite(gamma):
+        return float("nan")
+    return float(gamma * ns / nv)
+
+
 def summary(sol) -> dict:
     """What the table keeps of an SVMSolution (not its rows): W (None unless ``sol.certified``:
     nothing is compared with an infeasible or uncertified solution), ``sol.status`` ("optimal",
