@@ -137,7 +137,8 @@ def test_planted_max_margin_heads_are_beyond_the_sink_null_at_both_m(random_bert
 
 def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(tmp_path):
     """``probe_heads(null_kind="sink")``: the verdict's columns come from the sink nulls (``null_kind`` "sink"),
-    the spectrum nulls are reported beside them, and every head has its sink statistics; the default is unchanged."""
+    the spectrum nulls are reported beside them, and every head has its sink statistics; it is the default, and
+    ``null_kind="spectrum"`` gives the spectrum verdict."""
     path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
     kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=3, null_stop=False)
     sink = probe_heads(SENTENCES[:6], null_kind="sink", **kw)
@@ -146,8 +147,13 @@ def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(t
     assert (t["n_spectrum"] == 3).all() and t["spectrum_mean"].notna().all() and t["verdict"].notna().all()
     for c in ("qi_share", "qi_first_logit", "sel_first", "sel_last"):
         assert t[c].notna().all(), c
+    ok = t["svm_status"] == "optimal"  # the margin ratio beside the verdict: a number exactly where the SVM is certified
+    assert t.loc[ok, "margin_ratio"].gt(0).all() and t.loc[~ok, "margin_ratio"].isna().all()
     assert ((t["qi_share"] >= 0) & (t["qi_share"] <= 1)).all()
-    spec = probe_heads(SENTENCES[:6], **kw).table
+    default = probe_heads(SENTENCES[:6], **kw).table  # the sink null is the default
+    pd.testing.assert_frame_equal(default.drop(columns=["svm_seconds", "random_seconds", "null_seconds"]),
+                                  t.drop(columns=["svm_seconds", "random_seconds", "null_seconds"]))
+    spec = probe_heads(SENTENCES[:6], null_kind="spectrum", **kw).table
     assert (spec["null_kind"] == "spectrum").all() and "spectrum_mean" not in spec.columns
     # the spectrum columns beside the sink verdict are those of the spectrum verdict's nulls (same draws)
     np.testing.assert_allclose(t["spectrum_mean"], spec["null_mean"], rtol=1e-9)
@@ -183,7 +189,7 @@ def test_cli_null_kind_choice(tmp_path):
     assert r.exit_code == 0 and "--null-kind [spectrum|sink]" in r.output
     r = CliRunner().invoke(cli, ["probe", "--null-kind", "rotation"])
     assert r.exit_code == 2 and "rotation" in r.output
-    assert ProbeConfig().null_kind == "spectrum" and ProbeConfig(null_kind="sink").null_kind == "sink"
+    assert ProbeConfig().null_kind == "sink" and ProbeConfig(null_kind="spectrum").null_kind == "spectrum"
     with pytest.raises(ValueError):
         ProbeConfig(null_kind="rotation")
 

@@ -313,13 +313,14 @@ class _NullKinds(click.Choice):
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
               help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
                    "each head's verdict (default 8; 0: no verdict). Not for --query all.")
-@click.option("--null-kind", type=_NullKinds(), default="spectrum", show_default=True,
-              help="The verdict's null heads, a kind of the registry attnsvm.real.nulls.NULLS "
+@click.option("--null-kind", type=_NullKinds(), default=None,
+              help="The verdict's null heads (default: sink), a kind of the registry attnsvm.real.nulls.NULLS "
                    "(attnsvm.real.nulls.verdict_null_kinds()). spectrum: the head's singular values, Haar-random "
                    "singular vectors; "
                    "sink: the head's own W with its query side rotated at random about the mean query (keeps its "
-                   "query-independent key preference, e.g. an attention sink on [CLS]). With a kind other than "
-                   "spectrum the spectrum nulls are drawn too and reported in spectrum_* columns.")
+                   "query-independent key preference, e.g. an attention sink on [CLS], which every trained head shares and "
+                   "spectrum nulls do not). With a kind other than spectrum the spectrum nulls are drawn too and "
+                   "reported in spectrum_* columns.")
 @click.option("--null-stop/--no-null-stop", default=True, show_default=True,
               help="Draw each head's spectrum nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "

@@ -110,7 +110,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
-              null_kind: str = "spectrum") -> str:
+              null_kind: str | None = None) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -128,8 +128,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
-    null_kind : the verdict's null, "spectrum" (default) or "sink" (:func:`attnsvm.real.nulls.sink_null`; the
-        spectrum nulls are then drawn too and reported in ``spectrum_*`` columns)
+    null_kind : the verdict's null, None (the default of :class:`attnsvm.real.probe_config.ProbeConfig`: "sink",
+        :func:`attnsvm.real.nulls.sink_null`; the spectrum nulls are then drawn too and reported in ``spectrum_*``
+        columns) or a kind of :data:`attnsvm.real.nulls.NULLS` such as "spectrum"
     null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
         ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
@@ -174,7 +175,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
                           seed=seed, max_length=loaded.probe_max_length(max_length), view_sentences=view_sentences,
                           model=None if model is None else loaded.path, transplant_draws=transplant_draws,
-                          device=device, null_stop=bool(null_stop), null_kind=null_kind,
+                          device=device, null_stop=bool(null_stop),
+                          **({} if null_kind is None else {"null_kind": null_kind}),
                           **({} if null_draws is None else {"null_draws": null_draws}))
     stored = None
     if out:

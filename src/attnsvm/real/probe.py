@@ -280,8 +280,9 @@ def format_table(table, columns=None) -> str:
     random-selection baseline after it (secondary). A value that is no number reads "no SVM" in the row of a
     head without one (no finite ``corr_restricted``), else "none"."""
     if columns is None:
-        names = (("layer", "head", "m", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
-                  "stable_verdict", "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
+        names = (("layer", "head", "m", "mean_selected", "sel_first", "corr_restricted", "null_mean", "spectrum_mean",
+                  "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "corr_random_restricted",
+                  "svm_status", "svm_gap") if "verdict" in table.columns else
                  ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
                   "advantage", "svm_status", "svm_gap"))
         columns = [c for c in names if c in table.columns]

@@ -46,8 +46,12 @@ class ProbeConfig(BaseModel):
     view_sentences : int >= 0 sentences per head kept for the page
     null_draws : int >= 0 verdict nulls per head (default :data:`attnsvm.real.nulls.NULL_DRAWS`; 0 with ``query="all"``,
         which has no nulls yet)
-    null_kind : the verdict's null, a kind of :data:`attnsvm.real.nulls.NULLS` that a verdict may use
+    null_kind : the verdict's null (default "sink", :func:`attnsvm.real.nulls.sink_null`: it keeps the head's
+        query-independent key preference, the attention sink every trained head shares, and passed the spectrum
+        null's calibration, tests/test_probe_sink_calibration.py), a kind of :data:`attnsvm.real.nulls.NULLS` that a verdict may use
         (:func:`attnsvm.real.nulls.verdict_null_kinds`)
+    spectrum_draws : int >= 0 or None, spectrum nulls drawn beside a verdict of another kind, for the descriptive
+        ``spectrum_*`` columns (None: ``null_draws``; all drawn, never stopped early)
     null_stop : draw the verdict nulls one at a time and stop once no further draw can change any verdict
     structured_draws, transplant_draws : int >= 0, descriptive nulls per head (0 with ``query="all"``)
     null_selection : one of :data:`attnsvm.real.nulls.NULL_SELECTIONS`
@@ -69,7 +73,8 @@ class ProbeConfig(BaseModel):
     model: str | None = None
     view_sentences: NonNegativeInt = 4
     null_draws: NonNegativeInt = NULL_DRAWS
-    null_kind: str = "spectrum"
+    null_kind: str = "sink"
+    spectrum_draws: NonNegativeInt | None = None
     null_stop: bool = True
     structured_draws: NonNegativeInt = 0
     transplant_draws: NonNegativeInt = 0

@@ -25,7 +25,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real import cache
-from attnsvm.real.layer import LayerInputs, corr, summary
+from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import (
     head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
@@ -390,8 +390,9 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
     -------
     row : dict ``corr, corr_restricted, corr_random, corr_random_restricted, advantage, svm_status, svm_gap,
         svm_violation, svm_rank, svm_nuclear, svm_support, random_status, random_gap, svm_seconds,
-        random_seconds`` (and with one query per sentence ``selected_all`` and
-        :func:`attnsvm.real.nulls.query_split` ``qi_share, qi_first_logit`` on the m SVM sentences)
+        random_seconds`` (and with one query per sentence ``selected_all``,
+        :func:`attnsvm.real.nulls.query_split` ``qi_share, qi_first_logit`` on the m SVM sentences and
+        :func:`attnsvm.real.layer.margin_ratio` ``margin_ratio``, descriptive: NaN without a certified SVM)
     support : (m, T) bool, the SVM's support tokens
     """
     Wh = setup.model.head_weights(layer, head)
@@ -413,6 +414,9 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
     if selected.ndim == 2:  # every sentence's selection is all its candidates: no margin row, W = 0
         row["selected_all"] = bool(np.all((selected == inp.cand).all(axis=-1)))
         row.update(query_split(Wh, inp.X, inp.Z, inp.cand))  # the sink: the query-independent part of its scores
+        # descriptive beside corr_restricted: the share of the largest normalized margin the head attains
+        row["margin_ratio"] = margin_ratio(inp.scores(Wh), selected, inp.cand, Wr,
+                                           sol["W"] if sol["status"] == "optimal" else None)
     return row, sol["support"]
 
 

@@ -125,7 +125,9 @@ def null_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
     draws = null_task(setup, inp, task.layer, task.head, sel, null_draws=config.null_draws,
                       structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
                       null_selection=config.null_selection, real=real if config.null_stop else None,
-                      tested=config.tested, null_kind=config.null_kind, spectrum_draws=config.null_draws, **solver)
+                      tested=config.tested, null_kind=config.null_kind,
+                      spectrum_draws=config.null_draws if config.spectrum_draws is None else config.spectrum_draws,
+                      **solver)
     return [{"part": "null", "layer": task.layer, "head": task.head, **({"m": task.m} if task.several else {}),
              "kind": d["kind"], "draw": d["draw"], "null_status": d["status"],
              "null_corr_restricted": d["corr_restricted"], "null_seconds": d["seconds"],
@@ -252,7 +254,7 @@ def _announce(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask) -> str:
 def result_settings(config: ProbeConfig, setup: ProbeSetup) -> dict:
     """The settings a probe's result reports (``ProbeResult.config``, ``probe.json``): the sentences' count, the
     resolved layers, heads and max_length, the clipped m, and the null settings where nulls were drawn (the
-    default model's and the spectrum null's entries stay as they were)."""
+    default model's entries stay as they were)."""
     n = len(setup.sentences)
     ms = config.sizes_for(n)
     cfg = dict(n_sentences=n, layers=setup.layers, heads=setup.heads, query=config.query,
@@ -260,9 +262,7 @@ def result_settings(config: ProbeConfig, setup: ProbeSetup) -> dict:
                baseline_draws=int(config.baseline_draws), seed=int(setup.seed), max_length=int(setup.max_length))
     if config.query != "all" and ms[-1] >= 1:
         cfg.update(null_draws=int(config.null_draws), structured_draws=int(config.structured_draws),
-                   null_selection=config.null_selection)
-        if config.null_kind != "spectrum":
-            cfg.update(null_kind=config.null_kind)
+                   null_selection=config.null_selection, null_kind=config.null_kind)
         if config.transplant_draws:
             cfg.update(transplant_draws=int(config.transplant_draws))
         if config.null_stop and config.null_draws:

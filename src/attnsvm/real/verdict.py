@@ -490,10 +490,11 @@ def verdict_summary(table) -> str:
 #: what the verdict columns mean, printed under the probe's table
 LEGEND = (
     "columns: corr_restricted = cosine of the head's W_h (projected on the span its sentences reveal) with the "
-    "nuclear Gen-SVM of its own selections; null_mean = the same for spectrum null heads (the head's singular "
-    "values, Haar-random singular vectors, selecting by their own attention >= threshold); p_upper = predictive-t "
-    "p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
+    "nuclear Gen-SVM of its own selections; null_mean = the same for the verdict's null heads (null_kind); p_upper = "
+    "predictive-t p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
-    "certified SVM: infeasible or all candidates selected); corr_random_restricted = random selections of the "
-    "same sizes (secondary baseline)."
+    "certified SVM: infeasible or all candidates selected); sel_first = share of queries whose selection holds "
+    "position 0 ([CLS] / BOS); margin_ratio = the head's own margin on its selections over the SVM's, both at nuclear "
+    "norm 1 (1: max-margin; descriptive); corr_random_restricted = random selections of the same sizes (secondary "
+    "baseline)."
 )

@@ -35,6 +35,8 @@ class HeadsConfig(ExperimentConfig):
     null_draws: NonNegativeInt = NULL_DRAWS
     structured_draws: NonNegativeInt = 0
     null_selection: Literal["threshold", "matched"] = "threshold"
+    #: the verdict's null (:data:`attnsvm.real.nulls.NULLS`); this preset draws no spectrum nulls beside another kind
+    null_kind: Literal["spectrum", "sink"] = "spectrum"
 
 
 @register
@@ -73,7 +75,8 @@ class RealMinilmHeads(Experiment):
                           query=config.query, threshold=config.threshold, svm_sentences=config.svm_sentences,
                           baseline_draws=config.baseline_draws, seed=config.seed, max_length=config.max_length,
                           null_draws=config.null_draws, structured_draws=config.structured_draws,
-                          null_selection=config.null_selection, null_stop=False)  # this preset: all draws
+                          null_selection=config.null_selection, null_stop=False,  # this preset: all draws
+                          null_kind=config.null_kind, spectrum_draws=0)
         out = res.table.copy()
         out["seconds_svm"] = res.seconds["svm"]
         return out
