@@ -213,7 +213,7 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     np.testing.assert_allclose(four["corr_restricted"], alone["corr_restricted"])
     np.testing.assert_allclose(four["q_upper"], alone["q_upper"])  # BY over the heads of that m only
     args = ["probe", "--model", path, "--sentences", str(_lines(tmp_path)), "--svm-sentences", "4,6", "--null-draws",
-            "3", "--max-length", "24"]
+            "3", "--max-length", "24", "--null-kind", "spectrum"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert "stable_verdict" in r.output and "SVMs on [4, 6]" in r.output
@@ -222,11 +222,23 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     stored = pd.read_csv(tmp_path / "o" / "probe.csv")
     shards = sorted(p.name for p in (tmp_path / "o" / "probe" / "shards").rglob("*.parquet"))
     assert "L0-H1-m4-null.parquet" in shards and "L0-H0-m6.parquet" in shards, shards
-    inproc = probe_heads(SENTENCES[:6], svm_sentences=[6, 4], **kw).table  # the same tasks in this process
+    inproc = probe_heads(SENTENCES[:6], svm_sentences=[6, 4], null_kind="spectrum", **kw).table  # the same tasks
     assert list(zip(stored["head"], stored["m"])) == list(zip(inproc["head"], inproc["m"]))
     for c in ("corr_restricted", "null_mean", "p_upper", "q_upper"):
         np.testing.assert_allclose(stored[c], inproc[c], rtol=1e-12, err_msg=c)
     assert list(stored["stable_verdict"]) == list(inproc["stable_verdict"])
+    # the secondary random baseline only up to --baseline-max-m: no number (words on the page) above it
+    r = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "b"), "--baseline-max-m", "4"])
+    assert r.exit_code == 0, r.output
+    b = pd.read_csv(tmp_path / "b" / "probe.csv")
+    assert b.loc[b["m"] == 4, "corr_random_restricted"].notna().all()
+    assert b.loc[b["m"] == 6, "corr_random_restricted"].isna().all()
+    np.testing.assert_allclose(b["corr_restricted"], stored["corr_restricted"], rtol=1e-12)
+    from test_probe_no_svm_words import NOT_A_NUMBER, _Visible
+
+    page = _Visible()
+    page.feed((tmp_path / "b" / "probe.html").read_text())
+    assert not NOT_A_NUMBER.search(" ".join(page.parts))
 
 
 def _lines(tmp_path):

@@ -325,6 +325,9 @@ class _NullKinds(click.Choice):
               help="Draw each head's spectrum nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
                    "column null_stop). --no-null-stop: all --null-draws for every head.")
+@click.option("--baseline-max-m", type=click.IntRange(min=1), default=None,
+              help="Draw the secondary random-selection baseline only at SVM sentence counts m <= this (default: at "
+                   "every m). At large m the baseline is most of a head's cost and answers nothing the nulls do not.")
 @click.option("--transplant-draws", type=click.IntRange(min=0), default=0, show_default=True,
               help="Other heads of the model applied to each head's states (transplant null: descriptive columns "
                    "transplant_*, outside the verdict; a GPT-2 head reads this layer's ln_1 output). Not for --query "
@@ -346,8 +349,8 @@ class _NullKinds(click.Choice):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, null_draws, null_kind, null_stop, transplant_draws, device, as_json, max_memory, model_dir, workers,
-          scheduler, connect_timeout):
+          curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device, as_json, max_memory,
+          model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -368,7 +371,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
-                     transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind)
+                     transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
+                     baseline_max_m=baseline_max_m)
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

@@ -41,6 +41,8 @@ class ProbeConfig(BaseModel):
     svm_sentences : int >= 0 (0: no SVM), or a list of several values >= 1 (sorted, without repeats: every head at
         each m; see :attr:`svm_sizes`); default :data:`SVM_SENTENCES`
     baseline_draws : int >= 1 random selections per head
+    baseline_max_m : the random baselines only at m <= this (None: at every m); the secondary baseline is most of a
+        head task's cost at large m and answers nothing the nulls do not
     seed : int; max_length : int >= 1 or None (the smaller of 128 and the model's position limit)
     model : None (the shipped MiniLM) or a model directory
     view_sentences : int >= 0 sentences per head kept for the page
@@ -48,8 +50,8 @@ class ProbeConfig(BaseModel):
         which has no nulls yet)
     null_kind : the verdict's null (default "sink", :func:`attnsvm.real.nulls.sink_null`: it keeps the head's
         query-independent key preference, the attention sink every trained head shares, and passed the spectrum
-        null's calibration, tests/test_probe_sink_calibration.py), a kind of :data:`attnsvm.real.nulls.NULLS` that a verdict may use
-        (:func:`attnsvm.real.nulls.verdict_null_kinds`)
+        null's calibration, tests/test_probe_sink_calibration.py), a kind of :data:`attnsvm.real.nulls.NULLS` that a
+        verdict may use (:func:`attnsvm.real.nulls.verdict_null_kinds`)
     spectrum_draws : int >= 0 or None, spectrum nulls drawn beside a verdict of another kind, for the descriptive
         ``spectrum_*`` columns (None: ``null_draws``; all drawn, never stopped early)
     null_stop : draw the verdict nulls one at a time and stop once no further draw can change any verdict
@@ -68,6 +70,7 @@ class ProbeConfig(BaseModel):
     threshold: float = Field(0.1, gt=0.0, le=1.0)
     svm_sentences: int | list[int] = SVM_SENTENCES
     baseline_draws: PositiveInt = 1
+    baseline_max_m: PositiveInt | None = None
     seed: int = 0
     max_length: PositiveInt | None = None
     model: str | None = None
@@ -138,6 +141,10 @@ class ProbeConfig(BaseModel):
     def sizes_for(self, n: int) -> list[int]:
         """The numbers of SVM sentences for a probe of ``n`` sentences: each m clipped to n, without repeats."""
         return sorted({min(int(m), int(n)) for m in self.svm_sizes})
+
+    def baselines_at(self, m: int) -> int:
+        """The random baseline draws of a head task at ``m`` SVM sentences (0 above :attr:`baseline_max_m`)."""
+        return int(self.baseline_draws) if self.baseline_max_m is None or m <= self.baseline_max_m else 0
 
     @property
     def has_nulls(self) -> bool:

@@ -383,7 +383,8 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
     setup : the probe (model, seed); inp : the layer's SVM sentences (:func:`layer_inputs`, or
         :func:`seq_layer_inputs` for ``query="all"``), m sentences
     selected : the head's selections on those m sentences, (m, T) bool (``query="all"``: (m, T, T))
-    baseline_draws : random selections of the same sizes (:func:`baseline_rng` of (seed, layer, head))
+    baseline_draws : random selections of the same sizes (:func:`baseline_rng` of (seed, layer, head)); 0: none (the
+        ``*random*`` columns NaN, ``random_status`` "")
     **solver_options : passed to the solver (``max_memory``, ``device``, ...)
 
     Returns
@@ -400,16 +401,17 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
     rand = baselines(selected[None], inp.cand, setup.seed, layer, [head], baseline_draws)
     draws = [_solved(inp, o, solver_options) for o in rand]
     Wr = inp.restrict(Wh)
+    nan = float("nan")  # no baseline drawn (baseline_draws = 0): its columns hold no number
     row = {"corr": corr(Wh, sol["W"]), "corr_restricted": corr(Wr, sol["W"]),
-           "corr_random": float(np.mean([corr(Wh, d["W"]) for d in draws])),
-           "corr_random_restricted": float(np.mean([corr(Wr, d["W"]) for d in draws]))}
+           "corr_random": float(np.mean([corr(Wh, d["W"]) for d in draws])) if draws else nan,
+           "corr_random_restricted": float(np.mean([corr(Wr, d["W"]) for d in draws])) if draws else nan}
     row["advantage"] = row["corr_restricted"] - row["corr_random_restricted"]
     row.update(svm_status=sol["status"], svm_gap=sol["gap"], svm_violation=sol["violation"])
     sv = np.linalg.svd(sol["W"], compute_uv=False) if sol["W"] is not None else np.zeros(1)
     row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0
     row.update(svm_nuclear=sol["nuclear"], svm_support=int(np.asarray(sol["support"]).sum()),
                random_status=",".join(d["status"] for d in draws),
-               random_gap=float(np.max([d["gap"] for d in draws])), svm_seconds=sol["seconds"],
+               random_gap=float(np.max([d["gap"] for d in draws])) if draws else nan, svm_seconds=sol["seconds"],
                random_seconds=float(np.sum([d["seconds"] for d in draws])))
     if selected.ndim == 2:  # every sentence's selection is all its candidates: no margin row, W = 0
         row["selected_all"] = bool(np.all((selected == inp.cand).all(axis=-1)))

@@ -105,7 +105,7 @@ def head_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
     if inp is None:
         return row, None
     svm_row, support = head_task(setup, inp, task.layer, task.head, selected[:task.m],
-                                 baseline_draws=config.baseline_draws, **solver)
+                                 baseline_draws=config.baselines_at(task.m), **solver)
     row.update(svm_row)
     return row, support
 
