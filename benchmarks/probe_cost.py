@@ -43,7 +43,7 @@ def main():
     import numpy as np
 
     from attnsvm.real.layer import LayerInputs, corr, summary
-    from attnsvm.real.probe_steps import layer_inputs, layer_selections, null_task, prepare_probe
+    from attnsvm.real.probe_steps import NullDraws, layer_inputs, layer_selections, null_task, prepare_probe
 
     class TimedInputs(LayerInputs):
         """The layer's inputs, recording each SVM's CPU seconds (rows built and solved), N and working set."""
@@ -88,7 +88,7 @@ def main():
                     d = null_heads(inp, setup.model.head_weights(args.layer, h), sel.sum(axis=1), seed=setup.seed,
                                    layer=args.layer, head=h, draws=1, start=j, threshold=setup.threshold)[0]
                 else:
-                    d = [x for x in null_task(setup, inp, args.layer, h, sel, null_draws=0, transplant_draws=j + 1)
+                    d = [x for x in null_task(setup, inp, args.layer, h, sel, NullDraws(0, transplant=j + 1))
                          if x["kind"] == "transplant"][-1]
                 cpu, wall = time.process_time() - c1, time.perf_counter() - t1
                 cost[kind].append(cpu)

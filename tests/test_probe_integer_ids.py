@@ -32,7 +32,7 @@ def test_layer_and_head_stay_integers_when_a_head_has_no_svm():
     shards = [_head_row(0, svm=False), pd.DataFrame({"task": pd.Series([], dtype=str)}),
               _head_row(1, svm=True), _null_rows(1, 4)]
     stored = pd.concat(shards, ignore_index=True)  # what runner.collect does with the shards
-    cfg = ProbeConfig(layers=[3], heads=[0, 1], null_draws=4, svm_sentences=8, n_sentences=16)
+    cfg = ProbeConfig(layers=[3], heads=[0, 1], null_draws=4, svm_sentences=8, n_sentences=16, null_kind="spectrum")
     table = combine(cfg, stored)
     assert str(table["layer"].dtype) == "int64" and str(table["head"].dtype) == "int64"
     lines = format_table(table.drop(columns=["view_support", "seconds_svm"])).splitlines()

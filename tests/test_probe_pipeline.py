@@ -16,7 +16,7 @@ from attnsvm.real.minilm import load_model  # noqa: E402
 from attnsvm.real.nulls import transplant_heads  # noqa: E402
 from attnsvm.real.probe import probe_heads  # noqa: E402
 from attnsvm.real.probe_steps import (  # noqa: E402
-    head_task, layer_inputs, layer_selections, null_task, prepare_probe, transplant_sources,
+    NullDraws, head_task, layer_inputs, layer_selections, null_task, prepare_probe, transplant_sources,
 )
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import transplant_columns  # noqa: E402
@@ -91,7 +91,8 @@ def test_the_stored_probes_tasks_of_a_layer_share_its_svm_inputs_while_the_forwa
 
 def test_head_task_is_the_probes_row(models):
     """Composing the steps by hand gives the row probe_heads reports (the same numbers, one layer input)."""
-    res = probe_heads(SENTENCES, model=models["gpt2"], layers=[1], heads=[2], svm_sentences=6, null_draws=3, **KW)
+    res = probe_heads(SENTENCES, model=models["gpt2"], layers=[1], heads=[2], svm_sentences=6, null_draws=3,
+                      null_stop=False, **KW)
     setup = prepare_probe(SENTENCES, model=models["gpt2"], layers=[1], heads=[2], **KW)
     ls = layer_selections(setup, 1)
     inp = layer_inputs(setup, 1, 6)
@@ -101,8 +102,8 @@ def test_head_task_is_the_probes_row(models):
         if "seconds" not in k:
             assert got[k] == v or (isinstance(v, float) and np.isnan(v) and np.isnan(got[k])), k
     np.testing.assert_array_equal(support, res.support[(1, 2)])
-    draws = null_task(setup, inp, 1, 2, ls.sel[0, :6], null_draws=3)
-    assert [d["draw"] for d in draws] == [0, 1, 2]
+    draws = null_task(setup, inp, 1, 2, ls.sel[0, :6], NullDraws(3, "sink"))  # the default probe's verdict nulls
+    assert [d["draw"] for d in draws] == [0, 1, 2] and {d["kind"] for d in draws} == {"sink"}
     assert np.isclose(np.nanmean([d["corr_restricted"] for d in draws]), got["null_mean"], rtol=1e-12)
 
 

@@ -258,7 +258,7 @@ def test_stored_probe_combines_stopped_null_tasks():
 
     from attnsvm.experiments.real.probe_run import ProbeConfig, combine
 
-    cfg = ProbeConfig(layers=[0], heads=[0, 1, 2], null_draws=8)
+    cfg = ProbeConfig(layers=[0], heads=[0, 1, 2], null_draws=8, null_kind="spectrum")
     mid = [0.08, 0.081, 0.079]
     rng = np.random.default_rng(1)
     full = list(rng.normal(0.08, 0.01, 8))

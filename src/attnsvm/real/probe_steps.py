@@ -454,34 +454,56 @@ def head_statistic(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, s
     return row_statistic({"svm_status": sol["status"], "corr_restricted": corr(Wr, sol["W"]), "selected_all": every})
 
 
-def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray, *,
-              null_draws: int, structured_draws: int = 0, transplant_draws: int = 0,
-              null_selection: str = "threshold", real: float | None = None, tested: int | None = None,
-              null_kind: str = "spectrum", spectrum_draws: int = 0, **solver_options) -> list[dict]:
-    """One head's null heads on the layer's SVM sentences: ``null_draws`` spectrum, ``structured_draws``
-    structured (:func:`attnsvm.real.nulls.null_heads`) and ``transplant_draws`` transplanted heads
-    (:func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
+@dataclass(frozen=True)
+class NullDraws:
+    """What a head's null task draws (:func:`null_task`): ``verdict`` nulls of ``kind`` (the verdict's), ``spectrum``
+    spectrum nulls beside a verdict of another kind (all drawn; descriptive), ``structured`` structured and
+    ``transplant`` transplanted heads (descriptive), each selecting by ``selection`` ("threshold": its own attention
+    >= the probe's threshold, or "matched": its own top-``|O_i|`` tokens)."""
+
+    verdict: int
+    kind: str = "spectrum"
+    spectrum: int = 0
+    structured: int = 0
+    transplant: int = 0
+    selection: str = "threshold"
+
+    @classmethod
+    def of(cls, config) -> "NullDraws":
+        """The draws of a :class:`attnsvm.real.probe_config.ProbeConfig`."""
+        return cls(int(config.null_draws), config.null_kind,
+                   int(config.null_draws if config.spectrum_draws is None else config.spectrum_draws),
+                   int(config.structured_draws), int(config.transplant_draws), config.null_selection)
+
+
+def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray,
+              draws: NullDraws | None = None, *, null_draws: int | None = None, real: float | None = None,
+              tested: int | None = None, **solver_options) -> list[dict]:
+    """One head's null heads on the layer's SVM sentences (:class:`NullDraws`: its verdict nulls of their kind,
+    spectrum nulls beside another kind, structured heads, :func:`attnsvm.real.nulls.null_heads`, and transplanted
+    heads, :func:`transplant_sources`, :func:`attnsvm.real.nulls.transplant_heads`).
 
     Parameters
     ----------
     selected : (m, T) bool, the head's selections on the m SVM sentences (their sizes, for "matched")
-    null_selection : "threshold" (each null selects by its own attention >= the probe's threshold) or "matched"
-    real : None (draw all ``null_draws`` spectrum nulls) or the head's statistic (:func:`row_statistic`, NaN
-        without a certified SVM): the spectrum draws are made in order and stop as soon as
+    draws : what to draw; ``null_draws=K`` alone is ``NullDraws(K)`` (K spectrum nulls)
+    real : None (draw all ``draws.verdict`` verdict nulls) or the head's statistic (:func:`row_statistic`, NaN
+        without a certified SVM): the verdict draws are made in order and stop as soon as
         :func:`attnsvm.real.verdict.stop_reason` says no further draw can change any verdict (none drawn
         for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
     tested : the number of heads probed with nulls (Benjamini-Yekutieli's m): the draws stop at
         :func:`attnsvm.real.verdict.stop_level` ``(tested)`` = 0.05 / c(m); None: at 0.05 (valid for any m)
-    null_kind : the kind of the ``null_draws`` verdict nulls, a kind of :data:`attnsvm.real.nulls.NULLS`
-        ("spectrum", the default, or "sink": :func:`attnsvm.real.nulls.sink_null`; the probe's settings check it)
-    spectrum_draws : with ``null_kind="sink"``, spectrum nulls drawn too, all of them (reported beside the verdict,
-        :func:`attnsvm.real.probe.head_null_columns`)
 
     Returns
     -------
     list of the draws' dicts (``kind`` "spectrum", "sink", "structured" or "transplant"; a transplant also has
     ``source`` "L<l>-H<h>")
     """
+    if (draws is None) == (null_draws is None):
+        raise ValidationError("null_task takes draws (a NullDraws) or null_draws (an int), exactly one of them")
+    draws = NullDraws(int(null_draws)) if draws is None else draws
+    null_draws, null_kind, null_selection = draws.verdict, draws.kind, draws.selection
+    spectrum_draws, structured_draws, transplant_draws = draws.spectrum, draws.structured, draws.transplant
     threshold = setup.threshold if null_selection == "threshold" else None
     Wh = setup.model.head_weights(layer, head)
     sizes = selected.sum(axis=1)

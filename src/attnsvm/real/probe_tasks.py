@@ -25,7 +25,7 @@ import numpy as np
 from attnsvm.real import cache
 from attnsvm.real.probe_config import ProbeConfig
 from attnsvm.real.probe_steps import (
-    ProbeSetup, head_statistic, head_task, layer_inputs, layer_selections, null_task, prepare_probe, row_statistic,
+    NullDraws, ProbeSetup, head_statistic, head_task, layer_inputs, layer_selections, null_task, prepare_probe, row_statistic,
     seq_layer_inputs,
 )
 from attnsvm.real.verdict import (
@@ -122,12 +122,8 @@ def null_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
     sel = selected[:task.m]
     if config.null_stop and config.null_draws and real is None:
         real = head_statistic(setup, inp, task.layer, task.head, sel, **solver)
-    draws = null_task(setup, inp, task.layer, task.head, sel, null_draws=config.null_draws,
-                      structured_draws=config.structured_draws, transplant_draws=config.transplant_draws,
-                      null_selection=config.null_selection, real=real if config.null_stop else None,
-                      tested=config.tested, null_kind=config.null_kind,
-                      spectrum_draws=config.null_draws if config.spectrum_draws is None else config.spectrum_draws,
-                      **solver)
+    draws = null_task(setup, inp, task.layer, task.head, sel, NullDraws.of(config),
+                      real=real if config.null_stop else None, tested=config.tested, **solver)
     return [{"part": "null", "layer": task.layer, "head": task.head, **({"m": task.m} if task.several else {}),
              "kind": d["kind"], "draw": d["draw"], "null_status": d["status"],
              "null_corr_restricted": d["corr_restricted"], "null_seconds": d["seconds"],
