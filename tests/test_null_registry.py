@@ -71,3 +71,16 @@ def test_one_validation_of_each_probe_setting():
     c = probe_config(svm_sentences=[64, 16, 16], query="all", null_draws=5)
     assert c.svm_sentences == [16, 64] and c.null_draws == 0 and c.sizes_for(20) == [16, 20]
     assert probe_config(svm_sentences=[8]).svm_sentences == 8 and not probe_config(svm_sentences=8).several_m
+
+
+def test_another_query_draw_keeps_the_sentences_and_moves_the_queries(tmp_path):
+    """``query_seed`` (``--query-seed``): the same sentences and nulls' seeds, another draw of the queries; equal to
+    ``seed`` it is the default probe."""
+    path = random_model("bert", tmp_path / "bert", layers=1, heads=2)
+    kw = dict(model=path, svm_sentences=6, threshold=THRESHOLD, max_length=24, null_draws=0, seed=3)
+    base, same, other = (probe_heads(SENTENCES, **kw, **extra) for extra in ({}, {"query_seed": 3}, {"query_seed": 4}))
+    assert same.sentences == base.sentences == other.sentences
+    np.testing.assert_array_equal(same.queries, base.queries)
+    assert not np.array_equal(other.queries, base.queries)
+    np.testing.assert_array_equal(same.table["corr_restricted"], base.table["corr_restricted"])
+    assert other.config["query_seed"] == 4 and "query_seed" not in base.config

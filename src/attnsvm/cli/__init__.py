@@ -298,6 +298,9 @@ class _NullKinds(click.Choice):
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower; no null "
                    "heads (spectrum or transplanted) and no verdict yet: they will be reported later).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--query-seed", type=int, default=None,
+              help="Another draw of the queries on the same sentences (default: --seed): run twice to see a head's "
+                   "spread over query draws.")
 @click.option("--max-length", type=int, default=None,
               help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "
                    "and the model's position limit (printed).")
@@ -348,9 +351,9 @@ class _NullKinds(click.Choice):
                                                 "tcp://host:8786 (needs --out).")
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
-def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, max_length, out, view_sentences,
-          curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device, as_json, max_memory,
-          model_dir, workers, scheduler, connect_timeout):
+def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, query_seed, max_length, out,
+          view_sentences, curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device, as_json,
+          max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -372,7 +375,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
                      transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
-                     baseline_max_m=baseline_max_m)
+                     baseline_max_m=baseline_max_m, query_seed=query_seed)
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

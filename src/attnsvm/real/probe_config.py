@@ -43,7 +43,10 @@ class ProbeConfig(BaseModel):
     baseline_draws : int >= 1 random selections per head
     baseline_max_m : the random baselines only at m <= this (None: at every m); the secondary baseline is most of a
         head task's cost at large m and answers nothing the nulls do not
-    seed : int; max_length : int >= 1 or None (the smaller of 128 and the model's position limit)
+    seed : int (the corpus sentences, the queries, the baselines' and nulls' draws)
+    query_seed : int or None, another draw of the queries on the same sentences (None: ``seed``), for a head's
+        spread over query draws
+    max_length : int >= 1 or None (the smaller of 128 and the model's position limit)
     model : None (the shipped MiniLM) or a model directory
     view_sentences : int >= 0 sentences per head kept for the page
     null_draws : int >= 0 verdict nulls per head (default :data:`attnsvm.real.nulls.NULL_DRAWS`; 0 with ``query="all"``,
@@ -72,6 +75,7 @@ class ProbeConfig(BaseModel):
     baseline_draws: PositiveInt = 1
     baseline_max_m: PositiveInt | None = None
     seed: int = 0
+    query_seed: int | None = None
     max_length: PositiveInt | None = None
     model: str | None = None
     view_sentences: NonNegativeInt = 4

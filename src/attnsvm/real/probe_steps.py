@@ -171,6 +171,8 @@ class ProbeSetup:
     max_memory: object
     t_forward: float
     cached: bool = False
+    #: the seed of the queries' draw (``seed`` unless another was asked for: another query draw on the same sentences)
+    query_seed: int | None = None
 
 
 def choose_queries(fw, query: str, causal: bool, seed: int):
@@ -224,9 +226,10 @@ def choose_queries(fw, query: str, causal: bool, seed: int):
 
 def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=None, query: str = "word",
                   threshold: float = 0.1, seed: int = 0, max_length: int | None = None, model=None,
-                  max_memory=None) -> ProbeSetup:
+                  max_memory=None, query_seed: int | None = None) -> ProbeSetup:
     """Validate a probe's arguments, run (or reuse, :func:`attnsvm.real.cache.forward`) the forward pass and
-    choose the queries (:func:`choose_queries`; arguments as :func:`attnsvm.real.probe.probe_heads`)."""
+    choose the queries (:func:`choose_queries` seeded by ``query_seed``, None: ``seed``; arguments as
+    :func:`attnsvm.real.probe.probe_heads`)."""
     if query not in QUERIES:
         raise ValidationError(f"query must be one of {QUERIES}, got {query!r}")
     if not 0.0 < float(threshold) <= 1.0:
@@ -247,9 +250,10 @@ def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=
     layers = check_indices(layers, model.n_layers, "layers")
     heads = check_indices(heads, model.n_heads, "heads")
     fw, cached, t_forward = cache.forward(model, sentences, max_length=max_length, max_memory=max_memory)
-    q, cand, qmask, cand3 = choose_queries(fw, query, causal, seed)
+    query_seed = seed if query_seed is None else check_seed(query_seed)
+    q, cand, qmask, cand3 = choose_queries(fw, query, causal, query_seed)
     return ProbeSetup(model, fw, list(sentences), layers, heads, causal, q, cand, qmask, cand3, query,
-                      float(threshold), int(seed), int(max_length), max_memory, t_forward, cached)
+                      float(threshold), int(seed), int(max_length), max_memory, t_forward, cached, int(query_seed))
 
 
 def layer_tokens(setup: ProbeSetup, layer: int) -> np.ndarray:

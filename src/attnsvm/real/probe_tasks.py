@@ -78,7 +78,8 @@ def setup_of(config: ProbeConfig, *, layers=None, heads=None, model=None, max_me
                          layers=config.layers if layers is None else layers,
                          heads=config.heads if heads is None else heads, query=config.query,
                          threshold=config.threshold, seed=config.seed, max_length=config.max_length,
-                         model=config.model if model is None else model, max_memory=max_memory)
+                         model=config.model if model is None else model, max_memory=max_memory,
+                         query_seed=config.query_seed)
 
 
 def svm_inputs(setup: ProbeSetup, layer: int, m: int):
@@ -90,7 +91,7 @@ def svm_inputs(setup: ProbeSetup, layer: int, m: int):
     build = (lambda: seq_layer_inputs(setup, layer, m)) if setup.query == "all" else \
         (lambda: layer_inputs(setup, layer, m))
     # the inputs read the forward pass, the queries (query kind, seed) and the causal flag (the model's)
-    return cache.derived(setup.fw, ("layer_inputs", setup.query, setup.seed, setup.causal, int(layer), int(m)), build)
+    return cache.derived(setup.fw, ("layer_inputs", setup.query, setup.query_seed, setup.causal, int(layer), int(m)), build)
 
 
 def head_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected: np.ndarray, stats: dict,
@@ -263,6 +264,8 @@ def result_settings(config: ProbeConfig, setup: ProbeSetup) -> dict:
             cfg.update(transplant_draws=int(config.transplant_draws))
         if config.null_stop and config.null_draws:
             cfg.update(null_stop=True)
+    if config.query_seed is not None:
+        cfg.update(query_seed=int(config.query_seed))
     if getattr(setup.model, "name", "") != "MiniLM":
         cfg.update(model=setup.model.path, family=setup.model.family.name)
     return cfg
