@@ -312,10 +312,11 @@ class _NullKinds(click.Choice):
 @click.option("--curve", default=None,
               help="Comma-separated sentence counts, e.g. 48,128,512,all: also each head's agreement with the SVM "
                    "fitted on the first m sentences, per m (printed per layer; with --out: probe_agreement.csv and "
-                   "its figure). The curve has no null heads yet (reported later); the main table keeps its verdict.")
+                   "its figure). Deprecated (removed in 0.3): --svm-sentences 48,128,512 gives every head's score, null "
+                   "heads, p and verdict at each m, and a stable verdict; the curve has no null heads.")
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
-              help="Spectrum null heads per head (the head's singular values, Haar-random singular vectors) behind "
-                   "each head's verdict (default 8; 0: no verdict). Not for --query all.")
+              help="Null heads per head (of --null-kind; with a kind other than spectrum as many spectrum nulls too) "
+                   "behind each head's verdict (default 8; 0: no verdict). Not for --query all.")
 @click.option("--null-kind", type=_NullKinds(), default=None,
               help="The verdict's null heads (default: sink), a kind of the registry attnsvm.real.nulls.NULLS "
                    "(attnsvm.real.nulls.verdict_null_kinds()). spectrum: the head's singular values, Haar-random "

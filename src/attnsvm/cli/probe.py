@@ -262,6 +262,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                          f"{g['corr_random_restricted'].mean():>8.4f}  {int((g['advantage'] > 0).sum()):>3}/{len(g):<3}  "
                          f"{int((g['svm_status'] == 'optimal').sum()):>5}/{len(g):<3}")
         lines.append(f"agreement curve: SVMs {agreement.seconds['svm']:.1f} s, total {agreement.seconds['total']:.1f} s")
+        lines.append("note: --curve is deprecated and will be removed in 0.3; --svm-sentences 48,128,512 gives every "
+                     "head's score against its null heads at each m and a stable verdict")
     if stored is not None:
         lines.append(f"heads stored in {stored['dir']}: {stored['computed']} computed, {stored['resumed']} resumed, "
                      f"{len(stored['failed'])} failed; checks {stored['checks_passed']}/{stored['checks']} passed")
