@@ -50,7 +50,7 @@ SIZE_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "tf-seq-causal": [(r".", ("runs",))],
     "tf-lambda-head": [(r"at lambda=", ("runs",))],
     "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
-    "lm-margins": [(r"^C2", ("runs",))],
+    "lm-margins": [(r"^C2 \(cycle language\)", ("cycle_runs",)), (r"^C2", ("runs",))],
     "real-digits": [(r"random directions|per run$", ("seeds",))],
     "real-minilm-embeddings": [(r"random directions", ("seeds",))],
     "real-minilm-heads": [(r".", ("layers", "heads"))],

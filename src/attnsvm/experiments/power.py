@@ -209,7 +209,7 @@ def sign_power(n: int, p_win: float, alpha: float) -> float:
 
 def majority_power(n: int, p_win: float, alpha: float) -> float:
     """Probability that a majority check (successes above the one-sided level-``alpha`` binomial quantile under
-    1/2, :func:`attnsvm.experiments.tf.trajectories.majority_check`) passes at ``n`` runs when each run succeeds
+    1/2, :func:`attnsvm.experiments.checks.majority_check`) passes at ``n`` runs when each run succeeds
     with ``p_win``. The same rule as the exact sign test: passing needs at least :func:`sign_min_wins` successes."""
     return sign_power(n, p_win, alpha)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from attnsvm.errors import ValidationError
 from attnsvm.experiments.base import ExperimentConfig
 from attnsvm.experiments.checks import ALPHA, check
 from attnsvm.language import make_lm_data, markov_language
@@ -31,6 +32,21 @@ class LanguageFields(ExperimentConfig):
     lr: PositiveFloat = 10.0
     init_scale: float = Field(1e-3, ge=0, description="X(0) = init_scale * N(0, 1) entrywise")
     seed: int = 0
+
+
+class CycleFields(LanguageFields):
+    """Fields of the runs on the cycle language (:func:`attnsvm.language.cycle_language`), which meets Theorem
+    3.14/3.15's assumption by construction; a subclass defines ``cycle_runs`` (0: none) and ``m, n, d``."""
+
+    cycle_vocab: PositiveInt = Field(16, ge=3, description="cycle language: token types V (n <= V - 1, d >= V)")
+    cycle_rho: float = Field(0.4, gt=0, lt=0.5, description="cycle language: <e_q, e_f(q)> of successive types")
+
+    @model_validator(mode="after")
+    def _cycle_sizes(self):
+        if getattr(self, "cycle_runs", 0) and not (self.n <= self.cycle_vocab - 1 and self.d >= self.cycle_vocab):
+            raise ValidationError(f"the cycle language needs n <= cycle_vocab - 1 and d >= cycle_vocab, got n = "
+                                  f"{self.n}, d = {self.d}, cycle_vocab = {self.cycle_vocab}")
+        return self
 
 
 def _run_seeds(seed: int, run: int) -> dict:
