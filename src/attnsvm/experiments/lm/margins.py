@@ -47,6 +47,12 @@ class MarginsConfig(CycleFields):
                                                   "(0: none); same m, n, d and steps as the Markov runs")
 
 
+def _is_share(v: pd.Series) -> pd.Series:
+    """Whether each value is a share (finite, in [0, 1]): a value outside is no measurement."""
+    v = pd.to_numeric(v, errors="coerce").astype(float)
+    return v.notna() & (v >= 0) & (v <= 1)
+
+
 def late_decades(K: int) -> list[int]:
     """The checkpoints of the last two decades of ``K`` GD steps: ``[K // 100, K // 10, K]`` (those >= 1, distinct)."""
     return sorted({k for k in (K // 100, K // 10, int(K)) if k >= 1})
@@ -275,8 +281,10 @@ class LMMargins(Experiment):
         out = []
         for lo, hi in zip(dec[:-1], dec[1:]):
             x, y = at[lo], at[hi]
-            d = ((x["grad_frac_nonsupport"] - y["grad_frac_nonsupport"]).drop(empty, errors="ignore").to_numpy(
-                np.float64) if len(x) and len(y) else np.empty(0))
+            # a share outside [0, 1] is no measurement: no fall
+            d = ((x["grad_frac_nonsupport"] - y["grad_frac_nonsupport"]).where(
+                _is_share(x["grad_frac_nonsupport"]) & _is_share(y["grad_frac_nonsupport"])).drop(
+                empty, errors="ignore").to_numpy(np.float64) if len(x) and len(y) else np.empty(0))
             up = [r for r in rises[(lo, hi)] if r not in empty]
             out.append(majority_check(
                 f"C2 ({what}): the non-support pairs' share of the gradient mass falls over the decade {lo} -> {hi} "
@@ -288,7 +296,8 @@ class LMMargins(Experiment):
                 reason=f"{lang_reason}; comparator: the same run one decade earlier; a tie or a missing run is no fall; "
                        + PAPER_WORDS))
         share0, shareK = at0.get("grad_frac_nonsupport"), at[K].get("grad_frac_nonsupport")
-        halved = (shareK <= 0.5 * share0).to_numpy() if share0 is not None and shareK is not None else np.empty(0)
+        halved = ((shareK <= 0.5 * share0) & _is_share(shareK) & _is_share(share0)).to_numpy()  \
+            if share0 is not None and shareK is not None else np.empty(0)
         out.append(majority_check(
             f"C2 ({what}): the non-support pairs' share of the gradient mass at step K is at most half its value at "
             "X(0) in more runs than chance (binomial test over runs)", int(np.sum(halved)), runs,
