@@ -64,7 +64,7 @@ __all__ = [
     "Check", "check", "share_check", "mean_check", "share_difference_check", "band_check", "integrity_check",
     "ALPHA", "KINDS", "VERDICTS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
     "count_verdicts", "counts_against", "CLAIM_IS", "CORR_TOL", "bounded_check", "correlation_range_check",
-    "correlation_partners",
+    "correlation_partners", "majority_check",
 ]
 
 #: One-sided level of every statistical check (false-alarm rate per check when the claim holds exactly).
@@ -336,6 +336,37 @@ def share_check(name: str, successes, total, op: str, target: float, detail: str
                  verdict=_null_verdict(passed, power), power=power, alternative=alternative, spec_ref=spec_ref,
                  power_inputs=dict(fn="share", n=total, op=op, target=target, alpha=alpha, alternatives=alts)
                  if alts else None, claim_is="null")
+
+
+def majority_check(name: str, successes, total, detail: str = "", *, source: str, reason: str,
+                   alpha: float = ALPHA, p_win: float | None = None) -> Check:
+    """An ordering holds in more runs than chance would give: ``successes`` above the one-sided
+    level-``alpha`` binomial quantile under probability 1/2 (what unrelated numbers give).
+
+    The claim is the alternative. ``power``: the exact probability of passing at ``total`` runs when each
+    run succeeds with ``p_win`` (default :data:`~attnsvm.experiments.power.MAJORITY_WIN`, chance moved by
+    0.15 toward the claim; :func:`~attnsvm.experiments.power.majority_power`). A fail with power below 0.8
+    is ``"inconclusive"``.
+    """
+    from scipy.stats import binom
+
+    from attnsvm.experiments.power import MAJORITY_WIN, decide, majority_power
+
+    successes, total = int(successes), int(total)
+    if total <= 0:
+        return Check(name, float("nan"), "> 0.5", False, source, "no runs", "statistical", detail, claim_is="alternative")
+    k = int(binom.ppf(1 - alpha, total, 0.5))
+    p_win = MAJORITY_WIN if p_win is None else float(p_win)
+    power = majority_power(total, p_win, alpha)
+    alternative = f"each run succeeds with probability {p_win:g} (chance 1/2 moved toward the claim)"
+    passed = bool(successes > k)
+    p_value = float(binom.sf(successes - 1, total, 0.5))  # P(at least this many successes | fair coin)
+    why = (f"more often than a fair coin: binomial 1 - {alpha:g} quantile under 1/2 at {total} runs; {reason}; "
+           f"power {power:.3f} against {alternative}")
+    return Check(name, successes / total, f"> {k / total:.4g}", passed, source, why, "statistical",
+                 (detail + "; " if detail else "") + f"{successes}/{total}", verdict=decide(passed, power, "alternative"),
+                 power=power, alternative=alternative, power_inputs=dict(fn="sign", n=total, p_win=p_win, alpha=alpha),
+                 claim_is="alternative", p_value=p_value)
 
 
 def _one_sided(op: str, value: float, target: float, tol: float) -> tuple[float, bool]:

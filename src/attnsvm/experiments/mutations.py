@@ -60,12 +60,18 @@ def _raw_err(t):
     return t
 
 
+def _run_keys(t) -> list[str]:
+    """The columns that name one run of lm-margins: its language (when the table has one) and its run id."""
+    return [k for k in ("language", "run") if k in t.columns]
+
+
 def _unnormalized_margins(t):
     """Every margin of lm-margins multiplied by ||X(k)||_F of its run and step (the division left out)."""
     t = t.copy()
     s = t[t["record"] == "summary"]
-    norm = s.set_index(["run", "step"])["norm"]
-    key = pd.MultiIndex.from_frame(t[["run", "step"]].astype(int))
+    keys = _run_keys(t) + ["step"]
+    norm = s.set_index(keys)["norm"]
+    key = pd.MultiIndex.from_frame(t[keys].astype({"run": int, "step": int}))
     factor = norm.reindex(key).to_numpy(np.float64)
     for c in ("margin", "median_margin", "min_margin"):
         t[c] = t[c] * factor
@@ -85,9 +91,9 @@ def _checkpoint_ahead(t):
     """lm-margins' summary rows: the row of each checkpoint carries the measurements of the next one (the last keeps
     its own): the measurement taken after the step the row names."""
     t = t.copy()
-    s = t[t["record"] == "summary"].sort_values(["run", "step"])
-    measured = [c for c in s.columns if c not in ("record", "run", "step", "task")]
-    nxt = s.groupby("run")[measured].shift(-1)
+    s = t[t["record"] == "summary"].sort_values(_run_keys(t) + ["step"])
+    measured = [c for c in s.columns if c not in ("record", "language", "run", "step", "task")]
+    nxt = s.groupby(_run_keys(t))[measured].shift(-1)
     t.loc[nxt.index, measured] = nxt.fillna(s[measured]).to_numpy()
     return t
 
@@ -109,6 +115,22 @@ def _learns_nothing(t):
     for c in ("cos", "cos_hard", "norm", "loss"):
         if c in t.columns:
             t.loc[tr.index, c] = first[c].to_numpy()
+    return t
+
+
+def _margins_learn_nothing(t):
+    """lm-margins: every checkpoint of a run holds its X(0) measurements (a model whose parameters never change): the
+    summary rows' measurements and the histogram rows' margins."""
+    t = t.copy()
+    s = t[t["record"] == "summary"].sort_values(_run_keys(t) + ["step"])
+    measured = [c for c in s.columns if c not in ("record", "language", "run", "step", "task")]
+    first = s.groupby(_run_keys(t))[measured].transform("first")
+    t.loc[first.index, measured] = first.to_numpy()
+    mg = t[t["record"] == "margin"]
+    if len(mg):
+        keys = _run_keys(t) + [k for k in ("seq", "query", "token") if k in t.columns]
+        start = mg.sort_values("step").groupby(keys)["margin"].transform("first")
+        t.loc[start.index, "margin"] = start.to_numpy()
     return t
 
 
@@ -201,6 +223,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("global share at d=2",)),
     Mutation("constant-model", "lm-cosine", "a model that learns nothing: every checkpoint holds X(0)'s measurements",
              _learns_nothing, ("C1: the final similarity to the soft-margin SVM is above 0.5",)),
+    Mutation("margins-constant-model", "lm-margins",
+             "a model that learns nothing: every checkpoint holds X(0)'s measurements", _margins_learn_nothing,
+             ("C2 (Markov default): the largest non-support coefficient shrinks",
+              "C2 (cycle language): the largest non-support coefficient shrinks")),
     Mutation("doubled-step-size", "lm-stability", "the step recorded is twice the step GD took", _doubled_step,
              ("C3 (l2): linear attention's largest stable step is the GD threshold 2/L",)),
     Mutation("shuffled-run-ids", "lm-margins", "the last checkpoint's runs carry each other's ids (rotated by one)",

@@ -209,7 +209,7 @@ def sign_power(n: int, p_win: float, alpha: float) -> float:
 
 def majority_power(n: int, p_win: float, alpha: float) -> float:
     """Probability that a majority check (successes above the one-sided level-``alpha`` binomial quantile under
-    1/2, :func:`attnsvm.experiments.tf.trajectories.majority_check`) passes at ``n`` runs when each run succeeds
+    1/2, :func:`attnsvm.experiments.checks.majority_check`) passes at ``n`` runs when each run succeeds
     with ``p_win``. The same rule as the exact sign test: passing needs at least :func:`sign_min_wins` successes."""
     return sign_power(n, p_win, alpha)
 
@@ -282,8 +282,9 @@ def power_from(inputs: dict, scale: float = 1.0) -> float | None:
     """The power of a check from its recorded ``power_inputs`` (``Check.power_inputs``), with every run count
     multiplied by ``scale`` (rounded, at least 1): the power at another preset's size, computed without running
     it. ``inputs["fn"]`` names the power function (``share``, ``share_difference``, ``mean``, ``ordering``,
-    ``paired``, ``sign``, ``random_direction``, ``band``); None for an unknown one. Power is sawtooth in ``n``: the
-    result holds at the scaled count only.
+    ``paired``, ``sign``, ``random_direction``, ``band``, ``product``: ``parts``, the inputs of independent groups
+    that must all pass); None for an unknown one. Power is sawtooth in ``n``: the result holds at the scaled count
+    only.
     """
     def sc(n):
         return max(1, int(round(float(n) * scale)))
@@ -310,6 +311,9 @@ def power_from(inputs: dict, scale: float = 1.0) -> float | None:
         return sign_power(sc(inputs["n"]), inputs["p_win"], a)
     if fn == "band":
         return band_power(inputs["band"], inputs["effect"], [sc(n) for n in inputs["ns"]], inputs["sigmas"])
+    if fn == "product":  # every independent group must pass (an intersection): the product of the groups' powers
+        parts = [power_from(part, scale) for part in inputs["parts"]]
+        return None if any(p is None for p in parts) else float(np.prod(parts))
     if fn == "random_direction":
         return random_direction_power(sc(inputs["runs"]), int(inputs["draws"]), inputs["effect"], inputs["sigma"], a)
     return None

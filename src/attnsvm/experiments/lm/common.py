@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from attnsvm.errors import ValidationError
 from attnsvm.experiments.base import ExperimentConfig
 from attnsvm.experiments.checks import ALPHA, check
 from attnsvm.language import make_lm_data, markov_language
@@ -31,6 +32,21 @@ class LanguageFields(ExperimentConfig):
     lr: PositiveFloat = 10.0
     init_scale: float = Field(1e-3, ge=0, description="X(0) = init_scale * N(0, 1) entrywise")
     seed: int = 0
+
+
+class CycleFields(LanguageFields):
+    """Fields of the runs on the cycle language (:func:`attnsvm.language.cycle_language`), which meets Theorem
+    3.14/3.15's assumption by construction; a subclass defines ``cycle_runs`` (0: none) and ``m, n, d``."""
+
+    cycle_vocab: PositiveInt = Field(16, ge=3, description="cycle language: token types V (n <= V - 1, d >= V)")
+    cycle_rho: float = Field(0.4, gt=0, lt=0.5, description="cycle language: <e_q, e_f(q)> of successive types")
+
+    @model_validator(mode="after")
+    def _cycle_sizes(self):
+        if getattr(self, "cycle_runs", 0) and not (self.n <= self.cycle_vocab - 1 and self.d >= self.cycle_vocab):
+            raise ValidationError(f"the cycle language needs n <= cycle_vocab - 1 and d >= cycle_vocab, got n = "
+                                  f"{self.n}, d = {self.d}, cycle_vocab = {self.cycle_vocab}")
+        return self
 
 
 def _run_seeds(seed: int, run: int) -> dict:
@@ -195,12 +211,12 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     from attnsvm.experiments.power import plan_with_run, run_sigma
 
     alpha_ = ALPHA if alpha is None else alpha
-    power, alternative, power_planned, power_judged = None, "", None, None
+    power, alternative, power_planned, power_judged, inputs = None, "", None, None, None
     if groups and (effect is not None or standardized is not None):
         if effect is not None and standardized is None:
             record_spread(name, None, ">", min(effect.values()) if isinstance(effect, dict) else effect,
                           groups=groups)
-        powers, plans, runs, alts = [], [], [], []
+        powers, plans, runs, alts, parts_in = [], [], [], [], []
         for label, v in groups.items():
             e = effect.get(label) if isinstance(effect, dict) else effect
             e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized, effect_reason, str(label))
@@ -211,6 +227,7 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
                     dict(fn="ordering", n=max(np.asarray(v).size, 1), effect=e, sigma=sg, alpha=alpha_),
                     None if standardized is not None else run_sigma(v))
                 powers.append(ordering_power(inp["n"], e, inp["sigma"], alpha_))
+                parts_in.append(inp)
                 plans.append(p_plan)
                 runs.append(p_run)
                 alt += run_note(inp)
@@ -219,6 +236,7 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
             power = float(np.prod(powers))
             power_planned = float(np.prod(plans))
             power_judged = float(np.prod(runs)) if all(p is not None for p in runs) else None
+            inputs = dict(fn="product", parts=parts_in, groups=len(parts_in))
         alternative = "in every group, " + "; ".join(alts) if len(alts) > 1 else alts[0]
     parts, worst, ok, p_value = [], float("inf"), True, 0.0
     for label, diffs in groups.items():
@@ -239,7 +257,7 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     return check(name, value, ">", margin, (detail + "; " if detail else "") + ", ".join(parts), source=source,
                  reason=why, kind="qualitative", power=power, alternative=alternative, claim_is="alternative",
                  spec_ref=spec_ref, p_value=p_value if groups else None, power_planned=power_planned,
-                 power_judged=power_judged)
+                 power_judged=power_judged, power_inputs=inputs)
 
 
 def decided_by_control(fit, control):

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnsvm.errors import ValidationError
 from attnsvm.language import cycle_language
 from attnsvm.metrics import correlation
 from attnsvm.svm import lm_constraints, soft_margin_svm, solve
@@ -20,7 +19,7 @@ from attnsvm.experiments.base import Experiment, Task, register
 from attnsvm.experiments.checks import correlation_partners, integrity_check
 from attnsvm.experiments.common import certified_check, log_steps, svm_record, uncertified
 from attnsvm.plotting import label_axes, save_figure, subplots
-from attnsvm.experiments.lm.common import (PAPER_LM, LanguageFields, build_runs, decided_by_control,
+from attnsvm.experiments.lm.common import (PAPER_LM, CycleFields, build_runs, decided_by_control,
                                            grouped_ordering_check, ordering_check, preset_deviations)
 from attnsvm.training.language_model import train_runs
 
@@ -34,7 +33,7 @@ DECADES = (100, 1000, 10000)
 TIE_TOL = 1e-12
 
 
-class CosineConfig(LanguageFields):
+class CosineConfig(CycleFields):
     """C1: cos(X(k), X_soft^mm) during GD; default m = 10, n = 5, d = 100, vary one at a time, 5 runs."""
 
     m: PositiveInt = 10
@@ -48,17 +47,8 @@ class CosineConfig(LanguageFields):
     select_threshold: PositiveFloat = Field(1e-3, description="Gen-SVM comparator: selected = softmax prob above this")
     cycle_runs: int = Field(10, ge=0, description="runs on the cycle language that meets Theorem 3.15's assumption "
                                                  "(0: none)")
-    cycle_vocab: PositiveInt = Field(16, ge=3, description="cycle language: token types V (n <= V - 1, d >= V)")
-    cycle_rho: float = Field(0.4, gt=0, lt=0.5, description="cycle language: <e_q, e_f(q)> of successive types")
     cycle_steps: PositiveInt = Field(10000, description="GD steps of the cycle-language runs (checkpoints at the "
                                                         "decades 10^2, 10^3, 10^4 up to this)")
-
-    @model_validator(mode="after")
-    def _cycle_sizes(self):
-        if self.cycle_runs and not (self.n <= self.cycle_vocab - 1 and self.d >= self.cycle_vocab):
-            raise ValidationError(f"the cycle language needs n <= cycle_vocab - 1 and d >= cycle_vocab, got n = "
-                                  f"{self.n}, d = {self.d}, cycle_vocab = {self.cycle_vocab}")
-        return self
 
 
 def _c1_configs(cfg) -> list[tuple[int, int, int]]:
