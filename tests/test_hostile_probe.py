@@ -275,7 +275,7 @@ def test_a_huge_sentence_line_is_refused_and_a_huge_sentence_is_cut(tmp_path):
     f = tmp_path / "one_line.txt"
     f.write_text("word " * 200_000 + "\n")  # 1 MB on one line (the case had 100 MB)
     r = CliRunner().invoke(cli, ["probe", "--model", path, "--sentences", str(f), "--max-memory", "2G"])
-    assert r.exit_code == 2 and "sentence 1 of" in r.output and "has 999999 characters" in r.output, r.output
+    assert r.exit_code == 2 and "line 1 of" in r.output and "has 999999 characters" in r.output, r.output
     m = load_model(path)
     with pytest.warns(UserWarning, match=r"1 sentence\(s\) longer than 12800 characters .* were cut"):
         fw = m.forward(["word " * 200_000, "short one"], max_length=128, attentions=False)

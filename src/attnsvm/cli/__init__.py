@@ -286,8 +286,8 @@ class _NullKinds(click.Choice):
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
-@click.option("--n-sentences", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Sentences to read selections from.")
+@click.option("--n-sentences", type=int, default=256, show_default=True,
+              help="Sentences to read selections from, an integer >= 1 (corpus sentences; not with --sentences).")
 @click.option("--svm-sentences", default="48", show_default=True,
               help="Sentences per head in the nuclear Gen-SVM; a comma list (e.g. 48,128,256) probes every head at "
                    "each (one row per head and m, BY over the heads at each m, column stable_verdict: the verdict "
@@ -358,6 +358,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     """
     from attnsvm.cli.probe import run_probe
 
+    if n_sentences < 1:
+        raise UserError(f"--n-sentences must be an integer >= 1, got {n_sentences}")
     out = _outdir(out) if out is not None else None
     svm = _int_list(svm_sentences, "--svm-sentences")
     if not svm:

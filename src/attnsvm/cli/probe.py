@@ -60,18 +60,31 @@ def _figure(draw, path_hint: str) -> list:
         raise StorageError(f"cannot write {where}: {oserror_text(exc, where)}") from None
 
 
+def _invisible(line: str) -> bool:
+    """Whether ``line`` has no visible character: only control, format (zero-width) and separator characters,
+    which tokenizers drop (the model would read an empty sentence)."""
+    import unicodedata
+
+    return all(unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp") for ch in line)
+
+
 def read_sentences(path) -> list[str]:
-    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
+    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped; blank lines are skipped.
 
     Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
-    allows, holds no non-empty line or a line longer than :data:`MAX_SENTENCE_CHARS` characters.
+    allows, empty (0 bytes), holds no non-empty line, a line longer than :data:`MAX_SENTENCE_CHARS`
+    characters or a line with no visible character (only control or zero-width characters, which the
+    tokenizer drops); a line is named by its number in the file (from 1).
     """
     from attnsvm.npzfile import input_file, require_file_memory
 
     path = input_file(path, "--sentences", what="sentences file")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValidationError(f"--sentences: the file {path!r} is empty (0 bytes); expected one sentence per line")
     # the text, its lines and their Python strings: about 10 bytes per byte of the file
-    require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
+    require_file_memory(10.0 * size, path, "--sentences: ", "a text file of sentences")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -82,15 +95,25 @@ def read_sentences(path) -> list[str]:
     except UnicodeDecodeError as exc:
         raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}); expected one sentence per line in UTF-8") from None
-    sentences = [line.strip() for line in text.splitlines() if line.strip()]
-    del raw, text
-    long_ = next((k for k, line in enumerate(sentences) if len(line) > MAX_SENTENCE_CHARS), None)
-    if long_ is not None:
-        raise ValidationError(f"--sentences: sentence {long_ + 1} of {path!r} has {len(sentences[long_])} characters; "
-                              f"a sentence may have at most {MAX_SENTENCE_CHARS} (the probe reads at most "
-                              "--max-length tokens of each): one sentence per line")
+    del raw
+    sentences = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if len(line) > MAX_SENTENCE_CHARS:
+            raise ValidationError(f"--sentences: line {number} of {path!r} has {len(line)} characters; a sentence may "
+                                  f"have at most {MAX_SENTENCE_CHARS} (the probe reads at most --max-length tokens of "
+                                  "each): one sentence per line")
+        if _invisible(line):
+            raise ValidationError(f"--sentences: line {number} of {path!r} has no visible character (only control "
+                                  f"or zero-width characters: {line[:20]!r}), an empty sentence for the tokenizer; "
+                                  "remove it or write a sentence there")
+        sentences.append(line)
+    del text
     if not sentences:
-        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line")
+        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line; expected one sentence per "
+                              "line")
     return sentences
 
 
