@@ -52,7 +52,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.real.verdict import no_svm_reason
 
 __all__ = ["ROLES", "PROBE_VERDICTS", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
-           "head_reason"]
+           "head_reason", "main_columns", "notebook_html"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
@@ -419,6 +419,55 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
         h.append(_head_section(result, r, n_show))
     h.append("</body></html>")
     return "\n".join(h)
+
+
+def main_columns(table) -> list:
+    """The columns a probe's table is read by, in order (the plain-text table of ``attnsvm probe`` and the notebook
+    view): with null heads the verdict first and the random-selection baseline after it, else the agreement and
+    the baseline; only those ``table`` has."""
+    names = (("layer", "head", "m", "mean_selected", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
+              "stable_verdict", "corr_random_restricted", "svm_status", "svm_gap") if "verdict" in table.columns else
+             ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
+              "advantage", "svm_status", "svm_gap"))
+    return [c for c in names if c in table.columns]
+
+
+#: columns shown in scientific notation (p-values, q-values, gaps and violations)
+SCIENTIFIC = ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper", "q_lower")
+
+
+def notebook_html(result) -> str:
+    """A compact HTML view of a probe (``ProbeResult._repr_html_``, shown by Jupyter): the verdict block of the page
+    (:func:`_verdict_html`: the summary sentence and the per-layer counts), the run in one line and the per-head
+    table's :func:`main_columns`, the verdict cells coloured as on the page. Words instead of nan or inf ("no SVM"
+    in the row of a head without one, else "none"), as :func:`attnsvm.real.probe.format_table` prints."""
+    table = result.table
+    cfg = dict(result.config)
+    model = cfg.get("model") or "MiniLM"
+    run = (f"{_e(model)}: {_e(cfg.get('n_sentences', len(result.sentences)))} sentences, SVMs on "
+           f"{_e(cfg.get('svm_sentences', 0))}, query {_e(cfg.get('query', 'word'))}, threshold "
+           f"{_e(cfg.get('threshold', ''))}; ProbeResult.table (or .to_pandas()) has every column")
+    columns = main_columns(table)
+    rows = ["<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"]
+    for _, r in table.iterrows():
+        missing = "none" if _has_number(r) else "no SVM"
+        cells = []
+        for c in columns:
+            v = r[c]
+            style = ""
+            if c in ("verdict", "stable_verdict") and str(v) in VERDICT_COLOURS:
+                bg, fg = VERDICT_COLOURS[str(v)]
+                style = f" style='background:{bg};color:{fg}'"
+            if isinstance(v, (float, np.floating)):
+                text = _num(v, ".1e" if c in SCIENTIFIC else ".4f", missing=missing)
+            elif isinstance(v, (int, np.integer)):
+                text = _e(int(v))
+            else:
+                text = _e(missing if v is None else v)
+            cells.append(f"<td{style}>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<div class='attnsvm-probe'>{_verdict_html(table, cfg)}<p><small>{run}</small></p>"
+            f"<table>{''.join(rows)}</table></div>")
 
 
 def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentences: int | None = None,
