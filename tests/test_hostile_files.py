@@ -274,14 +274,14 @@ def test_sentence_file_errors_name_the_line(tmp_path, content, match):
     f.write_bytes(content)
     with pytest.raises(ValidationError, match=match):
         read_sentences(str(f))
-    r = _cli(["probe", "--sentences", str(f)], tmp_path)
+    r = _cli(["probe", "--no-store", "--sentences", str(f)], tmp_path)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("attnsvm: error: --sentences: "), r.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_n_sentences_below_one_names_the_option(tmp_path, value):
-    r = _cli(["probe", "--n-sentences", value], tmp_path)
+    r = _cli(["probe", "--no-store", "--n-sentences", value], tmp_path)
     assert r.exit_code == 2 and r.stderr.strip() == \
         f"attnsvm: error: --n-sentences must be an integer >= 1, got {value}", r.stderr
 

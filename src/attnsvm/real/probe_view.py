@@ -117,6 +117,13 @@ def _num(value, fmt: str = ".4f", missing: str = "no value") -> str:
     return format(value, fmt)
 
 
+def support_sentences(cfg: dict) -> int:
+    """The sentences of the SVM whose support tokens the page shows: ``svm_sentences``, or with several m the
+    largest (the support kept, :attr:`attnsvm.real.probe.ProbeResult.support`)."""
+    m = cfg.get("svm_sentences", 0)
+    return max(int(x) for x in m) if isinstance(m, (list, tuple)) else int(m)
+
+
 def _has_number(r) -> bool:
     """Whether a probe row has a head-vs-SVM number (``corr_restricted`` finite): False for a head without a
     certified SVM."""
@@ -289,7 +296,7 @@ def _no_svm_html(result, r) -> str:
     """A head without a certified SVM in words: what has no value and why (:func:`head_reason`), the random
     baseline it cannot be compared with, the solver's status (no nan, inf or advantage shown)."""
     verdict = r.get("verdict") if isinstance(r.get("verdict"), str) else "no SVM"
-    m = int(result.config.get("svm_sentences", 0))
+    m = support_sentences(result.config)
     base = r.get("corr_random_restricted")
     return (f"<p class='score'>verdict <b>{_e(verdict)}</b>: this head has no certified SVM on its {m} SVM sentences, "
             "so there is no corr_restricted to compare with null heads or with random selections (no p-value, no "
@@ -324,7 +331,7 @@ def _head_section(result, r, n_show: int) -> str:
                    f"{_num(r['corr_random'])}.</p>")
         sup = result.support.get((l, h))
         n_sup = int(r["svm_support"]) if "svm_support" in r.index else int(np.asarray(sup).sum()) if sup is not None else 0
-        m = int(result.config.get("svm_sentences", 0))
+        m = support_sentences(result.config)
         out.append(_kv([("SVM status", _e(r["svm_status"])), ("relative duality gap", _num(r["svm_gap"], ".2e")),
                         ("relative violation", _num(r["svm_violation"], ".2e")), ("rank", _e(int(r["svm_rank"]))),
                         ("nuclear norm", _num(r["svm_nuclear"])),
@@ -621,7 +628,7 @@ def _explorer_data(result, n_show: int) -> dict:
     layers = sorted({k[0] for k in keys})
     return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
             "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
-            "sentences": sents, "att": att, "support": sup, "svm_sentences": int(cfg.get("svm_sentences", 0))}
+            "sentences": sents, "att": att, "support": sup, "svm_sentences": support_sentences(cfg)}
 
 
 _SCRIPT = r"""
