@@ -77,3 +77,13 @@ def test_no_store_writes_nothing(probe_args):
     assert r.exit_code == 2 and r.stderr.strip() == ("attnsvm: error: --no-store writes nothing and --out names where "
                                                      "to write: give one of them"), r.stderr
     assert os.listdir(".") == []
+
+
+def test_a_default_folder_that_cannot_be_made_is_one_line(probe_args):
+    with open("attnsvm-probe", "w") as fh:  # a file where the folder of the stored runs goes
+        fh.write("not a folder")
+    r = CliRunner().invoke(cli, probe_args)
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("attnsvm: error: cannot create the probe's default folder "
+                                                   "attnsvm-probe/") and "--no-store" in lines[0], r.stderr

@@ -181,7 +181,14 @@ def default_store(config, root: str = STORE_ROOT) -> tuple[str, str]:
         what = f" (in {', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})" if changed else ""
         line = (f"attnsvm probe: storing the run in {folder}, a new folder: its settings differ from those of the run "
                 f"stored in {latest}{what}{tail}")
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        from attnsvm._files import oserror_text
+        from attnsvm.runner import StorageError
+
+        raise StorageError(f"cannot create the probe's default folder {folder}: {oserror_text(exc, folder)}; give "
+                           "--out DIR, or --no-store to write nothing") from None
     _write_text(os.path.join(folder, SETTINGS_FILE), text + "\n")
     return folder, line
 
