@@ -15,7 +15,7 @@ from attnsvm.generators import GENERATORS
 
 
 def test_n_sentences_zero_names_the_option(tmp_path):
-    r = CliRunner().invoke(cli, ["probe", "--n-sentences", "0"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--n-sentences", "0"])
     assert r.exit_code == 2
     assert "--n-sentences" in r.output and "n must be an integer" not in r.output
 

@@ -33,11 +33,11 @@ def test_curve_rows_files_and_consistency(tmp_path):
 
 @pytest.mark.parametrize("value", ["x", "8,,y", "1.5"])
 def test_bad_curve_is_a_one_line_error(value):
-    r = CliRunner().invoke(cli, ["probe", "--layers", "5", "--heads", "0", "--n-sentences", "4", "--curve", value])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--layers", "5", "--heads", "0", "--n-sentences", "4", "--curve", value])
     assert r.exit_code == 2 and "--curve expects comma-separated integers or 'all'" in r.output
 
 
 def test_curve_larger_than_the_sentences_names_sizes():
-    r = CliRunner().invoke(cli, ["probe", "--layers", "5", "--heads", "0", "--n-sentences", "6", "--svm-sentences", "4",
-                                 "--curve", "4,50"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--layers", "5", "--heads", "0", "--n-sentences", "6",
+                                 "--svm-sentences", "4", "--curve", "4,50"])
     assert r.exit_code == 2 and "sizes" in r.output and "50" in r.output

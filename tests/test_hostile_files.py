@@ -259,6 +259,33 @@ def test_sentence_files(tmp_path):
         read_sentences(str(tmp_path / "blank.txt"))
 
 
+@pytest.mark.parametrize("content, match", [
+    (b"", r"empty\.txt' is empty \(0 bytes\); expected one sentence per line"),
+    (b"\n \n\t\n", r"holds no non-empty line; expected one sentence per line"),
+    # the line's number in the file, counting the blank lines skipped before it
+    (b"first.\n\n\n" + b"w" * 100_001 + b"\n", r"line 4 of .* has 100001 characters; a sentence may have at most"),
+    # zero-width and control characters only: the tokenizer drops them, an empty sentence
+    ("one.\n\u200b\u2060\x07\n".encode(), r"line 2 of .* has no visible character"),
+])
+def test_sentence_file_errors_name_the_line(tmp_path, content, match):
+    """--sentences refuses an empty file, a file of blank lines, an over-long line and a line that only looks
+    non-empty, naming the line by its number in the file (issue 42): one line, exit 2, before any model loads."""
+    f = tmp_path / "empty.txt"
+    f.write_bytes(content)
+    with pytest.raises(ValidationError, match=match):
+        read_sentences(str(f))
+    r = _cli(["probe", "--no-store", "--sentences", str(f)], tmp_path)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("attnsvm: error: --sentences: "), r.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_n_sentences_below_one_names_the_option(tmp_path, value):
+    r = _cli(["probe", "--no-store", "--n-sentences", value], tmp_path)
+    assert r.exit_code == 2 and r.stderr.strip() == \
+        f"attnsvm: error: --n-sentences must be an integer >= 1, got {value}", r.stderr
+
+
 # --------------------------------------------------------------------- CLI
 def _cli(args, cwd):
     old = os.getcwd()

@@ -182,7 +182,7 @@ def test_broken_weights_through_the_cli_are_one_line(tmp_path):
     path = _bert(tmp_path / "m")
     open(os.path.join(path, "model.safetensors"), "wb").write(_header(2**62) + b"\0" * 32)
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES))
-    r = CliRunner().invoke(cli, ["probe", "--model", path, "--sentences", str(tmp_path / "s.txt")])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", path, "--sentences", str(tmp_path / "s.txt")])
     assert r.exit_code == 2 and "not a valid safetensors file" in r.output and "Traceback" not in r.output, r.output
 
 
@@ -256,7 +256,7 @@ def test_probe_seed_must_be_non_negative(tmp_path):
     path = _bert(tmp_path / "m")
     for sentences in (None, str(tmp_path / "s.txt")):
         (tmp_path / "s.txt").write_text("\n".join(SENTENCES))
-        args = ["probe", "--model", path, "--seed", "-1"] + (["--sentences", sentences] if sentences else [])
+        args = ["probe", "--no-store", "--model", path, "--seed", "-1"] + (["--sentences", sentences] if sentences else [])
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 2 and "seed must be an integer >= 0, got -1" in r.output, r.output
     with pytest.raises(ValidationError, match="seed must be an integer >= 0"):
@@ -274,8 +274,8 @@ def test_a_huge_sentence_line_is_refused_and_a_huge_sentence_is_cut(tmp_path):
     path = _bert(tmp_path / "m")
     f = tmp_path / "one_line.txt"
     f.write_text("word " * 200_000 + "\n")  # 1 MB on one line (the case had 100 MB)
-    r = CliRunner().invoke(cli, ["probe", "--model", path, "--sentences", str(f), "--max-memory", "2G"])
-    assert r.exit_code == 2 and "sentence 1 of" in r.output and "has 999999 characters" in r.output, r.output
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", path, "--sentences", str(f), "--max-memory", "2G"])
+    assert r.exit_code == 2 and "line 1 of" in r.output and "has 999999 characters" in r.output, r.output
     m = load_model(path)
     with pytest.warns(UserWarning, match=r"1 sentence\(s\) longer than 12800 characters .* were cut"):
         fw = m.forward(["word " * 200_000, "short one"], max_length=128, attentions=False)
@@ -314,12 +314,12 @@ def test_short_context_models_default_to_their_position_limit(tmp_path, kind):
     f = tmp_path / "s.txt"
     f.write_text("\n".join(SENTENCES + [long_]) + "\n")
     with pytest.warns(UserWarning, match=r"1 sentence\(s\) longer than the limit of 64 tokens .* were truncated"):
-        r = CliRunner().invoke(cli, ["probe", "--model", path, "--sentences", str(f), "--svm-sentences", "4",
+        r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", path, "--sentences", str(f), "--svm-sentences", "4",
                                      "--layers", "1", "--threshold", "0.5"])
     assert r.exit_code == 0, r.output
     assert "max_length 64 tokens per sentence (default: the smaller of 128 and the model's position limit 64)" \
         in r.output
-    r = CliRunner().invoke(cli, ["probe", "--model", path, "--sentences", str(f), "--max-length", "100"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", path, "--sentences", str(f), "--max-length", "100"])
     assert r.exit_code == 2 and "max_length must be an integer in [" in r.output and ", 64]" in r.output, r.output
     assert "got 100" in r.output
 

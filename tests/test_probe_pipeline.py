@@ -173,7 +173,7 @@ def test_device_reaches_the_solves_and_is_checked(models):
 
     from attnsvm.cli import cli
 
-    r = CliRunner().invoke(cli, ["probe", "--model", models["bert"], "--device", "tpu:7"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", models["bert"], "--device", "tpu:7"])
     assert r.exit_code != 0 and "device" in r.output and "Traceback" not in r.output
 
 

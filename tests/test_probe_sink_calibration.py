@@ -187,7 +187,7 @@ def test_cli_null_kind_choice(tmp_path):
 
     r = CliRunner().invoke(cli, ["probe", "--help"])
     assert r.exit_code == 0 and "--null-kind [spectrum|sink]" in r.output
-    r = CliRunner().invoke(cli, ["probe", "--null-kind", "rotation"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--null-kind", "rotation"])
     assert r.exit_code == 2 and "rotation" in r.output
     assert ProbeConfig().null_kind == "sink" and ProbeConfig(null_kind="spectrum").null_kind == "spectrum"
     with pytest.raises(ValueError):
@@ -214,7 +214,7 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     np.testing.assert_allclose(four["q_upper"], alone["q_upper"])  # BY over the heads of that m only
     args = ["probe", "--model", path, "--sentences", str(_lines(tmp_path)), "--svm-sentences", "4,6", "--null-draws",
             "3", "--max-length", "24", "--null-kind", "spectrum"]
-    r = CliRunner().invoke(cli, args)
+    r = CliRunner().invoke(cli, args + ["--no-store"])
     assert r.exit_code == 0, r.output
     assert "stable_verdict" in r.output and "SVMs on [4, 6]" in r.output
     r = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "o")])

@@ -94,7 +94,7 @@ def test_a_killed_probe_resumes(tmp_path, reference):
 def test_workers_need_out_and_run_on_dask(tmp_path, reference):
     with pytest.raises(ValidationError, match="--out"):
         run_probe([2], [0], None, 10, None, workers=2)
-    res = CliRunner().invoke(cli, ["probe", "--workers", "2", "--layers", "2", "--heads", "0"])
+    res = CliRunner().invoke(cli, ["probe", "--no-store", "--workers", "2", "--layers", "2", "--heads", "0"])
     assert res.exit_code != 0 and "--out" in res.output
     res = CliRunner().invoke(cli, ["probe", "--layers", "2", "--heads", "0,3", "--n-sentences", "10",
                                    "--svm-sentences", "5", "--seed", "1", "--workers", "2", "--out", str(tmp_path)])

@@ -160,26 +160,26 @@ def test_cli_probe_model_gpt2_and_bert(tmp_path):
     gpt2 = _tiny("gpt2", tmp_path / "gpt2")
     f = tmp_path / "s.txt"
     f.write_text("\n".join(SENTENCES[:4]) + "\n")
-    r = CliRunner().invoke(cli, ["probe", "--model", gpt2, "--sentences", str(f), "--svm-sentences", "4", "--json"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", gpt2, "--sentences", str(f), "--svm-sentences", "4", "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output[r.output.index("{"):])
     assert data["config"]["family"] == "gpt2" and len(data["heads"]) == 4
     for row in data["heads"]:
         assert row["svm_status"] in ("optimal", "infeasible", "optimal_inaccurate")
         assert row["corr_restricted"] is None or abs(row["corr_restricted"]) <= 1
-    r = CliRunner().invoke(cli, ["probe", "--model", gpt2, "--sentences", str(f), "--query", "cls"])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", gpt2, "--sentences", str(f), "--query", "cls"])
     assert r.exit_code == 2 and "query 'cls' is not available for the causal decoder" in r.output, r.output
     bert = _tiny("bert", tmp_path / "bert")
-    r = CliRunner().invoke(cli, ["probe", "--model", bert, "--sentences", str(f), "--svm-sentences", "3",
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", bert, "--sentences", str(f), "--svm-sentences", "3",
                                  "--layers", "1", "--query", "cls"])
     assert r.exit_code == 0 and " beyond null, " in r.output, r.output
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    r = CliRunner().invoke(cli, ["probe", "--model", bert, "--sentences", str(empty)])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", bert, "--sentences", str(empty)])
     assert r.exit_code == 2 and "holds no non-empty line" in r.output, r.output
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9\n".encode("latin-1"))
-    r = CliRunner().invoke(cli, ["probe", "--model", bert, "--sentences", str(latin)])
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", bert, "--sentences", str(latin)])
     assert r.exit_code == 2 and "not UTF-8" in r.output, r.output
 
 

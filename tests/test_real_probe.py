@@ -168,7 +168,7 @@ def test_probe_memory_limit_refuses_before_allocating(monkeypatch):
     with pytest.raises(ResourceLimitError, match=r"MiniLM forward pass of 3 sentences x \d+ tokens with attention "
                                                  r"maps needs about .* more than the memory limit"):
         model.forward(["One.", "Two words.", "Three short words."], max_memory="200K")  # tokenizing them fits
-    r = CliRunner().invoke(cli, ["probe", "--layers", "0", "--heads", "0", "--n-sentences", "4", "--svm-sentences",
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--layers", "0", "--heads", "0", "--n-sentences", "4", "--svm-sentences",
                                  "2", "--max-memory", "200K"])
     assert r.exit_code == 2 and "MiniLM forward pass of 4 sentences" in r.output, r.output
     monkeypatch.setenv(ENV_VAR, "1M")

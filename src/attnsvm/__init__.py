@@ -5,7 +5,9 @@ attention models and measure the theory against the training.
 
 This module re-exports the main names of the layers below it. ``import attnsvm`` loads
 numpy only: the solver, metric and training names are imported on their first use (PEP 562),
-and training needs torch.
+and training needs torch. ``attnsvm.probe`` (:func:`attnsvm.real.probe.probe`: a pretrained model's heads
+against the SVMs of their own selections, for notebooks) is imported on first use too and needs the extra
+``attnsvm[real]``.
 """
 
 #: The package version.
@@ -26,6 +28,7 @@ _SVM_ANALYSIS = ("all_support_vectors", "enumerate_locally_optimal", "is_locally
 _METRICS = ("convergence_type", "correlation", "margins", "one_minus_correlation", "rank", "read_selection",
             "selected_mass", "softmax_of", "token_margins")
 _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
+_REAL = ("probe",)
 
 
 def __getattr__(name):
@@ -39,6 +42,8 @@ def __getattr__(name):
         module = importlib.import_module("attnsvm.metrics")
     elif name in _TRAINING or name == "training":
         module = importlib.import_module("attnsvm.training")
+    elif name in _REAL:  # the notebook entry point, above this facade's layer (tests/test_layers.py ALLOWED_UPWARD)
+        module = importlib.import_module("attnsvm.real.probe")
     else:
         raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
     value = module if name in ("svm", "metrics", "training") else getattr(module, name)
@@ -47,7 +52,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SVM) | set(_METRICS) | set(_TRAINING))
+    return sorted(set(globals()) | set(_SVM) | set(_METRICS) | set(_TRAINING) | set(_REAL))
 
 
 __all__ = [
@@ -96,4 +101,5 @@ __all__ = [
     "regularization_path",
     "TrainResult",
     "PathResult",
+    "probe",
 ]

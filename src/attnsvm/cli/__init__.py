@@ -286,12 +286,12 @@ class _NullKinds(click.Choice):
 @click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
               help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
-@click.option("--n-sentences", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Sentences to read selections from.")
+@click.option("--n-sentences", type=int, default=256, show_default=True,
+              help="Sentences to read selections from, an integer >= 1 (corpus sentences; not with --sentences).")
 @click.option("--svm-sentences", default="48", show_default=True,
               help="Sentences per head in the nuclear Gen-SVM; a comma list (e.g. 48,128,256) probes every head at "
                    "each (one row per head and m, BY over the heads at each m, column stable_verdict: the verdict "
-                   "where the two largest m agree, else 'depends on sample size'; not with --out yet).")
+                   "where the two largest m agree, else 'depends on sample size'; stored: a task per head and m).")
 @click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
 @click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
@@ -306,7 +306,11 @@ class _NullKinds(click.Choice):
                    "and the model's position limit (printed).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html; each "
                                          "head is stored in OUT/probe as it finishes, so the same command resumes a "
-                                         "killed probe ('attnsvm report OUT' shows it).")
+                                         "killed probe ('attnsvm report OUT' shows it). Default: "
+                                         "./attnsvm-probe/<hash of the settings>, named in the first line (the same "
+                                         "settings resume that folder, others get a new one).")
+@click.option("--no-store", is_flag=True,
+              help="Run in this process and write nothing (no folder, no resume); not with --out.")
 @click.option("--view-sentences", type=click.IntRange(min=0), default=4, show_default=True,
               help="Sentences per head shown in probe.html, tokens shaded by the head's attention.")
 @click.option("--curve", default=None,
@@ -347,14 +351,14 @@ class _NullKinds(click.Choice):
               help="Local model directory written by save_pretrained (config.json, weights, tokenizer files): a "
                    "BERT-like encoder or a GPT-2-like decoder (default: the shipped MiniLM). Never downloads.")
 @click.option("--workers", type=int, default=None,
-              help="Share the heads among N local worker processes (Dask; needs --out).")
+              help="Share the heads among N local worker processes (Dask; the run is stored: not with --no-store).")
 @click.option("--scheduler", default=None, help="Share the heads among the workers of a Dask scheduler, e.g. "
-                                                "tcp://host:8786 (needs --out).")
+                                                "tcp://host:8786 (not with --no-store).")
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, query_seed, max_length, out,
-          view_sentences, curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device, as_json,
-          max_memory, model_dir, workers, scheduler, connect_timeout):
+          no_store, view_sentences, curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device,
+          as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
@@ -362,10 +366,16 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     correlation of W_h with it against null heads of the same spectrum (a verdict per
     head: beyond null / not distinguishable / below null / no SVM, Benjamini-Yekutieli
     over the probed heads) and, secondary, random selections of the same sizes.
+    Each run is stored as it goes (--out DIR, default ./attnsvm-probe/<hash of the settings>, named in the first
+    line): the same command resumes a stopped run. --no-store runs in this process and writes nothing.
     Needs the extra: pip install 'attnsvm[real]'.
     """
     from attnsvm.cli.probe import run_probe
 
+    if n_sentences < 1:
+        raise UserError(f"--n-sentences must be an integer >= 1, got {n_sentences}")
+    if no_store and out is not None:
+        raise UserError("--no-store writes nothing and --out names where to write: give one of them")
     out = _outdir(out) if out is not None else None
     svm = _int_list(svm_sentences, "--svm-sentences")
     if not svm:
@@ -376,7 +386,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
                      transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
-                     baseline_max_m=baseline_max_m, query_seed=query_seed)
+                     baseline_max_m=baseline_max_m, query_seed=query_seed, store=not no_store,
+                     announce=lambda line: click.echo(printable(line), err=as_json))
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 
 

@@ -60,18 +60,31 @@ def _figure(draw, path_hint: str) -> list:
         raise StorageError(f"cannot write {where}: {oserror_text(exc, where)}") from None
 
 
+def _invisible(line: str) -> bool:
+    """Whether ``line`` has no visible character: only control, format (zero-width) and separator characters,
+    which tokenizers drop (the model would read an empty sentence)."""
+    import unicodedata
+
+    return all(unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp") for ch in line)
+
+
 def read_sentences(path) -> list[str]:
-    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped.
+    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped; blank lines are skipped.
 
     Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
-    allows, holds no non-empty line or a line longer than :data:`MAX_SENTENCE_CHARS` characters.
+    allows, empty (0 bytes), holds no non-empty line, a line longer than :data:`MAX_SENTENCE_CHARS`
+    characters or a line with no visible character (only control or zero-width characters, which the
+    tokenizer drops); a line is named by its number in the file (from 1).
     """
     from attnsvm.npzfile import input_file, require_file_memory
 
     path = input_file(path, "--sentences", what="sentences file")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValidationError(f"--sentences: the file {path!r} is empty (0 bytes); expected one sentence per line")
     # the text, its lines and their Python strings: about 10 bytes per byte of the file
-    require_file_memory(10.0 * os.path.getsize(path), path, "--sentences: ", "a text file of sentences")
+    require_file_memory(10.0 * size, path, "--sentences: ", "a text file of sentences")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -82,15 +95,25 @@ def read_sentences(path) -> list[str]:
     except UnicodeDecodeError as exc:
         raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}); expected one sentence per line in UTF-8") from None
-    sentences = [line.strip() for line in text.splitlines() if line.strip()]
-    del raw, text
-    long_ = next((k for k, line in enumerate(sentences) if len(line) > MAX_SENTENCE_CHARS), None)
-    if long_ is not None:
-        raise ValidationError(f"--sentences: sentence {long_ + 1} of {path!r} has {len(sentences[long_])} characters; "
-                              f"a sentence may have at most {MAX_SENTENCE_CHARS} (the probe reads at most "
-                              "--max-length tokens of each): one sentence per line")
+    del raw
+    sentences = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if len(line) > MAX_SENTENCE_CHARS:
+            raise ValidationError(f"--sentences: line {number} of {path!r} has {len(line)} characters; a sentence may "
+                                  f"have at most {MAX_SENTENCE_CHARS} (the probe reads at most --max-length tokens of "
+                                  "each): one sentence per line")
+        if _invisible(line):
+            raise ValidationError(f"--sentences: line {number} of {path!r} has no visible character (only control "
+                                  f"or zero-width characters: {line[:20]!r}), an empty sentence for the tokenizer; "
+                                  "remove it or write a sentence there")
+        sentences.append(line)
+    del text
     if not sentences:
-        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line")
+        raise ValidationError(f"--sentences: the file {path!r} holds no non-empty line; expected one sentence per "
+                              "line")
     return sentences
 
 
@@ -104,6 +127,72 @@ _COLUMNS = ("columns: mean_selected = mean |O_i|, the tokens a query attends to 
             "svm_gap = its relative duality gap")
 
 
+#: the folder ``attnsvm probe`` stores a run in when no ``--out`` is given (relative to the working directory): each
+#: run in ``<this>/<settings hash>`` (:func:`default_store`)
+STORE_ROOT = "attnsvm-probe"
+#: the file of a default folder recording the settings its hash is made of
+SETTINGS_FILE = "settings.json"
+
+
+def store_settings(config) -> dict:
+    """What names a stored probe's default folder: every setting of ``config`` (a
+    :class:`attnsvm.real.probe_config.ProbeConfig`, validated, ``max_length`` explicit), the model directory as
+    its real path (None: the shipped MiniLM). The memory limit, workers and output options are not settings."""
+    settings = config.model_dump(mode="json")
+    if settings.get("model") is not None:
+        settings["model"] = os.path.realpath(settings["model"])
+    return settings
+
+
+def default_store(config, root: str = STORE_ROOT) -> tuple[str, str]:
+    """The folder a probe of ``config`` is stored in without ``--out``: ``root/<hash>``, the first 12 hex digits of
+    the SHA-256 of its settings (:func:`store_settings`), so the same settings resume the same folder and others go
+    to a new one; and the line that says so (printed first).
+
+    Writes ``root/<hash>/settings.json`` (the settings, for the next run's comparison) when the folder is new.
+
+    Returns
+    -------
+    (folder, line)
+    """
+    import hashlib
+
+    settings = store_settings(config)
+    text = json.dumps(settings, sort_keys=True, indent=1)
+    folder = os.path.join(root, hashlib.sha256(text.encode()).hexdigest()[:12])
+    tail = "; the same command resumes it, --out DIR chooses the folder, --no-store keeps nothing"
+    if os.path.isfile(os.path.join(folder, SETTINGS_FILE)):
+        return folder, f"attnsvm probe: the run with these settings is stored in {folder}: reusing its finished heads{tail}"
+    others = []
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            path = os.path.join(root, name, SETTINGS_FILE)
+            if os.path.join(root, name) != folder and os.path.isfile(path):
+                others.append((os.path.getmtime(path), os.path.join(root, name), path))
+    line = f"attnsvm probe: storing the run in {folder}, a new folder{tail}"
+    if others:
+        _, latest, path = max(others)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                before = json.load(fh)
+            changed = sorted(k for k in set(before) | set(settings) if before.get(k) != settings.get(k))
+        except (OSError, ValueError):
+            changed = []
+        what = f" (in {', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})" if changed else ""
+        line = (f"attnsvm probe: storing the run in {folder}, a new folder: its settings differ from those of the run "
+                f"stored in {latest}{what}{tail}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        from attnsvm._files import oserror_text
+        from attnsvm.runner import StorageError
+
+        raise StorageError(f"cannot create the probe's default folder {folder}: {oserror_text(exc, folder)}; give "
+                           "--out DIR, or --no-store to write nothing") from None
+    _write_text(os.path.join(folder, SETTINGS_FILE), text + "\n")
+    return folder, line
+
+
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
@@ -111,7 +200,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
               null_kind: str | None = None, baseline_max_m: int | None = None,
-              query_seed: int | None = None) -> str:
+              query_seed: int | None = None, store: bool = False, announce=None, store_root: str = STORE_ROOT) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -124,9 +213,12 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there.
         With ``out`` the heads run as resumable runner tasks stored in ``out/probe``
         (:mod:`attnsvm.experiments.real.probe_run`): the same command resumes a killed probe
+    store : without ``out``, store the run all the same, in :func:`default_store`'s folder under ``store_root``
+        (``attnsvm probe`` does unless ``--no-store``; False: in this process, nothing written)
+    announce : optional callable ``announce(line)`` given the first line, where the run is stored, before the run
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
-        workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out``)
-    progress_bar : show the runner's progress bar over the heads (with ``out``)
+        workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
+    progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
     null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
         ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
     null_kind : the verdict's null, None (the default of :class:`attnsvm.real.probe_config.ProbeConfig`: "sink",
@@ -166,8 +258,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if isinstance(sentences, (str, os.PathLike)):
         sentences = read_sentences(sentences)
-    if (scheduler or (workers is not None and workers != 1)) and not out:
-        raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR as well")
+    if (scheduler or (workers is not None and workers != 1)) and not out and not store:
+        raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR (or leave "
+                              "out --no-store)")
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
@@ -182,6 +275,11 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           query_seed=query_seed,
                           **({} if null_kind is None else {"null_kind": null_kind}),
                           **({} if null_draws is None else {"null_draws": null_draws}))
+    if store and not out:  # the default folder, named by the settings: the same command resumes it
+        out, line = default_store(config, store_root)
+        check_outputs(out, curve is not None)
+        if announce is not None:
+            announce(line)
     stored = None
     if out:
         from attnsvm.experiments.real.probe_run import ProbeRun, stored_result

@@ -217,14 +217,15 @@ def check_loading_report(info: dict, path) -> None:
                           "(transformers would initialise missing ones at random and ignore unexpected ones)")
 
 
-def check_finite_weights(model, path) -> None:
-    """A :class:`ModelFilesError` naming the parameters holding NaN or infinity (query/key weights first)."""
+def check_finite_weights(model, path, *, where: str | None = None) -> None:
+    """A :class:`ModelFilesError` naming the parameters holding NaN or infinity (query/key weights first);
+    ``where`` names the model in the message instead of ``path`` (a model object has none)."""
     import torch
 
     bad = [n for n, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
     if bad:
         bad.sort(key=_query_key_first)
-        raise ModelFilesError(f"the model in {os.fspath(path)!r} has non-finite (NaN or infinite) weights in "
+        raise ModelFilesError(f"{where or f'the model in {os.fspath(path)!r}'} has non-finite (NaN or infinite) weights in "
                               f"{len(bad)} tensor(s): {', '.join(bad[:6])}{', ...' if len(bad) > 6 else ''}")
 
 
@@ -326,7 +327,7 @@ class PretrainedTransformer:
         self.family = family_of(SimpleNamespace(**cfg_json), f"the model at {path!r}")
         self.name = name or f"the {cfg_json.get('model_type')} model at {path!r}"
         transformers = require("transformers", "the MiniLM model" if name == "MiniLM" else "probing a pretrained model")
-        torch = require("torch", "the MiniLM model" if name == "MiniLM" else "probing a pretrained model")
+        require("torch", "the MiniLM model" if name == "MiniLM" else "probing a pretrained model")
         self.path = path
         weights = check_weight_files(path)
         if not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
@@ -380,15 +381,72 @@ class PretrainedTransformer:
             if bar:
                 hf_logging.enable_progress_bar()
         check_loading_report(info, path)
+        self._adopt(self.model, self.tokenizer, dtype, repr(path), path)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, dtype: str = "float64", *, name: str | None = None,
+                   max_memory=None) -> "PretrainedTransformer":
+        """A :class:`PretrainedTransformer` from a transformers model object already loaded and its tokenizer.
+
+        ``model`` is a BERT-like or GPT-2-like ``transformers`` model (``BertModel``, ``RobertaModel``,
+        ``GPT2Model``, or one with a task head, whose ``base_model`` is read), ``tokenizer`` its tokenizer.
+        Both are copied (the copy is cast to ``dtype``, eval mode, eager attention, right padding): the
+        caller's objects are left as they were. The family, the weights and the checks are those of a model
+        read from a directory (:mod:`attnsvm.real.adapters`, :func:`check_finite_weights`); ``path`` is None.
+        Refused with a ValidationError naming ``model`` or ``tokenizer`` when they are not such objects, an
+        :class:`attnsvm.real.adapters.UnsupportedModelError` for other architectures and a
+        :class:`attnsvm.errors.ResourceLimitError` when the copy would not fit ``max_memory``.
+        """
+        import copy
+
+        torch = require("torch", "probing a pretrained model")
+        if dtype not in ("float64", "float32"):
+            raise ValidationError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        if not isinstance(model, torch.nn.Module) or not hasattr(getattr(model, "config", None), "model_type"):
+            raise ValidationError(f"model must be a transformers model object (BertModel-like or GPT2Model-like, with "
+                                  f"a config), a model directory or a PretrainedTransformer, got {type(model).__name__}")
+        if tokenizer is None:
+            raise ValidationError("tokenizer: a transformers model object needs its tokenizer, e.g. "
+                                  "attnsvm.probe(model, texts, tokenizer=AutoTokenizer.from_pretrained(...))")
+        if not callable(tokenizer) or not all(hasattr(tokenizer, a) for a in
+                                              ("tokenize", "convert_ids_to_tokens", "all_special_ids")):
+            raise ValidationError(f"tokenizer must be a transformers tokenizer (callable, with tokenize and "
+                                  f"convert_ids_to_tokens), got {type(tokenizer).__name__}")
+        base = getattr(model, "base_model", None)
+        base = base if isinstance(base, torch.nn.Module) else model
+        where = f"the {base.config.model_type} model object ({type(base).__name__})"
+        self = cls.__new__(cls)
+        self.family = family_of(base.config, where)
+        self.family.dims(base.config, where)  # sizes that are positive integers
+        params = sum(p.numel() for p in base.parameters()) + sum(b.numel() for b in base.buffers())
+        # the copy, then the copy in ``dtype`` (alive together while it is cast)
+        require_memory(params * (4 + {"float64": 8, "float32": 4}[dtype]) + MODULE_BYTES_PER_LAYER *
+                       int(base.config.num_hidden_layers), f"copying {where} ({dtype})", max_memory,
+                       hint="raise max_memory or ATTNSVM_MAX_MEMORY")
+        self.name = name or where
+        self.path = None
+        base = copy.deepcopy(base)
+        if hasattr(base, "set_attn_implementation"):  # the attention maps need the eager attention
+            base.set_attn_implementation("eager")
+        else:  # pragma: no cover  (transformers before set_attn_implementation)
+            base.config._attn_implementation = "eager"
+        self._adopt(base, copy.deepcopy(tokenizer), dtype, where, None)
+        return self
+
+    def _adopt(self, model, tokenizer, dtype: str, where: str, path) -> None:
+        """Take a loaded model and its tokenizer (both constructors): a pad token, right padding, eval mode,
+        ``dtype``, finite weights and the sizes."""
+        torch = require("torch", "probing a pretrained model")
+        self.model, self.tokenizer = model, tokenizer
         if self.tokenizer.pad_token is None:  # GPT-2 tokenizers have none; padding is masked anyway
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
             if self.tokenizer.pad_token is None:
-                raise ValidationError(f"the tokenizer of {path!r} has no pad, eos or unk token to pad with")
+                raise ValidationError(f"the tokenizer of {where} has no pad, eos or unk token to pad with")
         self.tokenizer.padding_side = "right"
         self.model.eval()
         self.torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
         self.model.to(self.torch_dtype)
-        check_finite_weights(self.model, path)
+        check_finite_weights(self.model, path, where=None if path is not None else where)
         cfg = self.model.config
         self.n_layers, self.n_heads, self.d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
         self.head_dim = self.d // self.n_heads

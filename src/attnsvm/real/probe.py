@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from attnsvm.errors import ValidationError
 from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: F401  (the old name of the forward cache)
 from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary  # noqa: F401  (old import paths)
 from attnsvm.real.nulls import (  # noqa: F401
@@ -97,6 +98,7 @@ from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported un
     head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
     resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
+from attnsvm.real.pretrained import PretrainedTransformer
 from attnsvm.real.probe_config import ProbeConfig, probe_config
 from attnsvm.real.probe_tasks import combine, head_null_columns, result_settings, run_in_process, setup_of  # noqa: F401
 
@@ -160,6 +162,18 @@ class ProbeResult:
     matrices: dict = field(default_factory=dict)
     #: whether the forward pass was reused from the previous probe of the same text (its time is then ~0)
     forward_cached: bool = False
+
+    def to_pandas(self):
+        """The per-head table (:attr:`table`, one row per head, and per m with several), a copy: a
+        ``pandas.DataFrame`` the caller may change."""
+        return self.table.copy()
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the verdict summary and the main columns per head, words instead of nan
+        (:func:`attnsvm.real.probe_view.notebook_html`)."""
+        from attnsvm.real.probe_view import notebook_html
+
+        return notebook_html(self)
 
 
 def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, model=None, progress=None,
@@ -254,6 +268,58 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     return result_of(setup, table, view, support, seconds, result_settings(config, setup))
 
 
+def probe(model=None, texts=None, *, tokenizer=None, layers=None, heads=None, null_draws=None, svm_sentences=None,
+          progress=None, max_memory=None, **settings) -> ProbeResult:
+    """Probe a model's heads from Python or a notebook: ``attnsvm.probe(model, ["a sentence", ...])``.
+
+    The same probe as :func:`probe_heads` (and ``attnsvm probe``), for the model in any form a notebook has it.
+
+    Parameters
+    ----------
+    model : None (the shipped MiniLM), a model directory (str or path, written by ``save_pretrained``), a loaded
+        :class:`attnsvm.real.minilm.PretrainedTransformer`, or a ``transformers`` model object already loaded
+        (BERT-like or GPT-2-like, e.g. ``BertModel``, ``GPT2Model``, or one with a task head) with its tokenizer
+        as ``tokenizer`` (:meth:`attnsvm.real.pretrained.PretrainedTransformer.from_model`: both are copied, the
+        caller's objects stay as they were)
+    texts : list of str (one sentence each), a single str (one sentence), or None: ``n_sentences`` sentences of
+        the shipped English corpus
+    tokenizer : the tokenizer of a model object (only with one)
+    layers, heads : int or list of indices (None: all of the model's)
+    null_draws : verdict null heads per head (None: the default, :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no
+        verdict)
+    svm_sentences : sentences in each head's SVM, the first ones (None: the default, 48; clipped to the number
+        of texts); a list of several probes every head at each
+    progress, max_memory : as :func:`probe_heads`
+    settings : any other setting of :class:`attnsvm.real.probe_config.ProbeConfig` (``threshold``, ``query``,
+        ``seed``, ``n_sentences``, ``null_kind``, ...)
+
+    Returns
+    -------
+    ProbeResult : ``.table`` one row per head (:meth:`ProbeResult.to_pandas` for a copy); shown in Jupyter
+        as the verdict summary and the main columns (:meth:`ProbeResult._repr_html_`)
+
+    Examples
+    --------
+    >>> import attnsvm                                                          # doctest: +SKIP
+    >>> from transformers import AutoModel, AutoTokenizer                       # doctest: +SKIP
+    >>> model = AutoModel.from_pretrained("path/to/bert")                       # doctest: +SKIP
+    >>> tok = AutoTokenizer.from_pretrained("path/to/bert")                     # doctest: +SKIP
+    >>> res = attnsvm.probe(model, ["The cat sat on the mat.", "Dogs bark."], tokenizer=tok, layers=0,
+    ...                     heads=[0, 1], svm_sentences=2, null_draws=2)        # doctest: +SKIP
+    >>> res.to_pandas()[["layer", "head", "verdict"]]                           # doctest: +SKIP
+    """
+    if model is not None and not isinstance(model, (str, os.PathLike, PretrainedTransformer)):
+        model = PretrainedTransformer.from_model(model, tokenizer, max_memory=max_memory)
+    elif tokenizer is not None:
+        raise ValidationError("tokenizer is only for a transformers model object: a model directory or a "
+                              "PretrainedTransformer brings its own tokenizer")
+    if isinstance(texts, str):
+        texts = [texts]
+    given = {"layers": layers, "heads": heads, "null_draws": null_draws, "svm_sentences": svm_sentences}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    return probe_heads(texts, model=model, progress=progress, max_memory=max_memory, **settings)
+
+
 def solver_options(max_memory=None, device=None) -> dict:
     """The options every SVM of a probe gets: ``max_memory``, and ``device`` when one is asked for (checked
     here: a ValidationError when torch, or CUDA for a "cuda" device, is missing)."""
@@ -279,13 +345,10 @@ def format_table(table, columns=None) -> str:
     """Plain-text table of a probe (one line per head): with null heads the verdict first, the
     random-selection baseline after it (secondary). A value that is no number reads "no SVM" in the row of a
     head without one (no finite ``corr_restricted``), else "none"."""
+    from attnsvm.real.probe_view import SCIENTIFIC, main_columns
+
     if columns is None:
-        names = (("layer", "head", "m", "mean_selected", "sel_first", "corr_restricted", "null_mean", "spectrum_mean",
-                  "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "corr_random_restricted",
-                  "svm_status", "svm_gap") if "verdict" in table.columns else
-                 ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
-                  "advantage", "svm_status", "svm_gap"))
-        columns = [c for c in names if c in table.columns]
+        columns = main_columns(table)
     width = {c: 22 if c == "stable_verdict" else 19 if c == "verdict" else 12 for c in columns}
     head = "  ".join(f"{c:>{width[c]}}" for c in columns)
     lines = [head]
@@ -297,8 +360,7 @@ def format_table(table, columns=None) -> str:
             if isinstance(v, (float, np.floating)) and not np.isfinite(v):  # words, never nan / inf
                 cells.append(f"{'no SVM' if no_svm else 'none':>{width[c]}}")
             elif isinstance(v, (float, np.floating)):
-                fmt = ".1e" if c in ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper",
-                                     "q_lower") else ".4f"
+                fmt = ".1e" if c in SCIENTIFIC else ".4f"
                 cells.append(f"{v:>{width[c]}{fmt}}")
             else:
                 cells.append(f"{str(v):>{width[c]}}")

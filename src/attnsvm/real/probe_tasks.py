@@ -267,5 +267,7 @@ def result_settings(config: ProbeConfig, setup: ProbeSetup) -> dict:
     if config.query_seed is not None:
         cfg.update(query_seed=int(config.query_seed))
     if getattr(setup.model, "name", "") != "MiniLM":
-        cfg.update(model=setup.model.path, family=setup.model.family.name)
+        # a model object has no directory: its name says what it is (e.g. "the bert model object (BertModel)")
+        cfg.update(model=setup.model.path if setup.model.path is not None else setup.model.name,
+                   family=setup.model.family.name)
     return cfg

@@ -52,7 +52,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.real.verdict import no_svm_reason
 
 __all__ = ["ROLES", "PROBE_VERDICTS", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
-           "head_reason"]
+           "head_reason", "main_columns", "notebook_html"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
@@ -92,13 +92,6 @@ text-align:left;vertical-align:bottom}#matrix tr.cur th,#matrix tr.cur td{outlin
 """
 
 
-def svm_m(cfg: dict) -> int:
-    """The number of SVM sentences of a probe's settings (``svm_sentences``; with several m the largest, the one the
-    page's head sections and support tokens show)."""
-    v = cfg.get("svm_sentences", 0)
-    return int(max(v)) if isinstance(v, (list, tuple)) else int(v)
-
-
 def head_anchor(layer: int, head: int) -> str:
     """The id of a head's section: ``head-L-H``."""
     return f"head-{int(layer)}-{int(head)}"
@@ -122,6 +115,13 @@ def _num(value, fmt: str = ".4f", missing: str = "no value") -> str:
     if math.isinf(value):
         return "unbounded" if value > 0 else "unbounded below"
     return format(value, fmt)
+
+
+def support_sentences(cfg: dict) -> int:
+    """The sentences of the SVM whose support tokens the page shows: ``svm_sentences``, or with several m the
+    largest (the support kept, :attr:`attnsvm.real.probe.ProbeResult.support`)."""
+    m = cfg.get("svm_sentences", 0)
+    return max(int(x) for x in m) if isinstance(m, (list, tuple)) else int(m)
 
 
 def _has_number(r) -> bool:
@@ -296,7 +296,7 @@ def _no_svm_html(result, r) -> str:
     """A head without a certified SVM in words: what has no value and why (:func:`head_reason`), the random
     baseline it cannot be compared with, the solver's status (no nan, inf or advantage shown)."""
     verdict = r.get("verdict") if isinstance(r.get("verdict"), str) else "no SVM"
-    m = svm_m(result.config)
+    m = support_sentences(result.config)
     base = r.get("corr_random_restricted")
     return (f"<p class='score'>verdict <b>{_e(verdict)}</b>: this head has no certified SVM on its {m} SVM sentences, "
             "so there is no corr_restricted to compare with null heads or with random selections (no p-value, no "
@@ -331,7 +331,7 @@ def _head_section(result, r, n_show: int) -> str:
                    f"{_num(r['corr_random'])}.</p>")
         sup = result.support.get((l, h))
         n_sup = int(r["svm_support"]) if "svm_support" in r.index else int(np.asarray(sup).sum()) if sup is not None else 0
-        m = svm_m(result.config)
+        m = support_sentences(result.config)
         out.append(_kv([("SVM status", _e(r["svm_status"])), ("relative duality gap", _num(r["svm_gap"], ".2e")),
                         ("relative violation", _num(r["svm_violation"], ".2e")), ("rank", _e(int(r["svm_rank"]))),
                         ("nuclear norm", _num(r["svm_nuclear"])),
@@ -453,7 +453,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     h.append("</div>")
     h.append("<h2>Per layer</h2>" + _layer_summary(table))
     h.append(f"<h2>Heads</h2><p class='small'>{n_show} sentence(s) per head, each with the probe's own query; the SVM "
-             f"saw the first {_e(svm_m(cfg))} of {_e(cfg.get('n_sentences', len(result.sentences)))}."
+             f"saw the first {_e(support_sentences(cfg))} of {_e(cfg.get('n_sentences', len(result.sentences)))}."
              "</p>")
     if cfg.get("query") == "all":
         h.append("<p class='small'>query = all: every word token is a query and the SVM uses all of them; each sentence "
@@ -462,6 +462,56 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
         h.append(_head_section(result, r, n_show))
     h.append("</body></html>")
     return "\n".join(h)
+
+
+def main_columns(table) -> list:
+    """The columns a probe's table is read by, in order (the plain-text table of ``attnsvm probe`` and the notebook
+    view): with null heads the verdict first and the random-selection baseline after it, else the agreement and
+    the baseline; only those ``table`` has."""
+    names = (("layer", "head", "m", "mean_selected", "sel_first", "corr_restricted", "null_mean", "spectrum_mean",
+              "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "corr_random_restricted", "svm_status",
+              "svm_gap") if "verdict" in table.columns else
+             ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
+              "advantage", "svm_status", "svm_gap"))
+    return [c for c in names if c in table.columns]
+
+
+#: columns shown in scientific notation (p-values, q-values, gaps and violations)
+SCIENTIFIC = ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper", "q_lower")
+
+
+def notebook_html(result) -> str:
+    """A compact HTML view of a probe (``ProbeResult._repr_html_``, shown by Jupyter): the verdict block of the page
+    (:func:`_verdict_html`: the summary sentence and the per-layer counts), the run in one line and the per-head
+    table's :func:`main_columns`, the verdict cells coloured as on the page. Words instead of nan or inf ("no SVM"
+    in the row of a head without one, else "none"), as :func:`attnsvm.real.probe.format_table` prints."""
+    table = result.table
+    cfg = dict(result.config)
+    model = cfg.get("model") or "MiniLM"
+    run = (f"{_e(model)}: {_e(cfg.get('n_sentences', len(result.sentences)))} sentences, SVMs on "
+           f"{_e(cfg.get('svm_sentences', 0))}, query {_e(cfg.get('query', 'word'))}, threshold "
+           f"{_e(cfg.get('threshold', ''))}; ProbeResult.table (or .to_pandas()) has every column")
+    columns = main_columns(table)
+    rows = ["<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"]
+    for _, r in table.iterrows():
+        missing = "none" if _has_number(r) else "no SVM"
+        cells = []
+        for c in columns:
+            v = r[c]
+            style = ""
+            if c in ("verdict", "stable_verdict") and str(v) in VERDICT_COLOURS:
+                bg, fg = VERDICT_COLOURS[str(v)]
+                style = f" style='background:{bg};color:{fg}'"
+            if isinstance(v, (float, np.floating)):
+                text = _num(v, ".1e" if c in SCIENTIFIC else ".4f", missing=missing)
+            elif isinstance(v, (int, np.integer)):
+                text = _e(int(v))
+            else:
+                text = _e(missing if v is None else v)
+            cells.append(f"<td{style}>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<div class='attnsvm-probe'>{_verdict_html(table, cfg)}<p><small>{run}</small></p>"
+            f"<table>{''.join(rows)}</table></div>")
 
 
 def write_probe_view(result, outdir: str, *, heatmap: str | None = None, sentences: int | None = None,
@@ -618,7 +668,7 @@ def _explorer_data(result, n_show: int) -> dict:
     layers = sorted({k[0] for k in keys})
     return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
             "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
-            "sentences": sents, "att": att, "support": sup, "svm_sentences": svm_m(cfg)}
+            "sentences": sents, "att": att, "support": sup, "svm_sentences": support_sentences(cfg)}
 
 
 _SCRIPT = r"""
