@@ -191,7 +191,7 @@ def stored_result(config: ProbeConfig, outdir: str, *, max_memory=None, t0: floa
     table = combine(config, table)
     support, svm, nulls = {}, 0.0, 0.0
     if not table.empty:
-        # the order of the tasks (attnsvm.real.probe_tasks.probe_tasks: per layer, m and head), as in process
+        # one order on both paths (attnsvm.real.probe_tasks.combine): by layer, head and m
         table = table.sort_values(["layer", "head"] + (["m"] if "m" in table.columns else []), ignore_index=True)
         if "view_support" in table.columns:  # each head's at its largest m (its last row: m ascending)
             support = {(int(r.layer), int(r.head)): np.array(json.loads(r.view_support), bool)
