@@ -24,7 +24,7 @@ from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.nulls import NULLS  # noqa: E402
-from attnsvm.real.verdict import add_verdict, verdict_summary  # noqa: E402
+from attnsvm.real.verdict import add_verdict, stable_verdicts, verdict_summary  # noqa: E402
 from test_probe_calibration import PLANTED, THRESHOLD, random_model  # noqa: E402
 
 SENTENCES = corpus_sentences(16, 3)
@@ -104,6 +104,10 @@ def test_sink_null_p_values_are_uniform_with_and_without_a_planted_sink(request,
         assert np.isfinite(p).all()
         assert stats.kstest(p, "uniform").pvalue > 0.01, m
         assert (g["verdict"] == "beyond null").sum() <= 1, m  # FDR 0.05: at most a stray false call
+    # the curve test (issue 39): the stable verdict (the two largest m agree) of these heads is "not distinguishable"
+    # for at least 80% of them
+    stable = stable_verdicts(t).drop_duplicates(["layer", "head"])["stable_verdict"]
+    assert (stable == "not distinguishable").mean() >= 0.8, stable.value_counts().to_dict()
 
 
 def test_spectrum_null_flags_sink_plus_random_heads(random_bert):
@@ -133,6 +137,7 @@ def test_planted_max_margin_heads_are_beyond_the_sink_null_at_both_m(random_bert
     print(t[["m", "head", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict"]].to_string(index=False))
     assert set(t["m"]) == set(MS) and len(t) == len(MS) * len(PLANTED)
     assert (t["verdict"] == "beyond null").all()
+    assert (stable_verdicts(t)["stable_verdict"] == "beyond").all()  # beyond at both m: a stable "beyond"
 
 
 def test_probe_heads_with_the_sink_null_reports_the_spectrum_null_and_the_sink(tmp_path):
