@@ -57,7 +57,7 @@ from attnsvm.svm.pdas import BasePDAS, principal_submatrix, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.reductions import RowScaling, RowSubset
-from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
+from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution, no_solution,
                                  nuclear_certificate)
 from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
 
@@ -552,9 +552,7 @@ def _subset_unsolved(cs: ConstraintSet, rows: np.ndarray, sol: SVMSolution, form
         farkas[rows] = sol.certificate.farkas
         return infeasible_solution(cs, farkas, formulation=formulation, norm=sol.norm, info=info,
                                    residual=sol.certificate.stationarity_residual)
-    return build_solution(cs, status="undecided", formulation=formulation, norm=sol.norm, W=None,
-                          norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
-                          support=np.zeros(N, bool), certificate=sol.certificate, info=info)
+    return no_solution(cs, "undecided", formulation, sol.norm, float("nan"), sol.certificate, info)
 
 
 def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
