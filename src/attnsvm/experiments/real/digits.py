@@ -36,6 +36,15 @@ from attnsvm.real.errors import INSTALL_HINT
 # ---------------------------------------------------------------- real-digits
 
 
+#: the correlation columns reported together (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "corr_att_fro": "corr with the Frobenius Att-SVM",
+    "corr_att_nuc": "corr with the nuclear Att-SVM",
+    "svm_fro_nuc_corr": "corr of the two SVMs",
+    "corr_random_dir": "corr of a random direction",
+}
+
+
 class DigitsConfig(ExperimentConfig):
     digits: list[int] = [3, 8]
     patch: PositiveInt = 2
@@ -189,12 +198,7 @@ class RealDigits(Experiment):
             effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1",
             detail=f"corr(Frobenius SVM, nuclear SVM) {kq['svm_fro_nuc_corr'].mean():.3f} on average"))
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
-        out += correlation_partners(table, {
-            "corr_att_fro": "corr with the Frobenius Att-SVM",
-            "corr_att_nuc": "corr with the nuclear Att-SVM",
-            "svm_fro_nuc_corr": "corr of the two SVMs",
-            "corr_random_dir": "corr of a random direction",
-        })
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):
