@@ -72,7 +72,7 @@ def export_grown(out: str, cases: list) -> None:
 
         def dump(U, V, rhs, eq, start, path=path, **kw):
             np.savez(path, U=U, V=V, rhs=rhs, eq=eq, start=start, lam_init=kw["lam_init"], W_init=kw["W_init"],
-                     tol=kw["tol"], max_rows=kw["max_rows"])
+                     tol=kw["settings"].gap_tol, max_rows=kw["limits"].max_rows)
             return real(U, V, rhs, eq, start, **kw)
 
         bg.nuclear_ipm_grow = dump
@@ -89,11 +89,13 @@ def export_grown(out: str, cases: list) -> None:
 def _solve(z):
     """``nuclear_ipm`` (or ``nuclear_ipm_grow`` when the file has a ``start`` array) on the arrays of one file."""
     from attnsvm.svm.ipm import nuclear_ipm
-    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+    from attnsvm.svm.barrier_grow import GrowthLimits, nuclear_ipm_grow
+    from attnsvm.svm.settings import SolverSettings
 
     if "start" in z.files:
         return nuclear_ipm_grow(z["U"], z["V"], z["rhs"], z["eq"], z["start"], lam_init=z["lam_init"],
-                                W_init=z["W_init"], tol=float(z["tol"]), max_rows=int(z["max_rows"]))[0]
+                                W_init=z["W_init"], settings=SolverSettings(gap_tol=float(z["tol"])),
+                                limits=GrowthLimits(max_rows=int(z["max_rows"])))[0]
     kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
     return nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from attnsvm.svm import ipm
+from attnsvm.svm.settings import SolverSettings
 
 SVM = pathlib.Path(ipm.__file__).parent.parent
 
@@ -98,9 +99,10 @@ def test_the_growing_row_set_hands_the_backend_each_changed_problem():
     cs = _att_case(2)
     start = np.zeros(cs.N, bool)
     start[: cs.N // 5] = True
-    plain, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, tol=1e-9)
+    plain, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, settings=SolverSettings(gap_tol=1e-9))
     be = _CountingBackend()
-    res, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, tol=1e-9, backend=be)
+    res, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, settings=SolverSettings(gap_tol=1e-9),
+                              backend=be)
     assert sum(k > 0 for k in res.info["joined"]) >= 1                          # rows joined: the problem changed
     assert len(be.problems) >= 2 and be.calls > 0
     assert np.array_equal(res.W, plain.W) and np.array_equal(res.lam, plain.lam)

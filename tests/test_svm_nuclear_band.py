@@ -11,6 +11,7 @@ from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
 from attnsvm.svm.ipm import RowSet, nuclear_ipm
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear
+from attnsvm.svm.settings import SolverSettings
 
 
 def _case(seed=2, n=40, T=16, d=6):
@@ -113,7 +114,8 @@ def test_band_joins_fewer_times_to_the_same_certified_optimum(monkeypatch, seed)
     start[: cs.N // 5] = True
 
     def grow():
-        res, subset = bg.nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, tol=1e-9)
+        res, subset = bg.nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start,
+                                          settings=SolverSettings(gap_tol=1e-9))
         W, lam = sc.W(res.W), sc.lam(res.lam, "norm")
         cert, _ = nuclear_certificate(cs, W, lam)
         assert res.status == "optimal" and cert.max_violation <= 1e-9 and cert.duality_gap <= 1e-8

@@ -6,7 +6,7 @@ import pytest
 
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
-from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+from attnsvm.svm.barrier_grow import GrowthLimits, nuclear_ipm_grow
 from attnsvm.svm.nuclear import nuclear_certificate, solve_nuclear, solve_nuclear_grown
 from attnsvm.svm.settings import SolverSettings
 from attnsvm.svm.working_set import solve_nuclear_ws
@@ -26,7 +26,8 @@ def _case(seed=2, n=40, T=16, d=6):
 
 def _grow(cs, start, **kw):
     cs_n, sc = cs.normalized()
-    res, subset = nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, tol=1e-9, **kw)
+    res, subset = nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start,
+                                   settings=SolverSettings(gap_tol=1e-9), **kw)
     return res, subset, sc.W(res.W), sc.lam(res.lam, "norm")
 
 
@@ -145,7 +146,7 @@ def test_rows_violated_late_join_once_instead_of_a_further_round(monkeypatch):
     start = np.zeros(cs.N, bool)
     start[: cs.N // 5] = True
     dense = solve_nuclear(cs)
-    left, subset0, _, _ = _grow(cs, start, late_joins=0)
+    left, subset0, _, _ = _grow(cs, start, limits=GrowthLimits(late_joins=0))
     assert left.info["stopped"] == "rows left to join" and left.info["late_joins"] == 0
     res, subset, W, lam = _grow(cs, start)                 # default: one late join
     assert res.status == "optimal" and "stopped" not in res.info
@@ -167,7 +168,8 @@ def test_the_all_rows_start_converges_under_rounding_level_perturbations(case_se
     for p in perturbations:
         rng = np.random.default_rng(p)
         U = cs_n.U * (1.0 + 1e-14 * rng.standard_normal(cs_n.U.shape)) if p else cs_n.U
-        res, subset = nuclear_ipm_grow(U, cs_n.V, cs_n.rhs, cs_n.is_equality, np.ones(cs.N, bool), tol=1e-9)
+        res, subset = nuclear_ipm_grow(U, cs_n.V, cs_n.rhs, cs_n.is_equality, np.ones(cs.N, bool),
+                                       settings=SolverSettings(gap_tol=1e-9))
         assert res.status == "optimal", (p, res.info.get("stopped"), res.info["rel_gap"])
         W = sc.W(res.W)
         cert, _ = nuclear_certificate(cs, W, sc.lam(res.lam, "norm"))

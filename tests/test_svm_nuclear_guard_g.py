@@ -9,6 +9,7 @@ import attnsvm.svm.barrier_grow as bg
 from attnsvm.generators import planted_problem
 from attnsvm.svm import att_constraints
 from attnsvm.svm.nuclear import nuclear_certificate
+from attnsvm.svm.settings import SolverSettings
 
 
 def _case(seed=2, n=40, T=16, d=6):
@@ -38,7 +39,7 @@ def test_the_dual_after_a_step_takes_the_guards_g_and_its_factor(monkeypatch, gr
     if grown:
         start = np.zeros(cs.N, bool)
         start[: cs.N // 5] = True
-        res, _ = bg.nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, tol=1e-9)
+        res, _ = bg.nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, settings=SolverSettings(gap_tol=1e-9))
     else:
         res = b.nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality)
     assert res.status == "optimal"

@@ -24,8 +24,8 @@ import stat
 import unicodedata
 from typing import BinaryIO, Callable
 
-__all__ = ["atomic_write", "file_in_path", "folder_digest", "fsync_dir", "is_temp_name", "loads_json", "nesting_depth",
-           "not_regular", "open_lock", "oserror_text", "printable", "read_regular", "temp_name"]
+__all__ = ["atomic_write", "decode_utf8", "file_in_path", "folder_digest", "fsync_dir", "is_temp_name", "loads_json",
+           "nesting_depth", "not_regular", "open_lock", "oserror_text", "printable", "read_regular", "temp_name"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -85,6 +85,15 @@ def read_regular(path: str, limit: int | None = None) -> bytes:
     if limit is not None and len(data) > limit:
         raise OSError(errno.EFBIG, f"it holds more than the {limit} bytes read (it grew while read)", path)
     return data
+
+
+def decode_utf8(raw: bytes, who: str, expected: str, error: type[Exception] = ValueError) -> str:
+    """``raw`` decoded as UTF-8, or ``error`` (the caller's type) saying ``"<who> is not UTF-8 text (byte 0x.. at
+    offset N)<expected>"``: the first undecodable byte and where it stands."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{who} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}){expected}") from None
 
 
 def nesting_depth(obj, limit: int) -> int:

@@ -696,15 +696,7 @@ def write_report(outdir: str) -> tuple[str, str]:
     Report-wide warnings (a skipped.json that cannot be read: which experiments were skipped is then unknown)
     are listed in the banner, which is then not green."""
     exps = collect(outdir)
-    skipped, err = _read_json(os.path.join(outdir, SKIPPED_FILE), [])
-    warnings = [("", err.replace("; re-run the experiment", "; the experiments it lists as skipped are unknown"))] \
-        if err else []
-    if not err and not isinstance(skipped, list):
-        warnings.append(("", f"{SKIPPED_FILE} does not hold a list; the experiments it lists as skipped are unknown"))
-    seal = None if err else skipped_seal_warning(outdir)
-    warnings += [("", seal)] if seal else []
-    warnings += [(e["name"], w) for e in exps for w in e.get("warnings", [])]
-    skipped = [s for s in (skipped if isinstance(skipped, list) else []) if isinstance(s, dict)]
+    skipped, warnings = _skipped_and_warnings(outdir, exps)
     all_checks = [(e["name"], c) for e in exps for c in e["checks"]]
     failed = [(n, c) for n, c in all_checks if verdict_of(c) == "fail"]
     inconclusive = [(n, c) for n, c in all_checks if verdict_of(c) == "inconclusive"]
@@ -743,7 +735,37 @@ def write_report(outdir: str) -> tuple[str, str]:
     if failed:
         h.append("<h2 id='failed'>Failed checks</h2>" + _check_rows_html(failed, True, power=power))
         md += ["## Failed checks", ""] + _check_rows_md(failed, True) + [""]
-    # ---- summary: contents by paper
+    _summary_table(groups, skipped, h, md)
+    _unreadable_section(broken, h, md)
+    for title, members in groups:
+        h.append(f"<h2 class='paper'>{_e(title)}</h2>")
+        md += [f"# {_md(title)}", ""]
+        for e in members:
+            _section(e, h, md, power)
+    _detail_sections(inconclusive, findings, resolved, power, h, md)
+    _skipped_section(skipped, h, md)
+    _environment_section(env, h, md)
+    return _write_pair(outdir, h, md)
+
+
+def _skipped_and_warnings(outdir: str, exps: list) -> tuple[list, list]:
+    """The skipped experiments of ``outdir`` (dicts from skipped.json) and the report-wide warnings
+    ``(experiment or "", text)``: an unreadable or unsealed skipped.json, and each experiment's own warnings."""
+    skipped, err = _read_json(os.path.join(outdir, SKIPPED_FILE), [])
+    warnings = [("", err.replace("; re-run the experiment", "; the experiments it lists as skipped are unknown"))] \
+        if err else []
+    if not err and not isinstance(skipped, list):
+        warnings.append(("", f"{SKIPPED_FILE} does not hold a list; the experiments it lists as skipped are unknown"))
+    seal = None if err else skipped_seal_warning(outdir)
+    warnings += [("", seal)] if seal else []
+    warnings += [(e["name"], w) for e in exps for w in e.get("warnings", [])]
+    skipped = [s for s in (skipped if isinstance(skipped, list) else []) if isinstance(s, dict)]
+    return skipped, warnings
+
+
+def _summary_table(groups: list, skipped: list, h: list, md: list) -> None:
+    """The summary by paper: one row per experiment (takeaway, checks passed, preset, runs, wall time) and the
+    skipped ones."""
     h.append("<h2 id='summary'>Summary</h2><p class='small'>By paper: each experiment's checks and a one-line "
              "takeaway generated from them. Click a name for its figures, checks and notes.</p>"
              "<table class='toc'><tr><th>experiment</th><th>takeaway</th><th>checks passed</th>"
@@ -778,6 +800,9 @@ def write_report(outdir: str) -> tuple[str, str]:
     h.append("</table>")
     md.append("")
 
+
+def _unreadable_section(broken: list, h: list, md: list) -> None:
+    """The experiments whose results could not be read, one line per problem."""
     if broken:
         h.append("<h2 id='unreadable'>Unreadable results</h2><ul>")
         md += ["## Unreadable results", ""]
@@ -787,13 +812,11 @@ def write_report(outdir: str) -> tuple[str, str]:
                 md.append(f"- {_md(e['name'])}: {_md(p)}")
         h.append("</ul>")
         md.append("")
-    for title, members in groups:
-        h.append(f"<h2 class='paper'>{_e(title)}</h2>")
-        md += [f"# {_md(title)}", ""]
-        for e in members:
-            _section(e, h, md, power)
 
-    # ---- the details the banner links to, after the experiments
+
+def _detail_sections(inconclusive: list, findings: list, resolved: list, power: bool, h: list, md: list) -> None:
+    """The details the banner links to, after the experiments: inconclusive checks, findings, listed findings
+    that now pass."""
     if inconclusive:
         h.append("<h2 id='inconclusive'>Inconclusive checks</h2><p>The run cannot tell whether the claim holds at "
                  "these sizes (too little power); a larger preset decides.</p>"
@@ -809,6 +832,10 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append("<h2 id='resolved'>Listed findings that now pass</h2><p>Remove them from findings.txt.</p>"
                  + _check_rows_html(resolved, True, power=power))
         md += ["## Listed findings that now pass", ""] + _check_rows_md(resolved, True) + [""]
+
+
+def _skipped_section(skipped: list, h: list, md: list) -> None:
+    """The skipped experiments with their reason and how to enable them."""
     if skipped:
         h.append("<h2 id='skipped'>Skipped experiments</h2><table><tr><th>experiment</th><th>reason</th>"
                  "<th>to enable</th></tr>")
@@ -819,6 +846,9 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append("</table>")
         md.append("")
 
+
+def _environment_section(env: dict, h: list, md: list) -> None:
+    """The environment of the run (python, platform, cpus, packages) and the closing of the page."""
     pk = env.get("packages", {}) if isinstance(env.get("packages", {}), dict) else {}
     h.append("<h2 id='environment'>Environment</h2><table>")
     h.append(f"<tr><td>python</td><td>{_e(env.get('python'))}</td></tr><tr><td>platform</td><td>{_e(env.get('platform'))}</td></tr>"
@@ -828,6 +858,10 @@ def write_report(outdir: str) -> tuple[str, str]:
         h.append(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>")
         md.append(f"- {_md(k)} {_md(v)}")
     h.append("</table><p>Seeds are part of each config above; every run of a task is seeded by its run index.</p></body></html>")
+
+
+def _write_pair(outdir: str, h: list, md: list) -> tuple[str, str]:
+    """Write the html lines ``h`` and markdown lines ``md`` atomically as report.html and report.md."""
     html_path, md_path = os.path.join(outdir, "report.html"), os.path.join(outdir, "report.md")
     for path, text in ((html_path, "\n".join(h)), (md_path, "\n".join(md) + "\n")):
         data = text.encode("utf-8", "replace")     # lone surrogates are replaced when read; none can stop the write

@@ -497,6 +497,18 @@ _allow_opt = click.option("--allow-failures", is_flag=True,
                           help="Exit 0 even when checks fail (by default a failed check that is not a listed finding exits 1).")
 
 
+
+def _runner_options(workers_opt):
+    """The options ``run`` and ``reproduce`` share, in their order on --help: ``workers_opt`` (each command words
+    --workers its own way), --scheduler, --connect-timeout, --worker-timeout, --lock-timeout, --max-memory,
+    --allow-failures."""
+    def apply(f):
+        for opt in reversed((workers_opt, _scheduler_opt, _timeout_opt, _worker_timeout_opt, _lock_timeout_opt,
+                             _memory_opt, _allow_opt)):
+            f = opt(f)
+        return f
+    return apply
+
 @cli.command("list")
 def list_cmd():
     """List the experiments by paper: name, the extra it needs, its measured quick time, title.
@@ -516,13 +528,7 @@ def list_cmd():
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="YAML file of config overrides.")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
-@_workers_opt
-@_scheduler_opt
-@_timeout_opt
-@_worker_timeout_opt
-@_lock_timeout_opt
-@_memory_opt
-@_allow_opt
+@_runner_options(_workers_opt)
 def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout, worker_timeout, lock_timeout,
         max_memory, allow_failures):
     """Run (or resume) experiment NAME; results go to OUT/NAME/.
@@ -551,13 +557,7 @@ def run(name, quick, sets, config_file, out, workers, scheduler, connect_timeout
 @click.option("--quick", is_flag=True, help="Small presets of every experiment (a few minutes).")
 @click.option("--out", default="results", show_default=True, help="Output folder.")
 @click.option("--only", multiple=True, help="Restrict to these experiments (repeatable; a name given twice runs once).")
-@_reproduce_workers_opt
-@_scheduler_opt
-@_timeout_opt
-@_worker_timeout_opt
-@_lock_timeout_opt
-@_memory_opt
-@_allow_opt
+@_runner_options(_reproduce_workers_opt)
 def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_timeout, lock_timeout, max_memory,
               allow_failures):
     """Run every experiment, then write OUT/report.html and OUT/report.md.

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from attnsvm._files import printable
+from attnsvm._files import decode_utf8, printable
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import CERTIFIED_GAP, CERTIFIED_VIOLATION, SVMSolution, solve_gen_svm, solve_svm
@@ -52,12 +52,8 @@ def read_selection_file(path: str) -> np.ndarray:
             raw = fh.read()
     except OSError as exc:
         raise ValidationError(f"--select: cannot read {path!r}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValidationError(f"--select: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                              f"{exc.start}); expected .npy, .npz or integers separated by spaces, commas or "
-                              "newlines") from None
+    text = decode_utf8(raw, f"--select: {path!r}", "; expected .npy, .npz or integers separated by spaces, commas or "
+                       "newlines", ValidationError)
     values = []
     for tok in text.replace(",", " ").split():
         try:

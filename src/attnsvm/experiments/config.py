@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from attnsvm._files import nesting_depth, read_regular
+from attnsvm._files import decode_utf8, nesting_depth, read_regular
 from attnsvm.errors import ValidationError
 
 #: the largest ``--config`` file read (bytes); a config is a few lines
@@ -79,11 +79,7 @@ def read_config_file(path) -> dict:
         raw = read_regular(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ValidationError(f"config file {path!r} cannot be read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValidationError(f"config file {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                              f"{exc.start}): expected a YAML mapping of key: value") from None
+    text = decode_utf8(raw, f"config file {path!r}", ": expected a YAML mapping of key: value", ValidationError)
     try:
         data = load_config_yaml(text)
     except yaml.YAMLError as exc:

@@ -25,13 +25,15 @@ certifies, as after any working-set round.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from attnsvm.svm.ipm import (IPMResult, Iterate, PathState, Problem, RowSet, chol_S, ipm_arrays, ipm_result,
                              start_point, trace, tracing)
+from attnsvm.svm.settings import SolverSettings
 
-__all__ = ["nuclear_ipm_grow"]
+__all__ = ["GrowthLimits", "nuclear_ipm_grow"]
 
 
 def _violated(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
@@ -203,10 +205,20 @@ class _Growth:
         return changed
 
 
+@dataclass(frozen=True)
+class GrowthLimits:
+    """The limits of one growing run of :func:`nuclear_ipm_grow` (see its ``limits``): ``max_iter`` iterations,
+    ``max_rows`` rows in the subset (None: no limit) and ``late_joins`` late joins."""
+
+    max_iter: int = 200
+    max_rows: int | None = None
+    late_joins: int = 1
+
+
 def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, start_rows: np.ndarray,
-                     *, lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-8,
-                     feas_tol: float = 1e-10, max_iter: int = 200, max_rows: int | None = None,
-                     late_joins: int = 1, time_limit: float | None = None, verbose: bool = False, backend=None):
+                     *, lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None,
+                     settings: SolverSettings | None = None, limits: GrowthLimits | None = None,
+                     verbose: bool = False, backend=None):
     """``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` on a growing subset of the N rows (see the module docstring).
 
     Parameters
@@ -215,11 +227,13 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         All rows (a feasible set; feasibility is decided by the caller).
     start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
-    tol, feas_tol, time_limit, verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm` (``tol`` is
-        the relative duality gap on the final subset)
-    max_iter : iterations of the whole run; max_rows : largest subset (None: no limit); rows stop
-        joining when it would be exceeded
-    late_joins : how many times rows still join "late" (gap below 1e-4, violation above 1e-3): each such
+    settings : :class:`~attnsvm.svm.settings.SolverSettings`: ``gap_tol`` (the relative duality gap on the
+        final subset; 1e-8 when None), ``feas_tol`` and ``time_limit`` as the ``tol``, ``feas_tol`` and
+        ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`; default ``SolverSettings()``
+    verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm`
+    limits : :class:`GrowthLimits` (default ``GrowthLimits()``): ``max_iter`` iterations of the whole run;
+        ``max_rows`` largest subset (None: no limit), rows stop joining when it would be exceeded;
+        ``late_joins`` how many times rows still join "late" (gap below 1e-4, violation above 1e-3): each such
         join makes the path retreat (about 10 iterations on the probe's instances) where leaving the rows
         to the caller costs a whole further round (about 25 from the Frobenius start); later ones are left to
         the caller (``info["late_joins"]``: how many joined late)
@@ -231,6 +245,11 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
     t0 = time.perf_counter()
+    settings = SolverSettings() if settings is None else settings
+    limits = GrowthLimits() if limits is None else limits
+    max_iter, max_rows, late_joins = limits.max_iter, limits.max_rows, limits.late_joins
+    tol = 1e-8 if settings.gap_tol is None else settings.gap_tol
+    feas_tol, time_limit = settings.feas_tol, settings.time_limit
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
     allr = RowSet(U, V, rhs, eq)

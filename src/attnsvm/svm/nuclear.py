@@ -235,7 +235,7 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     been rejected (the caller then solves round by round). Rows outside the subset
     may be violated: the caller checks all rows.
     """
-    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+    from attnsvm.svm.barrier_grow import GrowthLimits, nuclear_ipm_grow
 
     start = np.asarray(start, bool)
     if not start.any():
@@ -250,8 +250,8 @@ def solve_nuclear_grown(cs: ConstraintSet, start: np.ndarray, lam_start: np.ndar
     lam0 = sc.lam_to_n(np.asarray(lam_start, dtype=np.float64), "squared")
     try:
         res, subset = nuclear_ipm_grow(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, start, lam_init=lam0,
-                                       W_init=cs_n.combine(lam0), tol=settings.gap_tol, feas_tol=settings.feas_tol,
-                                       max_rows=2 * n0, time_limit=settings.time_limit, backend=backend)
+                                       W_init=cs_n.combine(lam0), settings=settings,
+                                       limits=GrowthLimits(max_rows=2 * n0), backend=backend)
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         return None
     if not _ipm_accepted(res):         # as the ordinary round accepts its run (:func:`_ipm_outcome`)

@@ -263,6 +263,114 @@ def _cholesky_delete(L: np.ndarray, k: int) -> np.ndarray:
     return M[:, : s - 1]
 
 
+def _zero_row_farkas(diag: np.ndarray, b: np.ndarray, eq: np.ndarray, btol: float) -> tuple[np.ndarray, QPResult | None]:
+    """Rows whose matrix A_k is zero, and the infeasibility they prove on their own.
+
+    Such a row reads ``0 >= b_k`` (or ``0 == b_k``). Returns the (N,) bool mask of zero rows
+    and an "infeasible" QPResult when one of them is violated beyond ``btol``, else None.
+    """
+    N = b.size
+    gscale = float(diag.max()) if N else 1.0
+    zero = diag <= 1e-28 * max(gscale, 1e-300)
+    bad0 = zero & np.where(eq, np.abs(b) > btol, b > btol)
+    if not np.any(bad0):
+        return zero, None
+    k = int(np.flatnonzero(bad0)[np.argmax(np.abs(b[bad0]))])
+    f = np.zeros(N)
+    f[k] = 1.0 / b[k]
+    return zero, QPResult("infeasible", np.zeros(N), farkas=f, iterations=0, method="goldfarb-idnani",
+                          info={"offending": [k]})
+
+
+def _most_violated(viol: np.ndarray, free: np.ndarray, eq: np.ndarray, diag: np.ndarray, btol: float,
+                   sg: np.ndarray) -> int | None:
+    """The next constraint to add: equalities first, then the most violated inequality.
+
+    ``viol = m - b`` (N,); ``free`` (N,) bool marks usable inactive rows. Violation is scaled by
+    ``||A_k||``. An equality violated from above gets ``sg[p] = -1``. None: all satisfied.
+    """
+    cand = eq & free & (np.abs(viol) > btol)
+    if cand.any():
+        idx = np.flatnonzero(cand)
+        p = int(idx[np.argmax(np.abs(viol[idx]) / np.sqrt(diag[idx]))])
+        if viol[p] > 0:
+            sg[p] = -1.0
+        return p
+    cand = ~eq & free & (viol < -btol)
+    if not cand.any():
+        return None
+    idx = np.flatnonzero(cand)
+    return int(idx[np.argmin(viol[idx] / np.sqrt(diag[idx]))])
+
+
+def _step_direction(G: np.ndarray, diag: np.ndarray, L: np.ndarray, a: np.ndarray, sg: np.ndarray,
+                    p: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Dual direction for adding row p to active set ``a`` (s,): ``(lvec, r, zz)``.
+
+    ``lvec = L^{-1} g`` and ``r = L^{-T} lvec`` (both (s,)) with g the sign-adjusted Gram column,
+    and ``zz`` the squared norm of A_p's part orthogonal to the active rows.
+    """
+    s = a.size
+    if not s:
+        return np.zeros(0), np.zeros(0), diag[p]
+    g = G[a, p] * sg[a] * sg[p]
+    lvec = sla.solve_triangular(L[:s, :s], g, lower=True, check_finite=False)
+    r = sla.solve_triangular(L[:s, :s], lvec, lower=True, trans="T", check_finite=False)
+    return lvec, r, diag[p] - lvec @ lvec
+
+
+def _blocking_multiplier(u: np.ndarray, r: np.ndarray, a: np.ndarray, eq: np.ndarray) -> tuple[float, int]:
+    """Largest dual step before an active inequality's multiplier reaches zero: ``(t1, kpos)``.
+
+    ``kpos`` is the position in ``a`` of the blocking row; ``(inf, -1)`` when none blocks.
+    """
+    if not a.size:
+        return np.inf, -1
+    rtol = 1e-11 * max(1.0, float(np.max(np.abs(r))))
+    cand_j = (~eq[a]) & (r > rtol)
+    if not cand_j.any():
+        return np.inf, -1
+    jj = np.flatnonzero(cand_j)
+    ratios = u[a[jj]] / r[jj]
+    q = int(np.argmin(ratios))
+    return max(float(ratios[q]), 0.0), int(jj[q])
+
+
+def _unbounded_dual_farkas(b: np.ndarray, p: int, a: np.ndarray, r: np.ndarray, sg: np.ndarray,
+                           it: int) -> QPResult:
+    """The "infeasible" result when the dual step is unbounded: the step direction is a Farkas vector."""
+    N = b.size
+    f = np.zeros(N)
+    f[p] = 1.0
+    if a.size:
+        f[a] = -r
+    f = f * sg
+    bf = float(b @ f)
+    f = f / bf if bf > 0 else f / max(np.abs(f).sum(), 1e-300)
+    offending = [int(k) for k in np.flatnonzero(np.abs(f) > 1e-9 * np.abs(f).max())]
+    return QPResult("infeasible", np.zeros(N), farkas=f, iterations=it, method="goldfarb-idnani",
+                    info={"offending": offending})
+
+
+def _polish_active(G: np.ndarray, b: np.ndarray, eq: np.ndarray, active: list[int], sg: np.ndarray,
+                   lam: np.ndarray) -> np.ndarray:
+    """Exact solve of the active system with one refinement step; ``lam`` (N,) kept if it fails."""
+    if not active:
+        return lam
+    a = np.array(active)
+    Gaa = G[np.ix_(a, a)]
+    try:
+        c = sla.cho_factor(Gaa, lower=True, check_finite=False)
+        x = sla.cho_solve(c, b[a], check_finite=False)
+        x += sla.cho_solve(c, b[a] - Gaa @ x, check_finite=False)
+        if np.all((x * sg[a] >= 0) | eq[a]):
+            lam = np.zeros(b.size)
+            lam[a] = x
+    except np.linalg.LinAlgError:
+        pass
+    return lam
+
+
 def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10,
                     maxit: int | None = None) -> QPResult:
     """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
@@ -286,17 +394,9 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     maxit = maxit or (20 * N + 100)
     diag = np.diag(G).copy()
     btol = _tol_b(b, tol)
-    gscale = float(diag.max()) if N else 1.0
-
-    # constraints with a zero matrix A_k: 0 >= b_k (or 0 == b_k)
-    zero = diag <= 1e-28 * max(gscale, 1e-300)
-    bad0 = zero & np.where(eq, np.abs(b) > btol, b > btol)
-    if np.any(bad0):
-        k = int(np.flatnonzero(bad0)[np.argmax(np.abs(b[bad0]))])
-        f = np.zeros(N)
-        f[k] = 1.0 / b[k]
-        return QPResult("infeasible", np.zeros(N), farkas=f, iterations=0, method="goldfarb-idnani",
-                        info={"offending": [k]})
+    zero, infeasible = _zero_row_farkas(diag, b, eq, btol)
+    if infeasible is not None:
+        return infeasible
     usable = ~zero
     sg = np.ones(N)
     u = np.zeros(N)  # multipliers of the sign-adjusted constraints
@@ -307,19 +407,9 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     it = 0
 
     while True:
-        viol = m - b
-        cand = eq & usable & ~is_active & (np.abs(viol) > btol)
-        if cand.any():
-            idx = np.flatnonzero(cand)
-            p = int(idx[np.argmax(np.abs(viol[idx]) / np.sqrt(diag[idx]))])
-            if viol[p] > 0:
-                sg[p] = -1.0
-        else:
-            cand = ~eq & usable & ~is_active & (viol < -btol)
-            if not cand.any():
-                break
-            idx = np.flatnonzero(cand)
-            p = int(idx[np.argmin(viol[idx] / np.sqrt(diag[idx]))])
+        p = _most_violated(m - b, usable & ~is_active, eq, diag, btol, sg)
+        if p is None:
+            break
         s_p = sg[p] * (m[p] - b[p])
         while True:
             it += 1
@@ -327,38 +417,13 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
                 raise RuntimeError("Goldfarb-Idnani did not terminate (numerical cycling)")
             s = len(active)
             a = np.array(active, dtype=np.int64)
-            if s:
-                g = G[a, p] * sg[a] * sg[p]
-                lvec = sla.solve_triangular(L[:s, :s], g, lower=True, check_finite=False)
-                r = sla.solve_triangular(L[:s, :s], lvec, lower=True, trans="T", check_finite=False)
-                zz = diag[p] - lvec @ lvec
-            else:
-                lvec = r = np.zeros(0)
-                zz = diag[p]
-            # dual step length (blocking inequality multipliers)
-            t1, kpos = np.inf, -1
-            if s:
-                rtol = 1e-11 * max(1.0, float(np.max(np.abs(r))))
-                cand_j = (~eq[a]) & (r > rtol)
-                if cand_j.any():
-                    jj = np.flatnonzero(cand_j)
-                    ratios = u[a[jj]] / r[jj]
-                    q = int(np.argmin(ratios))
-                    t1, kpos = max(float(ratios[q]), 0.0), int(jj[q])
+            lvec, r, zz = _step_direction(G, diag, L, a, sg, p)
+            t1, kpos = _blocking_multiplier(u, r, a, eq)
             dependent = zz <= 1e-12 * diag[p]
             t2 = np.inf if dependent else -s_p / zz
             t = min(t1, t2)
             if not np.isfinite(t):
-                f = np.zeros(N)
-                f[p] = 1.0
-                if s:
-                    f[a] = -r
-                f = f * sg
-                bf = float(b @ f)
-                f = f / bf if bf > 0 else f / max(np.abs(f).sum(), 1e-300)
-                offending = [int(k) for k in np.flatnonzero(np.abs(f) > 1e-9 * np.abs(f).max())]
-                return QPResult("infeasible", np.zeros(N), farkas=f, iterations=it, method="goldfarb-idnani",
-                                info={"offending": offending})
+                return _unbounded_dual_farkas(b, p, a, r, sg, it)
             if not dependent:
                 dc = np.zeros(s + 1)
                 dc[:s] = -r * sg[a]
@@ -379,20 +444,7 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
             u[k] = 0.0
             L[: s - 1, : s - 1] = _cholesky_delete(L[:s, :s], kpos)
             s_p += t * zz if not dependent else 0.0
-    lam = u * sg
-    # polish: exact solve of the active system, one refinement step
-    if active:
-        a = np.array(active)
-        Gaa = G[np.ix_(a, a)]
-        try:
-            c = sla.cho_factor(Gaa, lower=True, check_finite=False)
-            x = sla.cho_solve(c, b[a], check_finite=False)
-            x += sla.cho_solve(c, b[a] - Gaa @ x, check_finite=False)
-            if np.all((x * sg[a] >= 0) | eq[a]):
-                lam = np.zeros(N)
-                lam[a] = x
-        except np.linalg.LinAlgError:
-            pass
+    lam = _polish_active(G, b, eq, active, sg, u * sg)
     return QPResult("optimal", lam, iterations=it, method="goldfarb-idnani")
 
 

@@ -21,7 +21,8 @@ from attnsvm.svm.norms import combine_rows, get_norm
 from attnsvm.svm.reductions import SubspaceBasis
 from attnsvm.svm.solution import Certificate, SVMSolution, certificate_passes, relative_gap
 
-__all__ = ["build_solution", "infeasible_solution", "support_mask", "farkas_residual", "hard_certificate",
+__all__ = ["build_solution", "SolutionParts", "no_solution",
+           "infeasible_solution", "support_mask", "farkas_residual", "hard_certificate",
            "fro_certificate", "nuclear_certificate", "soft_certificate", "farkas_certificate", "lift_solution"]
 
 
@@ -144,13 +145,26 @@ def support_mask(margins: np.ndarray, cs: ConstraintSet, support_tol: float) -> 
     return (np.abs(margins - b) <= support_tol * np.maximum(R, np.abs(b))) & ~cs.is_equality
 
 
+@dataclasses.dataclass(frozen=True)
+class SolutionParts:
+    """Parts of an :class:`SVMSolution` that a solver computed itself, in place of :func:`build_solution`'s
+    defaults: ``objective`` (default the norm value), ``support (N,) bool`` (default :func:`support_mask`),
+    ``slack (N,)`` (soft margin; default None)."""
+
+    objective: float | None = None
+    support: np.ndarray | None = None
+    slack: np.ndarray | None = None
+
+
 def build_solution(cs: ConstraintSet, *, status: str, formulation: str, norm: str, W: np.ndarray | None,
                    norm_value: float, margins: np.ndarray, duals: np.ndarray, certificate: Certificate,
-                   support_tol: float = 1e-6, info: dict | None = None, objective: float | None = None,
-                   support: np.ndarray | None = None, slack: np.ndarray | None = None) -> SVMSolution:
+                   support_tol: float = 1e-6, info: dict | None = None, parts: SolutionParts | None = None) -> SVMSolution:
     """The :class:`SVMSolution` of the rows ``cs`` (N rows): ``W (d1, d2)`` or None, ``margins (N,)``,
-    ``duals (N,)`` in the units of ``cs``; ``objective`` defaults to ``norm_value``, ``support (N,)`` to
-    :func:`support_mask` at ``support_tol``."""
+    ``duals (N,)`` in the units of ``cs``; ``parts`` (:class:`SolutionParts`) the objective, support and slack
+    when the solver gives them (the objective defaults to ``norm_value``, the support to :func:`support_mask`
+    at ``support_tol``)."""
+    parts = SolutionParts() if parts is None else parts
+    objective, support, slack = parts.objective, parts.support, parts.slack
     return SVMSolution(status=status, formulation=formulation, norm=norm, W=W, norm_value=norm_value,
                        objective=norm_value if objective is None else objective, margins=margins, duals=duals,
                        support=support_mask(margins, cs, support_tol) if support is None else support,
@@ -171,7 +185,6 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
     ``info["farkas_unproven"]`` says why, and ``info["farkas_residual"]`` gives their relative
     residual ``residual``.
     """
-    N = cs.N
     info = {} if info is None else info
     proof = exact_farkas(cs.U, cs.V, cs.rhs, cs.is_equality, farkas, differences=cs.token_differences)
     if proof.proven:
@@ -183,15 +196,20 @@ def infeasible_solution(cs: ConstraintSet, farkas: np.ndarray, *, formulation: s
         cert = farkas_certificate(cs, f, residual, offending)
         cert.norm_lower_bound = float("inf")
         info["farkas_proof"] = "exact" if proof.exact else "robust"
-        return build_solution(cs, status="infeasible", formulation=formulation, norm=norm, W=None,
-                              norm_value=float("inf"), margins=np.full(N, np.nan), duals=np.zeros(N),
-                              support=np.zeros(N, bool), certificate=cert, info=info)
+        return no_solution(cs, "infeasible", formulation, norm, float("inf"), cert, info)
     bound = norm_lower_bound(cs.U, cs.V, cs.rhs, cs.is_equality, farkas)
     info.update(farkas_unproven=proof.reason, farkas_residual=float(residual))
     cert = Certificate(norm_lower_bound=bound)
-    return build_solution(cs, status="undecided", formulation=formulation, norm=norm, W=None,
-                          norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
-                          support=np.zeros(N, bool), certificate=cert, info=info)
+    return no_solution(cs, "undecided", formulation, norm, float("nan"), cert, info)
+
+
+def no_solution(cs: ConstraintSet, status: str, formulation: str, norm: str, norm_value: float,
+                certificate: Certificate, info: dict) -> SVMSolution:
+    """A result without a W ("infeasible" or "undecided"): margins NaN (N,), duals 0, empty support."""
+    N = cs.N
+    return build_solution(cs, status=status, formulation=formulation, norm=norm, W=None, norm_value=norm_value,
+                          margins=np.full(N, np.nan), duals=np.zeros(N), certificate=certificate, info=info,
+                          parts=SolutionParts(support=np.zeros(N, bool)))
 
 
 def lift_solution(sol: SVMSolution, cs: ConstraintSet, basis: SubspaceBasis, *, gap_bound: float = 0.0,

@@ -32,7 +32,7 @@ from attnsvm.svm.reductions import RowScaling, SubspaceBasis, representable
 from attnsvm.svm.norms import Norm, get_norm
 from attnsvm.svm.options import FrobeniusOptions, SoftOptions
 from attnsvm.svm.settings import SolverSettings
-from attnsvm.svm.result import build_solution, soft_certificate
+from attnsvm.svm.result import SolutionParts, build_solution, soft_certificate
 from attnsvm.svm.solution import Certificate, SVMSolution, relative_violation, status_from
 
 __all__ = ["solve_soft"]
@@ -180,7 +180,7 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     if cs.N == 0:  # nothing to separate: W = 0 is optimal with objective 0
         empty, W0 = np.zeros(0), np.zeros((cs.d1, cs.d2))
         return build_solution(cs, status="optimal", formulation="soft", norm=nm.name, W=W0, norm_value=0.0,
-                              margins=empty, duals=empty, support=np.zeros(0, bool), slack=empty,
+                              margins=empty, duals=empty, parts=SolutionParts(support=np.zeros(0, bool), slack=empty),
                               support_tol=support_tol, certificate=_certify(cs, W0, empty, empty, C, nm, squared),
                               info={"solver": "none", "C": float(C)})
     # exact power-of-two scaling, one for all rows (RowScaling.uniform): u' = u 2^-a, w' = w 2^-b,
@@ -220,6 +220,6 @@ def solve_soft(cs: ConstraintSet, C: float, *, norm: str = "fro", squared: bool 
     support = (np.abs(margins - cs.rhs) <= support_tol * np.maximum(1.0, np.abs(cs.rhs))) | (slack > support_tol)
     info.update({"C": float(C), "squared": squared, "seconds": time.perf_counter() - t0})
     status = status_from(cert, nm.name, stationarity=False)
-    return build_solution(cs, status=status, formulation="soft", norm=nm.name, W=W, norm_value=nrm, objective=objective,
-                          margins=margins, duals=lam, support=support, certificate=cert, slack=slack,
+    return build_solution(cs, status=status, formulation="soft", norm=nm.name, W=W, norm_value=nrm, margins=margins,
+                          duals=lam, parts=SolutionParts(objective=objective, support=support, slack=slack), certificate=cert,
                           support_tol=support_tol, info=info)

@@ -57,7 +57,7 @@ from attnsvm.svm.pdas import BasePDAS, principal_submatrix, factor_threads
 from attnsvm.svm.qp import QPResult, solve_gram_qp
 from attnsvm.svm.row_values import QueryGroups, constraint_values, query_groups, row_norms
 from attnsvm.svm.reductions import RowScaling, RowSubset
-from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution,
+from attnsvm.svm.result import (build_solution, farkas_residual, fro_certificate, infeasible_solution, no_solution,
                                  nuclear_certificate)
 from attnsvm.svm.solution import SVMSolution, relative_gap, relative_violation, stationarity_residual, status_from
 
@@ -552,9 +552,7 @@ def _subset_unsolved(cs: ConstraintSet, rows: np.ndarray, sol: SVMSolution, form
         farkas[rows] = sol.certificate.farkas
         return infeasible_solution(cs, farkas, formulation=formulation, norm=sol.norm, info=info,
                                    residual=sol.certificate.stationarity_residual)
-    return build_solution(cs, status="undecided", formulation=formulation, norm=sol.norm, W=None,
-                          norm_value=float("nan"), margins=np.full(N, np.nan), duals=np.zeros(N),
-                          support=np.zeros(N, bool), certificate=sol.certificate, info=info)
+    return no_solution(cs, "undecided", formulation, sol.norm, float("nan"), sol.certificate, info)
 
 
 def _stopped_status(setup: _Setup, margins: np.ndarray) -> str:
@@ -633,25 +631,16 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     support_tol, time_limit = cfg.support_tol, cfg.time_limit
     batch, per_group, max_rounds = _defaults(cs, o.batch, WorkingSetSettings.nuclear_per_group
                                              if o.per_group is None else o.per_group, o.max_rounds)
-    if device is not None:                  # refuse a bad device before any work
-        from attnsvm.svm.torch_backend import check_device
-
-        check_device(device)
+    _refuse_bad_device(device)
     formulation = formulation or cs.kind
     t0, c0 = time.perf_counter(), time.process_time()
-    N = cs.N
     fro = solve_frobenius_ws(cs, formulation=formulation, options=FrobeniusWSOptions(settings=cfg))
     if fro.status in ("infeasible", "undecided"):    # a Farkas certificate, or stopped before feasibility was decided
-        fro.norm = "nuclear"
-        if fro.W is not None:
-            fro.norm_value = fro.objective = float(np.linalg.svd(fro.W, compute_uv=False).sum()) if fro.W.size else 0.0
-        return fro
+        return _frobenius_as_nuclear(fro)
     setup = _Setup(cs, cfg)
     in_ws = (fro.duals != 0) | cs.is_equality
     first = in_ws.copy()
-    info = {"method": "working-set (nuclear IPM on subsets)", "rounds": 0, "max_working_set": 0,
-            "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0, "first_set": int(first.sum()),
-            "round_sizes": [], "round_iterations": []}
+    info = _first_round_info(fro, first)
     stopped = None
     W = lam_sub = rows = margins = sub = None
     # round 1: one interior-point run whose subset grows and shrinks (None: it did not end optimal)
@@ -660,52 +649,112 @@ def solve_nuclear_ws(cs: ConstraintSet, *, formulation: str | None = None, optio
     info["grown_first_round"] = grown is not None
     for rnd in range(1, max_rounds + 1):
         if rnd == 1 and grown is not None:
-            sol, in_ws = grown
-            info["max_working_set"] = int(sol.info.get("max_rows", 0))
-            info["late_joins"] = int(sol.info.get("late_joins", 0))
+            sol, in_ws = _grown_round(grown, info)
         rows = np.flatnonzero(in_ws)
-        info["max_working_set"] = max(info["max_working_set"], int(rows.size))
-        left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
         sub = cs.select_rows(in_ws)
         if rnd > 1 or grown is None:
+            left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 1e-3)
             sol = solve_nuclear(sub, formulation=formulation, options=NuclearOptions(
                 settings=cfg.derive(time_limit=left), solver=solver, device=device))
         if not sol.feasible:                # the subset admits no W (so neither does cs) or was not decided
-            return _subset_unsolved(cs, rows, sol, formulation, info)
+            return _subset_unsolved(cs, rows, sol, formulation, _record_round(info, rnd, rows, None))
         W, lam_sub = sol.W, sol.duals
-        its = int(sol.info.get("iterations") or 0)
-        info["ipm_iterations"] += its
-        info["round_iterations"].append(its)
-        info["round_sizes"].append(int(rows.size))
-        info["rounds"] = rnd
+        _record_round(info, rnd, rows, sol)
         margins = constraint_values(cs, W, setup.groups)
-        viol, score = setup.violations(margins)
-        nw = float(np.linalg.norm(W))
-        raw = _violations(cs, margins)
-        rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
-        cand = np.flatnonzero((rel > JOIN_FACTOR * cfg.feas_tol) & ~in_ws)
+        score, rel, cand = _joining_rows(cs, setup, margins, W, in_ws, cfg.feas_tol)
         if verbose:
-            print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
-                  f"max rel {float(rel.max()) if N else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "
-                  f"t {time.perf_counter() - t0:.1f}s", flush=True)
+            _log_round(rnd, rows, sol, cand, rel, time.perf_counter() - t0)
         if cand.size == 0:
             break
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             stopped = "time limit"
             break
-        top = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
-        slack = margins[rows] - cs.rhs[rows]
-        idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > 1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows])))
-        in_ws[rows[idle & ~cs.is_equality[rows]]] = False
-        new = _pick(score, cand, setup.gid, batch, per_group)
-        in_ws[new] = True
+        in_ws[_idle_rows(cs, rows, lam_sub, margins)] = False
+        in_ws[_pick(score, cand, setup.gid, batch, per_group)] = True
     else:
         stopped = "round limit"
     info.update(working_set=int(rows.size), seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
-                subset_solver=sol.info.get("solver"), **_support_counts(rows, lam_sub, first))
-    if stopped:
-        info["stopped"] = stopped
+                subset_solver=sol.info.get("solver"), **_support_counts(rows, lam_sub, first), **_stop_reason(stopped))
     return _nuclear_result(cs, setup, sub, rows, W, lam_sub, margins, formulation, support_tol, info)
+
+
+def _refuse_bad_device(device: str | None) -> None:
+    """Refuse a bad torch device before any work (None: the CPU, nothing to check)."""
+    if device is not None:
+        from attnsvm.svm.torch_backend import check_device
+
+        check_device(device)
+
+
+def _first_round_info(fro: SVMSolution, first: np.ndarray) -> dict:
+    """The nuclear working set's ``info`` before its first round: ``first (N,) bool`` is the first working set."""
+    return {"method": "working-set (nuclear IPM on subsets)", "rounds": 0, "max_working_set": 0,
+            "frobenius_seconds": fro.info["seconds"], "ipm_iterations": 0, "first_set": int(first.sum()),
+            "round_sizes": [], "round_iterations": []}
+
+
+def _grown_round(grown: tuple[SVMSolution, np.ndarray], info: dict) -> tuple[SVMSolution, np.ndarray]:
+    """The growing interior-point run as round 1: its solution and final working set, its largest subset and
+    late joins noted in ``info``."""
+    sol, in_ws = grown
+    info["max_working_set"] = int(sol.info.get("max_rows", 0))
+    info["late_joins"] = int(sol.info.get("late_joins", 0))
+    return sol, in_ws
+
+
+def _log_round(rnd: int, rows: np.ndarray, sol: SVMSolution, cand: np.ndarray, rel: np.ndarray, seconds: float) -> None:
+    """One verbose line per nuclear round: subset size, objective, rows to join, largest relative violation."""
+    print(f"nuclear round {rnd:3d} |S| {rows.size:6d} ||W||_* {sol.norm_value:.12g} violated {cand.size:8d} "
+          f"max rel {float(rel.max()) if rel.size else 0.0:.2e} subset gap {sol.certificate.duality_gap:.1e} "
+          f"t {seconds:.1f}s", flush=True)
+
+
+def _frobenius_as_nuclear(fro: SVMSolution) -> SVMSolution:
+    """The Frobenius working set's infeasible or undecided result, relabelled for the nuclear norm (``||W||_*``
+    of its W, when it has one)."""
+    fro.norm = "nuclear"
+    if fro.W is not None:
+        fro.norm_value = fro.objective = float(np.linalg.svd(fro.W, compute_uv=False).sum()) if fro.W.size else 0.0
+    return fro
+
+
+def _record_round(info: dict, rnd: int, rows: np.ndarray, sol: SVMSolution | None) -> dict:
+    """Bookkeeping of nuclear round ``rnd`` on subset ``rows (s,)`` in ``info``; ``sol`` None: only the
+    subset's size (the round's solve failed)."""
+    info["max_working_set"] = max(info["max_working_set"], int(rows.size))
+    if sol is not None:
+        its = int(sol.info.get("iterations") or 0)
+        info["ipm_iterations"] += its
+        info["round_iterations"].append(its)
+        info["round_sizes"].append(int(rows.size))
+        info["rounds"] = rnd
+    return info
+
+
+def _joining_rows(cs: ConstraintSet, setup: _Setup, margins: np.ndarray, W: np.ndarray, in_ws: np.ndarray,
+                  feas_tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(score (N,), rel (N,), cand)``: the violation score of every row, its relative violation (the
+    certificate's measure), and the rows outside the working set ``in_ws (N,) bool`` whose relative
+    violation exceeds ``JOIN_FACTOR * feas_tol``."""
+    _, score = setup.violations(margins)
+    nw = float(np.linalg.norm(W))
+    raw = _violations(cs, margins)
+    rel = np.where(raw > 0, raw / (np.abs(cs.rhs) + setup.scale * nw + 1e-300), 0.0)
+    return score, rel, np.flatnonzero((rel > JOIN_FACTOR * feas_tol) & ~in_ws)
+
+
+def _idle_rows(cs: ConstraintSet, rows: np.ndarray, lam_sub: np.ndarray, margins: np.ndarray) -> np.ndarray:
+    """Inequality rows of the subset ``rows (s,)`` that are clearly inactive: multiplier ``lam_sub (s,)`` at most
+    1e-9 of the largest and slack above ``1e-6 max(1, |rhs|)``."""
+    top = float(np.max(np.abs(lam_sub))) if lam_sub.size else 0.0
+    slack = margins[rows] - cs.rhs[rows]
+    idle = (np.abs(lam_sub) <= 1e-9 * top) & (slack > 1e-6 * np.maximum(1.0, np.abs(cs.rhs[rows])))
+    return rows[idle & ~cs.is_equality[rows]]
+
+
+def _stop_reason(stopped: str | None) -> dict:
+    """``{"stopped": reason}`` when the rounds ended early (time or round limit), else nothing."""
+    return {"stopped": stopped} if stopped else {}
 
 
 def _support_counts(rows: np.ndarray, lam_sub: np.ndarray, first: np.ndarray) -> dict:

@@ -140,16 +140,7 @@ def closed_form_step(
             W = combine(K, Q)
         a = attention_logits(X, queries, W, mask)
     s = softmax(a)
-    if form is None:
-        if mask is not None:
-            gamma = gamma.masked_fill(~mask, 0.0)
-        u = fsum(s * gamma)
-    else:
-        f, q = form(s)
-        u = Y * f
-        gamma = Y.unsqueeze(-1) * q
-        if mask is not None:
-            gamma = gamma.masked_fill(~mask, 0.0)
+    u, gamma = _margins_bitwise(s, Y, gamma, mask, form)
     out = {"s": s, "loss": fsum(margin_loss(u, loss, exact=True)) / n}
     lp, log_scale = margin_loss_grad_scaled(u, loss, exact=True)
     lp = lp / n  # (R, n), true l'(u)/n = lp * exp(log_scale)
@@ -170,6 +161,20 @@ def closed_form_step(
         att = attend(s, X, Xt)
         out["gv"] = fixed_dot(att.transpose(1, 2), (lp * Y).unsqueeze(1))
     return _scale_out(out, scaled)
+
+
+def _margins_bitwise(s, Y, gamma, mask, form):
+    """Margins ``u = Y f`` (R, n) and masked token scores ``gamma`` (R, n, T) from the softmax ``s`` (R, n, T):
+    the linear head's ``u = s^T gamma`` in a fixed-order sum, or the head ``form``'s ``f`` with ``gamma = Y q``."""
+    if form is None:
+        if mask is not None:
+            gamma = gamma.masked_fill(~mask, 0.0)
+        return fsum(s * gamma), gamma
+    f, q = form(s)
+    gamma = Y.unsqueeze(-1) * q
+    if mask is not None:
+        gamma = gamma.masked_fill(~mask, 0.0)
+    return Y * f, gamma
 
 
 def _scale_out(out: dict, scaled: bool) -> dict:

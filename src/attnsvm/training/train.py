@@ -152,26 +152,40 @@ def train(
     lr, steps, adam_eps, betas, optimizer = check_common(lr, steps, optimizer, betas, adam_eps)
     eps = check_eps(eps, optimizer)
     check_threads(threads)
-    shape = problem_shape(problems, runs)
-    if shape is not None and param in ("W", "KQ", "p"):        # before the runs are stacked (runs=10**7)
-        R, n, T, d = shape
-        m = d if m is None else check_int(m, "m", 1)
-        require_training_memory(R, n, T, d, param, m, checkpoint_count(steps, record_every, checkpoints), steps,
-                                 optimizer, train_v, max_memory)
+    _refuse_too_big(problems, runs, param, m, steps, record_every, checkpoints, optimizer, train_v, max_memory)
     batch, data = prepare_data(problems, runs, param, head, train_v, loss)
     R, n, T, d = data.X.shape
     seeds = run_seeds(seed, R)
     m = d if m is None else check_int(m, "m", 1)
     ridge = check_ridge(ridge, param)
     cps = checkpoint_steps(steps, record_every, checkpoints)
-    params = init_params(param, init, seeds, d, m)
-    if train_v:
-        params["v"] = data.v.clone()
+    params = _initial_params(param, init, seeds, d, m, data, train_v)
     cfg = TrainConfig(param=param, steps=steps, lr=lr, optimizer=optimizer, cps=cps, loss=loss, eps=eps, betas=betas,
                       adam_eps=adam_eps, ridge=ridge, seeds=seeds, engine=engine, bitwise=bitwise, train_v=train_v)
     with torch_threads(threads):
         rec = train_loop(data, params, head, cfg)
     return to_result(rec, cps, seeds, param, optimizer, lr, batch.problems, bitwise=bitwise)
+
+
+def _refuse_too_big(problems, runs, param: str, m, steps: int, record_every: int, checkpoints, optimizer: str,
+                    train_v: bool, max_memory) -> None:
+    """Refuse (ResourceLimitError) a :func:`train` call whose runs need more memory than ``max_memory``, before
+    the runs are stacked (``runs=10**7``); calls whose shape is not known yet are checked later."""
+    shape = problem_shape(problems, runs)
+    if shape is not None and param in ("W", "KQ", "p"):
+        R, n, T, d = shape
+        m = d if m is None else check_int(m, "m", 1)
+        require_training_memory(R, n, T, d, param, m, checkpoint_count(steps, record_every, checkpoints), steps,
+                                 optimizer, train_v, max_memory)
+
+
+def _initial_params(param: str, init, seeds, d: int, m: int, data: TrainData, train_v: bool) -> dict:
+    """The runs' starting parameters (:func:`~attnsvm.training.initial.init_params`), with the head v (R, d)
+    copied from the problems when ``train_v``."""
+    params = init_params(param, init, seeds, d, m)
+    if train_v:
+        params["v"] = data.v.clone()
+    return params
 
 
 def train_sequence(

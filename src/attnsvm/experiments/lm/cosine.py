@@ -32,6 +32,14 @@ DECADES = (100, 1000, 10000)
 #: numerical precision of an exact tie of two token scores (sums of a few logaddexp terms of order 1)
 TIE_TOL = 1e-12
 
+#: the cosine columns reported together (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos": "cosine with the soft-margin SVM",
+    "cos_eq": "cosine of W_fin + R W_svm",
+    "cos_rand_eq": "cosine of W_fin + R' W_rand",
+    "cos_hard": "cosine with the hard-margin SVM",
+}
+
 
 class CosineConfig(CycleFields):
     """C1: cos(X(k), X_soft^mm) during GD; default m = 10, n = 5, d = 100, vary one at a time, 5 runs."""
@@ -285,12 +293,7 @@ class LMCosine(Experiment):
             name="C1: every SVM used is certified (soft-margin, feasible hard-margin, Gen-SVM, W_fin and projection solves)",
             reason="a comparison against an uncertified solution is refused (NaN); certified = status optimal, "
             "relative violation <= 1e-8 and relative duality gap <= 1e-8 (Frobenius)"))
-        out += correlation_partners(table, {
-            "cos": "cosine with the soft-margin SVM",
-            "cos_eq": "cosine of W_fin + R W_svm",
-            "cos_rand_eq": "cosine of W_fin + R' W_rand",
-            "cos_hard": "cosine with the hard-margin SVM",
-        })
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

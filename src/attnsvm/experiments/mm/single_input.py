@@ -9,6 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsvm.generators import mm_single_input
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
+from attnsvm.experiments.checks import Check
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, IDENTIFY_COS, IDENTIFY_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON,
@@ -33,6 +34,14 @@ class SingleInputConfig(ExperimentConfig):
     plot_steps: PositiveInt = 200
     float32_replica: bool = True
 
+
+
+def _local_runs_rounded(runs, name: str, targets) -> Check:
+    """The rounding check of the two local runs (init y = -1 and -1.5) at iteration 200 (step 199): their
+    p = (p0, p1) rounded to ``targets`` (y=-1's p0, p1, then y=-1.5's)."""
+    a, b = pick(runs, init_y=-1.0, step=199), pick(runs, init_y=-1.5, step=199)
+    values = (num(a, "p0"), num(a, "p1"), num(b, "p0"), num(b, "p1"))
+    return rounding_check(name, list(zip(values, targets)), source=spec_src("8 E1 outcome [RUN]"))
 
 @register
 class SingleInput(Experiment):
@@ -213,11 +222,8 @@ class SingleInput(Experiment):
                          source=spec_src("8 E1 outcome [RUN]"), reason=CONVERGED_REASON, kind="qualitative"))
         if self._notebook_protocol(config):
             lr_ = tr[tr["dataset"] == "local"]
-            a, b = pick(lr_, init_y=-1.0, step=199), pick(lr_, init_y=-1.5, step=199)
-            out.append(rounding_check("[RUN] E1 local runs at iteration 200 (float64): p = (19.05, 0.56) and "
-                                      "(19.12, -0.88)", [(num(a, "p0"), "19.05"), (num(a, "p1"), "0.56"),
-                                                         (num(b, "p0"), "19.12"), (num(b, "p1"), "-0.88")],
-                                      source=spec_src("8 E1 outcome [RUN]")))
+            out.append(_local_runs_rounded(lr_, "[RUN] E1 local runs at iteration 200 (float64): p = (19.05, 0.56) and "
+                                           "(19.12, -0.88)", ("19.05", "0.56", "19.12", "-0.88")))
             a, b = pick(lr_, init_y=-1.0, step=999), pick(lr_, init_y=-1.5, step=999)
             da, db = (np.array([num(r, "p0"), num(r, "p1")]) / np.hypot(num(r, "p0"), num(r, "p1")) for r in (a, b))
             out.append(rounding_check("[RUN] E1 local runs stay local in float64: final directions (0.9996, 0.029) and "
@@ -225,11 +231,8 @@ class SingleInput(Experiment):
                                                            (db[1], "-0.036")], source=spec_src("8 E1 quirk [RUN]")))
             f32 = table[(table["record"] == "train") & (table["precision"] == "float32") & (table["dataset"] == "local")]
             if config.float32_replica:
-                a, b = pick(f32, init_y=-1.0, step=199), pick(f32, init_y=-1.5, step=199)
-                out.append(rounding_check("[RUN] E1 local runs at iteration 200 (float32 notebook replay): p = (16.6, 1.7) "
-                                          "and (16.7, -0.5)", [(num(a, "p0"), "16.6"), (num(a, "p1"), "1.7"),
-                                                               (num(b, "p0"), "16.7"), (num(b, "p1"), "-0.5")],
-                                          source=spec_src("8 E1 outcome [RUN]")))
+                out.append(_local_runs_rounded(f32, "[RUN] E1 local runs at iteration 200 (float32 notebook replay): p = "
+                                               "(16.6, 1.7) and (16.7, -0.5)", ("16.6", "1.7", "16.7", "-0.5")))
                 a, b = pick(f32, init_y=-1.0, step=999), pick(f32, init_y=-1.5, step=999)
                 out.append(check("[RUN] E1 float32 quirk: by iteration 1000 the two local runs have drifted back to the "
                                  "global direction (min cos(p, p^mm_global))",

@@ -153,6 +153,31 @@ def mean_curve(ax, table, x, y, label, **kw):
     ax.fill_between(m.index, (m - sd).values, (m + sd).values, alpha=0.15, color=ax.lines[-1].get_color())
 
 
+#: the direction panel's curves: (param, column, line style); labelled ``"<param> vs <norm>"``
+DIRECTION_CURVES = (("W", "corr_att_fro", "-"), ("KQ", "corr_att_nuc", "-"), ("KQ", "corr_att_fro", ":"))
+
+
+def curve_panel(ax, cur: pd.DataFrame, lines, ylabel: str, *, hline=None, title: str | None = None) -> None:
+    """One panel of mean curves (+- sd) over the training step of the curve rows ``cur``.
+
+    lines : (param, column, label, line style or None) per curve; hline : optional (value, label), a grey
+    dotted reference line; the x axis is the step, a legend closes the panel."""
+    for param, key, label, ls in lines:
+        mean_curve(ax, cur[cur["param"] == param], "step", key, label, **({} if ls is None else {"ls": ls}))
+    if hline is not None:
+        ax.axhline(hline[0], color="grey", ls=":", label=hline[1])
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def direction_lines():
+    """The :func:`curve_panel` lines of the direction panel: W and KQ against their SVMs."""
+    return [(param, key, f"{param} vs {key[5:]}", style) for param, key, style in DIRECTION_CURVES]
+
+
 def final_rows_of(table: pd.DataFrame) -> pd.DataFrame:
     cur = table[table["kind"] == "curve"]
     last = cur.groupby(["seed", "param"])["step"].transform("max")

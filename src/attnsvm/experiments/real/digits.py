@@ -18,12 +18,13 @@ from attnsvm.experiments.real.common import (
     SRC_SELECT,
     attention_maps,
     certified_check,
+    curve_panel,
     curve_rows,
     deviation_quick,
     direction_checks,
+    direction_lines,
     final_rows_of,
     image_ids,
-    mean_curve,
     paired_check,
     per_unit,
     run_statuses,
@@ -34,6 +35,15 @@ from attnsvm.plotting import save_figure, subplots
 from attnsvm.real.errors import INSTALL_HINT
 
 # ---------------------------------------------------------------- real-digits
+
+
+#: the correlation columns reported together (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "corr_att_fro": "corr with the Frobenius Att-SVM",
+    "corr_att_nuc": "corr with the nuclear Att-SVM",
+    "svm_fro_nuc_corr": "corr of the two SVMs",
+    "corr_random_dir": "corr of a random direction",
+}
 
 
 class DigitsConfig(ExperimentConfig):
@@ -108,27 +118,12 @@ class RealDigits(Experiment):
         paths = []
         cur = table[table["kind"] == "curve"]
         fig, axes = subplots(1, 3, width=4.4, height=3.4)
-        ax = axes[0, 0]
-        for param, key, style in (("W", "corr_att_fro", "-"), ("KQ", "corr_att_nuc", "-"), ("KQ", "corr_att_fro", ":")):
-            mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
-        ax.set_xlabel("step")
-        ax.set_ylabel("correlation with the SVM")
-        ax.set_title("direction")
-        ax.legend(fontsize=7)
-        ax = axes[0, 1]
-        for param in PARAMS:
-            mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
-            mean_curve(ax, cur[cur["param"] == param], "step", "train_acc", f"{param} train", ls="--")
-        ax.axhline(cur["head_test_acc"].mean(), color="grey", ls=":", label="uniform attention (test)")
-        ax.set_xlabel("step")
-        ax.set_ylabel("accuracy")
-        ax.legend(fontsize=7)
-        ax = axes[0, 2]
-        for param in PARAMS:
-            mean_curve(ax, cur[cur["param"] == param], "step", "max_softmax", param)
-        ax.set_xlabel("step")
-        ax.set_ylabel("mean largest attention weight")
-        ax.legend(fontsize=7)
+        curve_panel(axes[0, 0], cur, direction_lines(), "correlation with the SVM", title="direction")
+        curve_panel(axes[0, 1], cur, [line for param in PARAMS for line in ((param, "test_acc", f"{param} test", None),
+                                                                            (param, "train_acc", f"{param} train", "--"))],
+                    "accuracy", hline=(cur["head_test_acc"].mean(), "uniform attention (test)"))
+        curve_panel(axes[0, 2], cur, [(param, "max_softmax", param, None) for param in PARAMS],
+                    "mean largest attention weight")
         paths += save_figure(fig, outdir, "digits_curves")
 
         att = table[table["kind"] == "attention"]
@@ -189,12 +184,7 @@ class RealDigits(Experiment):
             effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1",
             detail=f"corr(Frobenius SVM, nuclear SVM) {kq['svm_fro_nuc_corr'].mean():.3f} on average"))
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
-        out += correlation_partners(table, {
-            "corr_att_fro": "corr with the Frobenius Att-SVM",
-            "corr_att_nuc": "corr with the nuclear Att-SVM",
-            "svm_fro_nuc_corr": "corr of the two SVMs",
-            "corr_random_dir": "corr of a random direction",
-        })
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

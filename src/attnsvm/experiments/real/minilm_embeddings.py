@@ -16,11 +16,12 @@ from attnsvm.experiments.real.common import (
     SRC_SELECT,
     attention_maps,
     certified_check,
+    curve_panel,
     curve_rows,
     deviation_quick,
     direction_checks,
+    direction_lines,
     final_rows_of,
-    mean_curve,
     paired_check,
     per_unit,
     run_statuses,
@@ -117,25 +118,11 @@ class RealMinilmEmbeddings(Experiment):
         paths = []
         cur = table[table["kind"] == "curve"]
         fig, axes = subplots(1, 3, width=4.4, height=3.4)
-        ax = axes[0, 0]
-        for param, key, style in (("W", "corr_att_fro", "-"), ("KQ", "corr_att_nuc", "-"), ("KQ", "corr_att_fro", ":")):
-            mean_curve(ax, cur[cur["param"] == param], "step", key, f"{param} vs {key[5:]}", ls=style)
-        ax.set_xlabel("step")
-        ax.set_ylabel("correlation with the SVM")
-        ax.legend(fontsize=7)
-        ax = axes[0, 1]
-        for param in PARAMS:
-            mean_curve(ax, cur[cur["param"] == param], "step", "test_acc", f"{param} test")
-        ax.axhline(cur["head_test_acc"].mean(), color="grey", ls=":", label="uniform attention")
-        ax.set_xlabel("step")
-        ax.set_ylabel("test accuracy")
-        ax.legend(fontsize=7)
-        ax = axes[0, 2]
-        for param in PARAMS:
-            mean_curve(ax, cur[cur["param"] == param], "step", "keyword_rate_test", param)
-        ax.set_xlabel("step")
-        ax.set_ylabel("argmax on the sentiment word (test)")
-        ax.legend(fontsize=7)
+        curve_panel(axes[0, 0], cur, direction_lines(), "correlation with the SVM")
+        curve_panel(axes[0, 1], cur, [(param, "test_acc", f"{param} test", None) for param in PARAMS], "test accuracy",
+                    hline=(cur["head_test_acc"].mean(), "uniform attention"))
+        curve_panel(axes[0, 2], cur, [(param, "keyword_rate_test", param, None) for param in PARAMS],
+                    "argmax on the sentiment word (test)")
         paths += save_figure(fig, outdir, "minilm_embeddings_curves")
 
         att = table[table["kind"] == "attention"]

@@ -27,6 +27,14 @@ INSTANCES = {"vis1": tf_visualization1, "vis2": tf_visualization2}
 WINDOWS = {"vis1": ((-30, 40), (-100, 100)), "vis2": ((-2, 10), (-5, 5))}
 
 
+#: the correlation columns reported together (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "corr_fro": "corr with the Frobenius SVM",
+    "corr_nuc": "corr with the nuclear SVM",
+    "corr_svms": "corr of the two SVMs",
+}
+
+
 class Config(ExperimentConfig):
     instances: list[Literal["vis1", "vis2"]] = ["vis1", "vis2"]
     steps: PositiveInt = 2000
@@ -119,11 +127,7 @@ class Trajectories(Experiment):
                              reason=f"spec's rank {r_nuc} (relative singular-value threshold 1e-6 on a certified SVM)"))
         per_instance = table.drop_duplicates("instance")
         out.append(certificate_integrity(per_instance, ("fro", "nuc"), "W^mm and W^mm_* of each instance"))
-        out += correlation_partners(table, {
-            "corr_fro": "corr with the Frobenius SVM",
-            "corr_nuc": "corr with the nuclear SVM",
-            "corr_svms": "corr of the two SVMs",
-        })
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):
