@@ -244,6 +244,9 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     page = _Visible()
     page.feed((tmp_path / "b" / "probe.html").read_text())
     assert not NOT_A_NUMBER.search(" ".join(page.parts))
+    text = " ".join(page.parts)  # the headline states the stable verdict and the effect size, not a count at one m
+    assert "Stable verdict" in text and "Effect size against the spectrum nulls" in text and "null sds" in text
+    assert "Across sample sizes" in text
 
 
 def _lines(tmp_path):

@@ -30,9 +30,7 @@ import numpy as np
 
 from attnsvm._validate import as_float_array
 from attnsvm.errors import ValidationError
-from attnsvm.svm import ConstraintSet, gen_constraints, solve
-from attnsvm.svm.reductions import SubspaceBasis
-from attnsvm.svm.result import lift_solution
+from attnsvm.svm import ConstraintSet, SubspaceBasis, gen_constraints, lift_solution, solve
 from attnsvm.svm.analysis import row_basis
 
 #: the largest bound ``||lam||_1 span_residual`` on ``||S - P S_M B^T||_2`` (the multipliers' matrix outside the

@@ -593,6 +593,31 @@ def head_reason(r) -> str:
     return ""
 
 
+def _effect_html(table) -> str:
+    """The headline's effect size and, at several m, the stable verdicts: the heads' mean excess over their nulls'
+    mean (absolute, in corr_restricted) and in their nulls' sds, against which null; words where no head has one."""
+    kind = str(table["null_kind"].dropna().iloc[0]) if "null_kind" in table.columns and \
+        table["null_kind"].notna().any() else "the"
+    out = ""
+    if "null_mean" in table.columns:
+        excess = (table["corr_restricted"] - table["null_mean"]).to_numpy(float)
+        z = (excess / table["null_sd"].to_numpy(float)) if "null_sd" in table.columns else np.full(len(table), np.nan)
+        ok, okz = np.isfinite(excess), np.isfinite(z)
+        if ok.any():
+            out += (f" Effect size against the {_e(kind)} nulls: the heads' corr_restricted exceeds their nulls' mean by "
+                    f"{_num(float(np.mean(excess[ok])), '.3f')} on average (median {_num(float(np.median(excess[ok])), '.3f')}"
+                    + (f"; {_num(float(np.median(z[okz])), '.1f')} null sds in the median" if okz.any() else "")
+                    + f", over {int(ok.sum())} heads).")
+        else:
+            out += " No head has both a score and null heads, so there is no effect size."
+    if "stable_verdict" in table.columns:
+        sv = table["stable_verdict"].astype(str).value_counts()
+        words = ", ".join(f"{int(n)} {_e(v)}" for v, n in sv.items())
+        out += (f" <b>Stable verdict</b> (the two largest numbers of SVM sentences agree): {words}; the counts above are "
+                "at the largest m.")
+    return out
+
+
 def _verdict_html(table, cfg) -> str:
     """The verdict block: per layer counts (null verdicts when present, else against the random baseline)."""
     rows = []
@@ -614,6 +639,7 @@ def _verdict_html(table, cfg) -> str:
         lead = (f"<b>{tot['beyond null']} of {len(table)} heads</b> point along their own selections' SVM beyond "
                 f"what the null distribution of the score allows{draws}; {tot['not distinguishable']} are not "
                 f"distinguishable from it, {tot['below null']} fall below it and {tot['no SVM']} have no SVM.")
+        lead += _effect_html(table)
         sentence = ("A head <i>beyond null</i> has a corr_restricted larger than the scores of its null heads at the "
                     "stated false-discovery level (q-value); <i>not distinguishable</i> is no evidence either way at "
                     "these sentence counts.")
