@@ -66,8 +66,9 @@ from attnsvm.svm.constraints import (
     v_constraints,
 )
 from attnsvm.svm.language import lm_constraints, soft_margin_svm
-from attnsvm.svm.reductions import SubspaceBasis
-from attnsvm.svm.result import lift_solution
+# for the layers above (the probe's layer bases: a reduced solution lifted back), outside the 28 names of __all__
+from attnsvm.svm.reductions import SubspaceBasis  # noqa: F401
+from attnsvm.svm.result import lift_solution  # noqa: F401
 from attnsvm.svm.solution import (
     CERTIFIED_GAP,
     CERTIFIED_STATIONARITY,
@@ -78,8 +79,6 @@ from attnsvm.svm.solution import (
 )
 
 __all__ = [
-    # a solution of rows reduced to a subspace basis, lifted back (the probe's layer bases)
-    "SubspaceBasis", "lift_solution",
     # one problem: rank-one constraints and their solver
     "ConstraintSet", "solve", "certify",
     "att_constraints", "gen_constraints", "fin_constraints", "seq_constraints", "prompt_constraints", "v_constraints",
