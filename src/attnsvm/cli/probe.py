@@ -246,21 +246,13 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
-    from attnsvm.real.nulls import NULLS
-    from attnsvm.real.probe import check_indices, format_table, probe_heads, resolve_model, solver_options
+    from attnsvm.real.probe import check_indices, probe_heads, resolve_model
     from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
-    from attnsvm.real.verdict import LEGEND, verdict_summary
 
     check_seed(seed)
-    if out:
-        check_outputs(out, curve is not None)
-    solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
-    if isinstance(sentences, (str, os.PathLike)):
-        sentences = read_sentences(sentences)
-    if (scheduler or (workers is not None and workers != 1)) and not out and not store:
-        raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR (or leave "
-                              "out --no-store)")
+    sentences = _checked(sentences, out, curve, max_memory, device, (scheduler or (workers is not None and workers != 1))
+                         and not out and not store)
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
@@ -282,20 +274,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             announce(line)
     stored = None
     if out:
-        from attnsvm.experiments.real.probe_run import ProbeRun, stored_result
-        from attnsvm.runner import StorageError, results_problem, run_experiment
-
-        t0 = time.perf_counter()
-        summary = run_experiment(ProbeRun(), config, out, workers=workers, scheduler=scheduler, progress=progress_bar,
-                                 connect_timeout=connect_timeout, max_memory=max_memory)
-        problem = results_problem(summary.outdir)   # the table shown is the one the run stored, verified
-        if problem is not None:
-            raise StorageError(f"{summary.outdir}: {problem}")
-        res = stored_result(config, summary.outdir, max_memory=max_memory, t0=t0)
-        res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
-        stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
-                  "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
-                  "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
+        res, stored = _run_stored(config, out, dict(workers=workers, scheduler=scheduler, progress=progress_bar,
+                                                    connect_timeout=connect_timeout, max_memory=max_memory))
     else:
         res = probe_heads(config=config, model=None if model is None else loaded, progress=progress,
                           max_memory=max_memory)
@@ -304,37 +284,95 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     if stored is not None:
         payload["stored"] = stored
     agreement = None
-    if curve is not None:
-        from attnsvm.real.agreement import agreement_curve
-
-        agreement = agreement_curve(model, res.sentences, sizes=curve, layers=layers, heads=heads, query=query,
-                                    threshold=threshold, seed=seed, max_length=max_length, progress=progress,
-                                    max_memory=max_memory)
+    if curve is not None:  # deprecated: --svm-sentences with several values
+        agreement = _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress,
+                               max_memory)
         payload["agreement"] = json.loads(agreement.table.to_json(orient="records"))
-    written = []
-    if out:
-        os.makedirs(out, exist_ok=True)
-        _write_text(os.path.join(out, "probe.csv"), table.to_csv(index=False))
-        _write_text(os.path.join(out, "probe.json"), json.dumps(payload, indent=2))
-        written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
-        written += _figure(lambda: heatmap_figure(largest_m(table), out, "probe_heatmap"),
-                           os.path.join(out, "probe_heatmap"))
-        png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
-        curve_png = None
-        if "m" in table.columns:  # several m: each head's score against m over its nulls' band
-            paths = _figure(lambda: curve_figure(table, out, "probe_curve"), os.path.join(out, "probe_curve"))
-            written += paths
-            curve_png = next((os.path.basename(p) for p in paths if p.endswith(".png")), None)
-        written.append(write_probe_view(res, out, heatmap=png, curve=curve_png))
-        if agreement is not None:
-            from attnsvm.real.agreement import agreement_figure
-
-            _write_text(os.path.join(out, "probe_agreement.csv"), agreement.table.to_csv(index=False))
-            written.append(os.path.join(out, "probe_agreement.csv"))
-            written += _figure(lambda: agreement_figure(agreement.table, out, "probe_agreement"),
-                               os.path.join(out, "probe_agreement"))
+    written = _write_outputs(res, out, payload, agreement) if out else []
     if as_json:
         return json.dumps(payload, indent=2)
+    return _text(res, config, length_note, stored, written, agreement)
+
+
+def _checked(sentences, out, curve, max_memory, device, needs_store: bool):
+    """The checks before any work (the outputs' folder, torch or the device when asked for, workers without a stored
+    run); returns the sentences, read from their file when ``sentences`` is a path."""
+    from attnsvm.real.probe import solver_options
+
+    if out:
+        check_outputs(out, curve is not None)
+    solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
+    if needs_store:
+        raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR (or leave "
+                              "out --no-store)")
+    return read_sentences(sentences) if isinstance(sentences, (str, os.PathLike)) else sentences
+
+
+def _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress, max_memory):
+    """The deprecated ``--curve``: :func:`attnsvm.real.agreement.agreement_curve` on the probe's sentences."""
+    from attnsvm.real.agreement import agreement_curve
+
+    return agreement_curve(model, res.sentences, sizes=curve, layers=layers, heads=heads, query=query,
+                           threshold=threshold, seed=seed, max_length=max_length, progress=progress,
+                           max_memory=max_memory)
+
+
+def _run_stored(config, out: str, options: dict):
+    """The probe of ``config`` as stored runner tasks in ``out`` (:func:`attnsvm.runner.run_experiment` with
+    ``options``: workers, scheduler, progress, connect_timeout, max_memory), the table read back verified; returns
+    the ProbeResult and what the run computed and reused."""
+    from attnsvm.experiments.real.probe_run import ProbeRun, stored_result
+    from attnsvm.runner import StorageError, results_problem, run_experiment
+
+    t0 = time.perf_counter()
+    summary = run_experiment(ProbeRun(), config, out, **options)
+    problem = results_problem(summary.outdir)   # the table shown is the one the run stored, verified
+    if problem is not None:
+        raise StorageError(f"{summary.outdir}: {problem}")
+    res = stored_result(config, summary.outdir, max_memory=options.get("max_memory"), t0=t0)
+    res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
+    stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
+              "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
+              "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
+    return res, stored
+
+
+def _write_outputs(res, out: str, payload: dict, agreement) -> list:
+    """probe.csv, probe.json, the heat map (and with several m the curve), probe.html and the deprecated curve's
+    files in ``out``; returns the paths written."""
+
+    table = res.table
+    os.makedirs(out, exist_ok=True)
+    _write_text(os.path.join(out, "probe.csv"), table.to_csv(index=False))
+    _write_text(os.path.join(out, "probe.json"), json.dumps(payload, indent=2))
+    written = [os.path.join(out, "probe.csv"), os.path.join(out, "probe.json")]
+    written += _figure(lambda: heatmap_figure(largest_m(table), out, "probe_heatmap"),
+                       os.path.join(out, "probe_heatmap"))
+    png = next((os.path.basename(p) for p in written if p.endswith(".png")), None)
+    curve_png = None
+    if "m" in table.columns:  # several m: each head's score against m over its nulls' band
+        paths = _figure(lambda: curve_figure(table, out, "probe_curve"), os.path.join(out, "probe_curve"))
+        written += paths
+        curve_png = next((os.path.basename(p) for p in paths if p.endswith(".png")), None)
+    written.append(write_probe_view(res, out, heatmap=png, curve=curve_png))
+    if agreement is not None:
+        from attnsvm.real.agreement import agreement_figure
+
+        _write_text(os.path.join(out, "probe_agreement.csv"), agreement.table.to_csv(index=False))
+        written.append(os.path.join(out, "probe_agreement.csv"))
+        written += _figure(lambda: agreement_figure(agreement.table, out, "probe_agreement"),
+                           os.path.join(out, "probe_agreement"))
+    return written
+
+
+def _text(res, config, length_note: str, stored: dict | None, written: list, agreement) -> str:
+    """The text ``attnsvm probe`` prints: the table, its legends, the verdict summary, the costs, the deprecated
+    curve, where the heads are stored and what was written."""
+    from attnsvm.real.nulls import NULLS
+    from attnsvm.real.probe import format_table
+    from attnsvm.real.verdict import LEGEND, verdict_summary
+
+    table = res.table
     lines = [format_table(table), _COLUMNS, ""]
     if "corr_restricted" in table.columns:
         lines.append(verdict_summary(table))
@@ -342,8 +380,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
             lines.append(LEGEND)
             if NULLS[config.null_kind].legend:
                 lines.append(NULLS[config.null_kind].legend)
-        elif query == "all":
-                lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
+        elif config.query == "all":
+            lines.append("no null heads for --query all yet: no verdict (the random-selection baseline only)")
     lines.append(length_note)
     nnull = int(table["n_null"].sum() + table["n_null_dropped"].sum()) if "n_null" in table.columns else 0
     if "null_planned" in table.columns:  # the draws stopped early where no further one could change a verdict
@@ -369,3 +407,4 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     if written:
         lines.append("wrote " + ", ".join(written))
     return "\n".join(lines)
+
