@@ -83,7 +83,9 @@ def test_the_page_shows_words_not_nan_or_inf(result):
 def test_the_terminal_table_and_summary_show_words(result):
     table = format_table(result.table)
     assert not _hits(table), _hits(table)
-    assert table.splitlines()[1].split()[:4] == ["3", "0", table.splitlines()[1].split()[2], "no"]
+    header, row = table.splitlines()[0].split(), table.splitlines()[1].split()
+    i = header.index("corr_restricted")  # the columns before it hold one word each: layer, head, numbers
+    assert row[:2] == ["3", "0"] and row[i:i + 2] == ["no", "SVM"], (header, row)
     only_no_svm = result.table[result.table["head"] == 0]
     summary = verdict_summary(only_no_svm) + verdict_summary(result.table)
     assert not _hits(summary), _hits(summary)
