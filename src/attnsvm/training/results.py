@@ -31,7 +31,7 @@ class TrainResult:
     ----------
     steps : (C,) int -- number of updates done at each checkpoint (0 = init)
     loss : (R, C) -- mean training loss (``+inf`` where it exceeds float64: exponential loss)
-    softmax : (R, C, n, T) -- attention maps (sequence training: (R, C, n, T, T), [query, key])
+    softmax : (R, C, n, T) -- attention maps (sequence training: (R, C, n, T, T), [query, token])
     norm : (R, C) -- ``||W||_F`` (param W / KQ) or ``||p||`` (param p)
     grad_norm : (R, C) -- norm of the loss gradient in W (or p), ridge excluded (``+inf`` where it
         exceeds float64)
