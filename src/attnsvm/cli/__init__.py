@@ -330,7 +330,7 @@ class _NullKinds(click.Choice):
                    "spectrum nulls do not). With a kind other than spectrum the spectrum nulls are drawn too and "
                    "reported in spectrum_* columns.")
 @click.option("--null-stop/--no-null-stop", default=True, show_default=True,
-              help="Draw each head's spectrum nulls one at a time and stop once no further draw could change any "
+              help="Draw each head's verdict nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
                    "column null_stop). --no-null-stop: all --null-draws for every head.")
 @click.option("--baseline-max-m", type=click.IntRange(min=1), default=None,
@@ -363,9 +363,11 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
     For each layer and head: W_h from the key and query weights, the tokens the head
     selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
-    correlation of W_h with it against null heads of the same spectrum (a verdict per
-    head: beyond null / not distinguishable / below null / no SVM, Benjamini-Yekutieli
-    over the probed heads) and, secondary, random selections of the same sizes.
+    correlation of W_h with it against null heads (by default sink nulls, which keep the
+    head's attention sink; spectrum nulls beside them) for a verdict per head: beyond
+    null / not distinguishable / below null / no SVM, Benjamini-Yekutieli over the probed
+    heads; with several --svm-sentences also a stable verdict across them. Secondary:
+    random selections of the same sizes.
     Each run is stored as it goes (--out DIR, default ./attnsvm-probe/<hash of the settings>, named in the first
     line): the same command resumes a stopped run. --no-store runs in this process and writes nothing.
     Needs the extra: pip install 'attnsvm[real]'.
