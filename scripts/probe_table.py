@@ -1,55 +1,140 @@
 """Commit-sized table of a stored probe, with its provenance (issue 39: the at-scale MiniLM run).
 
-    python scripts/probe_table.py OUT DEST.csv [--command "attnsvm probe ..."]
+    python scripts/probe_table.py OUT DEST.csv [--command "attnsvm probe ..."] [--m 128,256,512]
 
-OUT is the folder given to ``attnsvm probe --out`` (it holds ``probe.csv`` and ``probe/meta.json``). DEST.csv gets one
-row per head and m with the columns the guide reads (layer, head, m, the head's score, both nulls' means and sds,
-p, q, verdict, stable_verdict, the sink statistics and the margin ratio), and DEST.json beside it the provenance:
-the commit of the code that imports here (run it from the frozen worktree), the model digest and source digest the
-runner recorded per task, the settings, the command, the tasks' CPU and wall seconds.
-The shards stay out of the repository; this table is what the docs cite.
+OUT is the folder given to ``attnsvm probe --out``. DEST.csv gets one row per head and m with the columns the guide
+reads (layer, head, m, the head's score, both nulls' means and sds, p, q, verdict, stable_verdict, the sink
+statistics and the margin ratio), and DEST.json beside it the provenance: the commit of the code that imports here
+(run it with the frozen worktree's ``src`` on PYTHONPATH), the model digest and source digest the tasks recorded,
+the settings, the command, and the tasks' seconds (head SVMs and null draws, summed by m and part).
+
+A finished run is read from its ``probe.csv``. A run still going (or ``--m``) is read from its verified shards:
+every head and null task of the run's layers and heads at each m in ``--m`` (default: every m whose tasks are all
+stored) must be there, and the table is combined as the finished run would combine it, with Benjamini-Yekutieli
+over the heads at each m and the stable verdict over the two largest m *of the subset*; the provenance says
+``partial`` with the m it holds and the m the run asked for. The shards stay out of the repository; this table
+is what the docs cite.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import subprocess
 import sys
 
 COLUMNS = ("layer", "head", "m", "mean_selected", "sel_first", "qi_share", "corr_restricted", "null_kind", "null_mean",
            "null_sd", "n_null", "spectrum_mean", "spectrum_sd", "n_spectrum", "p_upper", "p_lower", "q_upper",
            "q_lower", "verdict", "stable_verdict", "margin_ratio", "svm_status", "svm_gap")
+PROVENANCE = ("provenance", "code_version", "source", "config_hash", "environment", "wall_seconds", "workers",
+              "finished", "computed", "resumed", "failed")
+
+
+def read_shards(out: str) -> tuple[list, list]:
+    """Every verified shard of the stored probe in ``out``: ``(tables, provenances)`` (a shard that fails its
+    checksum raises :class:`attnsvm.runner.storage.ShardError`)."""
+    from attnsvm.runner.storage import read_shard
+
+    tables, provs = [], []
+    for path in sorted(glob.glob(os.path.join(out, "probe", "shards", "*", "*.parquet"))):
+        table, prov = read_shard(path)
+        tables.append(table)
+        provs.append(prov)
+    if not provs:
+        raise SystemExit(f"probe_table: no stored shards under {out}/probe/shards")
+    hashes = {p["config_hash"] for p in provs}
+    if len(hashes) != 1:
+        raise SystemExit(f"probe_table: shards of {len(hashes)} settings under {out} ({sorted(hashes)}); give one run")
+    return tables, provs
+
+
+def complete_ms(provs: list) -> list:
+    """The m whose head and null tasks are all stored, for every layer and head of the run's settings."""
+    config = provs[0]["config"]
+    asked = config["svm_sentences"] if isinstance(config["svm_sentences"], list) else [config["svm_sentences"]]
+    have = {(p["params"]["layer"], p["params"]["head"], p["params"]["m"], p["params"]["part"]) for p in provs}
+    return [m for m in asked if all((la, h, m, part) in have for la in config["layers"] for h in config["heads"]
+                                    for part in ("head", "null"))]
+
+
+def partial_table(tables: list, provs: list, ms: list):
+    """The combined per-head table of the tasks at ``ms`` (each complete), as the finished run would make it."""
+    import pandas as pd
+
+    from attnsvm.real.probe_config import probe_config
+    from attnsvm.real.probe_tasks import combine
+
+    done = complete_ms(provs)
+    missing = [m for m in ms if m not in done]
+    if missing:
+        raise SystemExit(f"probe_table: m = {missing} not complete (every layer x head needs its head and null "
+                         f"task); complete: {done}")
+    config = dict(provs[0]["config"], svm_sentences=sorted(ms) if len(ms) > 1 else ms[0])
+    keep = [t for t, p in zip(tables, provs) if p["params"]["m"] in ms]
+    return combine(probe_config(**config), pd.concat(keep, ignore_index=True))
+
+
+def task_seconds(tables: list, provs: list) -> dict:
+    """Seconds the stored tasks spent, summed by m: head SVMs (``seconds_svm``) and null draws by kind."""
+    out = {}
+    for table, prov in zip(tables, provs):
+        part = out.setdefault(str(prov["params"]["m"]), {})
+        if prov["params"]["part"] == "head":
+            part["head_svm"] = part.get("head_svm", 0.0) + float(table["seconds_svm"].fillna(0).sum())
+        else:
+            for kind, s in table.groupby("kind")["null_seconds"].sum().items():
+                part[f"null_{kind}"] = part.get(f"null_{kind}", 0.0) + float(s)
+            for kind, n in table.groupby("kind").size().items():
+                part[f"draws_{kind}"] = part.get(f"draws_{kind}", 0) + int(n)
+    return {m: {k: round(v, 1) for k, v in d.items()} for m, d in out.items()}
 
 
 def main(argv=None) -> int:
     import pandas as pd
 
+    import attnsvm
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="the folder of attnsvm probe --out")
     ap.add_argument("dest", help="the CSV to write (a JSON of provenance is written beside it)")
     ap.add_argument("--command", default="", help="the command that made OUT (recorded as provenance)")
+    ap.add_argument("--m", default=None, help="comma list of m to table from the stored shards (default: a finished "
+                    "run's probe.csv, else every complete m)")
     args = ap.parse_args(argv)
-    table = pd.read_csv(os.path.join(args.out, "probe.csv"))
-    with open(os.path.join(args.out, "probe", "meta.json"), encoding="utf-8") as fh:
-        meta = json.load(fh)
-    with open(os.path.join(args.out, "probe.json"), encoding="utf-8") as fh:
-        probe = json.load(fh)
+    tables, provs = read_shards(args.out)
+    finished = os.path.exists(os.path.join(args.out, "probe.csv")) and args.m is None
+    prov = {}
+    if finished:
+        table = pd.read_csv(os.path.join(args.out, "probe.csv"))
+        with open(os.path.join(args.out, "probe", "meta.json"), encoding="utf-8") as fh:
+            meta = json.load(fh)
+        with open(os.path.join(args.out, "probe.json"), encoding="utf-8") as fh:
+            probe = json.load(fh)
+        prov.update(settings=probe.get("config"), seconds=probe.get("seconds"),
+                    **{k: meta[k] for k in PROVENANCE if k in meta})
+    else:
+        ms = [int(v) for v in args.m.split(",")] if args.m else complete_ms(provs)
+        if not ms:
+            raise SystemExit("probe_table: the run has no complete m yet")
+        table = partial_table(tables, provs, ms)
+        asked = provs[0]["config"]["svm_sentences"]
+        prov.update(settings=provs[0]["config"], partial={"m": ms, "run_asked": asked, "tasks_stored": len(provs)},
+                    config_hash=provs[0]["config_hash"], source=provs[0]["source"],
+                    code_version=provs[0]["version"], written=[min(p["written"] for p in provs),
+                                                              max(p["written"] for p in provs)])
     cols = [c for c in COLUMNS if c in table.columns]
     table[cols].to_csv(args.dest, index=False, float_format="%.6g")
-    keep = ("provenance", "code_version", "source", "config_hash", "environment", "wall_seconds", "workers",
-            "finished", "computed", "resumed", "failed")
-    import subprocess
-
-    import attnsvm
-
     here = os.path.dirname(os.path.abspath(attnsvm.__file__))  # the checkout whose code ran (a frozen worktree)
     git = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True)
-    prov = {"commit": git.stdout.strip() or None, "command": args.command, "settings": probe.get("config"),
-            "seconds": probe.get("seconds"), "rows": int(len(table)), **{k: meta[k] for k in keep if k in meta}}
+    inputs = sorted({json.dumps(p.get("inputs"), sort_keys=True) for p in provs})
+    prov = {"commit": git.stdout.strip() or None, "command": args.command, "rows": int(len(table)),
+            "inputs": [json.loads(i) for i in inputs], "task_seconds": task_seconds(tables, provs), **prov}
     with open(os.path.splitext(args.dest)[0] + ".json", "w", encoding="utf-8") as fh:
         json.dump(prov, fh, indent=2, default=str)
-    print(f"wrote {args.dest} ({len(table)} rows, {len(cols)} columns) and its provenance")
+    what = "" if finished else f" (partial: m = {prov['partial']['m']} of {prov['partial']['run_asked']})"
+    print(f"wrote {args.dest} ({len(table)} rows, {len(cols)} columns){what} and its provenance")
     return 0
 
 
