@@ -1,6 +1,6 @@
 """Commit-sized table of a stored probe, with its provenance (issue 39: the at-scale MiniLM run).
 
-    python scripts/probe_table.py OUT DEST.csv [--command "attnsvm probe ..."] [--m 128,256,512]
+    python scripts/probe_table.py OUT [OUT ...] DEST.csv [--command "attnsvm probe ..."] [--m 128,256,512]
 
 OUT is the folder given to ``attnsvm probe --out``. DEST.csv gets one row per head and m with the columns the guide
 reads (layer, head, m, the head's score, both nulls' means and sds, p, q, verdict, stable_verdict, the sink
@@ -11,9 +11,14 @@ the settings, the command, and the tasks' seconds (head SVMs and null draws, sum
 A finished run is read from its ``probe.csv``. A run still going (or ``--m``) is read from its verified shards:
 every head and null task of the run's layers and heads at each m in ``--m`` (default: every m whose tasks are all
 stored) must be there, and the table is combined as the finished run would combine it, with Benjamini-Yekutieli
-over the heads at each m and the stable verdict over the two largest m *of the subset*; the provenance says
-``partial`` with the m it holds and the m the run asked for. The shards stay out of the repository; this table
-is what the docs cite.
+over the heads at each m and the stable verdict over the two largest m *of the subset*; the provenance's
+``from_shards`` gives the m it holds, the m the runs asked for and whether that is ``partial``.
+The shards stay out of the repository; this table is what the docs cite.
+
+Several OUT folders are read as one run when their tasks ran the same code on the same model and their settings
+differ only in :data:`MAY_DIFFER` (which m each ran, and how many descriptive spectrum nulls it drew beside the
+verdict's): e.g. m = 128..512 from one run and m = 1000 from a second one with fewer spectrum nulls. Each m must
+come from one folder; the verdict's nulls of a head at an m are the same draws whichever folder ran them.
 """
 
 from __future__ import annotations
@@ -30,30 +35,52 @@ COLUMNS = ("layer", "head", "m", "mean_selected", "sel_first", "qi_share", "corr
            "q_lower", "verdict", "stable_verdict", "margin_ratio", "svm_status", "svm_gap")
 PROVENANCE = ("provenance", "code_version", "source", "config_hash", "environment", "wall_seconds", "workers",
               "finished", "computed", "resumed", "failed")
+#: settings in which the runs of one table may differ (see the module docstring)
+MAY_DIFFER = ("svm_sentences", "spectrum_draws")
 
 
-def read_shards(out: str) -> tuple[list, list]:
-    """Every verified shard of the stored probe in ``out``: ``(tables, provenances)`` (a shard that fails its
-    checksum raises :class:`attnsvm.runner.storage.ShardError`)."""
+def asked_ms(config: dict) -> list:
+    """The m a run's settings ask for."""
+    return config["svm_sentences"] if isinstance(config["svm_sentences"], list) else [config["svm_sentences"]]
+
+
+def read_shards(outs: list) -> tuple[list, list]:
+    """Every verified shard of the stored probes in ``outs``: ``(tables, provenances)`` (a shard that fails its
+    checksum raises :class:`attnsvm.runner.storage.ShardError`). Exits when the folders cannot be one table: other
+    code, model or settings (beyond :data:`MAY_DIFFER`), or one m stored in two folders."""
     from attnsvm.runner.storage import read_shard
 
-    tables, provs = [], []
-    for path in sorted(glob.glob(os.path.join(out, "probe", "shards", "*", "*.parquet"))):
-        table, prov = read_shard(path)
-        tables.append(table)
-        provs.append(prov)
-    if not provs:
-        raise SystemExit(f"probe_table: no stored shards under {out}/probe/shards")
-    hashes = {p["config_hash"] for p in provs}
-    if len(hashes) != 1:
-        raise SystemExit(f"probe_table: shards of {len(hashes)} settings under {out} ({sorted(hashes)}); give one run")
+    tables, provs, owner = [], [], {}
+    real = [os.path.realpath(o) for o in outs]
+    if len(set(real)) != len(real):
+        raise SystemExit(f"probe_table: a folder is given twice ({outs})")
+    for out in outs:
+        found = sorted(glob.glob(os.path.join(out, "probe", "shards", "*", "*.parquet")))
+        if not found:
+            raise SystemExit(f"probe_table: no stored shards under {out}/probe/shards")
+        for path in found:
+            table, prov = read_shard(path)
+            m = prov["params"]["m"]
+            if owner.setdefault(m, out) != out:
+                raise SystemExit(f"probe_table: m = {m} is stored in both {owner[m]} and {out}; give it once")
+            tables.append(table)
+            provs.append(prov)
+    for key in ("source", "inputs", "attnsvm"):
+        values = {json.dumps(p.get(key), sort_keys=True) for p in provs}
+        if len(values) != 1:
+            raise SystemExit(f"probe_table: the tasks differ in {key} ({sorted(values)}); one table needs one "
+                             "code and model")
+    same = [{k: v for k, v in p["config"].items() if k not in MAY_DIFFER} for p in provs]
+    if any(c != same[0] for c in same):
+        diff = sorted({k for c in same for k in c if c.get(k) != same[0].get(k)})
+        raise SystemExit(f"probe_table: the runs' settings differ in {diff} (only {list(MAY_DIFFER)} may)")
     return tables, provs
 
 
 def complete_ms(provs: list) -> list:
-    """The m whose head and null tasks are all stored, for every layer and head of the run's settings."""
+    """The m whose head and null tasks are all stored, for every layer and head of the runs' settings."""
     config = provs[0]["config"]
-    asked = config["svm_sentences"] if isinstance(config["svm_sentences"], list) else [config["svm_sentences"]]
+    asked = sorted({m for p in provs for m in asked_ms(p["config"])})
     have = {(p["params"]["layer"], p["params"]["head"], p["params"]["m"], p["params"]["part"]) for p in provs}
     return [m for m in asked if all((la, h, m, part) in have for la in config["layers"] for h in config["heads"]
                                     for part in ("head", "null"))]
@@ -97,20 +124,21 @@ def main(argv=None) -> int:
     import attnsvm
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="the folder of attnsvm probe --out")
+    ap.add_argument("out", nargs="+", help="the folder(s) of attnsvm probe --out")
     ap.add_argument("dest", help="the CSV to write (a JSON of provenance is written beside it)")
     ap.add_argument("--command", default="", help="the command that made OUT (recorded as provenance)")
     ap.add_argument("--m", default=None, help="comma list of m to table from the stored shards (default: a finished "
                     "run's probe.csv, else every complete m)")
     args = ap.parse_args(argv)
     tables, provs = read_shards(args.out)
-    finished = os.path.exists(os.path.join(args.out, "probe.csv")) and args.m is None
+    finished = len(args.out) == 1 and os.path.exists(os.path.join(args.out[0], "probe.csv")) and args.m is None
     prov = {}
     if finished:
-        table = pd.read_csv(os.path.join(args.out, "probe.csv"))
-        with open(os.path.join(args.out, "probe", "meta.json"), encoding="utf-8") as fh:
+        out = args.out[0]
+        table = pd.read_csv(os.path.join(out, "probe.csv"))
+        with open(os.path.join(out, "probe", "meta.json"), encoding="utf-8") as fh:
             meta = json.load(fh)
-        with open(os.path.join(args.out, "probe.json"), encoding="utf-8") as fh:
+        with open(os.path.join(out, "probe.json"), encoding="utf-8") as fh:
             probe = json.load(fh)
         prov.update(settings=probe.get("config"), seconds=probe.get("seconds"),
                     **{k: meta[k] for k in PROVENANCE if k in meta})
@@ -119,9 +147,12 @@ def main(argv=None) -> int:
         if not ms:
             raise SystemExit("probe_table: the run has no complete m yet")
         table = partial_table(tables, provs, ms)
-        asked = provs[0]["config"]["svm_sentences"]
-        prov.update(settings=provs[0]["config"], partial={"m": ms, "run_asked": asked, "tasks_stored": len(provs)},
-                    config_hash=provs[0]["config_hash"], source=provs[0]["source"],
+        asked = sorted({m for p in provs for m in asked_ms(p["config"])})
+        runs = {p["config_hash"]: p["config"] for p in provs}
+        prov.update(settings=provs[0]["config"] if len(runs) == 1 else runs,
+                    from_shards={"m": ms, "runs_asked": asked, "partial": ms != asked,
+                                 "tasks_stored": len(provs)},
+                    config_hash=sorted(runs), source=provs[0]["source"],
                     code_version=provs[0]["version"], written=[min(p["written"] for p in provs),
                                                               max(p["written"] for p in provs)])
     cols = [c for c in COLUMNS if c in table.columns]
@@ -133,7 +164,7 @@ def main(argv=None) -> int:
             "inputs": [json.loads(i) for i in inputs], "task_seconds": task_seconds(tables, provs), **prov}
     with open(os.path.splitext(args.dest)[0] + ".json", "w", encoding="utf-8") as fh:
         json.dump(prov, fh, indent=2, default=str)
-    what = "" if finished else f" (partial: m = {prov['partial']['m']} of {prov['partial']['run_asked']})"
+    what = "" if finished else f" (from shards: m = {prov['from_shards']['m']} of {prov['from_shards']['runs_asked']})"
     print(f"wrote {args.dest} ({len(table)} rows, {len(cols)} columns){what} and its provenance")
     return 0
 
