@@ -61,6 +61,8 @@ def read_shards(outs: list) -> tuple[list, list]:
         for path in found:
             table, prov = read_shard(path)
             m = prov["params"]["m"]
+            if "m" not in table.columns:  # a run of one m keys its tasks and rows without it
+                table = table.assign(m=int(m))
             if owner.setdefault(m, out) != out:
                 raise SystemExit(f"probe_table: m = {m} is stored in both {owner[m]} and {out}; give it once")
             tables.append(table)
