@@ -239,6 +239,16 @@ def test_probe_at_several_numbers_of_svm_sentences(tmp_path):
     assert b.loc[b["m"] == 4, "corr_random_restricted"].notna().all()
     assert b.loc[b["m"] == 6, "corr_random_restricted"].isna().all()
     np.testing.assert_allclose(b["corr_restricted"], stored["corr_restricted"], rtol=1e-12)
+    # fewer spectrum nulls beside the sink verdict: their column has that many draws, the verdict is unchanged
+    sink = [a for a in args if a not in ("--null-kind", "spectrum")]
+    r = CliRunner().invoke(cli, sink + ["--no-store", "--json", "--spectrum-draws", "1"])
+    assert r.exit_code == 0, r.output
+    one = pd.DataFrame(json.loads(r.output[r.output.index("{"):])["heads"])
+    r = CliRunner().invoke(cli, sink + ["--no-store", "--json"])
+    full = pd.DataFrame(json.loads(r.output[r.output.index("{"):])["heads"])
+    assert (one["n_spectrum"].dropna() == 1).all() and (full["n_spectrum"].dropna() == 3).all()
+    np.testing.assert_allclose(one["null_mean"], full["null_mean"], rtol=1e-12)
+    assert list(one["verdict"]) == list(full["verdict"])
     from test_probe_no_svm_words import NOT_A_NUMBER, _Visible
 
     page = _Visible()

@@ -333,6 +333,10 @@ class _NullKinds(click.Choice):
               help="Draw each head's verdict nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
                    "column null_stop). --no-null-stop: all --null-draws for every head.")
+@click.option("--spectrum-draws", type=click.IntRange(min=0), default=None,
+              help="Spectrum nulls per head drawn beside a verdict of another --null-kind, for the descriptive "
+                   "spectrum_* columns (default: as many as --null-draws; never stopped early). At large "
+                   "--svm-sentences they cost about three times the sink nulls: 2 gives their mean and sd.")
 @click.option("--baseline-max-m", type=click.IntRange(min=1), default=None,
               help="Draw the secondary random-selection baseline only at SVM sentence counts m <= this (default: at "
                    "every m). At large m the baseline is most of a head's cost and answers nothing the nulls do not.")
@@ -357,7 +361,8 @@ class _NullKinds(click.Choice):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, query_seed, max_length, out,
-          no_store, view_sentences, curve, null_draws, null_kind, null_stop, baseline_max_m, transplant_draws, device,
+          no_store, view_sentences, curve, null_draws, null_kind, null_stop, spectrum_draws, baseline_max_m,
+          transplant_draws, device,
           as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
@@ -388,7 +393,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                      view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
                      transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
-                     baseline_max_m=baseline_max_m, query_seed=query_seed, store=not no_store,
+                     baseline_max_m=baseline_max_m, query_seed=query_seed, spectrum_draws=spectrum_draws,
+                     store=not no_store,
                      announce=lambda line: click.echo(printable(line), err=as_json))
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
 

@@ -200,7 +200,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
               null_kind: str | None = None, baseline_max_m: int | None = None,
-              query_seed: int | None = None, store: bool = False, announce=None, store_root: str = STORE_ROOT) -> str:
+              query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False, announce=None, store_root: str = STORE_ROOT) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -227,6 +227,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
         ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
     query_seed : another draw of the queries on the same sentences (None: ``seed``; ``ProbeConfig.query_seed``)
+    spectrum_draws : spectrum nulls beside a verdict of another kind (None: ``null_draws``;
+        ``ProbeConfig.spectrum_draws``)
     baseline_max_m : the random-selection baseline only at m <= this (None: every m; ``ProbeConfig.baseline_max_m``)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
@@ -264,7 +266,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           seed=seed, max_length=loaded.probe_max_length(max_length), view_sentences=view_sentences,
                           model=None if model is None else loaded.path, transplant_draws=transplant_draws,
                           device=device, null_stop=bool(null_stop), baseline_max_m=baseline_max_m,
-                          query_seed=query_seed,
+                          query_seed=query_seed, spectrum_draws=spectrum_draws,
                           **({} if null_kind is None else {"null_kind": null_kind}),
                           **({} if null_draws is None else {"null_draws": null_draws}))
     if store and not out:  # the default folder, named by the settings: the same command resumes it
