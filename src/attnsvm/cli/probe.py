@@ -200,7 +200,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
               null_kind: str | None = None, baseline_max_m: int | None = None,
-              query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False, announce=None, store_root: str = STORE_ROOT) -> str:
+              query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False,
+              announce=None, store_root: str = STORE_ROOT) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
