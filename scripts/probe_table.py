@@ -120,6 +120,47 @@ def task_seconds(tables: list, provs: list) -> dict:
     return {m: {k: round(v, 1) for k, v in d.items()} for m, d in out.items()}
 
 
+SHORT = {"beyond null": "beyond", "below null": "below", "not distinguishable": "n.d.", "no SVM": "no SVM",
+         "depends on sample size": "depends on m"}
+
+
+def _pm(mean, sd, n) -> str:
+    import math
+
+    if not (isinstance(mean, float) and math.isfinite(mean)):
+        return "none drawn"
+    return f"{mean:.3f} ± {sd:.3f} ({int(n)})" if math.isfinite(sd) else f"{mean:.3f} ({int(n)})"
+
+
+def markdown(table) -> str:
+    """The docs' two tables of a probe table (one layer, several m): per head at the largest m (score, both nulls,
+    the excess over the verdict's null in its sds and in corr, p, q, verdict, stable verdict, the [CLS] and
+    query-independent shares), then each head's verdict and excess at every m."""
+    import math
+
+    ms = sorted(table["m"].unique())
+    top = table[table["m"] == ms[-1]].sort_values(["layer", "head"])
+    lines = [f"| head | selects [CLS] | query-independent share | corr_restricted | sink null (K) | excess: sink sds "
+             f"(corr) | spectrum null (K) | p | q | verdict at m = {ms[-1]} | stable verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in top.itertuples():
+        ex = r.corr_restricted - r.null_mean
+        sds = f"{ex / r.null_sd:+.1f} ({ex:+.3f})" if math.isfinite(ex / r.null_sd) else f"({ex:+.3f})"
+        lines.append(f"| L{r.layer}-H{r.head} | {r.sel_first:.2f} | {r.qi_share:.2f} | {r.corr_restricted:.3f} | "
+                     f"{_pm(r.null_mean, r.null_sd, r.n_null)} | {sds} | "
+                     f"{_pm(r.spectrum_mean, r.spectrum_sd, r.n_spectrum)} | {r.p_upper:.2g} | {r.q_upper:.2g} | "
+                     f"{SHORT.get(r.verdict, r.verdict)} | {SHORT.get(r.stable_verdict, r.stable_verdict)} |")
+    lines += ["", "| head | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|" + "---|" * len(ms)]
+    for (layer, head), g in table.sort_values("m").groupby(["layer", "head"]):
+        cells = []
+        for r in g.itertuples():
+            z = (r.corr_restricted - r.null_mean) / r.null_sd
+            cells.append(f"{SHORT.get(r.verdict, r.verdict)} ({z:+.1f} sd)" if math.isfinite(z)
+                         else SHORT.get(r.verdict, r.verdict))
+        lines.append(f"| L{layer}-H{head} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     import pandas as pd
 
@@ -129,9 +170,14 @@ def main(argv=None) -> int:
     ap.add_argument("out", nargs="+", help="the folder(s) of attnsvm probe --out")
     ap.add_argument("dest", help="the CSV to write (a JSON of provenance is written beside it)")
     ap.add_argument("--command", default="", help="the command that made OUT (recorded as provenance)")
+    ap.add_argument("--markdown", action="store_true", help="print the docs' tables of DEST.csv (already written) "
+                    "and write nothing")
     ap.add_argument("--m", default=None, help="comma list of m to table from the stored shards (default: a finished "
                     "run's probe.csv, else every complete m)")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(pd.read_csv(args.dest)), end="")
+        return 0
     tables, provs = read_shards(args.out)
     finished = len(args.out) == 1 and os.path.exists(os.path.join(args.out[0], "probe.csv")) and args.m is None
     prov = {}
