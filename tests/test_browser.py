@@ -615,6 +615,88 @@ def test_probe_page_shows_no_nan_words(driver, view_page):
     assert console_errors(driver) == []
 
 
+# ------------------------------------------------------------------ the docs' "On this page" column
+DOC_WIDTHS = (1280, 1440, 1600, 1920)
+
+
+@pytest.fixture(scope="module")
+def furo_page(tmp_path_factory):
+    """A one-page Sphinx site in the docs' theme (furo) with docs/_static/wide.css, as docs/conf.py sets them: a
+    few sections (the "On this page" column) and a code line wider than any window (what pushed the column out)."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("furo")
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path_factory.mktemp("furo-src")
+    (src / "_static").mkdir()
+    shutil.copy(REPO / "docs" / "_static" / "wide.css", src / "_static" / "wide.css")
+    (src / "conf.py").write_text("project = 'toc'\nhtml_theme = 'furo'\nhtml_static_path = ['_static']\n"
+                                 "html_css_files = ['wide.css']\n")
+    sections = "".join(f"\nSection {k} with a longer title\n{'-' * 30}\n\nText {k}.\n" for k in range(8))
+    (src / "index.rst").write_text("Page\n====\n\n.. code-block:: text\n\n   " + "x" * 400 + "\n" + sections)
+    out = tmp_path_factory.mktemp("furo-html")
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", str(src), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out / "index.html"
+
+
+def toc_problems(driver, page, widths=DOC_WIDTHS) -> list:
+    """Where the docs' right-hand "On this page" column is not wholly in the window, per window width: hidden in
+    a drawer, past the right edge, overlapping the content, or the page scrolling sideways."""
+    out = []
+    for width in widths:
+        driver.set_window_size(width, 900)
+        open_page(driver, page)
+        got = driver.execute_script(
+            "const t = document.querySelector('.toc-drawer').getBoundingClientRect(),"
+            " c = document.querySelector('.content').getBoundingClientRect(), e = document.documentElement;"
+            "return {toc: [t.left, t.right, t.width], content: c.right, view: e.clientWidth, scroll: e.scrollWidth,"
+            " position: getComputedStyle(document.querySelector('.toc-drawer')).position,"
+            " links: Array.from(document.querySelectorAll('.toc-drawer a')).map(a => a.getBoundingClientRect().right)};")
+        left, right, w = got["toc"]
+        if got["position"] != "static" or w < 100:
+            out.append(f"{width}: the column is not shown ({got['position']}, {w:.0f} px wide)")
+        if right > got["view"] + 1 or max(got["links"] or [0]) > got["view"] + 1:
+            out.append(f"{width}: the column ends at {right:.0f} px, past the window's {got['view']} px")
+        if got["content"] > left + 1:
+            out.append(f"{width}: the content ({got['content']:.0f} px) runs under the column ({left:.0f} px)")
+        if got["scroll"] > got["view"] + 1:
+            out.append(f"{width}: the page scrolls sideways ({got['scroll']} > {got['view']} px)")
+    driver.set_window_size(1400, 1000)
+    return out
+
+
+#: docs/_static/wide.css before issue 42's fix: the column was cut at 1440 and 1600 px and a drawer at 1280
+OLD_WIDE_CSS = """@media (min-width: 67em) {
+  .sidebar-drawer { width: 15em; }
+  .toc-drawer { width: 13em; flex: none; }
+  .content { width: auto; flex: 1 1 auto; min-width: 0; max-width: 62em; padding: 0 2em; }
+}"""
+
+
+def test_docs_toc_column_fits(driver, furo_page):
+    """Issue 42: "On this page" was cut at 1440 and 1600 px wide (and a drawer at 1280); it is whole at each width,
+    and the check reports the old stylesheet's layout."""
+    assert toc_problems(driver, furo_page) == []
+    for width in DOC_WIDTHS:
+        driver.set_window_size(width, 900)
+        open_page(driver, furo_page)
+        driver.save_screenshot(str(artifacts_dir() / f"docs-toc-{width}.png"))
+    css = furo_page.parent / "_static" / "wide.css"
+    fixed = css.read_text()
+    try:
+        css.write_text(OLD_WIDE_CSS)
+        problems = toc_problems(driver, furo_page)
+    finally:
+        css.write_text(fixed)
+    assert any(p.startswith("1280: the column is not shown") for p in problems), problems
+    for width in (1440, 1600):
+        assert any(p.startswith(f"{width}: the column ends at") for p in problems), problems
+
+
 def test_artifacts_folder_is_ignored():
     ignore = (REPO / ".gitignore").read_text().split()
     assert "artifacts/" in ignore
