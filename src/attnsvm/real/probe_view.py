@@ -262,7 +262,7 @@ def head_mark(r) -> str:
     """The word a head's thumbnail carries (a key of :data:`HEAD_MARKS`), or "" for a probe without SVMs.
 
     ``r``: a probe row (mapping): its ``verdict`` when it is a word, else "no SVM" without a number, else whether
-    its ``advantage`` over random selections is above 0."""
+    its ``advantage`` over random selections is above 0 ("" when the advantage has no value)."""
     v = r.get("verdict")
     if isinstance(v, str) and v in HEAD_MARKS:
         return v
@@ -270,8 +270,11 @@ def head_mark(r) -> str:
         return ""
     if not _has_number(r):
         return "no SVM"
-    adv = r.get("advantage")
-    return "above baseline" if adv is not None and float(adv) > 0 else "not above baseline"
+    try:
+        adv = float(r.get("advantage"))
+    except (TypeError, ValueError):
+        return ""
+    return "" if not math.isfinite(adv) else "above baseline" if adv > 0 else "not above baseline"
 
 
 def _mark_css() -> str:
@@ -865,8 +868,10 @@ _SCRIPT = r"""
   }
   function renderModel(i) {
     $('model-title').textContent = 'All heads at a glance: sentence ' + i;
+    const redraw = MV.dataset.sentence !== String(i);  // the thumbnails change with the sentence only
+    MV.dataset.sentence = i;
     MV.querySelectorAll('.thumb').forEach(b => {
-      draw(b.querySelector('canvas'), D.att[b.dataset.layer + '-' + b.dataset.head][i]);
+      if (redraw) draw(b.querySelector('canvas'), D.att[b.dataset.layer + '-' + b.dataset.head][i]);
       const cur = b.dataset.layer === L.value && b.dataset.head === H.value;
       b.classList.toggle('cur', cur); b.setAttribute('aria-pressed', cur ? 'true' : 'false');
     });
