@@ -407,6 +407,296 @@ def check_explorer(driver) -> None:
     assert f"head {data['heads'][layer][-1]}:" in title and "sentence 2" in title
 
 
+# ------------------------------------------------------------------ probe.html: model view, layers, scale, words
+#: "nan", "inf" and the like as words (not inside a longer word)
+NOT_A_NUMBER = r"(^|[^\w-])(nan|inf|-inf|infinity)(?![\w-])"
+VIEW_SENTENCES = ["The cat sat on the mat while the dog slept.", "Margins decide which token wins.",
+                  "Every head reads its own tokens here.", "Attention selects a few tokens at a time.",
+                  "The solver returns multipliers for every row.", "Nuclear norms favour low rank matrices.",
+                  "Queries look for keys that match them.", "Small models still have many heads."]
+
+
+@pytest.fixture(scope="module")
+def view_page(tmp_path_factory):
+    """probe.html of a real MiniLM probe of 2 layers x 2 heads with null heads, head (4, 0)'s SVM made infeasible
+    (NaN cosines, an infinite nuclear norm, as the solver reports one): (path, result)."""
+    pytest.importorskip("transformers")
+    from infeasible_head import probe_with_infeasible_head
+
+    from attnsvm.real.probe_view import write_probe_view
+
+    res = probe_with_infeasible_head(VIEW_SENTENCES, (4, 0), layers=[4, 5], heads=[0, 1], svm_sentences=6,
+                                     view_sentences=3, null_draws=3)
+    out = tmp_path_factory.mktemp("view")
+    return pathlib.Path(write_probe_view(res, str(out))), res
+
+
+def _explorer_state(driver) -> list:
+    """[layer, head, sentence, query] the explorer shows."""
+    return driver.execute_script("const s = document.getElementById('shown').dataset;"
+                                 "return [+s.layer, +document.getElementById('pick-head').value, +s.sentence, +s.query];")
+
+
+def _thumbs(driver) -> list:
+    """Each thumbnail of the model view: [layer, head, mark, text, canvas width, pressed, class]."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#model-view .thumb')).map(b => [+b.dataset.layer, "
+        "+b.dataset.head, b.dataset.mark, b.textContent, b.querySelector('canvas').width, "
+        "b.getAttribute('aria-pressed'), b.className]);")
+
+
+def test_model_view_in_browser(driver, view_page):
+    """One thumbnail per layer x head, drawn from the head's attention for the chosen sentence, marked with its
+    verdict; a click (or Enter) shows that head in the explorer."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    path, res = view_page
+    open_page(driver, path)
+    assert console_errors(driver) == []
+    data = json.loads(driver.execute_script("return document.getElementById('probe-data').textContent"))
+    thumbs = _thumbs(driver)
+    heads = [(int(r["layer"]), int(r["head"])) for _, r in res.table.iterrows()]
+    assert [(l, h) for l, h, *_ in thumbs] == heads and len(thumbs) == 4  # 2 layers x 2 heads, in order
+    from attnsvm.real.probe_view import HEAD_MARKS
+
+    verdicts = {(int(r["layer"]), int(r["head"])): r["verdict"] for _, r in res.table.iterrows()}
+    assert verdicts[(4, 0)] == "no SVM"
+    n0 = len(data["sentences"][0]["tokens"])
+    for l, h, mark, text, width, pressed, _ in thumbs:
+        assert mark == verdicts[(l, h)] and HEAD_MARKS[mark][0] in text and f"head {h}" in text, (l, h, mark, text)
+        assert width == n0  # sentence 0: one pixel per cell
+    # the mark is seen, not only written: the label's background is the verdict map's colour
+    bg = driver.execute_script("return getComputedStyle(document.querySelector("
+                               "\"#model-view .thumb[data-layer='4'][data-head='0'] .tv\")).backgroundColor")
+    assert bg == "rgb(238, 238, 238)", bg  # VERDICT_COLOURS["no SVM"]
+    # the pixels are the head's attention: white to orange, green = 255 - 115 sqrt(a)
+    green = driver.execute_script(
+        "const c = document.querySelector(\"#model-view .thumb[data-layer='5'][data-head='1'] canvas\");"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "return Array.from(d).filter((_, k) => k % 4 === 1);")
+    want = np.round(255 - 115 * np.sqrt(np.array(data["att"]["5-1"][0]) / 1000)).ravel()
+    np.testing.assert_allclose(green, want, atol=1)
+    assert np.ptp(green) > 50  # a pattern, not a blank square
+    # the first head is the current one; a click shows another in the explorer
+    assert [t[5] for t in thumbs] == ["true", "false", "false", "false"]
+    driver.find_element(By.CSS_SELECTOR, "#model-view .thumb[data-layer='5'][data-head='1']").click()
+    assert _explorer_state(driver)[:2] == [5, 1]
+    assert "Layer 5, head 1:" in driver.find_element(By.ID, "matrix-title").text
+    assert [t[5] for t in _thumbs(driver)] == ["false", "false", "false", "true"]
+    # keyboard: Enter on a focused thumbnail does the same
+    driver.find_element(By.CSS_SELECTOR, "#model-view .thumb[data-layer='4'][data-head='1']").send_keys(Keys.ENTER)
+    assert _explorer_state(driver)[:2] == [4, 1]
+    # another sentence redraws every thumbnail at its length
+    Select(driver.find_element(By.ID, "pick-sentence")).select_by_value("2")
+    assert {t[4] for t in _thumbs(driver)} == {len(data["sentences"][2]["tokens"])}
+    assert "sentence 2" in driver.find_element(By.ID, "model-title").text
+    driver.execute_script("document.getElementById('model-title').scrollIntoView()")
+    driver.save_screenshot(str(artifacts_dir() / "probe-model-view.png"))
+
+
+def test_layer_sections_collapse(driver, view_page):
+    """One collapsible section per layer, the first open: a closed one hides its heads, opening it (click or
+    Enter) shows them, a heat-map link into a closed layer opens it, and the explorer works with all closed."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    path, _ = view_page
+    open_page(driver, path)
+    layers = driver.find_elements(By.CSS_SELECTOR, "details.layer")
+    assert [d.get_attribute("id") for d in layers] == ["layer-4", "layer-5"]
+    assert [d.get_attribute("open") is not None for d in layers] == [True, False]
+    sec4, sec5 = driver.find_element(By.ID, "head-4-1"), driver.find_element(By.ID, "head-5-1")
+    assert sec4.is_displayed() and not sec5.is_displayed()
+    assert "Layer 5: 2 heads" in layers[1].find_element(By.TAG_NAME, "summary").text
+    short = driver.execute_script("return document.documentElement.scrollHeight")
+    summary = layers[1].find_element(By.TAG_NAME, "summary")
+    summary.send_keys(Keys.ENTER)  # keyboard: Enter on the focused summary opens it
+    assert sec5.is_displayed()
+    assert driver.execute_script("return document.documentElement.scrollHeight") > short + 200
+    summary.click()
+    assert not sec5.is_displayed()
+    # the buttons open and close every layer
+    driver.find_element(By.ID, "open-layers").click()
+    assert sec4.is_displayed() and sec5.is_displayed()
+    driver.find_element(By.ID, "close-layers").click()
+    assert not sec4.is_displayed() and not sec5.is_displayed()
+    # the explorer (and its model view) still work with every layer closed
+    driver.find_element(By.CSS_SELECTOR, "#model-view .thumb[data-layer='5'][data-head='0']").click()
+    assert _explorer_state(driver)[:2] == [5, 0]
+    # a heat-map cell's link into a closed layer opens it and lands on the head
+    driver.find_element(By.CSS_SELECTOR, "#grid-verdict a[href='#head-5-1']").click()
+    assert driver.find_element(By.ID, "layer-5").get_attribute("open") is not None and sec5.is_displayed()
+    top, height = driver.execute_script(
+        "return [document.getElementById('head-5-1').getBoundingClientRect().top, window.innerHeight]")
+    assert -5 < top < height, (top, height)
+
+
+def test_matrix_colour_scale_and_values(driver, view_page):
+    """The attention matrix has a colour scale with this matrix's min and max, and "show values" prints every
+    cell's value (hundredths) without hover; both follow the chosen head and sentence."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    path, _ = view_page
+    open_page(driver, path)
+    data = json.loads(driver.execute_script("return document.getElementById('probe-data').textContent"))
+    scale = driver.find_element(By.ID, "matrix-scale")
+    assert scale.is_displayed()
+
+    def check(layer, head, i, values):
+        m = np.array(data["att"][f"{layer}-{head}"][i]) / 1000
+        assert _explorer_state(driver)[:3] == [layer, head, i]
+        assert driver.find_element(By.ID, "scale-min").text == f"{m.min():.3f}"
+        assert driver.find_element(By.ID, "scale-max").text == f"{m.max():.3f}"
+        lo, hi = driver.execute_script("return Array.from(document.querySelectorAll('#matrix-scale .mark'))"
+                                       ".map(e => parseFloat(e.style.left));")
+        assert abs(lo - 100 * m.min()) < 0.1 and abs(hi - 100 * m.max()) < 0.1
+        cells = driver.execute_script("return Array.from(document.querySelectorAll('#matrix tbody tr')).map(r => "
+                                      "Array.from(r.querySelectorAll('td')).map(td => td.textContent));")
+        if not values:
+            assert {c for row in cells for c in row} == {""}
+            return
+        c = (np.array(data["att"][f"{layer}-{head}"][i]) + 5) // 10  # hundredths, halves up (as Math.round)
+        want = [["0" if a <= 0 else "1" if k >= 100 else f".{k:02d}" for a, k in zip(ra, rk)]
+                for ra, rk in zip(m, c)]
+        assert cells == want
+
+    check(4, 0, 0, False)
+    box = driver.find_element(By.ID, "show-values")
+    box.click()
+    assert box.is_selected()
+    check(4, 0, 0, True)
+    Select(driver.find_element(By.ID, "pick-sentence")).select_by_value("1")
+    Select(driver.find_element(By.ID, "pick-head")).select_by_value("1")
+    check(4, 1, 1, True)  # the toggle stays on as the choice changes
+    driver.execute_script("document.getElementById('matrix-title').scrollIntoView()")
+    driver.save_screenshot(str(artifacts_dir() / "probe-matrix-values.png"))
+    box.click()
+    check(4, 1, 1, False)
+
+
+def test_probe_page_shows_no_nan_words(driver, view_page):
+    """No "nan", "NaN" or "inf" anywhere on probe.html, tooltips and labels included, in every state of the explorer
+    (each sentence, values shown) and on the model view's thumbnail of the head without an SVM (words instead)."""
+    import re
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    path, _ = view_page
+    open_page(driver, path)
+    words = ("const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
+             "while (w.nextNode()) { if (!w.currentNode.parentElement.closest('script,style')) "
+             "out.push(w.currentNode.textContent); }"
+             "document.querySelectorAll('[title],[aria-label],[alt]').forEach(e => ['title', 'aria-label', 'alt']"
+             ".forEach(a => { if (e.hasAttribute(a)) out.push(e.getAttribute(a)); }));"
+             "return out.join(' | ');")
+    assert re.search(NOT_A_NUMBER, "p nan |", flags=re.IGNORECASE)  # the pattern finds the word
+
+    def check(state):
+        text = driver.execute_script(words)
+        hits = [text[max(0, m.start() - 60):m.end() + 20] for m in re.finditer(NOT_A_NUMBER, text, flags=re.IGNORECASE)]
+        assert not hits, (state, hits)
+
+    check("as loaded")
+    no_svm = driver.find_element(By.CSS_SELECTOR, "#model-view .thumb[data-layer='4'][data-head='0']")
+    assert "no SVM" in no_svm.text and "no SVM" in no_svm.get_attribute("aria-label")
+    driver.find_element(By.ID, "show-values").click()
+    pick = Select(driver.find_element(By.ID, "pick-sentence"))
+    for i in range(len(pick.options)):
+        pick.select_by_value(str(i))
+        for head in ("0", "1"):
+            Select(driver.find_element(By.ID, "pick-head")).select_by_value(head)
+            check((i, head))
+    assert console_errors(driver) == []
+
+
+# ------------------------------------------------------------------ the docs' "On this page" column
+DOC_WIDTHS = (1280, 1440, 1600, 1920)
+
+
+@pytest.fixture(scope="module")
+def furo_page(tmp_path_factory):
+    """A one-page Sphinx site in the docs' theme (furo) with docs/_static/wide.css, as docs/conf.py sets them: a
+    few sections (the "On this page" column) and a code line wider than any window (what pushed the column out)."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("furo")
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path_factory.mktemp("furo-src")
+    (src / "_static").mkdir()
+    shutil.copy(REPO / "docs" / "_static" / "wide.css", src / "_static" / "wide.css")
+    (src / "conf.py").write_text("project = 'toc'\nhtml_theme = 'furo'\nhtml_static_path = ['_static']\n"
+                                 "html_css_files = ['wide.css']\n")
+    sections = "".join(f"\nSection {k} with a longer title\n{'-' * 30}\n\nText {k}.\n" for k in range(8))
+    (src / "index.rst").write_text("Page\n====\n\n.. code-block:: text\n\n   " + "x" * 400 + "\n" + sections)
+    out = tmp_path_factory.mktemp("furo-html")
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", str(src), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out / "index.html"
+
+
+def toc_problems(driver, page, widths=DOC_WIDTHS) -> list:
+    """Where the docs' right-hand "On this page" column is not wholly in the window, per window width: hidden in
+    a drawer, past the right edge, overlapping the content, or the page scrolling sideways."""
+    out = []
+    for width in widths:
+        driver.set_window_size(width, 900)
+        open_page(driver, page)
+        got = driver.execute_script(
+            "const t = document.querySelector('.toc-drawer').getBoundingClientRect(),"
+            " c = document.querySelector('.content').getBoundingClientRect(), e = document.documentElement;"
+            "return {toc: [t.left, t.right, t.width], content: c.right, view: e.clientWidth, scroll: e.scrollWidth,"
+            " position: getComputedStyle(document.querySelector('.toc-drawer')).position,"
+            " links: Array.from(document.querySelectorAll('.toc-drawer a')).map(a => a.getBoundingClientRect().right)};")
+        left, right, w = got["toc"]
+        if got["position"] != "static" or w < 100:
+            out.append(f"{width}: the column is not shown ({got['position']}, {w:.0f} px wide)")
+        if right > got["view"] + 1 or max(got["links"] or [0]) > got["view"] + 1:
+            out.append(f"{width}: the column ends at {right:.0f} px, past the window's {got['view']} px")
+        if got["content"] > left + 1:
+            out.append(f"{width}: the content ({got['content']:.0f} px) runs under the column ({left:.0f} px)")
+        if got["scroll"] > got["view"] + 1:
+            out.append(f"{width}: the page scrolls sideways ({got['scroll']} > {got['view']} px)")
+    driver.set_window_size(1400, 1000)
+    return out
+
+
+#: docs/_static/wide.css before issue 42's fix: the column was cut at 1440 and 1600 px and a drawer at 1280
+OLD_WIDE_CSS = """@media (min-width: 67em) {
+  .sidebar-drawer { width: 15em; }
+  .toc-drawer { width: 13em; flex: none; }
+  .content { width: auto; flex: 1 1 auto; min-width: 0; max-width: 62em; padding: 0 2em; }
+}"""
+
+
+def test_docs_toc_column_fits(driver, furo_page):
+    """Issue 42: "On this page" was cut at 1440 and 1600 px wide (and a drawer at 1280); it is whole at each width,
+    and the check reports the old stylesheet's layout."""
+    assert toc_problems(driver, furo_page) == []
+    for width in DOC_WIDTHS:
+        driver.set_window_size(width, 900)
+        open_page(driver, furo_page)
+        driver.save_screenshot(str(artifacts_dir() / f"docs-toc-{width}.png"))
+    css = furo_page.parent / "_static" / "wide.css"
+    fixed = css.read_text()
+    try:
+        css.write_text(OLD_WIDE_CSS)
+        problems = toc_problems(driver, furo_page)
+    finally:
+        css.write_text(fixed)
+    assert any(p.startswith("1280: the column is not shown") for p in problems), problems
+    for width in (1440, 1600):
+        assert any(p.startswith(f"{width}: the column ends at") for p in problems), problems
+
+
 def test_artifacts_folder_is_ignored():
     ignore = (REPO / ".gitignore").read_text().split()
     assert "artifacts/" in ignore

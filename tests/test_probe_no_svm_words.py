@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
 
-import attnsvm.real.probe_tasks as probe_module  # noqa: E402  (the tasks call head_task)
-from attnsvm.real.probe import format_table, probe_heads  # noqa: E402
+from infeasible_head import probe_with_infeasible_head  # noqa: E402
+
+from attnsvm.real.probe import format_table  # noqa: E402
 from attnsvm.real.probe_view import render_probe_view  # noqa: E402
 from attnsvm.real.verdict import verdict_summary  # noqa: E402
 
@@ -47,22 +47,8 @@ class _Visible(HTMLParser):
 def result():
     """A real probe of two heads, head 0's SVM made infeasible (as the solver reports one: NaN cosines,
     an infinite nuclear norm, no support)."""
-    real_task = probe_module.head_task
-
-    def task(setup, inp, layer, head, selected, **kw):
-        row, sup = real_task(setup, inp, layer, head, selected, **kw)
-        if head == 0:
-            row.update(corr=float("nan"), corr_restricted=float("nan"), advantage=float("nan"),
-                       svm_status="infeasible", svm_nuclear=float("inf"), svm_rank=0, svm_support=0)
-            sup = np.zeros_like(sup)
-        return row, sup
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(probe_module, "head_task", task)
-    try:
-        return probe_heads(SENTENCES, layers=[3], heads=[0, 1], svm_sentences=6, view_sentences=2, null_draws=3)
-    finally:
-        mp.undo()
+    return probe_with_infeasible_head(SENTENCES, (3, 0), layers=[3], heads=[0, 1], svm_sentences=6, view_sentences=2,
+                                      null_draws=3)
 
 
 def _hits(text: str) -> list[str]:

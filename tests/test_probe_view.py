@@ -158,8 +158,9 @@ def _data(text) -> dict:
 
 def test_text_is_escaped(probe):
     res, text, page = probe
-    # the only scripts are the page's own two (the explorer's data and code); the sentence's tag is text
-    assert text.lower().count("<script") == 2 and page.tags.count("script") == 2
+    # the only scripts are the page's own three (the explorer's data and code, the layers' sections' code); the
+    # sentence's tag is text
+    assert text.lower().count("<script") == 3 and page.tags.count("script") == 3
     assert "<script>alert" not in text and "<b>bold</b>" not in text
     assert html.escape(HOSTILE, quote=True) in text
     data_block = text[text.index("id='probe-data'>"):text.index("</script>", text.index("id='probe-data'>"))]

@@ -9,7 +9,9 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
   p-value), then, secondary, the advantage over random selections; without null heads
   ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown below them by relative path when
   it was written. Every cell links to its head's section.
-* **One section per head** (anchor ``head-L-H``): its score against its random baseline, its SVM
+* **One section per head** (anchor ``head-L-H``), grouped in one collapsible ``<details class='layer'
+  id='layer-L'>`` per layer (the first open, so the page opens short; a link to a head of a closed layer
+  opens it): its score against its random baseline, its SVM
   (status, duality gap, violation, rank, nuclear norm, support tokens) and the first sentences
   kept by the probe (``ProbeResult.attention``, ``view_sentences`` of them) with each token shaded
   by the head's attention from the query and marked by where the selection's SVM puts it:
@@ -29,7 +31,11 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
 * **Explorer** (``id='explorer'``): a chooser of layer, sentence and query (every token of the kept
   sentences; clicking a token or a matrix row picks it as the query), one sentence across all heads
   of the layer (tokens shaded by each head's attention from the query), and the chosen head's
-  whole attention matrix for the sentence. The data is one inline JSON block (``<`` written as
+  whole attention matrix for the sentence, with a colour scale (this matrix's min and max) and a
+  "show values" toggle that prints every cell's value. Above them the **model view**
+  (``id='model-view'``): one thumbnail per layer x head, a canvas of that head's attention matrix for
+  the chosen sentence, marked with the head's verdict (:func:`head_mark`); clicking one (or Enter)
+  shows that head in the explorer. The data is one inline JSON block (``<`` written as
   ``\u003c``) read by one inline script that builds the nodes with ``textContent`` only.
 * Heads without a number (infeasible or uncertified SVM) say why in plain language.
 
@@ -51,8 +57,8 @@ from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 from attnsvm.real.verdict import no_svm_reason
 
-__all__ = ["ROLES", "PROBE_VERDICTS", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
-           "head_reason", "main_columns", "notebook_html"]
+__all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "head_mark", "token_roles", "render_probe_view",
+           "write_probe_view", "head_anchor", "head_reason", "main_columns", "notebook_html"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
@@ -88,7 +94,25 @@ border-bottom:1px solid #f0f0f0}.hrow .hl{width:5.5em;font-size:.85em;color:#555
 border:1px solid #eee;text-align:center;cursor:pointer}#matrix th{font-weight:400;font-family:ui-monospace,monospace;
 padding:0 .3em;border:none;background:none}#matrix thead th{writing-mode:vertical-rl;transform:rotate(180deg);
 text-align:left;vertical-align:bottom}#matrix tr.cur th,#matrix tr.cur td{outline:2px solid #000}
-#matrix tr.cur th{font-weight:700}
+#matrix tr.cur th{font-weight:700}#matrix.values td{width:2.3em;font-size:.9em;font-variant-numeric:tabular-nums}
+#matrix td.dark{color:#fff}
+.scale{display:flex;align-items:center;gap:.5em;font-size:.85em;margin:.4em 0;flex-wrap:wrap}
+.scale .bar{position:relative;display:inline-block;width:16em;height:1em;border:1px solid #ccc;
+background:linear-gradient(to right,rgba(255,140,0,0) 0%,rgba(255,140,0,.1) 1%,rgba(255,140,0,.22) 5%,
+rgba(255,140,0,.32) 10%,rgba(255,140,0,.5) 25%,rgba(255,140,0,.71) 50%,rgba(255,140,0,.87) 75%,rgba(255,140,0,1) 100%)}
+.scale .mark{position:absolute;top:-.35em;bottom:-.35em;width:2px;margin-left:-1px;background:#000}
+.scale .mark.min{background:#0969da}
+details.layer{margin:.8em 0;border:1px solid #ddd;border-radius:6px;padding:0 .8em}
+details.layer>summary{cursor:pointer;padding:.5em 0;font-weight:600}
+details.layer>summary:focus-visible{outline:2px solid #0969da;outline-offset:2px}
+details.layer section.head{margin:1em 0}
+#model-view{margin:.4em 0 1em 0}.mrow{display:flex;flex-wrap:wrap;align-items:center;gap:.3em;margin:.2em 0}
+.mrow .ml{width:4.5em;font-size:.8em;color:#555;flex:none}
+.thumb{display:flex;flex-direction:column;align-items:center;padding:2px;margin:0;border:3px solid #d0d7de;
+border-radius:4px;background:#fff;cursor:pointer;font:inherit;font-size:.7em;line-height:1.15;color:#222}
+.thumb canvas{display:block;width:64px;height:64px;image-rendering:pixelated;border:1px solid #eee}
+.thumb .tv{display:block;width:100%;text-align:center;padding:0 .2em;box-sizing:border-box}
+.thumb.cur{outline:3px solid #000;outline-offset:1px}.thumb:focus-visible{outline:3px solid #0969da;outline-offset:1px}
 """
 
 
@@ -225,6 +249,41 @@ VERDICT_COLOURS = {"beyond null": ("rgb(178,24,43)", "#fff"), "below null": ("rg
                    "not distinguishable": ("#ffffff", "#222"), "no SVM": ("#eeeeee", "#777")}
 
 
+#: the model view's mark of a head, ``{verdict: (short label on its thumbnail, background, text colour)}``: the
+#: null verdicts in the verdict map's colours, and without null heads the comparison with random selections
+HEAD_MARKS = {"beyond null": ("beyond", *VERDICT_COLOURS["beyond null"]),
+              "not distinguishable": ("not dist.", "#ffffff", "#222"),
+              "below null": ("below", *VERDICT_COLOURS["below null"]),
+              "above baseline": ("above", "#1a7f37", "#fff"), "not above baseline": ("not above", "#ffffff", "#222"),
+              "no SVM": ("no SVM", *VERDICT_COLOURS["no SVM"])}
+
+
+def head_mark(r) -> str:
+    """The word a head's thumbnail carries (a key of :data:`HEAD_MARKS`), or "" for a probe without SVMs.
+
+    ``r``: a probe row (mapping): its ``verdict`` when it is a word, else "no SVM" without a number, else whether
+    its ``advantage`` over random selections is above 0 ("" when the advantage has no value)."""
+    v = r.get("verdict")
+    if isinstance(v, str) and v in HEAD_MARKS:
+        return v
+    if "advantage" not in r:
+        return ""
+    if not _has_number(r):
+        return "no SVM"
+    try:
+        adv = float(r.get("advantage"))
+    except (TypeError, ValueError):
+        return ""
+    return "" if not math.isfinite(adv) else "above baseline" if adv > 0 else "not above baseline"
+
+
+def _mark_css() -> str:
+    """The thumbnails' border and label colours per mark (:data:`HEAD_MARKS`)."""
+    return "".join(f".thumb[data-mark='{m}']{{border-color:{bg if bg != '#ffffff' else '#8c959f'}}}"
+                   f".thumb[data-mark='{m}'] .tv{{background:{bg};color:{fg}}}"
+                   for m, (_, bg, fg) in HEAD_MARKS.items())
+
+
 def _verdict_grid(table, layers, heads) -> str:
     """The verdict map: each cell coloured by the head's verdict (:data:`VERDICT_COLOURS`) and showing its upper
     p-value (the predictive t against its spectrum nulls; hover: q-values, null mean and sd, the reason)."""
@@ -352,6 +411,50 @@ def _head_section(result, r, n_show: int) -> str:
     return "".join(out)
 
 
+def _layer_counts(g) -> str:
+    """A layer's heads in words for its section's summary: the verdict counts, else the heads above the random
+    baseline, else only how many heads."""
+    marks = [head_mark(r) for _, r in g.iterrows()]
+    counts = ", ".join(f"{marks.count(m)} {m}" for m in HEAD_MARKS if marks.count(m))
+    return f"{len(g)} head{'s' if len(g) != 1 else ''}" + (f": {counts}" if counts else "")
+
+
+_LAYER_SCRIPT = r"""
+(function () {
+  const layers = () => document.querySelectorAll('details.layer');
+  function reveal() {  // a link to a head in a closed layer opens that layer and scrolls to the head
+    const t = location.hash.length > 1 && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (!t) return;
+    let opened = false;
+    for (let d = t.closest('details'); d; d = d.parentElement && d.parentElement.closest('details')) {
+      if (!d.open) { d.open = true; opened = true; }
+    }
+    if (opened) t.scrollIntoView();
+  }
+  window.addEventListener('hashchange', reveal);
+  reveal();
+  document.getElementById('open-layers').addEventListener('click', () => layers().forEach(d => { d.open = true; }));
+  document.getElementById('close-layers').addEventListener('click', () => layers().forEach(d => { d.open = false; }));
+})();
+"""
+
+
+def _layer_sections(result, table, n_show: int) -> str:
+    """The heads' sections, one collapsible ``<details class='layer' id='layer-L'>`` per layer (the first open, so
+    the page opens short), buttons to open or close them all, and the script that opens a closed layer when a
+    link (a heat-map cell, ``#head-L-H``) points into it."""
+    out = ["<p class='small'>One section per layer (click its title, or focus it and press Enter, to open or close "
+           "it): <button type='button' id='open-layers'>open all layers</button> "
+           "<button type='button' id='close-layers'>close all layers</button></p>"]
+    for j, (l, g) in enumerate(table.groupby("layer", sort=False)):
+        out.append(f"<details class='layer' id='layer-{int(l)}' data-layer='{int(l)}'{' open' if j == 0 else ''}>"
+                   f"<summary>Layer {int(l)}: {_e(_layer_counts(g))}</summary>")
+        out.extend(_head_section(result, r, n_show) for _, r in g.iterrows())
+        out.append("</details>")
+    out.append(f"<script>{_LAYER_SCRIPT}</script>")
+    return "".join(out)
+
+
 def _curve_html(full, curve: str | None) -> str:
     """The section of a probe at several m: each head's score, null mean and sd, p and verdict at each m and its
     stable verdict (the verdicts at the two largest m where they agree), and the curve figure when there is one."""
@@ -410,7 +513,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     family = cfg.get("family", "bert")
     sec = result.seconds or {}
     h = ["<!doctype html><html lang='en'><head><meta charset='utf-8'><title>attnsvm probe</title>",
-         f"<style>{_STYLE}</style></head><body><a id='top'></a>",
+         f"<style>{_STYLE}{_mark_css()}</style></head><body><a id='top'></a>",
          f"<h1>attnsvm probe: {_e(model)}</h1>",
          _verdict_html(table, cfg),
          "<p class='small'>Each head's query (one token per sentence) <i>selects</i> the tokens it attends to with weight "
@@ -458,8 +561,7 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
     if cfg.get("query") == "all":
         h.append("<p class='small'>query = all: every word token is a query and the SVM uses all of them; each sentence "
                  "below shows only its first query's attention row, selection and support tokens.</p>")
-    for _, r in table.iterrows():
-        h.append(_head_section(result, r, n_show))
+    h.append(_layer_sections(result, table, n_show))
     h.append("</body></html>")
     return "\n".join(h)
 
@@ -692,9 +794,12 @@ def _explorer_data(result, n_show: int) -> dict:
             sup[name] = [np.flatnonzero(np.asarray(sp[i])[:len(sents[i]["tokens"])]).tolist()
                          for i in range(min(len(sp), len(sents)))]
     layers = sorted({k[0] for k in keys})
+    marks = {f"{int(r['layer'])}-{int(r['head'])}": head_mark(r) for _, r in result.table.iterrows()}
     return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
             "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
-            "sentences": sents, "att": att, "support": sup, "svm_sentences": support_sentences(cfg)}
+            "sentences": sents, "att": att, "support": sup, "svm_sentences": support_sentences(cfg),
+            "marks": {k: v for k, v in marks.items() if v},
+            "labels": {m: short for m, (short, _, _) in HEAD_MARKS.items()}}
 
 
 _SCRIPT = r"""
@@ -725,6 +830,52 @@ _SCRIPT = r"""
     if (q !== s.query || i >= D.svm_sentences || !D.support[key] || !D.support[key][i]) return 'unk';
     return D.support[key][i].includes(t) ? 'sup' : 'oth';
   }
+  const MV = $('model-view'), SV = $('show-values');
+  const marks = D.marks || {}, labels = D.labels || {};
+  const value = a => { const c = Math.round(a / 10); return a <= 0 ? '0' : c >= 100 ? '1' : '.' + String(c).padStart(2, '0'); };
+  function draw(canvas, M) {  // one pixel per cell, white to orange as the matrix cells (alpha sqrt(attention))
+    const n = M.length; canvas.width = n; canvas.height = n;
+    const ctx = canvas.getContext('2d'), img = ctx.createImageData(n, n);
+    M.forEach((r, k) => r.forEach((a, t) => {
+      const al = Math.sqrt(Math.max(0, Math.min(1, a / 1000))), p = 4 * (k * n + t);
+      img.data[p] = 255; img.data[p + 1] = Math.round(255 - 115 * al); img.data[p + 2] = Math.round(255 * (1 - al));
+      img.data[p + 3] = 255;
+    }));
+    ctx.putImageData(img, 0, 0);
+  }
+  function buildModel() {
+    D.layers.forEach(l => {
+      const row = document.createElement('div'); row.className = 'mrow'; row.dataset.layer = l;
+      const lab = document.createElement('span'); lab.className = 'ml'; lab.textContent = 'layer ' + l; row.appendChild(lab);
+      D.heads[l].forEach(h => {
+        const key = l + '-' + h, m = marks[key] || '';
+        const b = document.createElement('button'); b.type = 'button'; b.className = 'thumb';
+        b.dataset.layer = l; b.dataset.head = h; b.dataset.mark = m;
+        const what = 'layer ' + l + ', head ' + h + (m ? ': ' + m : '');
+        b.title = what + '. Click: this head in the explorer';
+        b.setAttribute('aria-label', what + '; show this head in the explorer');
+        b.appendChild(document.createElement('canvas'));
+        const cap = document.createElement('span'); cap.textContent = 'head ' + h; b.appendChild(cap);
+        if (m) { const v = document.createElement('span'); v.className = 'tv'; v.textContent = labels[m] || m; b.appendChild(v); }
+        b.addEventListener('click', () => {
+          L.value = l; fillHeads(); H.value = h; render();
+          $('matrix-title').scrollIntoView({block: 'nearest'});
+        });
+        row.appendChild(b);
+      });
+      MV.appendChild(row);
+    });
+  }
+  function renderModel(i) {
+    $('model-title').textContent = 'All heads at a glance: sentence ' + i;
+    const redraw = MV.dataset.sentence !== String(i);  // the thumbnails change with the sentence only
+    MV.dataset.sentence = i;
+    MV.querySelectorAll('.thumb').forEach(b => {
+      if (redraw) draw(b.querySelector('canvas'), D.att[b.dataset.layer + '-' + b.dataset.head][i]);
+      const cur = b.dataset.layer === L.value && b.dataset.head === H.value;
+      b.classList.toggle('cur', cur); b.setAttribute('aria-pressed', cur ? 'true' : 'false');
+    });
+  }
   function render() {
     const l = L.value, i = +S.value, q = +Q.value, s = D.sentences[i];
     const shown = $('shown');
@@ -754,22 +905,33 @@ _SCRIPT = r"""
     hr.appendChild(document.createElement('th'));
     s.tokens.forEach(t => { const th = document.createElement('th'); th.textContent = t; hr.appendChild(th); });
     thead.appendChild(hr); tab.appendChild(thead);
-    const tb = document.createElement('tbody');
+    const tb = document.createElement('tbody'), values = SV.checked;
+    tab.classList.toggle('values', values);
     M.forEach((r, k) => {
       const tr = document.createElement('tr'); tr.dataset.query = k; if (k === q) tr.className = 'cur';
       const th = document.createElement('th'); th.textContent = s.tokens[k]; tr.appendChild(th);
       r.forEach((a, t) => { const td = document.createElement('td'); td.style.background = shade(a / 1000);
-        td.title = s.tokens[k] + ' -> ' + s.tokens[t] + ': ' + (a / 1000).toFixed(3); tr.appendChild(td); });
+        td.dataset.att = (a / 1000).toFixed(3);
+        td.title = s.tokens[k] + ' -> ' + s.tokens[t] + ': ' + (a / 1000).toFixed(3);
+        if (values) { td.textContent = value(a); if (a > 560) td.className = 'dark'; }
+        tr.appendChild(td); });
       tr.addEventListener('click', () => { Q.value = k; render(); });
       tb.appendChild(tr);
     });
     tab.appendChild(tb);
+    const flat = [].concat(...M), sc = $('matrix-scale');
+    const lo = flat.reduce((x, y) => Math.min(x, y)), hi = flat.reduce((x, y) => Math.max(x, y));
+    sc.dataset.min = (lo / 1000).toFixed(3); sc.dataset.max = (hi / 1000).toFixed(3);
+    $('scale-min').textContent = sc.dataset.min; $('scale-max').textContent = sc.dataset.max;
+    sc.querySelector('.mark.min').style.left = (lo / 10) + '%'; sc.querySelector('.mark.max').style.left = (hi / 10) + '%';
+    renderModel(i);
   }
   L.addEventListener('change', () => { fillHeads(); render(); });
   S.addEventListener('change', () => { fillQueries(); render(); });
   Q.addEventListener('change', render);
   H.addEventListener('change', render);
-  fillHeads(); fillQueries(); render();
+  SV.addEventListener('change', render);
+  buildModel(); fillHeads(); fillQueries(); render();
 })();
 """
 
@@ -778,7 +940,13 @@ def _explorer_html(result, n_show: int) -> str:
     """The chooser, the all-heads view of one sentence and the attention matrix (empty without matrices)."""
     if not getattr(result, "matrices", None) or n_show == 0:
         return ""
-    data = json.dumps(_explorer_data(result, n_show), separators=(",", ":"))
+    payload = _explorer_data(result, n_show)
+    used = set(payload["marks"].values())
+    marks = ", ".join(f"<span class='swatch' style='background:{bg};color:{fg};width:auto;padding:0 .3em'>{_e(short)}"
+                      f"</span> {_e(m)}" for m, (short, bg, fg) in HEAD_MARKS.items() if m in used)
+    marks = (f"<p class='small'>Thumbnail marks: {marks} (the head's verdict; without null heads, its advantage "
+             "over random selections).</p>") if used else ""
+    data = json.dumps(payload, separators=(",", ":"))
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return ("<h2>Explore one sentence</h2><div id='explorer'><p class='small'>Pick a layer, one of the "
             f"{n_show} kept sentences and any of its tokens as the query. Each row below is one head of the layer: the "
@@ -787,5 +955,15 @@ def _explorer_html(result, n_show: int) -> str:
             "query.</p><div class='controls'><label>layer <select id='pick-layer'></select></label>"
             "<label>sentence <select id='pick-sentence'></select></label><label>query <select id='pick-query'></select>"
             "</label><label>head of the matrix <select id='pick-head'></select></label></div>"
-            "<p id='shown'></p><div id='heads-rows'></div><h3 id='matrix-title'></h3><table id='matrix'></table></div>"
+            "<h3 id='model-title'></h3><p class='small'>Each thumbnail is one head's whole attention matrix for the "
+            "chosen sentence (queries down, tokens across, shaded as the matrix below); click one, or focus it and "
+            "press Enter, to show that head below.</p><div id='model-view' role='group' aria-label='every head of "
+            "the probe, one thumbnail each'></div>" + marks
+            + "<p id='shown'></p><div id='heads-rows'></div><h3 id='matrix-title'></h3><div class='controls'>"
+            "<label><input type='checkbox' id='show-values'> show the values in the cells "
+            "(hundredths: .25 is 0.25)</label></div>"
+            "<div class='scale' id='matrix-scale'>"
+            "<span>colour: attention 0</span><span class='bar'><span class='mark min'></span><span class='mark max'>"
+            "</span></span><span>1 (alpha = sqrt(attention));</span><span>this matrix: min <b id='scale-min'></b> "
+            "(blue tick), max <b id='scale-max'></b> (black tick)</span></div><table id='matrix'></table></div>"
             f"<script type='application/json' id='probe-data'>{data}</script><script>{_SCRIPT}</script>")
