@@ -254,7 +254,13 @@ class NonlinearPath(_RegPath):
                {"spec": "p(R) = argmin of L over ||p|| <= R (a theory object)",
                 "here": f"the W-path with one query shared by the inputs (W z = p), the lowest-loss of "
                         f"{config.restarts} projected normalized-GD chains per radius ({config.steps_per_radius} "
-                        "steps each)", "reason": "the engine's path solver has no prompt parameter; spec 1.3 item 2"}]
+                        "steps each)", "reason": "the engine's path solver has no prompt parameter; spec 1.3 item 2"},
+               {"spec": "the limit R -> infinity",
+                "here": "radii " + ", ".join(f"{r:g}" for r in sorted(config.radii)) + " times ||p^mm(alpha_h)|| of "
+                        "each instance (R * margin up to " + f"{max(config.radii):g})",
+                "reason": "spec pitfall 8: beyond R * margin ~ 30 float64 loses the loss differences and normalized GD "
+                          "stalls inside the ball; one fixed R saturates wide margins and leaves narrow ones far "
+                          "from the limit"}]
         return out + super().deviations(config)[1:]
 
     def explain(self, config, table):
