@@ -10,7 +10,8 @@ from attnsvm.training.paths import joint_path_2d, prompt_path_2d, split_loss
 from attnsvm.generators import mm_joint, mm_multi_input, mm_single_input
 from attnsvm.metrics import correlation
 
-MM_NAMES = ["mm-single-input", "mm-multi-input", "mm-joint", "mm-loss-functions", "mm-regularization-path"]
+MM_NAMES = ["mm-single-input", "mm-multi-input", "mm-joint", "mm-loss-functions", "mm-regularization-path",
+            "mm-regpath-nonlinear"]
 
 
 def test_registered():

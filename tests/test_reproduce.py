@@ -125,7 +125,7 @@ def test_list_names_every_experiment():
     assert r.returncode == 0
     for name in ("tf-trajectories", "tf-local-convergence", "tf-svm-rank", "tf-convergence-types", "tf-multi-token",
                  "tf-lambda-head", "tf-seq-causal", "tf-feasibility", "tf-regpath-w", "tf-regpath-kq",
-                 "mm-single-input", "mm-multi-input", "mm-joint",
+                 "mm-single-input", "mm-multi-input", "mm-joint", "mm-regpath-nonlinear",
                  "mm-loss-functions", "mm-regularization-path", "lm-cosine", "lm-margins", "lm-stability",
                  "real-digits", "real-minilm-embeddings", "real-minilm-heads"):
         assert name in r.stdout

@@ -72,6 +72,7 @@ SIZE_RULES: dict[str, list[tuple[str, object]]] = {
     "tf-seq-causal": [(r".", ("runs",))],
     "tf-regpath-w": [(r".", ("instances",))],
     "tf-regpath-kq": [(r".", ("instances",))],
+    "mm-regpath-nonlinear": [(r".", ("instances",))],
     "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
     "lm-margins": [(r"^C2 \(cycle language\)", ("cycle_runs",)), (r"^C2", ("runs",))],
     "real-digits": [(r"random directions|per run$", ("seeds",)), (r"per (test|training) image", AT_LEAST)],

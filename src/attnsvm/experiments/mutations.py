@@ -165,10 +165,11 @@ def _rank_plus_one(t):
 
 
 def _path_stuck(t):
-    """tf-regpath-*: every radius holds the smallest radius's correlations (a path that never leaves its start)."""
+    """tf-regpath-*, mm-regpath-nonlinear: every radius holds the smallest radius's correlations (every ``corr_*``
+    column; a path that never leaves its start)."""
     t = t.copy()
     first = t[t["R"] == t["R"].min()].set_index("seed")
-    for c in ("corr_fro", "corr_nuc"):
+    for c in [c for c in t.columns if c.startswith("corr_")]:
         t[c] = t["seed"].map(first[c]).to_numpy()
     return t
 
@@ -246,6 +247,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              "the (K, Q) path compared with the Frobenius Att-SVM instead of the nuclear one (columns swapped)",
              _swap("corr_fro", "corr_nuc"), ("mean corr(K_R Q_R^T, W^mm_*) at the largest R",
                                               "at the largest R, K_R Q_R^T correlates more with W^mm_*")),
+    Mutation("linearized-head-tokens-regpath-nonlinear", "mm-regpath-nonlinear",
+             "the optimal tokens scored with the head's linear part (1^T V^T x) instead of h: the path compared with "
+             "the p-SVM of the wrong tokens (columns swapped)", _swap("corr_h", "corr_lin"),
+             ("every instance's corr(p(R), p^mm(alpha_h)) at the largest R",)),
+    Mutation("path-does-not-converge-regpath-nonlinear", "mm-regpath-nonlinear",
+             "a path that never leaves its start: every radius holds the smallest radius's correlations", _path_stuck,
+             ("every instance's corr(p(R), p^mm(alpha_h)) at the largest R",)),
+    Mutation("raw-inner-product-regpath-nonlinear", "mm-regpath-nonlinear",
+             f"corr with both p-SVMs left as raw inner products (x{RAW_FACTOR:g})", _scale(["corr_h", "corr_lin"]),
+             (f"corr(p(R), p^mm(alpha_h)) (corr_h) {_RANGE}", f"corr(p(R), p^mm(alpha_lin)) (corr_lin) {_RANGE}")),
 )
 
 

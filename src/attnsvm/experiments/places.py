@@ -90,6 +90,17 @@ PLACES: list[tuple[str, str, str]] = [
                                                                                              "and GD inside a cone "
                                                                                              "around a locally "
                                                                                              "optimal p^mm"),
+    ("max-margin-token-selection.md", r"6 Regularization path, nonlinear head", "theorem (regularization path, "
+                                                                                 "nonlinear head; number not "
+                                                                                 "verified): for f = h(X^T softmax("
+                                                                                 "XWp)) under a strict first-order "
+                                                                                 "optimality condition on the "
+                                                                                 "selected tokens, p(R)/R converges "
+                                                                                 "to p^mm of those tokens (abstract: "
+                                                                                 "'a broader regularization path "
+                                                                                 "analysis ... even for nonlinear "
+                                                                                 "prediction heads'); the paper has "
+                                                                                 "no experiment for it"),
     ("max-margin-token-selection.md", r"6 Regularization path", "theorem: the regularization path converges in "
                                                                  "direction to p^mm"),
     # the causal-LM paper

@@ -43,6 +43,7 @@ def regularization_path(
     init="zero",
     m: int | None = None,
     loss: str = "logistic",
+    head=None,
 ) -> PathResult:
     """Minimize the loss over ``||W||_F <= R`` (param "W") or ``||K||^2 + ||Q||^2 <= 2R``
     (param "KQ") for an increasing list of radii, each warm-started from the previous one.
@@ -53,6 +54,10 @@ def regularization_path(
     projecting onto the ball after every step.
     The minimizers are approximate (first-order method); for large ``R * margin``
     (beyond ~35 in float64) the loss underflows and the path loses meaning.
+
+    ``head``: None for the linear head ``v`` of the problems, or a head with a closed token form
+    (:class:`~attnsvm.training.models.LambdaHead`, :class:`~attnsvm.training.models.ReLUHead`, ...; its arrays
+    without a runs axis, or with one of the runs' length) for the model ``f = h(X^T softmax(X W z))``.
 
     Raises ValidationError for bad arguments (radii not finite/positive/increasing, lr, init,
     steps_per_radius) and NonFiniteError (naming the run and radius) if a run becomes non-finite.
@@ -70,7 +75,7 @@ def regularization_path(
                               f"got {lr} * {radii[-1]}")
     steps_per_radius = check_int(steps_per_radius, "steps_per_radius", 0)
     check_loss(loss)
-    batch, data = prepare_data(problems, runs, param, None, False, loss)
+    batch, data = prepare_data(problems, runs, param, head, False, loss)
     R, n, T, d = data.X.shape
     seeds = run_seeds(seed, R)
     m = d if m is None else check_int(m, "m", 1)
@@ -79,7 +84,7 @@ def regularization_path(
     params = init_params(param, init, seeds, d, m)
     cfg = TrainConfig(param=param, steps=steps_per_radius, lr=lr, optimizer="ngd",
                       cps=np.array([steps_per_radius], dtype=np.int64), loss=loss, seeds=seeds, engine="closed")
-    kernel = PathKernel(params, make_grad_fn(data, params, None, cfg), cfg)
+    kernel = PathKernel(params, make_grad_fn(data, params, head, cfg), cfg)
     with torch.no_grad():
         for j, rad in enumerate(radii):
             kernel.start(j, rad)
@@ -101,6 +106,7 @@ def lowest_loss_path(
     seed: int = 0,
     m: int | None = None,
     loss: str = "logistic",
+    head=None,
 ) -> tuple[PathResult, np.ndarray]:
     """The regularization path of each problem as the lowest-loss point of ``restarts`` chains per radius.
 
@@ -120,6 +126,8 @@ def lowest_loss_path(
     restarts : int >= 1, chains per problem and radius
     steps_per_radius, lr, m, loss : as :func:`regularization_path`
     seed : int >= 0, seeds the random starts
+    head : None (the problems' linear head) or a head shared by all problems, without a runs axis (as
+        :func:`regularization_path`; the chains of all problems run in one batch)
 
     Returns
     -------
@@ -156,7 +164,7 @@ def lowest_loss_path(
                 K[:, 0], Q[:, 0] = (0.1 * K[:, 0], 0.1 * Q[:, 0])
             init = (K.reshape(N * restarts, d, m), Q.reshape(N * restarts, d, m))
         res = regularization_path(runs, [rad], param=param, steps_per_radius=steps_per_radius, lr=lr,
-                                  seed=list(range(N * restarts)), init=init, m=m, loss=loss)
+                                  seed=list(range(N * restarts)), init=init, m=m, loss=loss, head=head)
         best = np.argmin(res.loss[:, 0].reshape(N, restarts), axis=1)  # (N,): first chain of the smallest loss
         idx = np.arange(N) * restarts + best
         prev = PathResult(radii=res.radii, W=res.W[idx], loss=res.loss[idx], norm=res.norm[idx],
@@ -168,10 +176,11 @@ def lowest_loss_path(
     return out, np.stack(chains, 1)
 
 
-def path_loss(problems, W, *, loss: str = "logistic") -> np.ndarray:
+def path_loss(problems, W, *, loss: str = "logistic", head=None) -> np.ndarray:
     """The loss at given points ``W (N, d, d)`` (one per problem), computed exactly as :func:`regularization_path`
     computes the losses of its path (the same float64 arithmetic), so that a path's loss and the loss at a
     comparison point (e.g. an SVM direction scaled to the path's norm) compare without a rounding difference.
+    ``head``: as :func:`lowest_loss_path` (None: the problems' linear head).
 
     Returns (N,) float64.
     """
@@ -182,7 +191,8 @@ def path_loss(problems, W, *, loss: str = "logistic") -> np.ndarray:
                               f"{W.shape}")
     # a radius above every norm: the points are not projected
     rad = 2.0 * max(float(np.linalg.norm(W.reshape(len(items), -1), axis=1).max()), 1.0)
-    return regularization_path(items, [rad], param="W", steps_per_radius=0, init=W, loss=loss).loss[:, 0]
+    return regularization_path(items, [rad], param="W", steps_per_radius=0, init=W, loss=loss,
+                               head=head).loss[:, 0]
 
 
 class PathKernel:

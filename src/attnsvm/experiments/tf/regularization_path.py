@@ -77,6 +77,9 @@ class _RegPath(Experiment):
     path: ClassVar[str] = "W_R"
     svm_name: ClassVar[str] = "W^mm"
     theorem: ClassVar[str] = ""
+    #: the plot's title over the control SVM's panel, and its x axis (the table's column R)
+    other_title: ClassVar[str] = "the other norm's Att-SVM"
+    radius_label: ClassVar[str] = "R"
     Config = PathConfig
     quick = {"instances": 20, "radii": [5.0, 15.0, 40.0]}
 
@@ -142,36 +145,19 @@ class _RegPath(Experiment):
         out = [integrity_check("path points computed (instances x radii)", float(len(table)), ">=",
                                config.instances * len(Rs), f"{total} instances, {len(Rs)} radii",
                                reason="every instance x radius of the preset ran"),
-               integrity_check(f"share of instances whose path point at the largest R is at least as good as the "
-                               f"SVM direction (loss of the path <= loss at R {self.svm_name} / {norm})",
-                               len(keep) / total if total else float("nan"), ">=", MINIMIZER_SHARE,
-                               f"{len(keep)} of {total} at R = {R1:g}",
-                               reason="the path is the global minimizer over the ball; the search (a warm start and "
-                                      "random starts on the boundary per radius) is a heuristic for it, and a point "
-                                      "worse than the SVM direction is not a minimizer: such instances are left out "
-                                      f"of the convergence checks, and more than {1 - MINIMIZER_SHARE:.0%} left out "
-                                      "means the search is too weak for the checks to speak for the theorem")]
-        dev = np.abs(table.budget / table.R - 1.0).to_numpy(np.float64) if len(table) else np.array([np.nan])
-        worst = float(np.max(dev)) if np.all(np.isfinite(dev)) else float("nan")
-        out.append(check(f"the path lies on the ball's boundary at every radius (largest relative distance of "
-                         f"{self._budget_name()} from R)", worst, "<=", BOUNDARY_TOL,
-                         f"{len(table)} rows", source=section("1.6 regularization paths; 3.7 no stationary points"),
-                         reason="L has no finite stationary point when d >= max(T - 1, n) (spec 3.7), so the "
-                                "minimizer over a ball lies on its boundary; 1e-6 is the projection's precision "
-                                "with room for the last unprojected step", kind="qualitative"))
+               search_check(keep, total, f"{self.svm_name} / {norm}", f"R = {R1:g}")]
+        out.append(boundary_check(table.budget / table.R if len(table) else [], f"{self._budget_name()} from R",
+                                  source=section("1.6 regularization paths; 3.7 no stationary points"),
+                                  reason="L has no finite stationary point when d >= max(T - 1, n) (spec 3.7), so "
+                                         "the minimizer over a ball lies on its boundary; 1e-6 is the projection's "
+                                         "precision with room for the last unprojected step"))
         out.append(mean_check(f"mean corr({self.path}, {self.svm_name}) at the largest R (instances whose path is "
                               "a minimizer)", last[own] if len(last) else [], ">=", CONVERGED_CORR,
                               f"R = {R1:g}, {len(last)} instances", source=src,
                               reason=f"the theorem's limit is corr = 1; bar {CONVERGED_CORR:g}, the paper's own bar for "
                                      "'converged to its Att-SVM' (E2, spec 7.2 item 1)"))
-        rise = (last[own] - first[own]).to_numpy(np.float64) if len(last) else np.array([])
-        out.append(ordering_check(f"corr({self.path}, {self.svm_name}) rises from the smallest to the largest R "
-                                  "(paired over instances whose path is a minimizer)", rise, 0.0,
-                                  f"R = {R0:g} -> {R1:g}; mean {first[own].mean():.4g} -> {last[own].mean():.4g}"
-                                  if len(last) else "", source=src, effect=CORR_EFFECT,
-                                  effect_reason="Cohen's small correlation 0.1",
-                                  reason="the path converges in direction to the SVM as R grows (comparator: the same "
-                                         "instance's path at the smallest radius)"))
+        out.append(rise_check(first, last, own, f"corr({self.path}, {self.svm_name})", "whose path is a minimizer",
+                              f"R = {R0:g} -> {R1:g}", "the SVM", source=src))
         gap = (last[own] - last[other]).to_numpy(np.float64) if len(last) else np.array([])
         out.append(ordering_check(f"at the largest R, {self.path} correlates more with {self.svm_name} than with "
                                   f"the {'nuclear' if self.other == 'nuc' else 'Frobenius'} Att-SVM (paired over "
@@ -218,8 +204,9 @@ class _RegPath(Experiment):
         for ax in (axes[0, 0], axes[0, 1]):
             ax.set_xticks(radii, [f"{r:g}" for r in radii])
             ax.tick_params(axis="x", which="minor", labelbottom=False)
-        label_axes(axes[0, 0], "R", f"1 - corr({self.path}, {self.svm_name})", "own Att-SVM (dotted: not a minimizer)")
-        label_axes(axes[0, 1], "R", f"corr({self.path}, other Att-SVM)", "the other norm's Att-SVM")
+        label_axes(axes[0, 0], self.radius_label, f"1 - corr({self.path}, {self.svm_name})",
+                   "own Att-SVM (dotted: not a minimizer)")
+        label_axes(axes[0, 1], self.radius_label, f"corr({self.path}, control SVM)", self.other_title)
         return save_figure(fig, outdir, f"regpath_{self.param.lower()}")
 
     def explain(self, config, table):
@@ -227,6 +214,45 @@ class _RegPath(Experiment):
         return (f"{self.notes}\n\nThe path search found a point at least as good as the SVM direction at R = "
                 f"{max(config.radii):g} in {len(keep)} of {total} instances; the others (a locally-optimal basin the "
                 "restarts missed) are left out of the convergence checks.")
+
+
+def search_check(keep, total: int, svm_point: str, where: str):
+    """Integrity: the share of instances whose path point at the largest radius (``where``, in words) has a loss at
+    most the SVM direction's (``svm_point``: the SVM direction at radius R, in words) is at least
+    :data:`MINIMIZER_SHARE`; ``keep``: those instances' seeds, ``total``: the instances judged."""
+    return integrity_check(f"share of instances whose path point at the largest R is at least as good as the SVM "
+                           f"direction (loss of the path <= loss at R {svm_point})",
+                           len(keep) / total if total else float("nan"), ">=", MINIMIZER_SHARE,
+                           f"{len(keep)} of {total} at {where}",
+                           reason="the path is the global minimizer over the ball; the search (a warm start and "
+                                  "random starts on the boundary per radius) is a heuristic for it, and a point "
+                                  "worse than the SVM direction is not a minimizer: such instances are left out "
+                                  f"of the convergence checks, and more than {1 - MINIMIZER_SHARE:.0%} left out "
+                                  "means the search is too weak for the checks to speak for the theorem")
+
+
+def rise_check(first: pd.DataFrame, last: pd.DataFrame, col: str, what: str, over: str, radii: str, target: str, *,
+               source: str):
+    """Ordering (claim as the alternative): column ``col`` (``what``, in words) rises from the smallest radius
+    (``first``, one row per instance, indexed by seed) to the largest (``last``, the same instances), paired over the
+    instances ``over`` describes; effect :data:`~attnsvm.experiments.power.CORR_EFFECT`. ``radii``: the two radii in
+    words; ``target``: what the path converges to, in words."""
+    rise = (last[col] - first[col]).to_numpy(np.float64) if len(last) else np.array([])
+    return ordering_check(f"{what} rises from the smallest to the largest R (paired over instances {over})", rise,
+                          0.0, f"{radii}; mean {first[col].mean():.4g} -> {last[col].mean():.4g}" if len(last) else "",
+                          source=source, effect=CORR_EFFECT, effect_reason="Cohen's small correlation 0.1",
+                          reason=f"the path converges in direction to {target} as R grows (comparator: the same "
+                                 "instance's path at the smallest radius)")
+
+
+def boundary_check(ratio, what: str, *, source: str, reason: str):
+    """The path lies on the ball's boundary: the largest ``|budget / R - 1|`` over the rows (``ratio``: the budget
+    used over the radius, one per row; ``what``: the budget and the radius in words) is at most
+    :data:`BOUNDARY_TOL`; no rows (or a NaN) fail."""
+    dev = np.abs(np.asarray(ratio, dtype=np.float64) - 1.0)
+    worst = float(np.max(dev)) if dev.size and np.all(np.isfinite(dev)) else float("nan")
+    return check(f"the path lies on the ball's boundary at every radius (largest relative distance of {what})", worst,
+                 "<=", BOUNDARY_TOL, f"{dev.size} rows", source=source, reason=reason, kind="qualitative")
 
 
 def _unit(W: np.ndarray, norm: str) -> np.ndarray:
