@@ -14,7 +14,8 @@ from attnsvm.errors import ValidationError
 from attnsvm.experiments import build_config, registry
 from attnsvm.language import chain_sequences, cycle_language, make_lm_data, markov_language, scaled_cycle_language
 from attnsvm.svm import lm_constraints, solve
-from attnsvm.svm.language import language_score_spread, near_tie_language, score_ties
+from attnsvm.svm.language import (language_score_spread, near_tie_language, optimal_prefix_tokens, prefix_scores,
+                                  score_ties)
 
 TABLE = os.path.join(os.path.dirname(__file__), "data", "quick", "lm-near-ties.parquet")
 
@@ -55,7 +56,7 @@ def test_language_spread_of_the_cycle_language_is_an_exact_tie_with_gap_rho():
     assert delta <= 1e-12 and gap == pytest.approx(0.35, abs=1e-12)   # gap = softplus(rho) - softplus(-rho) = rho
 
 
-@pytest.mark.parametrize("delta", [0.0, 0.003, 0.05, 0.2])
+@pytest.mark.parametrize("delta", [0.0, 0.003, 0.05, 0.3])
 def test_near_tie_language_has_the_wanted_spread_and_bounds_every_sample(delta):
     lang, eps, got, gap = near_tie_language(delta, 10, 24, n=6, seed=3)
     assert got == pytest.approx(delta, abs=1e-9) and gap > 0
@@ -64,6 +65,8 @@ def test_near_tie_language_has_the_wanted_spread_and_bounds_every_sample(delta):
     spread, data_gap = score_ties(data)
     assert spread.max() <= delta + 1e-12 and data_gap.min() >= gap - 1e-12
     assert (spread.max() > 1e-12) == (delta > 0)      # near ties, not exact ones, once delta > 0
+    sel = optimal_prefix_tokens(prefix_scores(data))
+    assert np.array_equal(sel[:, :5], np.broadcast_to(np.arange(5), (15, 5)))   # the query stays the optimal token
     hard = solve(lm_constraints(data), method="dense")
     assert hard.feasible and hard.certified
 
@@ -145,6 +148,9 @@ def test_missing_runs_and_broken_ties_fail_the_assumption_check(table):
     assert _named(_checks(t), start)[0].verdict == "fail"
     t = table.copy()
     t.loc[(t["record"] == "svm") & (t["delta"] == 0.0) & (t["run"] == 0), "data_spread"] = 1e-6   # no exact tie
+    assert _named(_checks(t), start)[0].verdict == "fail"
+    t = table.copy()
+    t.loc[(t["record"] == "svm") & (t["delta"] == 0.1) & (t["run"] == 5), "query_optimal"] = False  # another optimum
     assert _named(_checks(t), start)[0].verdict == "fail"
 
 

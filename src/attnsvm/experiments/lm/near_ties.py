@@ -38,7 +38,8 @@ from attnsvm.experiments.power import STANDARDIZED_EFFECT
 from attnsvm.metrics import correlation
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.svm import lm_constraints, solve
-from attnsvm.svm.language import near_tie_language, prefix_problem, prefix_softmax, score_ties
+from attnsvm.svm.language import (near_tie_language, optimal_prefix_tokens, prefix_problem, prefix_scores,
+                                  prefix_softmax, score_ties)
 from attnsvm.training.language_model import train_runs
 
 #: the theorem, as the checks cite it (the place is resolved by :mod:`attnsvm.experiments.places`)
@@ -62,7 +63,7 @@ class NearTiesConfig(ExperimentConfig):
     rho: float = Field(0.4, gt=0, lt=0.5, description="<e_q, e_f(q)> of successive types before the scaling")
     deltas: list[float] = Field(default_factory=lambda: [0.0, 0.01, 0.1], min_length=1,
                                 description="spreads at which the theorem's conclusion is checked")
-    contrast_deltas: list[float] = Field(default_factory=lambda: [0.3],
+    contrast_deltas: list[float] = Field(default_factory=lambda: [0.2, 0.3],
                                          description="larger spreads run the same way and reported, not checked")
     runs: PositiveInt = 30
     steps: PositiveInt = 10000
@@ -129,9 +130,12 @@ class LMNearTies(Experiment):
             eps, got, gap = found[seed]
             hard = solve(lm_constraints(data, config.loss), method="dense")
             spread, data_gap = score_ties(data, config.loss)
+            sel = optimal_prefix_tokens(prefix_scores(data, config.loss))[:, : config.n - 1]
             rows.append(dict(record="svm", delta=delta, claimed=bool(task.params["claimed"]), run=r, eps=eps,
                              lang_delta=got, lang_gap=gap, data_spread=float(spread.max()),
-                             data_gap=float(data_gap.min()), hard_feasible=bool(hard.feasible), hard_used=True,
+                             data_gap=float(data_gap.min()),
+                             query_optimal=bool(np.array_equal(sel, np.broadcast_to(np.arange(config.n - 1), sel.shape))),
+                             hard_feasible=bool(hard.feasible), hard_used=True,
                              **svm_record(hard, "hard")))
             nan = np.full(len(res["steps"]), np.nan)
             cos = correlation(res["W"][r], hard.W) if hard.feasible and hard.certified else nan
@@ -139,7 +143,7 @@ class LMNearTies(Experiment):
             _, _, _, pos = prefix_problem(data)
             for c, st in enumerate(res["steps"]):
                 s = prefix_softmax(data, res["W"][r, c])
-                # the query token is every prefix's optimal token (the cycle construction; checked as gap > 0)
+                # the softmax weight on the query token, every prefix's optimal token (query_optimal, checked)
                 rows.append(dict(record="train", delta=delta, claimed=bool(task.params["claimed"]), run=r,
                                  step=int(st), cos_hard=float(cos[c]), norm=float(nrm[c]),
                                  loss=float(res["loss"][r, c]), opt_prob=float(s[np.arange(len(pos)), pos].min())))
@@ -173,6 +177,7 @@ class LMNearTies(Experiment):
         ok = ((ld - dl).abs() <= CALIBRATION_TOL) & (sp <= dl + TIE_TOL) & (sv["data_gap"].astype(float) > 0)
         ok &= np.where(dl > 0, sp > TIE_TOL, sp <= TIE_TOL)          # ties broken exactly when delta > 0
         ok &= sv["hard_feasible"].astype(bool) & ~uncertified(sv, "hard")
+        ok &= sv["query_optimal"].astype(bool) if "query_optimal" in sv else False
         summary = "; ".join(f"delta {x:g}: data spread {g['data_spread'].min():.3g}..{g['data_spread'].max():.3g}, "
                             f"smallest gap {g['data_gap'].min():.3g}" for x, g in sv.groupby("delta"))
         return bad + int((~ok).sum()), summary
@@ -182,12 +187,14 @@ class LMNearTies(Experiment):
         wanted = list(config.deltas) + list(config.contrast_deltas)
         out = [integrity_check(
             "Theorem 3.15: every run meets the assumption at its delta (the language's largest non-optimal score "
-            "spread equals delta, the data's is at most delta and positive exactly when delta > 0, a unique optimal "
-            "token, a feasible and certified hard-margin SVM)", bad, "==", 0,
+            "spread equals delta, the data's is at most delta and positive exactly when delta > 0, the query is the "
+            "unique optimal token of every prefix, a feasible and certified hard-margin SVM)", bad, "==", 0,
             f"{len(wanted)} deltas x {config.runs} runs; {summary}",
             reason=f"the construction, checked as measured: language spread within {CALIBRATION_TOL:g} of delta, data "
                    f"spread <= delta + {TIE_TOL:g} and > {TIE_TOL:g} iff delta > 0 (else the run tests Theorem 3.14's "
-                   "exact ties, not 3.15), optimal gap > 0, the exact solver's hard-margin SVM optimal and certified")]
+                   "exact ties, not 3.15), optimal gap > 0 and the optimal token of every prefix its query (the "
+                   "construction; the softmax weight reported is the query's), the exact solver's hard-margin SVM "
+                   "optimal and certified")]
         a, b = last_decade(config.steps)
         first, last = self.at_step(table, a), self.at_step(table, b)
         for x in config.deltas:
