@@ -127,5 +127,6 @@ def test_list_names_every_experiment():
                  "tf-lambda-head", "tf-seq-causal", "tf-feasibility", "tf-regpath-w", "tf-regpath-kq",
                  "mm-single-input", "mm-multi-input", "mm-joint", "mm-regpath-nonlinear",
                  "mm-loss-functions", "mm-regularization-path", "lm-cosine", "lm-margins", "lm-stability",
+                 "lm-near-ties",
                  "real-digits", "real-minilm-embeddings", "real-minilm-heads"):
         assert name in r.stdout

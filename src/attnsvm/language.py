@@ -168,6 +168,63 @@ def cycle_language(V: int = 16, d: int = 100, *, rho: float = 0.4, seed: int = 0
     return MarkovLanguage(V, d, 1, 1, np.full(V, 1.0 / V), trans1, None, E, int(seed))
 
 
+def scaled_cycle_language(V: int = 16, d: int = 100, *, rho: float = 0.4, eps: float = 0.0,
+                          seed: int = 0) -> MarkovLanguage:
+    """The cycle language of :func:`cycle_language` with the embedding of type u scaled by ``1 + eps r_u``.
+
+    ``r (V,)`` is drawn uniformly from [-1, 1] (seeded by ``seed`` and V only, so the languages of one seed at
+    different ``eps`` share the cycle, the embedding directions and ``r``: a family in ``eps``). The Gram matrix
+    becomes ``S (I + rho (P + P^T)) S`` with ``S = diag(1 + eps r)``: the same pairs are orthogonal, so the query
+    token still carries the only logit of the target among the prefix tokens, but a token of type u alone now
+    gives logits that depend on ``s_u`` and its cycle neighbours' scales, and the non-optimal scores no longer tie
+    (``eps = 0``: exactly :func:`cycle_language`, exact ties). How far apart they are for a sequence length is
+    measured by :func:`attnsvm.svm.language.language_score_spread`; :func:`attnsvm.svm.language.near_tie_language`
+    picks ``eps`` for a wanted spread delta (Theorem 3.15 of the causal-LM paper).
+
+    Parameters
+    ----------
+    V, d, rho, seed : as :func:`cycle_language`
+    eps : scale perturbation in [0, 1) (the scales ``1 + eps r_u`` stay positive, the Gram matrix positive definite)
+
+    Returns
+    -------
+    MarkovLanguage with ``E (V, d)`` rows of norm ``1 + eps r_u``; ``trans1 (V, V)`` the cycle of
+    :func:`cycle_language` (same ``seed``).
+    """
+    if not 0 <= eps < 1:
+        raise ValidationError(f"eps must lie in [0, 1) (positive embedding scales), got {eps}")
+    base = cycle_language(V, d, rho=rho, seed=seed)
+    r = np.random.default_rng(np.random.SeedSequence([int(seed), V, 31])).uniform(-1.0, 1.0, V)
+    E = (1.0 + float(eps) * r)[:, None] * base.E
+    return MarkovLanguage(V, d, 1, 1, base.start, base.trans1, None, E, int(seed))
+
+
+def chain_sequences(lang: MarkovLanguage, n: int) -> np.ndarray:
+    """Every sequence of length ``n`` a deterministic order-1 chain emits: one per start type, shape (V, n) int64.
+
+    The chain must have ``order = 1`` and one successor per type (every row of ``trans1`` one-hot), as
+    :func:`cycle_language` and :func:`scaled_cycle_language`; row u starts at type u.
+    """
+    if lang.order != 1 or not np.all(np.isclose(lang.trans1.max(1), 1.0)):
+        raise ValidationError("chain_sequences needs a deterministic order-1 chain (one successor per type)")
+    if n < 2:
+        raise ValidationError(f"need sequences of length n >= 2, got n = {n}")
+    succ = lang.trans1.argmax(1)
+    out = np.empty((lang.V, n), dtype=np.int64)
+    out[:, 0] = np.arange(lang.V)
+    for j in range(1, n):
+        out[:, j] = succ[out[:, j - 1]]
+    return out
+
+
+def lm_data_of(lang: MarkovLanguage, tokens, scale: float = 1.0) -> LMData:
+    """:class:`LMData` of given sequences ``tokens (m, n)`` of the language (as :func:`make_lm_data` builds them)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    targets = np.full(tokens.shape, -1, dtype=np.int64)
+    targets[:, :-1] = tokens[:, 1:]
+    return LMData(tokens, scale * lang.E[tokens], targets, lang.E.copy())
+
+
 @dataclass(frozen=True)
 class LMData:
     """Sequences of a language ready for training.
@@ -188,10 +245,7 @@ class LMData:
 
 def make_lm_data(lang: MarkovLanguage, m: int, n: int, seed: int = 0, scale: float = 1.0) -> LMData:
     """Sample m sequences of length n; inputs are the embeddings times ``scale``, the head stays ``E^T``."""
-    tokens = lang.sample(m, n, seed)
-    targets = np.full((m, n), -1, dtype=np.int64)
-    targets[:, :-1] = tokens[:, 1:]
-    return LMData(tokens, scale * lang.E[tokens], targets, lang.E.copy())
+    return lm_data_of(lang, lang.sample(m, n, seed), scale)
 
 
 #: the per-position losses of the causal language model

@@ -75,6 +75,7 @@ SIZE_RULES: dict[str, list[tuple[str, object]]] = {
     "mm-regpath-nonlinear": [(r".", ("instances",))],
     "tf-multi-token": [(r"^d=\d+:", ("accepted",)), (r"^runs in which|^W_fin \+ R W_svm fits", ("accepted", "ds"))],
     "lm-margins": [(r"^C2 \(cycle language\)", ("cycle_runs",)), (r"^C2", ("runs",))],
+    "lm-near-ties": [(r".", ("runs",))],
     "real-digits": [(r"random directions|per run$", ("seeds",)), (r"per (test|training) image", AT_LEAST)],
     "real-minilm-embeddings": [(r"random directions", ("seeds",)), (r"per test sentence", ("n_test", "seeds"))],
     "real-minilm-heads": [(r".", ("layers", "heads"))],

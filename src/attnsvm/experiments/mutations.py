@@ -98,19 +98,27 @@ def _checkpoint_ahead(t):
     return t
 
 
-def _d_shifted(t):
-    """tf-convergence-types: each run carries the label of the next larger d (the largest d's runs the smallest's)."""
-    t = t.copy()
-    ds = sorted(t["d"].unique())
-    t["d"] = t["d"].map(dict(zip(ds, ds[1:] + ds[:1])))
-    return t
+def _shifted(col):
+    """Each run carries the label of the next larger value of ``col`` (the largest value's runs the smallest's)."""
+    def f(t):
+        t = t.copy()
+        vals = sorted(t[col].unique())
+        t[col] = t[col].map(dict(zip(vals, vals[1:] + vals[:1])))
+        return t
+    return f
+
+
+#: tf-convergence-types: each run labelled with the next larger d
+_d_shifted = _shifted("d")
 
 
 def _learns_nothing(t):
-    """lm-cosine: every checkpoint of a run holds its X(0) measurements (a model whose parameters never change)."""
+    """lm-cosine and lm-near-ties: every checkpoint of a run holds its X(0) measurements (a model whose parameters
+    never change)."""
     t = t.copy()
     tr = t[t["step"].notna()] if "step" in t.columns else t.iloc[0:0]
-    key = [k for k in ("record", "m", "n", "d", "run") if k in t.columns]   # record: the main and the cycle runs
+    # record: the main and the cycle runs (lm-cosine); delta: the language of lm-near-ties
+    key = [k for k in ("record", "m", "n", "d", "delta", "run") if k in t.columns]
     first = tr.sort_values("step").groupby(key, dropna=False).transform("first")
     for c in ("cos", "cos_hard", "norm", "loss"):
         if c in t.columns:
@@ -240,6 +248,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("radius-not-applied-regpath-w", "tf-regpath-w",
              "the projection onto the ball skipped at the largest radius (points 1.5 R from 0)", _radius_not_applied,
              ("the path lies on the ball's boundary at every radius",)),
+    Mutation("raw-inner-product-near-ties", "lm-near-ties",
+             f"cos(X(k), X^mm) left as the raw inner product (x{RAW_FACTOR:g})", _scale(["cos_hard"]),
+             (f"Theorem 3.15: cosine with the hard-margin SVM (cos_hard) {_RANGE}",)),
+    Mutation("delta-labels-shifted", "lm-near-ties",
+             "each run labelled with the next larger delta (the largest delta's runs with 0)", _shifted("delta"),
+             ("Theorem 3.15: every run meets the assumption at its delta",)),
+    Mutation("constant-model-near-ties", "lm-near-ties",
+             "a model that learns nothing: every checkpoint holds X(0)'s measurements", _learns_nothing,
+             ("Theorem 3.15 at delta = 0: the cosine with the hard-margin SVM X^mm rises",
+              "Theorem 3.15 at delta = 0.1: ||X(k)||_F rises")),
     Mutation("path-does-not-converge-regpath-kq", "tf-regpath-kq",
              "a path that never leaves its start: every radius holds the smallest radius's correlations", _path_stuck,
              ("mean corr(K_R Q_R^T, W^mm_*) at the largest R",)),

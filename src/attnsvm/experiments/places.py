@@ -104,6 +104,11 @@ PLACES: list[tuple[str, str, str]] = [
     ("max-margin-token-selection.md", r"6 Regularization path", "theorem: the regularization path converges in "
                                                                  "direction to p^mm"),
     # the causal-LM paper
+    ("causal-language-modeling.md", r"Theorem 3\.15 \(near ties\)",
+     "Sec. 3.2, Theorem 3.15 (informal version of Theorem G.5): 'there exists a dataset dependent sufficiently small "
+     "delta > 0 such that [...] Suppose non-optimal scores obey |gamma_it - gamma_itau| <= delta [...] Then, Algorithm "
+     "X-GD [...] obeys lim ||X(k)||_F = inf and lim X(k)/||X(k)||_F = X^mm/||X^mm||_F'; the paper has no experiment "
+     "varying delta"),
     ("causal-language-modeling.md", r"C1", "Sec. 4, Fig. 1 (Theorem 3.15): the cosine similarity between X(k) and "
                                            "the soft-margin Att-SVM"),
     ("causal-language-modeling.md", r"C2", "Sec. 4, Fig. 2: the margin between optimal and non-optimal tokens"),

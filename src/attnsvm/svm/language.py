@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.language import LMData, token_loss
+from attnsvm.language import LMData, chain_sequences, lm_data_of, scaled_cycle_language, token_loss
 from attnsvm.problem import TokenProblem
 from attnsvm.svm.api import solve_fin, solve_gen_svm
 from attnsvm.svm.constraints import bare_set, seq_constraints
 from attnsvm.svm.frobenius import solve_frobenius_rhs
 from attnsvm.svm.soft import solve_soft
 
-__all__ = ["prefix_scores", "optimal_prefix_tokens", "score_ties", "lm_constraints", "soft_margin_svm", "prefix_problem",
+__all__ = ["prefix_scores", "optimal_prefix_tokens", "score_ties", "language_score_spread", "near_tie_language",
+           "lm_constraints", "soft_margin_svm", "prefix_problem",
            "prefix_softmax", "gen_svm_fit", "random_direction_control"]
 
 
@@ -72,6 +73,80 @@ def score_ties(data: LMData, loss: str = "logistic"):
     has = other.any(-1)
     best = np.take_along_axis(g, sel[:, :, None], axis=2)[..., 0]
     return np.where(has, hi - lo, 0.0), np.where(has, best - hi, np.inf)
+
+
+def language_score_spread(lang, n: int, loss: str = "logistic") -> tuple[float, float]:
+    """Theorem 3.15's delta of a deterministic chain: the largest non-optimal score spread over every prefix of every
+    sequence of length ``n`` it can emit, and the smallest optimal gap there.
+
+    The sequences are :func:`attnsvm.language.chain_sequences` (one per start type), scored by :func:`score_ties`:
+    any sample of length-``n`` sequences of the language has spread at most, and gap at least, these.
+
+    Returns
+    -------
+    (delta, gap) floats: ``delta = max spread``, ``gap = min gap`` over the ``V (n - 1)`` prefixes.
+    """
+    spread, gap = score_ties(lm_data_of(lang, chain_sequences(lang, n)), loss)
+    return float(spread.max()), float(gap.min())
+
+
+#: the largest scale perturbation :func:`near_tie_language` tries (scales 1 +- 0.5)
+NEAR_TIE_EPS_MAX = 0.5
+
+
+def near_tie_language(delta: float, V: int = 16, d: int = 100, *, n: int, rho: float = 0.4, loss: str = "logistic",
+                      seed: int = 0, xtol: float = 1e-13):
+    """A cycle language whose non-optimal token scores lie within exactly ``delta`` of each other (Theorem 3.15).
+
+    :func:`attnsvm.language.scaled_cycle_language` with the perturbation ``eps`` chosen so that
+    :func:`language_score_spread` at sequence length ``n`` equals ``delta`` (``delta = 0``: ``eps = 0``, the exact
+    ties of :func:`attnsvm.language.cycle_language`). The spread is continuous in ``eps`` and 0 at 0; ``eps`` is the
+    root of ``spread(eps) = delta`` found by Brent's method between the last point of a geometric grid below ``delta``
+    and the first above it (the smallest such root on that grid), to ``xtol``.
+
+    Parameters
+    ----------
+    delta : the wanted spread, >= 0; V, d, rho, seed : as :func:`attnsvm.language.cycle_language`
+    n : the sequence length the spread is measured at (2 <= n <= V - 1)
+    loss : the token loss of the scores
+
+    Returns
+    -------
+    (MarkovLanguage, eps, delta_measured, gap): the language, its perturbation, its spread (``delta`` to the
+    root's precision) and its smallest optimal gap (> 0: the query token stays the unique optimal token).
+
+    Raises
+    ------
+    ValidationError : ``delta < 0``, ``n`` outside [2, V - 1], ``delta`` beyond the spread at
+        ``eps = NEAR_TIE_EPS_MAX``, or a perturbation that leaves no positive optimal gap.
+    """
+    from scipy.optimize import brentq
+
+    if not delta >= 0:
+        raise ValidationError(f"delta must be >= 0, got {delta}")
+    if not 2 <= n <= V - 1:
+        raise ValidationError(f"n must lie in [2, V - 1 = {V - 1}] (the cycle language's ties), got {n}")
+
+    def spread(eps):
+        return language_score_spread(scaled_cycle_language(V, d, rho=rho, eps=eps, seed=seed), n, loss)[0]
+
+    eps = 0.0
+    if delta > 0:
+        grid = NEAR_TIE_EPS_MAX * 2.0 ** -np.arange(30, -1, -1)
+        vals = np.array([spread(e) for e in grid])
+        above = np.flatnonzero(vals >= delta)
+        if not above.size:
+            raise ValidationError(f"delta = {delta} is beyond this language's reach (spread {vals[-1]:.4g} at eps = "
+                                  f"{NEAR_TIE_EPS_MAX}); use a smaller delta or another seed")
+        i = int(above[0])
+        lo = grid[i - 1] if i > 0 else 0.0
+        eps = grid[i] if vals[i] == delta else float(brentq(lambda e: spread(e) - delta, lo, grid[i], xtol=xtol))
+    lang = scaled_cycle_language(V, d, rho=rho, eps=eps, seed=seed)
+    got, gap = language_score_spread(lang, n, loss)
+    if not gap > 0:
+        raise ValidationError(f"at delta = {delta} (eps = {eps:.4g}) the query token is no longer the unique optimal "
+                              f"token (gap {gap:.3g}); use a smaller delta")
+    return lang, float(eps), got, gap
 
 
 def lm_constraints(data: LMData, loss: str = "logistic", select=None, tol: float = 1e-12):
