@@ -170,3 +170,27 @@ def test_rotary_refusals(tmp_path):
                                max_position_embeddings=8, vocab_size=10, intermediate_size=8, num_key_value_heads=3)
     with pytest.raises(ValidationError, match="num_key_value_heads = 3; expected a positive divisor"):
         family_of(ok).dims(ok)
+
+
+def test_a_formulation_that_misses_the_model_attention_is_refused(tmp_path, monkeypatch):
+    """The probe checks a rotary head's post-rotary formulation against the model's own attention before any SVM:
+    keys and queries left unrotated (a layout it does not match) are refused, the model's own pass."""
+    import torch
+
+    from attnsvm.real import cache
+    from attnsvm.real.pretrained import PretrainedTransformer
+
+    m = load_model(_tiny("llama", tmp_path / "llama"))
+    with torch.no_grad():  # logits of order 1, so that a wrong rotation moves the attention visibly
+        m.model.layers[1].self_attn.q_proj.weight *= 100.0
+    ok = probe_heads(SENTENCES, model=m, layers=[1], heads=[0], svm_sentences=6, null_draws=0, threshold=0.5)
+    assert ok.table["svm_status"].eq("optimal").all()
+
+    def unrotated(self, states, layer, head):
+        WK, WQ, bK, bQ = self.key_query(layer, head)
+        return states @ WK + bK, states @ WQ + bQ
+
+    monkeypatch.setattr(PretrainedTransformer, "rotary_states", unrotated)
+    cache.clear()  # the head's inputs are cached with the forward pass: build them again
+    with pytest.raises(ValidationError, match=r"rotary head 1\.0 of .* give attention .* away from the model's own"):
+        probe_heads(SENTENCES, model=m, layers=[1], heads=[0], svm_sentences=6, null_draws=0, threshold=0.5)

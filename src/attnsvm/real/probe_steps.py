@@ -28,7 +28,7 @@ from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import (
-    head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
+    candidate_softmax, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
@@ -36,6 +36,10 @@ from attnsvm.svm import gen_constraints, seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
 QUERIES = ("word", "cls", "all")
+#: the largest difference allowed between a rotary head's attention computed from its post-rotary formulation
+#: (:func:`rotary_tokens`) and the model's own attention, for a float64 and a float32 model (the model's softmax
+#: runs in float32: its attention is exact to about 1e-7)
+ROTARY_ATTENTION_TOL = {"float64": 1e-6, "float32": 1e-4}
 
 
 def check_indices(values, upper: int, name: str) -> list:
@@ -338,6 +342,24 @@ def layer_selections(setup: ProbeSetup, layer: int) -> LayerSelections:
     return LayerSelections(A, sel, stats)
 
 
+def check_rotary_attention(setup: ProbeSetup, layer: int, head: int, X: np.ndarray, Z: np.ndarray) -> None:
+    """Refuse a rotary head whose post-rotary formulation does not give the model's own attention: ``X (m, T, D)``
+    and ``Z (m, D)`` (:func:`rotary_tokens`), softmax of ``X[i] W_h Z[i]`` over each query's candidates against the
+    forward pass's attention row of that query, within :data:`ROTARY_ATTENTION_TOL` (a rotary layout or position
+    the formulation does not match would exceed it)."""
+    m = X.shape[0]
+    cand = setup.cand[:m]
+    W = setup.model.head_weights(layer, head)
+    own = candidate_softmax(np.einsum("ntd,nd->nt", X, Z @ W.T), cand)
+    model = setup.fw.attentions[layer][np.arange(m), head, setup.q[:m]]
+    gap = float(np.abs(np.where(cand, own - model, 0.0)).max())
+    tol = ROTARY_ATTENTION_TOL["float64" if "float64" in str(setup.model.torch_dtype) else "float32"]
+    if not gap <= tol:
+        raise ValidationError(f"the rotary head {layer}.{head} of {setup.model.name}: its post-rotary keys and queries "
+                              f"give attention {gap:.3g} away from the model's own (more than {tol:g}); its rotary "
+                              "layout or positions are not those the probe reads (rotate-half, positions 0..T-1)")
+
+
 def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int, head: int | None = None) -> LayerInputs:
     """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once.
 
@@ -349,6 +371,7 @@ def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int, head: int | None = N
             raise ValidationError(f"head: the rotary model {setup.model.name} is probed per head (its tokens are "
                                   "the head's post-rotary keys); give the head")
         X, Z = rotary_tokens(setup, layer, head, m_svm)
+        check_rotary_attention(setup, layer, head, X, Z)
         return LayerInputs.build(X, Z, setup.cand[:m_svm])
     X = layer_tokens(setup, layer)[:m_svm]
     return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
