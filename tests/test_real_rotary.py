@@ -194,3 +194,22 @@ def test_a_formulation_that_misses_the_model_attention_is_refused(tmp_path, monk
     cache.clear()  # the head's inputs are cached with the forward pass: build them again
     with pytest.raises(ValidationError, match=r"rotary head 1\.0 of .* give attention .* away from the model's own"):
         probe_heads(SENTENCES, model=m, layers=[1], heads=[0], svm_sentences=6, null_draws=0, threshold=0.5)
+
+
+def test_rotary_model_object_probes_like_its_directory(tmp_path):
+    """``attnsvm.probe`` on a GPT-NeoX causal-LM object (its base model read) gives the table of the same model
+    probed from its directory."""
+    import pandas as pd
+    from transformers import AutoTokenizer, GPTNeoXForCausalLM
+
+    import attnsvm
+
+    path = _tiny("neox", tmp_path / "neox")
+    obj = GPTNeoXForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    kw = dict(layers=[0], heads=[1], svm_sentences=6, null_draws=2, threshold=0.5)
+    res = attnsvm.probe(obj, SENTENCES, tokenizer=tok, **kw)
+    ref = attnsvm.probe(path, SENTENCES, **kw)
+    assert res.config["family"] == "gpt_neox" and res.table["svm_status"].eq("optimal").all()
+    cols = ["layer", "head", "corr_restricted", "null_mean", "verdict"]
+    pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])
