@@ -124,11 +124,13 @@ def test_rotary_probe_cli(tmp_path):
     neox = _tiny("neox50", tmp_path / "neox50")
     f = tmp_path / "s.txt"
     f.write_text("\n".join(SENTENCES[:4]) + "\n")
-    r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", neox, "--sentences", str(f), "--svm-sentences", "4",
-                                 "--layers", "0", "--threshold", "0.5", "--null-draws", "2", "--json"])
+    out = tmp_path / "out"  # the stored probe's tasks and its page
+    r = CliRunner().invoke(cli, ["probe", "--out", str(out), "--model", neox, "--sentences", str(f), "--svm-sentences",
+                                 "4", "--layers", "0", "--threshold", "0.5", "--null-draws", "2", "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output[r.output.index("{"):])
     assert data["config"]["family"] == "gpt_neox" and len(data["heads"]) == 2
+    assert (out / "probe.html").is_file() and (out / "probe.csv").is_file()
     assert all(row["svm_status"] == "optimal" and row["verdict"] for row in data["heads"]), data["heads"]
     r = CliRunner().invoke(cli, ["probe", "--no-store", "--model", neox, "--sentences", str(f), "--query", "all"])
     assert r.exit_code == 2 and "query 'all' is not available for the rotary model" in r.output, r.output
@@ -211,5 +213,15 @@ def test_rotary_model_object_probes_like_its_directory(tmp_path):
     res = attnsvm.probe(obj, SENTENCES, tokenizer=tok, **kw)
     ref = attnsvm.probe(path, SENTENCES, **kw)
     assert res.config["family"] == "gpt_neox" and res.table["svm_status"].eq("optimal").all()
+    lm = tmp_path / "lm"  # a causal-LM checkpoint (gpt_neox.* and its embed_out head) loads as the base model
+    obj.save_pretrained(str(lm))
+    tok.save_pretrained(str(lm))
+    assert load_model(lm).family.name == "gpt_neox"
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(lm / "model.safetensors"))  # Pythia checkpoints name the LM head embed_out
+    weights["embed_out.weight"] = weights.pop("lm_head.weight")
+    save_file(weights, str(lm / "model.safetensors"), metadata={"format": "pt"})
+    assert load_model(lm).family.name == "gpt_neox"
     cols = ["layer", "head", "corr_restricted", "null_mean", "verdict"]
     pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])
