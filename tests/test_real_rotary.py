@@ -172,6 +172,13 @@ def test_rotary_refusals(tmp_path):
                                max_position_embeddings=8, vocab_size=10, intermediate_size=8, num_key_value_heads=3)
     with pytest.raises(ValidationError, match="num_key_value_heads = 3; expected a positive divisor"):
         family_of(ok).dims(ok)
+    ok.num_key_value_heads, ok.head_dim = 2, 0
+    with pytest.raises(ValidationError, match="head_dim = 0; expected a positive integer"):
+        family_of(ok).dims(ok)
+    ok.head_dim = 16  # a head size apart from the width is Llama's to declare
+    assert family_of(ok).dims(ok)["head_dim"] == 16 and family_of(ok).dims(ok)["kv_heads"] == 2
+    with pytest.raises(ValidationError, match=r"states must have shape \(n, T, d\) with d = 32"):
+        m.rotary_states(np.zeros((2, 32)), 0, 0)
 
 
 def test_a_formulation_that_misses_the_model_attention_is_refused(tmp_path, monkeypatch):
