@@ -32,6 +32,23 @@ def _tiny(kind, path, tokenizer=True, seed=0):
     elif kind == "roberta":  # RoBERTa: BERT's layers, positions counted from padding_idx + 1
         model = RobertaModel(RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                            intermediate_size=64, max_position_embeddings=130, pad_token_id=0))
+    elif kind.startswith("llama"):  # grouped-query attention: 4 query heads sharing 2 key-value heads
+        from transformers import LlamaConfig, LlamaModel
+
+        extra = {"llama-bias-linear": dict(attention_bias=True, rope_parameters={
+                     "rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}),
+                 "llama-llama3": dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4,
+                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 16})}.get(kind, {})
+        model = LlamaModel(LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                       bos_token_id=101, eos_token_id=102, **extra))
+    elif kind.startswith("neox"):  # partial rotary: the first rotary_pct of each head's 16 coordinates rotated
+        from transformers import GPTNeoXConfig, GPTNeoXModel
+
+        model = GPTNeoXModel(GPTNeoXConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, rotary_pct={"neox": 0.25, "neox50": 0.5}[kind],
+                                           max_position_embeddings=128, bos_token_id=101, eos_token_id=102))
     else:
         model = GPT2Model(GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=2, n_positions=128,
                                      bos_token_id=101, eos_token_id=102))
@@ -206,10 +223,12 @@ def test_clear_errors(tmp_path, monkeypatch):
         load_model(tmp_path / "emptydir")
     with pytest.raises(ValidationError, match="model must be None, a model directory"):
         probe_heads(["a b"], model=3)
-    llama = tmp_path / "llama"
+    llama = tmp_path / "llama"  # read since rotary support (test_real_rotary.py); a dynamic rope type is not
     LlamaModel(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=2)).save_pretrained(str(llama))
-    with pytest.raises(UnsupportedModelError, match="rotary position embeddings.*not a fixed bilinear form"):
+                           num_attention_heads=2, num_key_value_heads=2,
+                           rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+               ).save_pretrained(str(llama))
+    with pytest.raises(UnsupportedModelError, match="rope_type 'dynamic' changes the rotation with the sequence length"):
         load_model(llama)
     (tmp_path / "bloom").mkdir()
     (tmp_path / "bloom" / "config.json").write_text(json.dumps({"model_type": "bloom"}))

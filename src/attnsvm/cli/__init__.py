@@ -353,7 +353,8 @@ class _NullKinds(click.Choice):
                    "of available).")
 @click.option("--model", "model_dir", type=click.Path(), default=None,
               help="Local model directory written by save_pretrained (config.json, weights, tokenizer files): a "
-                   "BERT-like encoder or a GPT-2-like decoder (default: the shipped MiniLM). Never downloads.")
+                   "BERT-like encoder, a GPT-2-like decoder or a rotary Llama/GPT-NeoX decoder (default: the shipped "
+                   "MiniLM). Never downloads.")
 @click.option("--workers", type=int, default=None,
               help="Share the heads among N local worker processes (Dask; the run is stored: not with --no-store).")
 @click.option("--scheduler", default=None, help="Share the heads among the workers of a Dask scheduler, e.g. "

@@ -238,7 +238,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     as_json : return JSON (list of per-head rows plus timings) instead of a text table
     svm_sentences, threshold, query, seed, max_length, max_memory : see :func:`attnsvm.real.probe.probe_heads`
         (``max_length`` None: the smaller of 128 and the model's position limit, printed)
-    model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder or GPT-2-like decoder)
+    model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder, GPT-2-like or rotary
+        Llama/GPT-NeoX decoder)
     view_sentences : sentences shown per head in ``probe.html`` (their tokens shaded by attention)
     curve : optional list of sentence counts m (int, or None for all loaded sentences): also each
         head's agreement at each m (:func:`attnsvm.real.agreement.agreement_curve` on the same

@@ -328,13 +328,19 @@ def top_selection(scores: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> np
     return (ranks < np.asarray(sizes)[..., None]) & mask
 
 
-def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.ndarray:
-    """A head's selections by its own attention: ``softmax`` of ``scores (m, T)`` over the candidates
-    ``cand (m, T)``, tokens with weight >= ``threshold`` plus the argmax (:func:`select_tokens`): (m, T) bool."""
+def candidate_softmax(scores: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """A head's attention from its scores: ``softmax`` of ``scores (m, T)`` over the candidates ``cand (m, T)``
+    (at least one per row), zero elsewhere: (m, T) float64."""
     s = np.where(cand, scores, -np.inf)
     a = np.exp(s - s.max(axis=-1, keepdims=True))
-    a /= a.sum(axis=-1, keepdims=True)
-    return select_tokens(a, cand, threshold)
+    return a / a.sum(axis=-1, keepdims=True)
+
+
+def own_selection(scores: np.ndarray, cand: np.ndarray, threshold: float) -> np.ndarray:
+    """A head's selections by its own attention: ``softmax`` of ``scores (m, T)`` over the candidates
+    ``cand (m, T)`` (:func:`candidate_softmax`), tokens with weight >= ``threshold`` plus the argmax
+    (:func:`select_tokens`): (m, T) bool."""
+    return select_tokens(candidate_softmax(scores, cand), cand, threshold)
 
 
 def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,

@@ -1,6 +1,6 @@
 """A pretrained transformer read from a local directory: token states and the key-query matrix of each head.
 
-:class:`PretrainedTransformer` loads any local BERT-like encoder or GPT-2-like decoder directory
+:class:`PretrainedTransformer` loads any local BERT-like encoder, GPT-2-like or rotary (Llama, GPT-NeoX) decoder directory
 (families in :mod:`attnsvm.real.adapters`) with ``transformers`` offline; :mod:`attnsvm.real.minilm`
 is the shipped MiniLM-L6 (d = 384, 12 heads of size m = 32), the default model, whose numbers
 the sections below use. Weights are cast to float64 so the numbers compared with SVMs are float64
@@ -47,6 +47,17 @@ zero because it can never change which tokens are selected (token differences ha
 last coordinate 0, so no SVM can see it either). Then ``softmax_t(x~_t^T W_h x~_s)``
 equals the model's attention exactly. ``bias="drop"`` returns the (d, d) block
 ``W_K W_Q^T / sqrt(m)`` alone (attention then differs by the key-bias term).
+
+Rotary heads (llama, gpt_neox)
+------------------------------
+Query s and key t are rotated by their positions: ``score(s, t) = (R_s q_s) . (R_t k_t) / sqrt(m)`` with
+``q_s = W_Q^T x_s + b_Q``, ``k_t = W_K^T x_t + b_K`` and R_p the rotation of position p (on the first r
+coordinates of the head; GPT-NeoX rotates r = m * rotary_pct of them). No fixed (d+1, d+1) matrix of the states
+gives this score, so a rotary head is read in its **post-rotary query-key space**: :meth:`PretrainedTransformer.
+rotary_states` returns ``k~_t = R_t k_t`` and ``q~_s = R_s q_s`` (m coordinates each, biases and rotation
+included), the probe's tokens and queries are these, bias-augmented (:func:`augment`, m + 1 coordinates), and
+:meth:`PretrainedTransformer.head_weights` is ``W_h = diag(1, ..., 1, 0) / sqrt(m)`` ((m + 1, m + 1)), so that
+``augment(k~_t)^T W_h augment(q~_s)`` is the model's score exactly (key on the left, last row zero as above).
 """
 
 from __future__ import annotations
@@ -185,13 +196,14 @@ def _load_failure(exc: Exception) -> str:
 
 #: tensors a base model may lack or a checkpoint may hold beyond it without changing any head or state the
 #: probe reads: BERT's pooler (after the last layer) and task heads, GPT-2's causal-mask buffers
-_UNUSED = re.compile(r"^(pooler\.|cls\.|lm_head\.|classifier\.|qa_outputs\.|score\.)|(^|\.)attn\.(masked_)?bias$"
+_UNUSED = re.compile(r"^(pooler\.|cls\.|lm_head\.|embed_out\.|classifier\.|qa_outputs\.|score\.)|(^|\.)attn\.(masked_)?bias$"
                      r"|(^|\.)position_ids$")
 
 
 def _query_key_first(name: str):
     """Sort key putting query/key weights (BERT ``.query.``/``.key.``, GPT-2 ``c_attn``) first."""
-    return (not (".query." in name or ".key." in name or ".c_attn." in name), name)
+    return (not any(k in name for k in (".query.", ".key.", ".c_attn.", ".q_proj.", ".k_proj.", ".query_key_value.")),
+            name)
 
 
 def check_loading_report(info: dict, path) -> None:
@@ -294,7 +306,8 @@ class PretrainedTransformer:
 
     The directory must hold what ``transformers`` loads offline: ``config.json``, the weights
     (``*.safetensors`` or ``*.bin``) and the tokenizer files. The architecture family
-    (:mod:`attnsvm.real.adapters`: BERT-like encoders, GPT-2-like decoders) decides which states
+    (:mod:`attnsvm.real.adapters`: BERT-like encoders, GPT-2-like decoders, Llama- and GPT-NeoX-like rotary
+    decoders) decides which states
     each head acts on and where its query/key projections are; other families are refused with
     :class:`attnsvm.real.adapters.UnsupportedModelError` saying why. Use
     :func:`attnsvm.real.minilm.load_model` (any directory) or :func:`attnsvm.real.minilm.load_minilm`
@@ -388,8 +401,9 @@ class PretrainedTransformer:
                    max_memory=None) -> "PretrainedTransformer":
         """A :class:`PretrainedTransformer` from a transformers model object already loaded and its tokenizer.
 
-        ``model`` is a BERT-like or GPT-2-like ``transformers`` model (``BertModel``, ``RobertaModel``,
-        ``GPT2Model``, or one with a task head, whose ``base_model`` is read), ``tokenizer`` its tokenizer.
+        ``model`` is a BERT-like, GPT-2-like or rotary ``transformers`` model (``BertModel``, ``RobertaModel``,
+        ``GPT2Model``, ``LlamaModel``, ``GPTNeoXModel``, or one with a task head, whose ``base_model`` is read),
+        ``tokenizer`` its tokenizer.
         Both are copied (the copy is cast to ``dtype``, eval mode, eager attention, right padding): the
         caller's objects are left as they were. The family, the weights and the checks are those of a model
         read from a directory (:mod:`attnsvm.real.adapters`, :func:`check_finite_weights`); ``path`` is None.
@@ -403,8 +417,9 @@ class PretrainedTransformer:
         if dtype not in ("float64", "float32"):
             raise ValidationError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
         if not isinstance(model, torch.nn.Module) or not hasattr(getattr(model, "config", None), "model_type"):
-            raise ValidationError(f"model must be a transformers model object (BertModel-like or GPT2Model-like, with "
-                                  f"a config), a model directory or a PretrainedTransformer, got {type(model).__name__}")
+            raise ValidationError(f"model must be a transformers model object (BertModel-, GPT2Model-, LlamaModel- or "
+                                  f"GPTNeoXModel-like, with a config), a model directory or a PretrainedTransformer, "
+                                  f"got {type(model).__name__}")
         if tokenizer is None:
             raise ValidationError("tokenizer: a transformers model object needs its tokenizer, e.g. "
                                   "attnsvm.probe(model, texts, tokenizer=AutoTokenizer.from_pretrained(...))")
@@ -449,7 +464,8 @@ class PretrainedTransformer:
         check_finite_weights(self.model, path, where=None if path is not None else where)
         cfg = self.model.config
         self.n_layers, self.n_heads, self.d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
-        self.head_dim = self.d // self.n_heads
+        self.head_dim = int(getattr(cfg, "head_dim", None) or self.d // self.n_heads) if self.family.rotary \
+            else self.d // self.n_heads
         self.max_length = int(min(self.tokenizer.model_max_length, position_limit(cfg)))
         self.n_special = int(self.tokenizer.num_special_tokens_to_add(pair=False))
 
@@ -619,9 +635,17 @@ class PretrainedTransformer:
         -------
         W_h : (385, 385) for ``bias="augment"`` (tokens via :func:`augment`), else (384, 384);
             ``x_t^T W_h z`` is the attention score of key t for query z (see module docstring).
+            A rotary head (``family.rotary``) is read in its post-rotary query-key space (:meth:`rotary_states`):
+            ``W_h = diag(1, ..., 1, 0) / sqrt(m)``, (m + 1, m + 1) (``bias="drop"``: ``I / sqrt(m)``, (m, m)).
         """
         if bias not in BIAS_MODES:
             raise ValidationError(f"bias must be one of {BIAS_MODES}, got {bias!r}")
+        if self.family.rotary:
+            self._check_layer(layer, self.n_layers, "layer")
+            self._check_layer(head, self.n_heads, "head")
+            m = self.head_dim
+            scale = self.score_scale(layer) if scaled else 1.0
+            return scale * np.diag(np.r_[np.ones(m), 0.0]) if bias == "augment" else scale * np.eye(m)
         WK, WQ, bK, bQ = self.key_query(layer, head)
         scale = self.score_scale(layer) if scaled else 1.0
         core = scale * (WK @ WQ.T)
@@ -631,6 +655,45 @@ class PretrainedTransformer:
         W[: self.d, : self.d] = core
         W[: self.d, self.d] = scale * (WK @ bQ)
         return W
+
+    def rotary_states(self, states: np.ndarray, layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+        """A rotary head's post-rotary keys and queries of every token (``family.rotary`` only).
+
+        ``k~_t = R_t (W_K^T x_t + b_K)`` and ``q~_t = R_t (W_Q^T x_t + b_Q)`` with W_K, b_K of the head's key-value
+        head (:meth:`attnsvm.real.adapters.Family.kv_head`) and R_t the rotation of position t, built from the
+        model's own ``rotary_emb`` at positions 0..T-1 (right padding: a sentence's tokens sit at positions 0, 1, ...
+        as in the forward pass), in the rotate-half layout on the first r coordinates (r = the width of the model's
+        cos; GPT-NeoX: m * rotary_pct). The model's score of key t for query s is ``q~_s . k~_t * score_scale``.
+
+        Parameters
+        ----------
+        states : (n, T, d) float64, the states the head acts on (:meth:`Forward.layer_input`)
+        layer, head : the head
+
+        Returns
+        -------
+        K : (n, T, m) float64 post-rotary keys; Q : (n, T, m) float64 post-rotary queries
+        """
+        if not self.family.rotary:
+            raise ValidationError(f"{self.name} has no rotary position embeddings (family {self.family.name})")
+        torch = require("torch", "probing a pretrained model")
+        states = np.asarray(states, dtype=np.float64)
+        if states.ndim != 3 or states.shape[2] != self.d:
+            raise ValidationError(f"states must have shape (n, T, d) with d = {self.d}, got {states.shape}")
+        WK, WQ, bK, bQ = self.key_query(layer, head)
+        T = states.shape[1]
+        with torch.no_grad():
+            pos = torch.arange(T)[None]
+            cos, sin = self.family.body(self.model).rotary_emb(torch.zeros(1, dtype=self.torch_dtype), pos)
+        cos, sin = cos[0].to(torch.float64).numpy(), sin[0].to(torch.float64).numpy()  # (T, r)
+        r = cos.shape[1]
+
+        def rotate(v):  # HF's apply_rotary_pos_emb: v_rot cos + rotate_half(v_rot) sin on the first r coordinates
+            rot, rest = v[..., :r], v[..., r:]
+            half = np.concatenate([-rot[..., r // 2:], rot[..., :r // 2]], axis=-1)
+            return np.concatenate([rot * cos + half * sin, rest], axis=-1)
+
+        return rotate(states @ WK + bK), rotate(states @ WQ + bQ)
 
     def score_scale(self, layer: int) -> float:
         """The factor the model multiplies the scores of ``layer`` by (1/sqrt(m); see the family adapter)."""

@@ -185,7 +185,7 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     config : a :class:`attnsvm.real.probe_config.ProbeConfig` (or a dict of its settings); ``settings`` (its field
         names, below) override it; every setting is defaulted and validated there, once
     model : None (the shipped MiniLM), a model directory (str or path: see
-        :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
+        :func:`attnsvm.real.minilm.load_model`; BERT-like encoders, GPT-2-like and rotary Llama/GPT-NeoX decoders) or a
         loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
     sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
     n_sentences : number of corpus sentences when ``sentences`` is None
@@ -278,9 +278,9 @@ def probe(model=None, texts=None, *, tokenizer=None, layers=None, heads=None, nu
     ----------
     model : None (the shipped MiniLM), a model directory (str or path, written by ``save_pretrained``), a loaded
         :class:`attnsvm.real.minilm.PretrainedTransformer`, or a ``transformers`` model object already loaded
-        (BERT-like or GPT-2-like, e.g. ``BertModel``, ``GPT2Model``, or one with a task head) with its tokenizer
-        as ``tokenizer`` (:meth:`attnsvm.real.pretrained.PretrainedTransformer.from_model`: both are copied, the
-        caller's objects stay as they were)
+        (BERT-like, GPT-2-like or rotary, e.g. ``BertModel``, ``GPT2Model``, ``LlamaModel``, or one with a task
+        head) with its tokenizer as ``tokenizer`` (:meth:`attnsvm.real.pretrained.PretrainedTransformer.from_model`:
+        both are copied, the caller's objects stay as they were)
     texts : list of str (one sentence each), a single str (one sentence), or None: ``n_sentences`` sentences of
         the shipped English corpus
     tokenizer : the tokenizer of a model object (only with one)

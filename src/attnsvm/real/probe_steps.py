@@ -28,7 +28,7 @@ from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
 from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
 from attnsvm.real.nulls import (
-    head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
+    candidate_softmax, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
@@ -36,6 +36,10 @@ from attnsvm.svm import gen_constraints, seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
 QUERIES = ("word", "cls", "all")
+#: the largest difference allowed between a rotary head's attention computed from its post-rotary formulation
+#: (:func:`rotary_tokens`) and the model's own attention, for a float64 and a float32 model (the model's softmax
+#: runs in float32: its attention is exact to about 1e-7)
+ROTARY_ATTENTION_TOL = {"float64": 1e-6, "float32": 1e-4}
 
 
 def check_indices(values, upper: int, name: str) -> list:
@@ -247,6 +251,10 @@ def prepare_probe(sentences=None, *, n_sentences: int = 256, layers=None, heads=
     if causal and query == "cls":
         raise ValidationError(f"query 'cls' is not available for the causal decoder {model.name}: the first token "
                               "sees only itself; use query='word' (--query word)")
+    if model.family.rotary and query == "all":
+        raise ValidationError(f"query 'all' is not available for the rotary model {model.name}: its sequence SVM "
+                              "needs each token's key to be its query, and a rotary head's post-rotary keys and "
+                              "queries differ; use query='word' (--query word)")
     layers = check_indices(layers, model.n_layers, "layers")
     heads = check_indices(heads, model.n_heads, "heads")
     fw, cached, t_forward = cache.forward(model, sentences, max_length=max_length, max_memory=max_memory)
@@ -260,6 +268,17 @@ def layer_tokens(setup: ProbeSetup, layer: int) -> np.ndarray:
     """(n, T, d + 1) the bias-augmented states entering ``layer`` (padding zero)."""
     fw = setup.fw
     return augment(fw.layer_input(layer)) * fw.mask[:, :, None]
+
+
+def rotary_tokens(setup: ProbeSetup, layer: int, head: int, m_svm: int) -> tuple[np.ndarray, np.ndarray]:
+    """A rotary head's SVM tokens and queries on the first ``m_svm`` sentences, in its post-rotary query-key space
+    (:meth:`attnsvm.real.pretrained.PretrainedTransformer.rotary_states`): ``X (m, T, m_h + 1)`` the bias-augmented
+    rotated keys (padding zero) and ``Z (m, m_h + 1)`` each sentence's bias-augmented rotated query, so that
+    ``X[i, t] @ head_weights(layer, head) @ Z[i]`` is the model's score of key t for the query of sentence i."""
+    fw = setup.fw
+    K, Q = setup.model.rotary_states(fw.layer_input(layer)[:m_svm], layer, head)
+    X = augment(K) * fw.mask[:m_svm, :, None]
+    return X, augment(Q[np.arange(m_svm), setup.q[:m_svm]])
 
 
 def head_selections(setup: ProbeSetup, layer: int) -> tuple[np.ndarray, np.ndarray]:
@@ -323,8 +342,37 @@ def layer_selections(setup: ProbeSetup, layer: int) -> LayerSelections:
     return LayerSelections(A, sel, stats)
 
 
-def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int) -> LayerInputs:
-    """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once."""
+def check_rotary_attention(setup: ProbeSetup, layer: int, head: int, X: np.ndarray, Z: np.ndarray) -> None:
+    """Refuse a rotary head whose post-rotary formulation does not give the model's own attention: ``X (m, T, D)``
+    and ``Z (m, D)`` (:func:`rotary_tokens`), softmax of ``X[i] W_h Z[i]`` over each query's candidates against the
+    forward pass's attention row of that query, within :data:`ROTARY_ATTENTION_TOL` (a rotary layout or position
+    the formulation does not match would exceed it)."""
+    m = X.shape[0]
+    cand = setup.cand[:m]
+    W = setup.model.head_weights(layer, head)
+    own = candidate_softmax(np.einsum("ntd,nd->nt", X, Z @ W.T), cand)
+    model = setup.fw.attentions[layer][np.arange(m), head, setup.q[:m]]
+    gap = float(np.abs(np.where(cand, own - model, 0.0)).max())
+    tol = ROTARY_ATTENTION_TOL["float64" if "float64" in str(setup.model.torch_dtype) else "float32"]
+    if not gap <= tol:
+        raise ValidationError(f"the rotary head {layer}.{head} of {setup.model.name}: its post-rotary keys and queries "
+                              f"give attention {gap:.3g} away from the model's own (more than {tol:g}); its rotary "
+                              "layout or positions are not those the probe reads (rotate-half, positions 0..T-1)")
+
+
+def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int, head: int | None = None) -> LayerInputs:
+    """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once.
+
+    A rotary model's SVMs are per head (``head`` required): its tokens and queries are the head's post-rotary keys
+    and queries (:func:`rotary_tokens`); other models' are the layer's states, shared by its heads (``head``
+    unused)."""
+    if setup.model.family.rotary:
+        if head is None:
+            raise ValidationError(f"head: the rotary model {setup.model.name} is probed per head (its tokens are "
+                                  "the head's post-rotary keys); give the head")
+        X, Z = rotary_tokens(setup, layer, head, m_svm)
+        check_rotary_attention(setup, layer, head, X, Z)
+        return LayerInputs.build(X, Z, setup.cand[:m_svm])
     X = layer_tokens(setup, layer)[:m_svm]
     return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
 
@@ -424,6 +472,14 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
         row["margin_ratio"] = margin_ratio(inp.scores(Wh), selected, inp.cand, Wr,
                                            sol["W"] if sol["status"] == "optimal" else None)
     return row, sol["support"]
+
+
+def check_transplant(model, draws: int) -> None:
+    """Refuse transplanted heads (``draws`` > 0) on a rotary model: each of its heads is read in its own post-rotary
+    query-key space, where every head's W is the same scaled identity, so no other head's W means anything there."""
+    if draws and model.family.rotary:
+        raise ValidationError(f"transplant_draws: the rotary model {model.name} has no transplant null (every head "
+                              "is the scaled identity in its own post-rotary query-key space); use 0")
 
 
 def transplant_sources(model, layer: int, head: int, draws: int, seed: int) -> list:
@@ -529,6 +585,7 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
         out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=structured_draws,
                           kind="structured", threshold=threshold, **solver_options)
     if transplant_draws:
+        check_transplant(setup.model, transplant_draws)
         src = transplant_sources(setup.model, layer, head, int(transplant_draws), setup.seed)
         out += transplant_heads(inp, [(f"L{l}-H{h}", setup.model.head_weights(l, h)) for l, h in src], sizes,
                                 threshold=threshold, **solver_options)

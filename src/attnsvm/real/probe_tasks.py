@@ -25,8 +25,8 @@ import numpy as np
 from attnsvm.real import cache
 from attnsvm.real.probe_config import ProbeConfig
 from attnsvm.real.probe_steps import (
-    NullDraws, ProbeSetup, head_statistic, head_task, layer_inputs, layer_selections, null_task, prepare_probe, row_statistic,
-    seq_layer_inputs,
+    NullDraws, ProbeSetup, check_transplant, head_statistic, head_task, layer_inputs, layer_selections, null_task,
+    prepare_probe, row_statistic, seq_layer_inputs,
 )
 from attnsvm.real.verdict import (
     add_verdict, add_verdict_by_m, null_columns, reference_columns, transplant_columns,
@@ -73,25 +73,31 @@ def probe_tasks(config: ProbeConfig) -> list[ProbeTask]:
 
 def setup_of(config: ProbeConfig, *, layers=None, heads=None, model=None, max_memory=None) -> ProbeSetup:
     """:func:`attnsvm.real.probe_steps.prepare_probe` of ``config`` (its layers and heads, or those given; ``model``
-    a loaded model that overrides ``config.model``): the forward pass, cached per process."""
-    return prepare_probe(config.sentences, n_sentences=config.n_sentences,
+    a loaded model that overrides ``config.model``): the forward pass, cached per process. Transplanted heads on a
+    rotary model are refused here, before any SVM (:func:`attnsvm.real.probe_steps.check_transplant`)."""
+    setup = prepare_probe(config.sentences, n_sentences=config.n_sentences,
                          layers=config.layers if layers is None else layers,
                          heads=config.heads if heads is None else heads, query=config.query,
                          threshold=config.threshold, seed=config.seed, max_length=config.max_length,
                          model=config.model if model is None else model, max_memory=max_memory,
                          query_seed=config.query_seed)
+    check_transplant(setup.model, config.transplant_draws if config.has_nulls else 0)
+    return setup
 
 
-def svm_inputs(setup: ProbeSetup, layer: int, m: int):
+def svm_inputs(setup: ProbeSetup, layer: int, m: int, head: int | None = None):
     """The layer's first ``m`` SVM sentences (:func:`~attnsvm.real.probe_steps.layer_inputs`, or
     :func:`~attnsvm.real.probe_steps.seq_layer_inputs` for ``query="all"``), built once per process for the
-    tasks of a layer (:func:`attnsvm.real.cache.derived`); None for m = 0."""
+    tasks of a layer (:func:`attnsvm.real.cache.derived`); None for m = 0. A rotary model's inputs are ``head``'s
+    own (its post-rotary keys and queries), built once for its head and null tasks."""
     if m < 1:
         return None
     build = (lambda: seq_layer_inputs(setup, layer, m)) if setup.query == "all" else \
-        (lambda: layer_inputs(setup, layer, m))
+        (lambda: layer_inputs(setup, layer, m, head))
+    own = int(head) if setup.model.family.rotary else None  # a rotary head's tokens are its own
     # the inputs read the forward pass, the queries (query kind, seed) and the causal flag (the model's)
-    return cache.derived(setup.fw, ("layer_inputs", setup.query, setup.query_seed, setup.causal, int(layer), int(m)), build)
+    return cache.derived(setup.fw, ("layer_inputs", setup.query, setup.query_seed, setup.causal, int(layer), int(m),
+                                    own), build)
 
 
 def head_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected: np.ndarray, stats: dict,
@@ -102,7 +108,7 @@ def head_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
     ``stats``: its selection statistics (:class:`attnsvm.real.probe_steps.LayerSelections`); ``solver``: the
     options of every SVM (:func:`attnsvm.real.probe.solver_options`)."""
     row = {"part": "head", "layer": task.layer, "head": task.head, **({"m": task.m} if task.several else {}), **stats}
-    inp = svm_inputs(setup, task.layer, task.m)
+    inp = svm_inputs(setup, task.layer, task.m, task.head)
     if inp is None:
         return row, None
     svm_row, support = head_task(setup, inp, task.layer, task.head, selected[:task.m],
@@ -117,7 +123,7 @@ def null_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
 
     ``real``: the head's statistic (:func:`attnsvm.real.probe_steps.row_statistic`) when its head task ran in this
     process; None: solved here when the draws may stop early (:attr:`ProbeConfig.null_stop`)."""
-    inp = svm_inputs(setup, task.layer, task.m)
+    inp = svm_inputs(setup, task.layer, task.m, task.head)
     if inp is None:
         return []
     sel = selected[:task.m]
