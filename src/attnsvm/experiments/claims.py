@@ -164,10 +164,11 @@ def _groups_power(check: dict, groups: dict) -> tuple[float | None, str]:
     ``fn="ordering"`` parts with their ``label``), planned at that preset's own ``groups`` (``{label: (runs,
     effect)}``, :class:`Groups`): the product over its groups of
     :func:`~attnsvm.experiments.power.ordering_power` at each group's runs and stated effect (None: the check's
-    one effect), with each group's sigma: its own planning sigma (``planning.json``'s ``sigmas``) or, for a group
-    the quick preset judged, the one that group's quick check used (the larger of its planning sigma and the
-    quick run's own spread, the larger again of the two); a group measured nowhere takes the largest sigma any
-    quick group used. ``(power, what)``; ``(None, why)`` where a part has no label or a group no effect."""
+    one effect), with each group's sigma: its own planning sigma (``planning.json``'s ``sigmas``), or the larger of
+    it and the quick run's own spread where the quick preset judged that group too; a group without its own
+    planning sigma that the quick preset judged takes the sigma its quick check used; a group measured nowhere
+    takes the largest sigma any quick group used. ``(power, what)``, ``what`` saying how many groups took which
+    sigma; ``(None, why)`` where a part has no label or a group no effect."""
     from attnsvm.experiments.planning import lookup
     from attnsvm.experiments.power import power_from
 
