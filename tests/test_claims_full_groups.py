@@ -1,7 +1,8 @@
 """The full preset's power of checks decided in every group (issue 40): planned at the full preset's own groups
 (tf-lambda-head's neighbouring lambdas, lm-cosine's configurations), not left without power because the groups
-differ from the quick preset's; and lm-cosine's cycle language sized so that the Theorem 3.15 checks can fail at
-the full preset. Judged on the stored quick tables (tests/data/quick; no experiment runs here)."""
+differ from the quick preset's; lm-cosine's cycle language sized so that the Theorem 3.15 checks can fail at the
+full preset, and its runs per configuration sized for the Gen-SVM comparison (planned from the measured share of
+runs with a usable comparator). Judged on the stored quick tables (tests/data/quick; no experiment runs here)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_the_rise_from_x0_plans_unmeasured_configurations_at_the_largest_quick_s
     sig = [parts[k]["sigma"] if k in parts else largest for k in labels]
     p, what = planned_full_power("lm-cosine", check)
     assert p == pytest.approx(float(np.prod([ordering_power(full.runs, 0.1, s, ALPHA) for s in sig])))
-    assert p < POWER_GOAL and "10 groups, n = 5 each" in what and "7 measured nowhere" in what
+    assert p < POWER_GOAL and f"10 groups, n = {full.runs} each" in what and "7 measured nowhere" in what
     monkeypatch.setattr(cosine, "rise_groups", lambda config: {k: (200, None) for k in labels})
     assert full_power("lm-cosine", check)[0] >= POWER_GOAL
 
@@ -139,3 +140,28 @@ def test_a_reversed_decade_fails_at_the_full_cycle_runs():
     assert len(bad) == 2
     for c in bad.values():
         assert c.power >= POWER_GOAL and c.verdict == "fail", (c.name, c.power, c.verdict)
+
+
+def test_the_gen_svm_comparison_is_planned_from_its_usable_runs_and_sized_for_power():
+    """Only runs with a usable Gen-SVM comparator enter "W_fin + R W_svm fits better than the soft-margin SVM": the
+    full preset's count is the runs times the measured share of each configuration (not the quick preset's share,
+    about twice as large), and the full preset's runs per configuration are the fewest that reach 0.8 there."""
+    from attnsvm.experiments.lm import cosine
+
+    exp = registry()["lm-cosine"]
+    full = build_config(exp, quick=False)
+    check = _one("lm-cosine", "C1: W_fin + R W_svm")
+    p, what = planned_full_power("lm-cosine", check)
+    assert p >= POWER_GOAL, (p, what)
+    usable = cosine.gen_svm_runs(full)
+    assert what == f"n = {usable}"
+    assert usable < full.runs * len(cosine._c1_configs(full)) / 3, "the full configurations' share is the smaller"
+    sigma = check["power_inputs"]["sigma"]
+    assert ordering_power(usable, 0.1, sigma, ALPHA) == pytest.approx(p)
+    fewer = cosine.gen_svm_runs(full.model_copy(update={"runs": full.runs - 1}))
+    assert ordering_power(fewer, 0.1, sigma, ALPHA) < POWER_GOAL
+    # its control on the same runs follows the same count
+    assert planned_full_power("lm-cosine", _one("lm-cosine", "C1: the Gen-SVM direction"))[1] == what
+    # a configuration the planning table lacks takes the smallest measured share (here 0: no usable runs)
+    odd = full.model_copy(update={"vary_m": [7], "vary_n": [], "vary_d": [], "m": 7})
+    assert cosine.gen_svm_runs(odd) == 0

@@ -55,6 +55,13 @@ def _grid(field: str, at_least: int, per: str):
     return size
 
 
+def _gen_svm_runs(config) -> int:
+    """lm-cosine's runs with a usable Gen-SVM comparator (:func:`attnsvm.experiments.lm.cosine.gen_svm_runs`)."""
+    from attnsvm.experiments.lm.cosine import gen_svm_runs
+
+    return gen_svm_runs(config)
+
+
 class Groups:
     """A size rule of a check decided in every group (:func:`~attnsvm.experiments.lm.common.grouped_ordering_check`)
     whose groups differ between the presets: ``function`` (``"module:name"``, imported when used) maps a config to
@@ -84,6 +91,7 @@ SIZE_RULES: dict[str, list[tuple[str, object]]] = {
                     (r"^research:", ("instances",))],
     "lm-cosine": [(r"cycle language", ("cycle_runs",)),
                   (r"^C1: the similarity to the soft-margin SVM rises", Groups("attnsvm.experiments.lm.cosine:rise_groups")),
+                  (r"^C1: W_fin \+ R W_svm|^C1: the Gen-SVM direction", _gen_svm_runs),
                   (r"all configurations|same runs", ("runs", "configs"))],
     "tf-local-convergence": [(r".", ("runs",))],
     "tf-seq-causal": [(r".", ("runs",))],
