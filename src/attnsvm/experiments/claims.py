@@ -25,7 +25,7 @@ import os
 import re
 import sys
 
-__all__ = ["PAPERS", "PLACES", "SIZE_RULES", "is_internal", "paper_source", "preset_sizes", "full_power", "claims_page",
+__all__ = ["PAPERS", "PLACES", "SIZE_RULES", "Groups", "is_internal", "paper_source", "preset_sizes", "full_power", "claims_page",
            "claim_cell", "main", "planned_full_power", "cannot_fail", "stored_checks", "stored_claims_page",
            "CANNOT_FAIL", "COMMAND"]
 
@@ -55,18 +55,43 @@ def _grid(field: str, at_least: int, per: str):
     return size
 
 
-#: experiment -> [(pattern on the check name, config fields whose product of sizes is the check's run count, or a
-#: function of the config that returns the count)]: how a statistical check's run count follows the preset (a list
-#: field counts its length). The first match wins; a check without a rule has no power at the other preset here
-#: (its count does not scale with one set of fields, or its groups differ between the presets: the configurations of
-#: lm-cosine's "every configuration", the neighbouring lambdas of tf-lambda-head).
+def _gen_svm_runs(config) -> int:
+    """lm-cosine's runs with a usable Gen-SVM comparator (:func:`attnsvm.experiments.lm.cosine.gen_svm_runs`)."""
+    from attnsvm.experiments.lm.cosine import gen_svm_runs
+
+    return gen_svm_runs(config)
+
+
+class Groups:
+    """A size rule of a check decided in every group (:func:`~attnsvm.experiments.lm.common.grouped_ordering_check`)
+    whose groups differ between the presets: ``function`` (``"module:name"``, imported when used) maps a config to
+    ``{label: (runs, effect)}``, the preset's own groups (``effect`` None: the check's one stated effect). The full
+    preset's power is then planned group by group (:func:`full_power`)."""
+
+    def __init__(self, function: str):
+        self.function = function
+
+    def __call__(self, config) -> dict:
+        import importlib
+
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)(config)
+
+
+#: experiment -> [(pattern on the check name, config fields whose product of sizes is the check's run count, a
+#: function of the config that returns the count, or :class:`Groups`)]: how a statistical check's run count follows
+#: the preset (a list field counts its length). The first match wins; a check without a rule has no power at the
+#: other preset here (its count does not scale with one set of fields).
 SIZE_RULES: dict[str, list[tuple[str, object]]] = {
     "tf-convergence-types": [(r"at d=\d+", ("runs",)), (r"over classified runs", ("runs", "ds"))],
     "tf-feasibility": [(r"at d=\d+", ("instances",)), (r"for d >= 6", _grid("ds", 6, "instances"))],
-    "tf-lambda-head": [(r"increases along the lambda grid", None), (r"at lambda=", ("runs",))],
+    "tf-lambda-head": [(r"increases along the lambda grid",
+                        Groups("attnsvm.experiments.tf.lambda_head:preset_trend_groups")), (r"at lambda=", ("runs",))],
     "tf-svm-rank": [(r"d >= 4", _grid("ds", 4, "instances")), (r"d >= 10", _grid("ds", 10, "instances")),
                     (r"^research:", ("instances",))],
-    "lm-cosine": [(r"cycle language", ("cycle_runs",)), (r"^C1: the similarity to the soft-margin SVM rises", None),
+    "lm-cosine": [(r"cycle language", ("cycle_runs",)),
+                  (r"^C1: the similarity to the soft-margin SVM rises", Groups("attnsvm.experiments.lm.cosine:rise_groups")),
+                  (r"^C1: W_fin \+ R W_svm|^C1: the Gen-SVM direction", _gen_svm_runs),
                   (r"all configurations|same runs", ("runs", "configs"))],
     "tf-local-convergence": [(r".", ("runs",))],
     "tf-seq-causal": [(r".", ("runs",))],
@@ -128,10 +153,11 @@ def full_power(name: str, check: dict) -> tuple[float | None, str]:
         return None, "no power inputs"
     exp = registry().get(name)
     rule = next(((fs,) for pat, fs in SIZE_RULES.get(name, []) if re.search(pat, check["name"])), None)
-    if exp is None or rule is None or rule[0] is None:
-        return None, ("its groups differ between the presets" if rule is not None else
-                      "its run count does not follow one preset field")
+    if exp is None or rule is None:
+        return None, "its run count does not follow one preset field"
     rule = rule[0]
+    if isinstance(rule, Groups):
+        return _groups_power(check, rule(build_config(exp, quick=False)))
     if rule == AT_LEAST:
         n = next((inputs[k] for k in ("n", "n1", "runs") if k in inputs), None)
         return power_from(inputs), f"n >= {n}, the quick count: the full preset's sizes are all larger"
@@ -141,6 +167,57 @@ def full_power(name: str, check: dict) -> tuple[float | None, str]:
     n = next((part[k] for k in ("n", "n1", "runs") if k in part), None)
     power = power_from(inputs, scale)
     return power, (f"n = {max(1, int(round(n * scale)))}" if n is not None else f"x{scale:g}")
+
+
+def _groups_power(check: dict, groups: dict) -> tuple[float | None, str]:
+    """The power at another preset of a check decided in every group (``power_inputs``: ``fn="product"`` of
+    ``fn="ordering"`` parts with their ``label``), planned at that preset's own ``groups`` (``{label: (runs,
+    effect)}``, :class:`Groups`): the product over its groups of
+    :func:`~attnsvm.experiments.power.ordering_power` at each group's runs and stated effect (None: the check's
+    one effect), with each group's sigma: its own planning sigma (``planning.json``'s ``sigmas``), or the larger of
+    it and the quick run's own spread where the quick preset judged that group too; a group without its own
+    planning sigma that the quick preset judged takes the sigma its quick check used; a group measured nowhere
+    takes the largest sigma any quick group used. ``(power, what)``, ``what`` saying how many groups took which
+    sigma; ``(None, why)`` where a part has no label or a group no effect."""
+    from attnsvm.experiments.planning import lookup
+    from attnsvm.experiments.power import power_from
+
+    inputs = check["power_inputs"]
+    parts = inputs.get("parts") if inputs.get("fn") == "product" else None
+    if not parts or any(p.get("fn") != "ordering" or "label" not in p for p in parts):
+        return None, "its groups differ between the presets and its power inputs do not name them"
+    quick = {p["label"]: p for p in parts}
+    effects = {p["effect"] for p in parts}
+    entry = lookup(check["name"]) or {}
+    own = entry.get("sigmas", {})
+    largest = max(float(p["sigma"]) for p in parts)
+    plan, sources = [], {"own": 0, "quick": 0, "largest": 0}
+    for label, (runs, effect) in groups.items():
+        if effect is None and len(effects) != 1:
+            return None, f"group {label} of the full preset has no stated effect"
+        if label in own:
+            sigma = float(own[label])
+            judged = quick.get(label, {}).get("sigma_judged")
+            sigma = max(sigma, float(judged)) if judged is not None else sigma
+            sources["own"] += 1
+        elif label in quick:
+            sigma = float(quick[label]["sigma"])
+            sources["quick"] += 1
+        else:
+            sigma = largest
+            sources["largest"] += 1
+        plan.append(dict(fn="ordering", n=int(runs), effect=float(next(iter(effects)) if effect is None else effect),
+                         sigma=sigma, alpha=parts[0]["alpha"], label=label))
+    if not plan:
+        return None, "no groups at the full preset"
+    ns = sorted({p["n"] for p in plan})
+    said = [f"{k} {w}" for k, w in ((sources["own"], "with their own planning sigma"),
+                                    (sources["quick"], "with their quick check's sigma"),
+                                    (sources["largest"], f"measured nowhere, with the largest sigma of the quick "
+                                                         f"groups {largest:.4g}")) if k]
+    what = (f"the full preset's {len(plan)} groups, n = {'/'.join(str(n) for n in ns)} each; "
+            + ", ".join(said))
+    return power_from(dict(fn="product", parts=plan)), what
 
 
 def claim_cell(check: dict) -> str:
@@ -372,7 +449,10 @@ def stored_claims_page(tables_dir: str) -> tuple[str, list[tuple[str, str, str]]
             "of a passing claim tested as the alternative) and the plausible-bug mutations the check must catch. "
             "The full preset's power is planned, not measured: the check's own power function and power inputs (the "
             "planning sigma, or the larger of it and the quick run's own spread where the check plans so) at the full "
-            "preset's run count (power is sawtooth in the run count, so each figure holds at its own count). A pass "
+            "preset's run count (power is sawtooth in the run count, so each figure holds at its own count); a check "
+            "decided in every group whose groups differ between the presets is planned at the full preset's own "
+            "groups, each with its own planning sigma where one was measured and else the largest sigma of the quick "
+            "groups (the cell says which). A pass "
             "of a claim tested as the null with power below 0.8 is *inconclusive*, and so is a fail of a claim tested "
             "as the alternative (see {doc}`experiments`). Checks that only the full preset has (cells the quick "
             "preset does not run) have no row here.", ""]

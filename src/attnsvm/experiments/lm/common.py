@@ -202,7 +202,9 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
     independent groups of :func:`ordering_power` at each group's run count (every group must pass),
     with ``effect`` (a number, or label -> number: each group's stated effect) and each group's
     planning sigma (the stored entry's ``sigmas`` for the label, else its largest group's), or a
-    ``standardized`` effect.
+    ``standardized`` effect. ``power_inputs``: ``fn="product"`` with one ``fn="ordering"`` part per group, each
+    carrying its group's ``label`` (so that another preset's power can be planned group by group:
+    :func:`attnsvm.experiments.claims.full_power`).
     """
     from attnsvm.experiments.checks import record_spread
     from attnsvm.experiments.power import ordering_power
@@ -224,8 +226,8 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
                 powers.append(None)
             else:
                 inp, p_plan, p_run = plan_with_run(
-                    dict(fn="ordering", n=max(np.asarray(v).size, 1), effect=e, sigma=sg, alpha=alpha_),
-                    None if standardized is not None else run_sigma(v))
+                    dict(fn="ordering", n=max(np.asarray(v).size, 1), effect=e, sigma=sg, alpha=alpha_,
+                         label=str(label)), None if standardized is not None else run_sigma(v))
                 powers.append(ordering_power(inp["n"], e, inp["sigma"], alpha_))
                 parts_in.append(inp)
                 plans.append(p_plan)

@@ -29,6 +29,25 @@ THEOREM = (SOURCE + "; Theorem 3.15 (Sec. 3.2): for non-optimal scores within de
            "lim ||X(k)|| = inf and lim X(k)/||X(k)|| = X^mm/||X^mm||")
 #: the decades of GD steps at which the Theorem 3.15 runs are compared (those <= cycle_steps)
 DECADES = (100, 1000, 10000)
+#: runs on the cycle language at the full preset: the smallest count at which the Theorem 3.15 checks (paired
+#: orderings over the 2 decades 100 -> 1000 -> 10000, each at level 0.01 against Cohen's large d = 0.8, every decade
+#: must pass) reach power 0.8: ordering_power(n, 0.8, 1, 0.01) ** 2 is 0.776 at 22 runs and 0.806 at 23
+CYCLE_RUNS = 23
+#: runs per configuration in the spec (C1: "5 runs each")
+SPEC_RUNS = 5
+#: runs per configuration at the full preset: the smallest count at which the comparison "W_fin + R W_svm fits
+#: better than the soft-margin SVM" reaches power 0.8 (ordering, level 0.01, effect 0.1, the quick run's sigma 0.1643:
+#: 30 runs with a usable comparator needed), with the usable runs expected from :data:`GEN_SVM_USABLE`
+#: (:func:`gen_svm_runs`: 31 at 20 runs, 29 at 19)
+RUNS = 20
+#: runs with a usable Gen-SVM comparator (a consistent selection whose subspace beyond the tie rows has dimension
+#: >= 2) per configuration (m, n, d), out of :data:`GEN_SVM_PLANNING_RUNS`: a planning input, measured on the full
+#: preset's configurations on seeds + 100000 (``run_task`` of every configuration with ``seed = 100000,
+#: runs = 20, cycle_runs = 0``; the checks' own count of ``cos_eq``, ``cos`` finite and ``gen_dim >= 2`` at the
+#: last step; attnsvm at 752e979, 2026-12-07: 31 of 200 runs)
+GEN_SVM_USABLE = {(5, 5, 100): 9, (10, 5, 100): 5, (20, 5, 100): 3, (40, 5, 100): 1, (10, 3, 100): 5,
+                  (10, 8, 100): 0, (10, 12, 100): 0, (10, 5, 25): 1, (10, 5, 50): 1, (10, 5, 200): 6}
+GEN_SVM_PLANNING_RUNS = 20
 #: numerical precision of an exact tie of two token scores (sums of a few logaddexp terms of order 1)
 TIE_TOL = 1e-12
 
@@ -42,7 +61,8 @@ PARTNERS = {
 
 
 class CosineConfig(CycleFields):
-    """C1: cos(X(k), X_soft^mm) during GD; default m = 10, n = 5, d = 100, vary one at a time, 5 runs."""
+    """C1: cos(X(k), X_soft^mm) during GD; default m = 10, n = 5, d = 100, vary one at a time, :data:`RUNS` runs
+    each (the spec's 5, raised for power)."""
 
     m: PositiveInt = 10
     n: PositiveInt = Field(5, ge=2)
@@ -50,11 +70,11 @@ class CosineConfig(CycleFields):
     vary_m: list[int] = Field(default_factory=lambda: [5, 10, 20, 40])
     vary_n: list[int] = Field(default_factory=lambda: [3, 5, 8, 12])
     vary_d: list[int] = Field(default_factory=lambda: [25, 50, 100, 200])
-    runs: PositiveInt = 5
+    runs: PositiveInt = RUNS
     n_checkpoints: PositiveInt = 30
     select_threshold: PositiveFloat = Field(1e-3, description="Gen-SVM comparator: selected = softmax prob above this")
-    cycle_runs: int = Field(10, ge=0, description="runs on the cycle language that meets Theorem 3.15's assumption "
-                                                 "(0: none)")
+    cycle_runs: int = Field(CYCLE_RUNS, ge=0, description="runs on the cycle language that meets Theorem 3.15's "
+                                                         "assumption (0: none)")
     cycle_steps: PositiveInt = Field(10000, description="GD steps of the cycle-language runs (checkpoints at the "
                                                         "decades 10^2, 10^3, 10^4 up to this)")
 
@@ -67,6 +87,30 @@ def _c1_configs(cfg) -> list[tuple[int, int, int]]:
         if (m, n, d) not in seen:
             seen.append((m, n, d))
     return seen
+
+
+def config_label(m: int, n: int, d: int) -> str:
+    """The label of a configuration ``(m, n, d)`` in the grouped checks and in ``planning.json``: ``"(m, n, d)"``."""
+    return f"({int(m)}, {int(n)}, {int(d)})"
+
+
+def rise_groups(cfg) -> dict[str, tuple[int, None]]:
+    """The groups of the check "the similarity rises from X(0) in every configuration" at config ``cfg``:
+    ``{config_label: (runs, None)}``, one per configuration of :func:`_c1_configs` with ``cfg.runs`` runs each
+    (None: every group has the check's one stated effect). What
+    :func:`attnsvm.experiments.claims.full_power` plans the full preset's power from."""
+    return {config_label(*k): (int(cfg.runs), None) for k in _c1_configs(cfg)}
+
+
+def gen_svm_runs(cfg) -> int:
+    """The expected number of runs with a usable Gen-SVM comparator at config ``cfg``: ``cfg.runs`` times the sum
+    over its configurations (:func:`_c1_configs`) of the share measured in :data:`GEN_SVM_USABLE` (a configuration
+    not measured there takes the smallest measured share), rounded half up. The run count of the Gen-SVM checks
+    that :func:`attnsvm.experiments.claims.full_power` plans the full preset's power from."""
+    shares = {k: v / GEN_SVM_PLANNING_RUNS for k, v in GEN_SVM_USABLE.items()}
+    low = min(shares.values())
+    expected = int(cfg.runs) * sum(shares.get(tuple(int(x) for x in k), low) for k in _c1_configs(cfg))
+    return int(np.floor(expected + 0.5))
 
 
 def _svm_row(sol, hard, fit, m, n, d, r) -> dict:
@@ -247,7 +291,7 @@ class LMCosine(Experiment):
         out.append(grouped_ordering_check(
             "C1: the similarity to the soft-margin SVM rises from X(0) in every configuration (smallest over "
             "configurations of the mean paired rise minus its tolerance)",
-            {f"{k}": g.to_numpy() for k, g in rise}, 0.0,
+            {config_label(*k): g.to_numpy() for k, g in rise}, 0.0,
             "final mean cos per configuration: " + ", ".join(f"{k}: {v:.2f}" for k, v in
                                                               last["cos"].groupby(level=["m", "n", "d"]).mean().items()),
             source=SOURCE, reason="comparator X(0): a random direction (its cosine with the SVM is about "
@@ -309,6 +353,15 @@ class LMCosine(Experiment):
                         "infeasible) have no Gen-SVM comparison",
                 "reason": f"after {config.steps} steps GD has not saturated: almost no probability is below 1e-6, so the "
                           "tf-multi-token rule would reject every run"}]
+        if config.runs != SPEC_RUNS:
+            out.append({"spec": f"C1: {SPEC_RUNS} runs per configuration",
+                        "here": f"{config.runs} runs per configuration",
+                        "reason": "power: only about one run in six has a usable Gen-SVM comparator at the full "
+                                  f"preset's configurations ({sum(GEN_SVM_USABLE.values())} of "
+                                  f"{GEN_SVM_PLANNING_RUNS * len(GEN_SVM_USABLE)} on planning seeds); the full "
+                                  f"preset's {RUNS} runs per configuration are the fewest at which the comparison with "
+                                  "the soft-margin SVM has power >= 0.8 against a difference of 0.1 (expected usable "
+                                  f"runs here: {gen_svm_runs(config)})"})
         if config.cycle_runs:
             out.append({"spec": "C1 on the [OURS] random sparse Markov language",
                         "here": f"also {config.cycle_runs} runs on a cycle language (V = {config.cycle_vocab}, "

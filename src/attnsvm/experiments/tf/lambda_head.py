@@ -22,6 +22,21 @@ from attnsvm.experiments.tf.common import approx_mean_check, item
 SPEC_SELECTED = {0.05: 1.22, 0.1: 1.42, 0.2: 1.88, 0.3: 2.47, 0.5: 3.13, 1.0: 3.89, 2.0: 4.00}
 
 
+def trend_groups(lams, runs: int) -> dict[str, tuple[int, float | None]]:
+    """The groups of the trend check "mean |O_i| increases along the lambda grid" on the grid ``lams``:
+    ``{"a->b": (runs, effect)}`` for each neighbouring pair ``a < b`` of the sorted grid, with the stated effect
+    the rise of the spec's table between them (:data:`SPEC_SELECTED`; None for a lambda the table lacks)."""
+    lams = sorted(lams)
+    return {f"{a:g}->{b:g}": (int(runs), SPEC_SELECTED[b] - SPEC_SELECTED[a]
+                               if a in SPEC_SELECTED and b in SPEC_SELECTED else None)
+            for a, b in zip(lams[:-1], lams[1:])}
+
+
+def preset_trend_groups(config) -> dict[str, tuple[int, float | None]]:
+    """:func:`trend_groups` of a config (its lambda grid, ``config.runs`` seeds per lambda)."""
+    return trend_groups(config.lambdas, config.runs)
+
+
 class Config(ExperimentConfig):
     n: PositiveInt = 3
     T: PositiveInt = 4
@@ -86,8 +101,8 @@ class LambdaHeadExperiment(Experiment):
             pairs = list(zip(lams[:-1], lams[1:]))
             groups = {f"{a:g}->{b:g}": (wide[b] - wide[a]).to_numpy(np.float64) for a, b in pairs}
             # the stated alternative: the spec's own curve (its table's mean |O_i| from GD) between the same lambdas
-            effect = ({f"{a:g}->{b:g}": SPEC_SELECTED[b] - SPEC_SELECTED[a] for a, b in pairs}
-                      if all(lam in SPEC_SELECTED for lam in lams) else None)
+            effect = {k: e for k, (_, e) in trend_groups(lams, config.runs).items()}
+            effect = effect if all(e is not None for e in effect.values()) else None
             out.append(grouped_ordering_check(
                 "mean |O_i| increases along the lambda grid (per-seed rise between neighbouring lambdas)", groups,
                 0.0, "means " + ", ".join(f"{lam:g}: {per_run.loc[lam].mean():.2f}" for lam in lams), source=src,
