@@ -227,9 +227,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         All rows (a feasible set; feasibility is decided by the caller).
     start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
-    settings : :class:`~attnsvm.svm.settings.SolverSettings`: ``gap_tol`` (the relative duality gap on the
-        final subset; 1e-8 when None), ``feas_tol`` and ``time_limit`` as the ``tol``, ``feas_tol`` and
-        ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`; default ``SolverSettings()``
+    settings : :class:`~attnsvm.svm.settings.SolverSettings` (default ``SolverSettings()``): ``gap_tol`` (the
+        relative duality gap on the final subset; None: that of the working set's subsets,
+        :meth:`~attnsvm.svm.settings.SolverSettings.resolved`), ``feas_tol`` and ``time_limit`` as the ``tol``,
+        ``feas_tol`` and ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`
     verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm`
     limits : :class:`GrowthLimits` (default ``GrowthLimits()``): ``max_iter`` iterations of the whole run;
         ``max_rows`` largest subset (None: no limit), rows stop joining when it would be exceeded;
@@ -245,10 +246,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
     t0 = time.perf_counter()
-    settings = SolverSettings() if settings is None else settings
+    settings = (SolverSettings() if settings is None else settings).resolved("nuclear", "working_set")
     limits = GrowthLimits() if limits is None else limits
     max_iter, max_rows, late_joins = limits.max_iter, limits.max_rows, limits.late_joins
-    tol = 1e-8 if settings.gap_tol is None else settings.gap_tol
+    tol = settings.gap_tol
     feas_tol, time_limit = settings.feas_tol, settings.time_limit
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}
