@@ -16,7 +16,7 @@ from attnsvm.experiments.checks import (CLAIM_IS, CORR_TOL, Check, band_check, b
                                         correlation_partners, correlation_range_check, mean_check,
                                         share_check, share_difference_check)
 from attnsvm.experiments.claims import claim_cell, claims_page
-from attnsvm.experiments.lm.common import every_run_check, grouped_ordering_check, ordering_check
+from attnsvm.experiments.lm.common import grouped_ordering_check, ordering_check
 from attnsvm.experiments.real.common import _random_direction_check, paired_check, sign_share_check
 from attnsvm.experiments.tf.common import approx_mean_check, majority_check
 
@@ -88,8 +88,6 @@ def test_sign_majority_and_random_direction_p_values():
     nulls = pd.DataFrame({"seed": np.repeat([0, 1, 2], 200), "corr_random_dir": np.zeros(600)})
     r = _random_direction_check("r", own, nulls, 200, source=SRC)
     assert r.claim_is == "alternative" and r.p_value == pytest.approx((1 / 201) ** 3)
-    e = every_run_check("e", [0.1, 0.2, 0.3, 0.4], source=SRC, reason="r")
-    assert e.claim_is == "alternative" and e.p_value == pytest.approx(2.0 ** -4)
 
 
 def test_report_and_claims_page_state_the_rule_and_the_p_value(tmp_path):

@@ -14,7 +14,7 @@ correlation compares the SVM with the part of W_h the m sentences can see (its p
 span of their token differences and queries); that span grows with m, so the curve of one head
 is the agreement on a growing subspace, not a fixed target.
 
-Cost: the SVMs dominate. Each is solved by :func:`attnsvm.real.probe.head_svm` (see its docstring
+Cost: the SVMs dominate. Each is solved by :meth:`attnsvm.real.layer.LayerInputs.svm` (see its docstring
 for the method); the working-set solver's time grows roughly linearly in m on MiniLM
 (benchmarks/probe_scale.py prints the measurements).
 """
