@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnsvm.real.probe import _LAST_FORWARD, probe_heads  # noqa: E402
+from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
 from attnsvm.real.probe_view import (  # noqa: E402
     ROLES, head_anchor, head_reason, render_probe_view, token_roles, write_probe_view)
 from attnsvm.svm import gen_constraints, solve  # noqa: E402
@@ -97,7 +98,7 @@ def test_support_is_the_solutions_active_margin(probe):
     """The stored support is SVMSolution.support_tokens() of the head's SVM: exactly the non-selected
     tokens at margin 1 of W_svm, the others strictly beyond it."""
     res, _, _ = probe
-    from attnsvm.real.minilm import augment
+    from attnsvm.real.pretrained import augment
 
     fw = FORWARD["fw"]
     X = augment(fw.layer_input(LAYER)) * fw.mask[:, :, None]

@@ -13,8 +13,10 @@ pytest.importorskip("sklearn")
 
 from attnsvm.errors import ResourceLimitError, ValidationError  # noqa: E402
 from attnsvm.real.adapters import UnsupportedModelError  # noqa: E402
-from attnsvm.real.minilm import augment, load_model, model_path  # noqa: E402
-from attnsvm.real.probe import probe_heads, random_like  # noqa: E402
+from attnsvm.real.minilm import load_model, model_path  # noqa: E402
+from attnsvm.real.pretrained import augment  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import random_like  # noqa: E402
 from attnsvm.svm import gen_constraints, solve  # noqa: E402
 
 SENTENCES = ["The cat sat on the mat.", "Margins decide which token wins.", "A short one here.",

@@ -10,7 +10,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("sklearn")
 
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.real.probe import probe_heads, random_like, select_tokens  # noqa: E402
+from attnsvm.real.nulls import select_tokens  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import random_like  # noqa: E402
 from attnsvm.svm import gen_constraints, solve  # noqa: E402
 from attnsvm.svm.nuclear import solve_nuclear  # noqa: E402
 
@@ -83,7 +85,8 @@ def test_gen_svm_ignores_padding_and_rejects_bad_input():
 
 def test_gen_svm_on_real_states_matches_the_conic_solver():
     """Three real sentences of different lengths (d = 385, padded): IPM == Clarabel."""
-    from attnsvm.real.minilm import augment, load_minilm
+    from attnsvm.real.minilm import load_minilm
+    from attnsvm.real.pretrained import augment
 
     fw = load_minilm().forward(["The cat sat.", "Margins decide which token wins here.", "A short one."],
                                attentions=False)

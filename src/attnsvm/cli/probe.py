@@ -246,7 +246,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
-    from attnsvm.real.probe import check_indices, probe_heads, resolve_model
+    from attnsvm.real.probe import probe_heads
+    from attnsvm.real.probe_steps import check_indices, resolve_model
     from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
 

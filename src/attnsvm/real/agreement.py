@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.minilm import check_sentences
-from attnsvm.real.probe import probe_heads, resolve_model
+from attnsvm.real.pretrained import check_sentences
+from attnsvm.real.probe import probe_heads
 from attnsvm.real.probe_config import ProbeConfig, probe_config
+from attnsvm.real.probe_steps import resolve_model
 from attnsvm.real.sentences import corpus_sentences
 
 #: the columns of :attr:`AgreementResult.table`, in order
@@ -109,7 +110,7 @@ def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | Non
     Parameters
     ----------
     model : None (the shipped MiniLM, or the config's ``model``), a model directory or a loaded
-        :class:`attnsvm.real.minilm.PretrainedTransformer` (as :func:`probe_heads`)
+        :class:`attnsvm.real.pretrained.PretrainedTransformer` (as :func:`probe_heads`)
     sentences : list of str, optional (default: the config's ``sentences``, else
         ``corpus_sentences(n_sentences, seed)`` with the config's ``n_sentences`` when it sets one, else
         :data:`N_SENTENCES`)

@@ -186,7 +186,7 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         names, below) override it; every setting is defaulted and validated there, once
     model : None (the shipped MiniLM), a model directory (str or path: see
         :func:`attnsvm.real.minilm.load_model`; BERT-like encoders and GPT-2-like decoders) or a
-        loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
+        loaded :class:`attnsvm.real.pretrained.PretrainedTransformer`
     sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
     n_sentences : number of corpus sentences when ``sentences`` is None
     layers, heads : indices to probe (default all: 0..5, 0..11)
@@ -277,7 +277,7 @@ def probe(model=None, texts=None, *, tokenizer=None, layers=None, heads=None, nu
     Parameters
     ----------
     model : None (the shipped MiniLM), a model directory (str or path, written by ``save_pretrained``), a loaded
-        :class:`attnsvm.real.minilm.PretrainedTransformer`, or a ``transformers`` model object already loaded
+        :class:`attnsvm.real.pretrained.PretrainedTransformer`, or a ``transformers`` model object already loaded
         (BERT-like or GPT-2-like, e.g. ``BertModel``, ``GPT2Model``, or one with a task head) with its tokenizer
         as ``tokenizer`` (:meth:`attnsvm.real.pretrained.PretrainedTransformer.from_model`: both are copied, the
         caller's objects stay as they were)

@@ -26,7 +26,8 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
-from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
+from attnsvm.real.minilm import load_minilm, load_model
+from attnsvm.real.pretrained import PretrainedTransformer, augment, check_sentences
 from attnsvm.real.nulls import (
     head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
@@ -106,7 +107,7 @@ def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected:
 def resolve_model(model, max_memory=None) -> PretrainedTransformer:
     """The model a probe runs on: None -> the shipped MiniLM, a directory (str or path) -> :func:`load_model`
     (refused before loading when it would not fit ``max_memory``), a loaded
-    :class:`~attnsvm.real.minilm.PretrainedTransformer` as it is; anything else is a ValidationError."""
+    :class:`~attnsvm.real.pretrained.PretrainedTransformer` as it is; anything else is a ValidationError."""
     if model is None:
         return load_minilm()
     if isinstance(model, PretrainedTransformer):
