@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from test_probe_calibration import PLANTED, THRESHOLD, planted_model, random_model, structured_heads  # noqa: E402
 
 from attnsvm.real.nulls import head_against_nulls  # noqa: E402
-from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import layer_inputs, prepare_probe  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import add_verdict  # noqa: E402
 

@@ -50,7 +50,7 @@ from attnsvm.real.layer import corr, margin_ratio, summary  # noqa: E402
 from attnsvm.real.nulls import (  # noqa: E402
     head_spectrum, mean_query_direction, null_rng, own_selection, sink_null, spectrum_null,
 )
-from attnsvm.real.probe import layer_inputs, prepare_probe, random_like  # noqa: E402
+from attnsvm.real.probe_steps import layer_inputs, prepare_probe, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import t_pvalues  # noqa: E402
 

@@ -99,8 +99,10 @@ def main():
 def _cases(args):
     """The MiniLM selections of the chosen layer's heads: yields ``(head, kind, m, Xs, Zs, selected, valid, Wr)``."""
     import numpy as np
-    from attnsvm.real.minilm import augment, load_minilm
-    from attnsvm.real.probe import random_like, select_tokens
+    from attnsvm.real.minilm import load_minilm
+    from attnsvm.real.pretrained import augment
+    from attnsvm.real.nulls import select_tokens
+    from attnsvm.real.probe_steps import random_like
     from attnsvm.real.sentences import corpus_sentences
     from attnsvm.svm.nuclear import row_basis            # here in every revision
 
@@ -195,7 +197,7 @@ def compare(args, base_src, tmp):
 def run(args):
     """The table of the default mode (in this process)."""
     import numpy as np
-    from attnsvm.real.probe import _corr, _summary
+    from attnsvm.real.layer import corr as _corr, summary as _summary
     from attnsvm.svm import gen_constraints, solve
 
     cols = ("head", "sel", "m", "N", "method", "wall_s", "cpu_s", "status", "gap", "violation", "ws", "max_ws",

@@ -106,11 +106,11 @@ def test_random_direction_corrs_have_the_exact_gaussian_distribution():
 
     rng = np.random.default_rng(0)
     W = rng.standard_normal((6, 6)) * np.arange(1, 7)  # any fixed nonzero W
-    a = R._random_direction_corrs(W, 4000, np.random.default_rng(1))
+    a = R.random_direction_corrs(W, 4000, np.random.default_rng(1))
     b = correlation(rng.standard_normal((4000, 6, 6)), W[None])
     assert ks_2samp(a, b).pvalue > 1e-3
-    assert np.isnan(R._random_direction_corrs(None, 5, rng)).all()
-    assert np.isnan(R._random_direction_corrs(np.zeros((3, 3)), 5, rng)).all()
+    assert np.isnan(R.random_direction_corrs(None, 5, rng)).all()
+    assert np.isnan(R.random_direction_corrs(np.zeros((3, 3)), 5, rng)).all()
 
 
 def test_paired_check_needs_the_margin_and_the_sign_test():
@@ -137,20 +137,20 @@ def test_sign_share_check_is_exact():
 def test_random_direction_check_levels():
     own = pd.Series({0: 0.9, 1: 0.8})
     nulls = pd.DataFrame({"seed": np.repeat([0, 1], 99), "corr_random_dir": np.linspace(-0.1, 0.1, 198)})
-    assert R._random_direction_check("x", own, nulls, 99, source="s").passed
-    assert not R._random_direction_check("x", pd.Series({0: 0.9, 1: 0.05}), nulls, 99, source="s").passed
-    assert not R._random_direction_check("x", pd.Series({0: 0.9, 1: np.nan}), nulls, 99, source="s").passed
-    assert not R._random_direction_check("x", own, nulls.iloc[:150], 99, source="s").passed  # draws missing
-    assert not R._random_direction_check("x", own, nulls, 50, source="s").passed  # level 1/51 > 0.01
+    assert R.random_direction_check("x", own, nulls, 99, source="s").passed
+    assert not R.random_direction_check("x", pd.Series({0: 0.9, 1: 0.05}), nulls, 99, source="s").passed
+    assert not R.random_direction_check("x", pd.Series({0: 0.9, 1: np.nan}), nulls, 99, source="s").passed
+    assert not R.random_direction_check("x", own, nulls.iloc[:150], 99, source="s").passed  # draws missing
+    assert not R.random_direction_check("x", own, nulls, 50, source="s").passed  # level 1/51 > 0.01
 
 
 def test_uncertified_svm_is_never_compared_with(monkeypatch):
     fake = types.SimpleNamespace(status="optimal_inaccurate", certified=False, W=np.eye(3),
                                  certificate=types.SimpleNamespace(max_violation=1e-3, duality_gap=1e-2))
     monkeypatch.setattr(R, "solve_svm", lambda *a, **k: fake)
-    W, rec = R._certified_svm(None, np.zeros(2, int), "nuclear")
+    W, rec = R.certified_svm(None, np.zeros(2, int), "nuclear")
     assert W is None and rec == {"status": "optimal_inaccurate", "violation": 1e-3, "gap": 1e-2}
-    assert np.isnan(R._corr_curve(np.ones((4, 3, 3)), W)).all()
+    assert np.isnan(R.corr_curve(np.ones((4, 3, 3)), W)).all()
     assert not R.certified_check("c", ["optimal", "optimal_inaccurate"]).passed
     assert not R.certified_check("c", ["optimal", "error: LinAlgError"]).passed
     assert R.certified_check("c", ["optimal", "infeasible"]).passed
@@ -208,7 +208,7 @@ def test_digits_random_direction_instead_of_the_svm_fails(digits):
         bad = t.copy()
         rows = _final_mask(t, param)
         d = int(t.loc[rows].shape[0])
-        bad.loc[rows, col] = R._random_direction_corrs(np.ones((20, 20)), d, rng)
+        bad.loc[rows, col] = R.random_direction_corrs(np.ones((20, 20)), d, rng)
         assert D_DIR[param] in _failing(digits, bad)
         gone = t.copy()
         gone.loc[rows, col] = np.nan  # no certified SVM: no comparison
@@ -251,7 +251,7 @@ def test_embeddings_corruptions_fail(embeddings):
     for param, col in (("W", "corr_att_fro"), ("KQ", "corr_att_nuc")):
         bad = t.copy()
         rows = _final_mask(t, param)
-        bad.loc[rows, col] = R._random_direction_corrs(np.ones((384, 384)), int(rows.sum()), rng)
+        bad.loc[rows, col] = R.random_direction_corrs(np.ones((384, 384)), int(rows.sum()), rng)
         assert D_DIR[param] in _failing(embeddings, bad)
     unc = t.copy()
     unc.loc[np.flatnonzero(_final_mask(t, "W"))[0], "att_fro_status"] = "error: LinAlgError"

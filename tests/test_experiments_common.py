@@ -134,3 +134,18 @@ def test_label_axes_sets_what_it_is_given():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+@pytest.mark.parametrize("name, home", [("run_experiment", "attnsvm.runner"), ("RunSummary", "attnsvm.runner"),
+                                        ("write_report", "attnsvm.report")])
+def test_the_moved_names_are_deprecated_aliases_of_their_home(name, home):
+    """attnsvm.experiments.<name> (0.1) is the runner's / report's object, with a DeprecationWarning naming the new
+    path until 0.3; nothing in the package uses the alias (issue 41), so removing it is one line."""
+    import importlib
+
+    import attnsvm.experiments as experiments
+
+    with pytest.warns(DeprecationWarning, match=rf"attnsvm\.experiments\.{name} moved to {home}\.{name}.*0\.3"):
+        alias = getattr(experiments, name)
+    assert alias is getattr(importlib.import_module(home), name)
+    assert name not in experiments.__all__

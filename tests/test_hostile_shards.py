@@ -311,7 +311,8 @@ def test_inputs_replaced_in_place_are_recomputed(tmp_path):
 def test_the_probe_records_a_digest_of_its_model_files(tmp_path):
     """The probe task's provenance: a digest of the model directory's weight, config and tokenizer files
     (needs no model: the digest is of the files)."""
-    from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun
+    from attnsvm.experiments.real.probe_run import ProbeRun
+    from attnsvm.real.probe_config import ProbeConfig
 
     model = tmp_path / "model"
     model.mkdir()

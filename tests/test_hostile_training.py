@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from attnsvm import errors
 from attnsvm.generators import random_problem
 from attnsvm.metrics import (
-    convergence_type, correlation, margins, one_minus_correlation, read_selection, selected_mass, softmax_of,
+    convergence_type, correlation, one_minus_correlation, read_selection, selected_mass, softmax_of, token_margins,
 )
 from attnsvm.training.models import AttentionModel, LambdaHead, LinearHead, MatrixHead, ReLUHead, closed_form_step
 from attnsvm.problem import TokenProblem
@@ -891,19 +891,19 @@ def c_metric_softmax_of_nan():
 @case("error", "w", "finite")
 def c_metric_margins_nan():
     p = _prob()
-    return margins(_A * NAN, p.X, p.Z, np.zeros(3, dtype=int))
+    return token_margins(_A * NAN, p.X, p.Z, np.zeros(3, dtype=int))
 
 
 @case("error", "float64")
 def c_metric_margins_overflow():
     p = _prob()
-    return margins(np.full((5, 5), 1e308), p.X * 10, p.Z * 10, np.zeros(3, dtype=int))
+    return token_margins(np.full((5, 5), 1e308), p.X * 10, p.Z * 10, np.zeros(3, dtype=int))
 
 
 @case("error", "select")
 def c_metric_margins_select_range():
     p = _prob()
-    return margins(_A, p.X, p.Z, np.array([0, 1, 7]))
+    return token_margins(_A, p.X, p.Z, np.array([0, 1, 7]))
 
 
 @case("error", "softmax", "finite")
@@ -1126,7 +1126,7 @@ def test_property_softmax_and_margins(scale, seed):
     if S is not None:
         assert np.all(np.isfinite(S)) and np.all(S >= 0) and np.allclose(S.sum(-1), 1.0, atol=1e-12)
     try:
-        M = margins(W, p.X, p.Z, np.zeros(3, dtype=int))
+        M = token_margins(W, p.X, p.Z, np.zeros(3, dtype=int))
     except AttnSVMError:
         return
     assert np.all(np.isfinite(M[:, 1:])) and np.all(M[:, 0] == np.inf)

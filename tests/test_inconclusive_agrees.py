@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from attnsvm.cli import _print_summary
+from attnsvm.cli import print_summary
 from sealed_folder import seal
 
 from attnsvm.report import inconclusive_reason, write_report
@@ -21,7 +21,7 @@ WHY = "power unknown: decided at the full preset (2000 steps)"
 
 def test_terminal_and_banner_give_the_checks_own_reason(tmp_path, capsys):
     assert inconclusive_reason(C2) == WHY
-    _print_summary(SimpleNamespace(name="lm-margins", tasks=1, computed=1, resumed=0, failed=[], checks=[C2],
+    print_summary(SimpleNamespace(name="lm-margins", tasks=1, computed=1, resumed=0, failed=[], checks=[C2],
                                    wall_seconds=1.0, outdir=str(tmp_path), recomputed=[]))
     err = capsys.readouterr().err
     assert f"inconclusive ({WHY})" in err and "no planning sigma" not in err

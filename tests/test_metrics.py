@@ -1,11 +1,13 @@
 """Metrics: correlation, selection, margins, rank, convergence type."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from attnsvm import generators as G
 from attnsvm.metrics import (
-    convergence_type, correlation, margins, one_minus_correlation, rank, read_selection, selected_mass, softmax_of,
+    convergence_type, correlation, matrix_rank, one_minus_correlation, read_selection, selected_mass, softmax_of,
+    token_margins,
 )
 from attnsvm.svm import solve_svm
 from attnsvm.svm.analysis import enumerate_locally_optimal, is_locally_optimal
@@ -45,7 +47,7 @@ def test_selection_mass_and_margins():
     p = G.tf_visualization1()
     opt = p.optimal_tokens().index
     sol = _svm(p, opt)
-    m = margins(sol.W, p.X, p.Z, opt)
+    m = token_margins(sol.W, p.X, p.Z, opt)
     assert m.shape == (2, 3) and np.all(np.isinf(m[np.arange(2), opt]))
     assert abs(np.min(m) - 1.0) <= 1e-6
     S = softmax_of(50 * sol.W, p.X, p.Z)
@@ -55,15 +57,15 @@ def test_selection_mass_and_margins():
     assert sets.dtype == bool and np.all(sets.sum(-1) >= 1)
     assert np.isclose(selected_mass(S, sets), S[sets].sum() / 2)
     stacked = np.stack([sol.W, 2 * sol.W])
-    assert margins(stacked, p.X, p.Z, opt).shape == (2, 2, 3)
+    assert token_margins(stacked, p.X, p.Z, opt).shape == (2, 2, 3)
 
 
 def test_rank():
     g = np.random.default_rng(1)
     u, v = g.standard_normal((2, 6, 2))
     W = u @ v.T
-    assert rank(W) == 2
-    assert list(rank(np.stack([W, np.zeros((6, 6)), np.eye(6)]))) == [2, 0, 6]
+    assert matrix_rank(W) == 2
+    assert list(matrix_rank(np.stack([W, np.zeros((6, 6)), np.eye(6)]))) == [2, 0, 6]
 
 
 def test_convergence_type_global_and_local():
@@ -105,3 +107,20 @@ def test_convergence_type_local_and_not_locally_optimal():
                 assert kind == expected, (seed, a)
                 seen[kind] += 1
     assert all(count > 0 for count in seen.values()), seen
+
+
+@pytest.mark.parametrize("old, new", [("margins", "token_margins"), ("rank", "matrix_rank")])
+def test_the_0_1_aliases_warn_and_name_the_new_path(old, new):
+    """``attnsvm.margins`` / ``attnsvm.rank`` (and their attnsvm.metrics twins) are the new functions, each use with
+    a DeprecationWarning naming the new path (issue 41: before, they were served silently)."""
+    import attnsvm
+    import attnsvm.metrics as metrics
+
+    for _ in range(2):  # not cached: the second use warns too
+        with pytest.warns(DeprecationWarning, match=rf"attnsvm\.{old} is deprecated .* 0\.3: use attnsvm\.{new}"):
+            assert getattr(attnsvm, old) is getattr(attnsvm, new)
+    with pytest.warns(DeprecationWarning, match=rf"attnsvm\.metrics\.{old} is deprecated .* attnsvm\.metrics\.{new}"):
+        assert getattr(metrics, old) is getattr(metrics, new)
+    assert old not in attnsvm.__all__
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        metrics.not_a_name

@@ -278,7 +278,7 @@ def test_paired_check_power_is_between_its_bound_and_each_tests_power(n, effect,
 def test_random_direction_check_power_matches_simulation(runs, draws, effect, sigma):
     import pandas as pd
 
-    from attnsvm.experiments.real.common import _random_direction_check
+    from attnsvm.experiments.real.common import random_direction_check
 
     sims = 200
     rng = np.random.default_rng(11)
@@ -288,7 +288,7 @@ def test_random_direction_check_power_matches_simulation(runs, draws, effect, si
 
     def run(null_mean):
         nulls = pd.DataFrame({"seed": seeds, "corr_random_dir": null_mean + sigma * rng.standard_normal(runs * draws)})
-        return _random_direction_check("r", own, nulls, draws, source=SRC, effect=effect, sigma=sigma)
+        return random_direction_check("r", own, nulls, draws, source=SRC, effect=effect, sigma=sigma)
 
     cs = [run(0.0) for _ in range(sims)]
     # the planned power is the formula's; the power used is planned with the larger of it and the run's own spread

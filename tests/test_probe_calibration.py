@@ -17,10 +17,12 @@ from scipy import stats
 
 pytest.importorskip("transformers")
 
-from attnsvm.real.minilm import augment, load_model, model_path  # noqa: E402
+from attnsvm.real.minilm import load_model, model_path  # noqa: E402
+from attnsvm.real.pretrained import augment  # noqa: E402
 from attnsvm.real.nulls import head_against_nulls, null_rng, principal_bases, structured_null  # noqa: E402
 from attnsvm.real.nulls import head_spectrum  # noqa: E402
-from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import layer_inputs, prepare_probe, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import LEVEL, add_verdict  # noqa: E402
 from attnsvm.svm import solve, gen_constraints  # noqa: E402

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.layer import corr, margin_ratio, summary  # noqa: E402
 from attnsvm.real.nulls import mean_query_direction, null_rng, own_selection, sink_null  # noqa: E402
-from attnsvm.real.probe import layer_inputs, prepare_probe, random_like  # noqa: E402
+from attnsvm.real.probe_steps import layer_inputs, prepare_probe, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.verdict import LEVEL, t_pvalues  # noqa: E402
 from test_probe_calibration import THRESHOLD, random_model  # noqa: E402

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnsvm.experiments.real.probe_run import ProbeConfig, combine
+from attnsvm.real.probe_config import ProbeConfig
+from attnsvm.real.probe_tasks import combine
 from attnsvm.real.probe import format_table
 
 

@@ -16,8 +16,10 @@ import pytest
 pytest.importorskip("transformers")
 
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.real.minilm import augment, load_minilm  # noqa: E402
-from attnsvm.real.probe import QUERIES, head_seq_svm, probe_heads, random_like  # noqa: E402
+from attnsvm.real.minilm import load_minilm  # noqa: E402
+from attnsvm.real.pretrained import augment  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import QUERIES, head_seq_svm, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.svm import ConstraintSet, gen_constraints, seq_constraints, solve  # noqa: E402
 

@@ -21,7 +21,8 @@ pytest.importorskip("transformers")
 
 from attnsvm.real.nulls import head_against_nulls, mean_query_direction, own_selection, query_split  # noqa: E402
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.real.probe import layer_inputs, prepare_probe, probe_heads, random_like  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import layer_inputs, prepare_probe, random_like  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 from attnsvm.real.nulls import NULLS  # noqa: E402
 from attnsvm.real.verdict import add_verdict, stable_verdicts, verdict_summary  # noqa: E402
@@ -188,7 +189,7 @@ def test_cli_null_kind_choice(tmp_path):
     from click.testing import CliRunner
 
     from attnsvm.cli import cli
-    from attnsvm.experiments.real.probe_run import ProbeConfig
+    from attnsvm.real.probe_config import ProbeConfig
 
     r = CliRunner().invoke(cli, ["probe", "--help"])
     assert r.exit_code == 0 and "--null-kind [spectrum|sink]" in r.output

@@ -256,7 +256,8 @@ def test_stored_probe_combines_stopped_null_tasks():
     an SVM (no null rows by design) is "no SVM" and not a failed null task, a full head "all drawn"."""
     import pandas as pd
 
-    from attnsvm.experiments.real.probe_run import ProbeConfig, combine
+    from attnsvm.real.probe_config import ProbeConfig
+    from attnsvm.real.probe_tasks import combine
 
     cfg = ProbeConfig(layers=[0], heads=[0, 1, 2], null_draws=8, null_kind="spectrum")
     mid = [0.08, 0.081, 0.079]

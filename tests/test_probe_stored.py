@@ -15,8 +15,11 @@ from click.testing import CliRunner  # noqa: E402
 from attnsvm.cli import cli  # noqa: E402
 from attnsvm.cli.probe import run_probe  # noqa: E402
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.experiments.real.probe_run import ProbeConfig, ProbeRun, combine  # noqa: E402
-from attnsvm.real.probe import baseline_rng, probe_heads  # noqa: E402
+from attnsvm.experiments.real.probe_run import ProbeRun  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_config import ProbeConfig  # noqa: E402
+from attnsvm.real.probe_steps import baseline_rng  # noqa: E402
+from attnsvm.real.probe_tasks import combine  # noqa: E402
 from attnsvm.report import write_report  # noqa: E402
 from attnsvm.runner import RunInterrupted, run_experiment  # noqa: E402
 

@@ -12,9 +12,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnsvm.real.probe import _LAST_FORWARD, head_svm, probe_heads  # noqa: E402
+from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
 from attnsvm.real.probe_view import (  # noqa: E402
     ROLES, head_anchor, head_reason, render_probe_view, token_roles, write_probe_view)
+from attnsvm.svm import gen_constraints, solve  # noqa: E402
 
 HOSTILE = "Beware <script>alert('x')</script> & <b>bold</b> \"quotes\" here."
 SENTENCES = ["The cat sat on the mat while the dog slept.", HOSTILE, "Margins decide which token wins.",
@@ -24,6 +26,11 @@ SENTENCES = ["The cat sat on the mat while the dog slept.", HOSTILE, "Margins de
              "Each layer mixes the tokens once more.", "The last sentence closes the probe."]
 LAYER, HEADS, M_SVM, VIEW = 5, [0, 3], 8, 4
 FORWARD = {}  # the probe's forward pass (the probe module keeps only the last one)
+
+
+def _gen_svm(X, Z, mask, selected):
+    """The probe's nuclear Gen-SVM of one head's selections: the rows of the real tokens (``mask``) only."""
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen")
 
 
 class _Page(HTMLParser):
@@ -91,14 +98,14 @@ def test_support_is_the_solutions_active_margin(probe):
     """The stored support is SVMSolution.support_tokens() of the head's SVM: exactly the non-selected
     tokens at margin 1 of W_svm, the others strictly beyond it."""
     res, _, _ = probe
-    from attnsvm.real.minilm import augment
+    from attnsvm.real.pretrained import augment
 
     fw = FORWARD["fw"]
     X = augment(fw.layer_input(LAYER)) * fw.mask[:, :, None]
     Z = X[np.arange(len(X)), res.queries]
     h = HEADS[0]
     O = res.selected[(LAYER, h)][:M_SVM]
-    sol = head_svm(X[:M_SVM], Z[:M_SVM], fw.mask[:M_SVM], O)
+    sol = _gen_svm(X[:M_SVM], Z[:M_SVM], fw.mask[:M_SVM], O)
     assert sol.status == "optimal"
     np.testing.assert_array_equal(sol.support_tokens(), res.support[(LAYER, h)])
     logits = np.einsum("ntd,de,ne->nt", X[:M_SVM], sol.W, Z[:M_SVM])

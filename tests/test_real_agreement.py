@@ -10,6 +10,7 @@ from attnsvm.errors import ValidationError  # noqa: E402
 from attnsvm.real.agreement import COLUMNS, agreement_curve, agreement_figure  # noqa: E402
 from attnsvm.real.minilm import load_minilm  # noqa: E402
 from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_config import ProbeConfig  # noqa: E402
 from attnsvm.real.sentences import corpus_sentences  # noqa: E402
 
 LAYER, HEADS = 2, [0, 5]
@@ -19,7 +20,7 @@ LAYER, HEADS = 2, [0, 5]
 def curve():
     sentences = corpus_sentences(40, 0)
     model = load_minilm()
-    res = agreement_curve(model, sentences, sizes=(8, 16, None), layers=[LAYER], heads=HEADS)
+    res = agreement_curve(model, sentences, ProbeConfig(layers=[LAYER], heads=HEADS), sizes=(8, 16, None))
     return model, sentences, res
 
 
@@ -72,7 +73,35 @@ def test_bad_sizes(sizes):
 def test_infeasible_baseline_is_nan_with_its_status():
     """Repeated sentences share tokens and queries, so random selections of them conflict: no W separates them."""
     sentences = ["the cat sat on the mat ."] * 8 + ["Margins decide which token wins.", "A short one here."]
-    t = agreement_curve(None, sentences, sizes=(None,), layers=[1], heads=[0]).table
+    t = agreement_curve(None, sentences, ProbeConfig(layers=[1], heads=[0]), sizes=(None,)).table
     assert t["random_status"].tolist() == ["infeasible"] and t["svm_status"].tolist() == ["optimal"]
     assert np.isnan(t["corr_random_restricted"]).all() and np.isnan(t["advantage"]).all()
     assert np.isfinite(t["corr_restricted"]).all()
+
+
+def test_keyword_settings_are_deprecated_and_give_the_config_result(curve):
+    """The form before 0.3 (the probe's settings as keywords) warns, naming the config, and gives the same rows."""
+    model, sentences, res = curve
+    with pytest.warns(DeprecationWarning, match=r"config=ProbeConfig\(heads=\.\.\., layers=\.\.\.\)"):
+        old = agreement_curve(model, sentences, sizes=(8,), layers=[LAYER], heads=HEADS)
+    new = res.table[res.table["m"] == 8].reset_index(drop=True)
+    for col in ("corr", "corr_restricted", "corr_random_restricted"):
+        np.testing.assert_array_equal(old.table[col].to_numpy(float), new[col].to_numpy(float), err_msg=col)
+
+
+def test_unknown_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="svm_sentences"):
+        agreement_curve("unused", corpus_sentences(40, 0), svm_sentences=8)
+
+
+def test_config_n_sentences_and_seed_pick_the_corpus(monkeypatch):
+    """Without sentences: the config's n_sentences when it sets one (else 1000) and its seed."""
+    import attnsvm.real.agreement as agreement
+
+    seen = []
+    monkeypatch.setattr(agreement, "corpus_sentences", lambda n, seed: seen.append((n, seed)) or ["a b c ."] * 3)
+    monkeypatch.setattr(agreement, "resolve_model", lambda *a: (_ for _ in ()).throw(RuntimeError("stop")))
+    for config, want in ((None, (agreement.N_SENTENCES, 0)), (ProbeConfig(n_sentences=7, seed=3), (7, 3))):
+        with pytest.raises(RuntimeError, match="stop"):
+            agreement_curve(None, None, config, sizes=(None,))
+        assert seen.pop() == want

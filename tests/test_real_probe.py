@@ -10,9 +10,16 @@ pytest.importorskip("transformers")
 pytest.importorskip("sklearn")
 
 from attnsvm.errors import ValidationError  # noqa: E402
-from attnsvm.real.probe import head_svm, probe_heads, random_like, select_tokens  # noqa: E402
-from attnsvm.svm import gen_constraints  # noqa: E402
+from attnsvm.real.nulls import select_tokens  # noqa: E402
+from attnsvm.real.probe import probe_heads  # noqa: E402
+from attnsvm.real.probe_steps import random_like  # noqa: E402
+from attnsvm.svm import gen_constraints, solve  # noqa: E402
 from attnsvm.svm.nuclear import solve_nuclear  # noqa: E402
+
+
+def _gen_svm(X, Z, mask, selected):
+    """The probe's nuclear Gen-SVM of one head's selections: the rows of the real tokens (``mask``) only."""
+    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen")
 
 
 def _corr(A, B):
@@ -41,9 +48,9 @@ def _check_certificate(sol):
     assert np.linalg.norm(S, 2) <= 1 + 1e-9
 
 
-def test_head_svm_matches_the_conic_solver():
+def test_gen_svm_matches_the_conic_solver():
     X, Z, mask, sel = _padded_instance()
-    sol = head_svm(X, Z, mask, sel)
+    sol = _gen_svm(X, Z, mask, sel)
     _check_certificate(sol)
     ref = solve_nuclear(gen_constraints(X, Z, sel, valid=mask), solver="cvxpy")
     assert ref.status == "optimal" and ref.info["solver"] == "CLARABEL"
@@ -54,12 +61,12 @@ def test_head_svm_matches_the_conic_solver():
     assert mask[cs.sample, cs.token].all() and mask[cs.sample, cs.other].all()
 
 
-def test_head_svm_ignores_padding_and_rejects_bad_input():
+def test_gen_svm_ignores_padding_and_rejects_bad_input():
     X, Z, mask, sel = _padded_instance(seed=1)
-    sol = head_svm(X, Z, mask, sel)
+    sol = _gen_svm(X, Z, mask, sel)
     Xp = X.copy()
     Xp[~mask] = 100.0  # garbage on padding must not matter
-    sol2 = head_svm(Xp, Z, mask, sel)
+    sol2 = _gen_svm(Xp, Z, mask, sel)
     np.testing.assert_allclose(sol2.W, sol.W, atol=1e-9 * np.abs(sol.W).max())
     # the margins of the real unselected tokens are >= 1, the selected ones tie
     logits = np.einsum("ntd,de,ne->nt", X, sol.W, Z)
@@ -69,16 +76,17 @@ def test_head_svm_ignores_padding_and_rejects_bad_input():
     bad = sel.copy()
     bad[0, 4] = True  # padding selected
     with pytest.raises(ValidationError, match="padding"):
-        head_svm(X, Z, mask, bad)
+        _gen_svm(X, Z, mask, bad)
     bad = sel.copy()
     bad[2] = False
     with pytest.raises(ValidationError, match="at least one"):
-        head_svm(X, Z, mask, bad)
+        _gen_svm(X, Z, mask, bad)
 
 
-def test_head_svm_on_real_states_matches_the_conic_solver():
+def test_gen_svm_on_real_states_matches_the_conic_solver():
     """Three real sentences of different lengths (d = 385, padded): IPM == Clarabel."""
-    from attnsvm.real.minilm import augment, load_minilm
+    from attnsvm.real.minilm import load_minilm
+    from attnsvm.real.pretrained import augment
 
     fw = load_minilm().forward(["The cat sat.", "Margins decide which token wins here.", "A short one."],
                                attentions=False)
@@ -87,7 +95,7 @@ def test_head_svm_on_real_states_matches_the_conic_solver():
     sel = np.zeros(fw.mask.shape, bool)
     sel[:, 0] = True
     sel[1, 2] = True
-    sol = head_svm(X, Z, fw.mask, sel)
+    sol = _gen_svm(X, Z, fw.mask, sel)
     _check_certificate(sol)
     ref = solve_nuclear(gen_constraints(X, Z, sel, valid=fw.mask), solver="cvxpy")
     assert sol.norm_value == pytest.approx(ref.norm_value, rel=1e-6)

@@ -8,7 +8,7 @@ import json
 import re
 from types import SimpleNamespace
 
-from attnsvm.cli import _print_summary
+from attnsvm.cli import print_summary
 from sealed_folder import seal
 
 from attnsvm.report import RUN_TAG, write_report
@@ -71,7 +71,7 @@ def test_no_raw_backticks_in_the_html(tmp_path):
 
 def test_the_terminal_rounds_values(tmp_path, capsys):
     failing = {**CHECKS[1], "passed": False, "verdict": "fail"}
-    _print_summary(SimpleNamespace(name="exp-one", tasks=1, computed=1, resumed=0, failed=[], checks=[failing],
+    print_summary(SimpleNamespace(name="exp-one", tasks=1, computed=1, resumed=0, failed=[], checks=[failing],
                                    wall_seconds=1.0, outdir=str(tmp_path), recomputed=[]))
     err = capsys.readouterr().err
     assert "value 0.7143 <= 1" in err and "0.7142857142857143" not in err

@@ -1,5 +1,5 @@
 """The nuclear IPM's trace (svm/barrier.py, DEBUG level) and the nearly active rows that join the growing subset with
-the violated ones (svm/barrier_grow.py ``_with_band``)."""
+the violated ones (svm/barrier_grow.py ``join_with_band``)."""
 
 import logging
 
@@ -84,25 +84,25 @@ def _all_rows(seed=2, n=40):
 def test_band_rows_are_the_least_slack_outside_rows_up_to_the_share_and_the_room():
     allr, X12, in_set = _all_rows()
     vscale = 1.0 + float(np.max(np.abs(allr.rhs)))
-    new, v = bg._outside(allr, X12, in_set, 0.0)
+    new, v = bg.rows_outside(allr, X12, in_set, 0.0)
     new = new[: max(1, new.size // 4)]
     assert new.size
-    band, _ = bg._outside(allr, X12, in_set, -bg._JOIN_BAND * vscale)
+    band, _ = bg.rows_outside(allr, X12, in_set, -bg.JOIN_BAND * vscale)
     extra_pool = np.setdiff1d(band, new)
-    assert extra_pool.size > bg._JOIN_BAND_SHARE * new.size    # the share, not the band, limits here
-    out = bg._with_band(allr, X12, in_set, new, vscale, room=10**6)
+    assert extra_pool.size > bg.JOIN_BAND_SHARE * new.size    # the share, not the band, limits here
+    out = bg.join_with_band(allr, X12, in_set, new, vscale, room=10**6)
     assert np.all(np.diff(out) > 0) and np.all(np.isin(new, out))
     extra = np.setdiff1d(out, new)
-    assert extra.size == int(bg._JOIN_BAND_SHARE * new.size)
+    assert extra.size == int(bg.JOIN_BAND_SHARE * new.size)
     assert not in_set[extra].any() and allr.live[extra].all()
-    assert np.all(v[extra] > -bg._JOIN_BAND * vscale)
+    assert np.all(v[extra] > -bg.JOIN_BAND * vscale)
     # the least slack first: no row left out is closer to violation than a row taken
     left = np.setdiff1d(extra_pool, extra)
     assert v[left].max() <= v[extra].min()
     # the room caps the count; no room or no violated row: nothing is added
-    assert np.setdiff1d(bg._with_band(allr, X12, in_set, new, vscale, room=2), new).size == 2
-    assert np.array_equal(bg._with_band(allr, X12, in_set, new, vscale, room=0), new)
-    assert bg._with_band(allr, X12, in_set, new[:0], vscale, room=100).size == 0
+    assert np.setdiff1d(bg.join_with_band(allr, X12, in_set, new, vscale, room=2), new).size == 2
+    assert np.array_equal(bg.join_with_band(allr, X12, in_set, new, vscale, room=0), new)
+    assert bg.join_with_band(allr, X12, in_set, new[:0], vscale, room=100).size == 0
 
 
 @pytest.mark.parametrize("seed", [2, 5])
@@ -124,7 +124,7 @@ def test_band_joins_fewer_times_to_the_same_certified_optimum(monkeypatch, seed)
         return [j for j in res.info["joined"] if j]
 
     with_band = grow()
-    monkeypatch.setattr(bg, "_JOIN_BAND_SHARE", 0.0)
+    monkeypatch.setattr(bg, "JOIN_BAND_SHARE", 0.0)
     without = grow()
     assert with_band[0] > without[0]            # the first join took nearly active rows in too
     assert len(with_band) < len(without)

@@ -140,8 +140,8 @@ def test_a_run_stopped_at_the_rounding_floor_is_kept_and_a_poor_one_is_not(monke
 
 def test_rows_violated_late_join_once_instead_of_a_further_round(monkeypatch):
     # on this start the iterate violates a row only once the gap is below 1e-4 (a "late" row) when nearly active rows
-    # do not join early (the band of _with_band, which takes that row in before it is violated: off here)
-    monkeypatch.setattr("attnsvm.svm.barrier_grow._JOIN_BAND_SHARE", 0.0)
+    # do not join early (the band of join_with_band, which takes that row in before it is violated: off here)
+    monkeypatch.setattr("attnsvm.svm.barrier_grow.JOIN_BAND_SHARE", 0.0)
     cs = _case(0)
     start = np.zeros(cs.N, bool)
     start[: cs.N // 5] = True

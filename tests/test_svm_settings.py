@@ -159,3 +159,61 @@ def test_the_nuclear_start_feasibility_and_ipm_receive_feas_tol(monkeypatch):
     seen.clear()
     assert solve(cs, "nuclear", method="working_set", feas_tol=2e-10).status == "optimal"
     assert seen[0] == ("feasibility", 2e-10)
+
+
+#: the modules of the solver pipeline below :mod:`attnsvm.svm.settings`: they take the settings' values from
+#: their caller, so none may carry a tolerance default of its own
+_INNER = ("ipm", "barrier_batch.py", "barrier_grow.py", "qp.py", "nuclear.py", "frobenius.py", "working_set.py",
+          "pdas.py")
+
+
+def _literal_tolerance_defaults(root) -> list:
+    """``(file, function, parameter)`` for every parameter named like a setting (tol, feas_tol, gap_tol,
+    support_tol) whose default is a float literal, in the files of ``_INNER`` under ``root`` (attnsvm/svm)."""
+    import ast
+
+    found = []
+    files = [p for name in _INNER for p in ((root / name).rglob("*.py") if (root / name).is_dir() else [root / name])
+             if p.exists()]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            pos = a.posonlyargs + a.args
+            pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+            found += [(path.name, node.name, arg.arg) for arg, d in pairs
+                      if arg.arg in ("tol", "feas_tol", "gap_tol", "support_tol")
+                      and isinstance(d, ast.Constant) and isinstance(d.value, float)]
+    return found
+
+
+def test_no_inner_solver_function_has_a_tolerance_default_of_its_own(tmp_path):
+    from pathlib import Path
+
+    import attnsvm.svm
+
+    assert _literal_tolerance_defaults(Path(attnsvm.svm.__file__).parent) == []
+    # the scan sees a literal default (the check can fail)
+    (tmp_path / "qp.py").write_text("def pdas(G, *, tol: float = 1e-10):\n    pass\n")
+    assert _literal_tolerance_defaults(tmp_path) == [("qp.py", "pdas", "tol")]
+
+
+def test_the_ipm_defaults_are_the_settings_defaults():
+    """nuclear_ipm and nuclear_ipm_grow without tolerances run at the settings' defaults of a dense nuclear solve
+    and of the working set's subsets (defined once: SolverSettings and the norm's gap_tol)."""
+    from attnsvm.svm.barrier_grow import nuclear_ipm_grow
+    from attnsvm.svm.ipm import nuclear_ipm
+
+    rng = np.random.default_rng(5)
+    cs = att_constraints(rng.standard_normal((10, 4, 5)), rng.standard_normal((10, 5)), np.zeros(10, int))
+    dense = settings_mod.SolverSettings().resolved("nuclear", "dense")
+    grown = settings_mod.SolverSettings().resolved("nuclear", "working_set")
+    assert dense.feas_tol == settings_mod.FEAS_TOL and dense.gap_tol != grown.gap_tol
+    a = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
+    b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=dense.gap_tol, feas_tol=dense.feas_tol)
+    assert np.array_equal(a.W, b.W) and a.info["iterations"] == b.info["iterations"]
+    start = np.ones(cs.N, bool)
+    c, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start)
+    d, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, settings=grown)
+    assert np.array_equal(c.W, d.W) and c.info["iterations"] == d.info["iterations"]

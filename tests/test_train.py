@@ -9,7 +9,7 @@ import torch
 
 from attnsvm import generators as G
 from attnsvm.generators import random_problem
-from attnsvm.metrics import correlation, rank
+from attnsvm.metrics import correlation, matrix_rank
 from attnsvm.training.models import LambdaHead, ReLUHead
 from attnsvm.training.train import regularization_path, train, train_sequence
 
@@ -71,7 +71,7 @@ def test_gd_keeps_component_outside_query_span_and_rank(optimizer):
     off = r.W[0] @ (np.eye(6) - P)
     assert np.max(np.abs(off - off[0])) <= 1e-12
     r0 = train(p, param="W", init="zero", steps=300, optimizer=optimizer, record_every=100)
-    assert np.all(rank(r0.W[0], rtol=1e-9) <= p.n)
+    assert np.all(matrix_rank(r0.W[0], rtol=1e-9) <= p.n)
     assert np.max(np.abs(r0.W[0] @ (np.eye(6) - P))) <= 1e-12
 
 

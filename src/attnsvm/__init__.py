@@ -25,8 +25,10 @@ _SVM = ("Certificate", "ConstraintSet", "SVMSolution", "all_support_vectors", "e
         "svm_equivalence")
 _SVM_ANALYSIS = ("all_support_vectors", "enumerate_locally_optimal", "is_locally_optimal", "matrix_rank",
                  "separation_delta", "support_indices")
-_METRICS = ("convergence_type", "correlation", "margins", "one_minus_correlation", "rank", "read_selection",
-            "selected_mass", "softmax_of", "token_margins")
+_METRICS = ("convergence_type", "correlation", "one_minus_correlation", "read_selection", "selected_mass",
+            "softmax_of", "token_margins")
+#: deprecated aliases (0.1 names, removed in 0.3) -> the name that replaces them here, with a DeprecationWarning
+_DEPRECATED = {"margins": "token_margins", "rank": "matrix_rank"}
 _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
 _REAL = ("probe",)
 
@@ -34,6 +36,13 @@ _REAL = ("probe",)
 def __getattr__(name):
     import importlib
 
+    if name in _DEPRECATED:  # not cached: every use warns
+        import warnings
+
+        new = _DEPRECATED[name]
+        warnings.warn(f"attnsvm.{name} is deprecated and will be removed in 0.3: use attnsvm.{new}",
+                      DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     if name in _SVM_ANALYSIS:
         module = importlib.import_module("attnsvm.svm.analysis")
     elif name in _SVM or name == "svm":
@@ -92,8 +101,6 @@ __all__ = [
     "selected_mass",
     "read_selection",
     "token_margins",
-    "margins",
-    "rank",
     "softmax_of",
     "convergence_type",
     "train",

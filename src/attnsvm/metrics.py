@@ -20,7 +20,7 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.problem import TokenProblem
 from attnsvm.svm import SVMSolution
-from attnsvm.svm.analysis import is_locally_optimal, matrix_rank
+from attnsvm.svm.analysis import is_locally_optimal, matrix_rank  # noqa: F401  (matrix_rank: served here too)
 
 
 def _np(x, name: str = "input") -> np.ndarray:
@@ -234,10 +234,21 @@ def token_margins(W, X, Z, select) -> np.ndarray:
     return np.where(is_sel, np.inf, out)
 
 
-#: Deprecated aliases (0.1 names, removed in 0.3): ``margins`` is :func:`token_margins`,
-#: ``rank`` is :func:`attnsvm.svm.analysis.matrix_rank`.
-margins = token_margins
-rank = matrix_rank
+#: Deprecated aliases (0.1 names, removed in 0.3), served with a DeprecationWarning: old name -> new name in this
+#: module (``margins`` is :func:`token_margins`, ``rank`` is :func:`attnsvm.svm.analysis.matrix_rank`)
+DEPRECATED = {"margins": "token_margins", "rank": "matrix_rank"}
+
+
+def __getattr__(name: str):
+    """The deprecated aliases of :data:`DEPRECATED`: the same object, with a DeprecationWarning naming the new one."""
+    if name in DEPRECATED:
+        import warnings
+
+        new = DEPRECATED[name]
+        warnings.warn(f"attnsvm.metrics.{name} is deprecated and will be removed in 0.3: use attnsvm.metrics.{new} "
+                      f"(also attnsvm.{new})", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _default_solver(problem: TokenProblem, select, norm):
@@ -301,7 +312,7 @@ def convergence_type(
     if getattr(sol, "status", "optimal") != "optimal" or getattr(sol, "W", None) is None:
         return "neither"
     if not isinstance(sol, SVMSolution):  # a custom solver: judge its W directly
-        marg = margins(sol.W, problem.X, problem.queries, select)
+        marg = token_margins(sol.W, problem.X, problem.queries, select)
         support = np.abs(marg - 1.0) <= tol
         gamma = problem.scores()
         best = gamma[np.arange(problem.n), select][:, None]

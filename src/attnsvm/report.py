@@ -515,7 +515,10 @@ def takeaway(checks, problems=()) -> str:
     return "; ".join(parts)
 
 
-def _detail(c: dict) -> str:
+def check_detail(c: dict) -> str:
+    """The detail cell of a check ``c`` (a dict of checks.json) as the report shows it: its detail (after the finding's
+    reason when the verdict is a finding), its alternative when not said already, then the rule its verdict followed
+    and, for a passing claim tested as the alternative, the p-value."""
     detail = human(c.get("detail", ""))
     if c.get("finding") and verdict_of(c) == "finding":
         detail = f"finding: {human(c.get('finding_reason', ''))}" + (f"; {detail}" if detail else "")
@@ -587,7 +590,7 @@ def _check_rows_html(checks, with_experiment=False, exp_name="", power=False):
                     f"<td>{_e(c.get('kind', ''))}</td><td>{_e(_fmt(c.get('value')))}</td>"
                     f"<td>{_text(c.get('threshold', ''))}</td>"
                     f"<td class='small'>{_text(c.get('threshold_reason', ''))}</td>{pw}"
-                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_text(_detail(c))}</td></tr>")
+                    f"<td class='{_e(v)}'>{_e(_verdict_label(c))}</td><td class='small'>{_text(check_detail(c))}</td></tr>")
     return "<table class='checks'>" + "".join(rows) + "</table>"
 
 
@@ -600,7 +603,7 @@ def _check_rows_md(checks, with_experiment=False, exp_name=""):
         out.append(("| " + _md(e) + " " if with_experiment else "") +
                    f"| {_md(c['name'])} | {_md(c.get('source', ''))} | {_md(c.get('kind', ''))} | "
                    f"{_md(_fmt(c.get('value')))} | {_md(c.get('threshold', ''))} | {_md(c.get('threshold_reason', ''))} | "
-                   f"{_md(_verdict_label(c))} | {_md(_detail(c))} |")
+                   f"{_md(_verdict_label(c))} | {_md(check_detail(c))} |")
     return out
 
 

@@ -408,10 +408,10 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
     summary = run_experiment(experiment, config, out, workers=workers, scheduler=scheduler, progress=True,
                              connect_timeout=connect_timeout, max_memory=max_memory, worker_timeout=worker_timeout,
                              lock_timeout=lock_timeout)
-    return _print_summary(summary)
+    return print_summary(summary)
 
 
-def _print_summary(summary):
+def print_summary(summary):
     """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
     from attnsvm.report import inconclusive_reason, value_text
@@ -610,7 +610,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
         jobs.append((reg[name], build_config(reg[name], quick=quick)))
     summaries = run_experiments(jobs, out, workers=workers, scheduler=scheduler, progress=True,
                                 connect_timeout=connect_timeout, max_memory=limit, worker_timeout=worker_timeout,
-                                on_done=_print_summary, lock_timeout=lock_timeout)
+                                on_done=print_summary, lock_timeout=lock_timeout)
     try:
         record_skipped(out, skipped, ran=[s.name for s in summaries])
     except OSError as exc:  # e.g. replaced by a folder during the run: the report is still written

@@ -250,7 +250,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     -------
     str
     """
-    from attnsvm.real.probe import check_indices, probe_heads, resolve_model
+    from attnsvm.real.probe import probe_heads
+    from attnsvm.real.probe_steps import check_indices, resolve_model
     from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
 
@@ -315,10 +316,11 @@ def _checked(sentences, out, curve, max_memory, device, needs_store: bool):
 def _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress, max_memory):
     """The deprecated ``--curve``: :func:`attnsvm.real.agreement.agreement_curve` on the probe's sentences."""
     from attnsvm.real.agreement import agreement_curve
+    from attnsvm.real.probe_config import probe_config
 
-    return agreement_curve(model, res.sentences, sizes=curve, layers=layers, heads=heads, query=query,
-                           threshold=threshold, seed=seed, max_length=max_length, progress=progress,
-                           max_memory=max_memory)
+    config = probe_config(layers=layers, heads=heads, query=query, threshold=threshold, seed=seed,
+                          max_length=max_length)
+    return agreement_curve(model, res.sentences, config, sizes=curve, progress=progress, max_memory=max_memory)
 
 
 def _run_stored(config, out: str, options: dict):

@@ -14,7 +14,7 @@ correlation compares the SVM with the part of W_h the m sentences can see (its p
 span of their token differences and queries); that span grows with m, so the curve of one head
 is the agreement on a growing subspace, not a fixed target.
 
-Cost: the SVMs dominate. Each is solved by :func:`attnsvm.real.probe.head_svm` (see its docstring
+Cost: the SVMs dominate. Each is solved by :meth:`attnsvm.real.layer.LayerInputs.svm` (see its docstring
 for the method); the working-set solver's time grows roughly linearly in m on MiniLM
 (benchmarks/probe_scale.py prints the measurements).
 """
@@ -22,13 +22,16 @@ for the method); the working-set solver's time grows roughly linearly in m on Mi
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.minilm import check_sentences
-from attnsvm.real.probe import probe_heads, resolve_model
+from attnsvm.real.pretrained import check_sentences
+from attnsvm.real.probe import probe_heads
+from attnsvm.real.probe_config import ProbeConfig, probe_config
+from attnsvm.real.probe_steps import resolve_model
 from attnsvm.real.sentences import corpus_sentences
 
 #: the columns of :attr:`AgreementResult.table`, in order
@@ -87,28 +90,40 @@ def _check_sizes(sizes, n: int) -> list:
     return sorted(set(out))
 
 
-def agreement_curve(model=None, sentences=None, *, sizes=(48, 128, 512, None), layers=None, heads=None,
-                    query: str = "word", threshold: float = 0.1, baseline_draws: int = 1, seed: int = 0,
-                    max_length: int | None = None, n_sentences: int = 1000, progress=None,
-                    max_memory=None) -> AgreementResult:
+#: the keyword forms of ``config`` settings that :func:`agreement_curve` took before 0.3 (each a field of
+#: :class:`~attnsvm.real.probe_config.ProbeConfig`): accepted with a DeprecationWarning until 0.3
+DEPRECATED_KEYWORDS = ("layers", "heads", "query", "threshold", "baseline_draws", "seed", "max_length", "n_sentences")
+
+#: the corpus sentences loaded when neither ``sentences`` nor the config's ``n_sentences`` is given
+N_SENTENCES = 1000
+
+
+def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | None = None, *,
+                    sizes=(48, 128, 512, None), progress=None, max_memory=None, **deprecated) -> AgreementResult:
     """Each head's agreement with its nuclear-norm Gen-SVM as the number of sentences m grows.
 
     For every size m, the probe of :func:`attnsvm.real.probe.probe_heads` with ``svm_sentences=m``
     on the same sentences (one forward pass for all sizes): selections and random baselines are
     those of that call (same seed), so the row of (layer, head, m) equals its row of
-    ``probe_heads(sentences, svm_sentences=m, layers=layers, heads=heads, ...)``.
+    ``probe_heads(sentences, config, svm_sentences=m, null_draws=0)``.
 
     Parameters
     ----------
-    model : None (the shipped MiniLM), a model directory or a loaded
-        :class:`attnsvm.real.minilm.PretrainedTransformer` (as :func:`probe_heads`)
-    sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
+    model : None (the shipped MiniLM, or the config's ``model``), a model directory or a loaded
+        :class:`attnsvm.real.pretrained.PretrainedTransformer` (as :func:`probe_heads`)
+    sentences : list of str, optional (default: the config's ``sentences``, else
+        ``corpus_sentences(n_sentences, seed)`` with the config's ``n_sentences`` when it sets one, else
+        :data:`N_SENTENCES`)
+    config : a :class:`attnsvm.real.probe_config.ProbeConfig` (or a dict of its settings): ``layers``, ``heads``
+        (indices to probe, default all), ``query``, ``threshold``, ``baseline_draws``, ``seed``, ``max_length``
+        and the other settings of :func:`probe_heads`, except ``svm_sentences`` (each m of ``sizes``) and the
+        null heads (none: ``null_draws=0``)
     sizes : the numbers of sentences m (the first m) entering each SVM; integers in [1, n] or None
         (all n loaded sentences); duplicates are solved once
-    layers, heads : indices to probe (default all)
-    query, threshold, baseline_draws, seed, max_length, max_memory : as :func:`probe_heads`
-    n_sentences : corpus sentences loaded when ``sentences`` is None
     progress : optional callable ``progress(message)``
+    max_memory : as :func:`probe_heads`
+    deprecated : the settings of :data:`DEPRECATED_KEYWORDS` as keywords (the form before 0.3, e.g.
+        ``layers=[2]``): a DeprecationWarning, then they override ``config``
 
     Returns
     -------
@@ -118,23 +133,23 @@ def agreement_curve(model=None, sentences=None, *, sizes=(48, 128, 512, None), l
     import pandas as pd
 
     t_start = time.perf_counter()
+    config = _config_of(config, deprecated)
     if sentences is None:
-        if isinstance(n_sentences, (bool, np.bool_)) or not isinstance(n_sentences, (int, np.integer)) \
-                or n_sentences < 1:
-            raise ValidationError(f"n_sentences must be an integer >= 1, got {n_sentences!r}")
-        sentences = corpus_sentences(int(n_sentences), seed)
+        sentences = config.sentences
+    if sentences is None:
+        n = config.n_sentences if "n_sentences" in config.model_fields_set else N_SENTENCES
+        sentences = corpus_sentences(n, config.seed)
     sentences = check_sentences(sentences)
     sizes = _check_sizes(sizes, len(sentences))
-    model = resolve_model(model, max_memory)
+    model = resolve_model(config.model if model is None else model, max_memory)
     say = progress or (lambda msg: None)
     frames = []
     forward = svm = 0.0
     cfg = None
     for j, m in enumerate(sizes):
         say(f"m = {m} sentences ({j + 1}/{len(sizes)})")
-        res = probe_heads(sentences, layers=layers, heads=heads, query=query, threshold=threshold, svm_sentences=m,
-                          baseline_draws=baseline_draws, seed=seed, max_length=max_length, model=model,
-                          progress=progress, max_memory=max_memory, null_draws=0)  # nulls: not per m yet
+        res = probe_heads(sentences, config, model=model, progress=progress, max_memory=max_memory,
+                          svm_sentences=m, null_draws=0)  # nulls: not per m yet
         t = res.table.copy()
         t["m"] = m
         t["seconds"] = t["svm_seconds"] + t["random_seconds"]
@@ -148,6 +163,20 @@ def agreement_curve(model=None, sentences=None, *, sizes=(48, 128, 512, None), l
     config["sizes"] = list(sizes)
     seconds = {"forward": forward, "svm": svm, "total": time.perf_counter() - t_start}
     return AgreementResult(table, list(sizes), list(sentences), seconds, config)
+
+
+def _config_of(config, deprecated: dict) -> ProbeConfig:
+    """The validated config of :func:`agreement_curve`: ``config`` with the deprecated keyword settings in it (a
+    DeprecationWarning naming them); a keyword that is no setting there is a TypeError, as for any function."""
+    unknown = sorted(set(deprecated) - set(DEPRECATED_KEYWORDS))
+    if unknown:
+        raise TypeError(f"agreement_curve() got unexpected keyword arguments {unknown} (the probe's settings go in "
+                        "config=ProbeConfig(...))")
+    if deprecated:
+        given = ", ".join(f"{name}=..." for name in sorted(deprecated))
+        warnings.warn(f"agreement_curve({given}) is deprecated and will be removed in 0.3: give "
+                      f"config=ProbeConfig({given}) (attnsvm.real.probe_config)", DeprecationWarning, stacklevel=3)
+    return probe_config(config, **deprecated)
 
 
 def agreement_figure(table, out_dir: str, stem: str = "probe_agreement") -> list:

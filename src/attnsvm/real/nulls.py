@@ -126,7 +126,7 @@ NULL_SELECTIONS = ("threshold", "matched")
 
 def null_rng(seed: int, layer: int, head: int, draw: int, kind: str = "spectrum") -> np.random.Generator:
     """The generator of one null draw: seeded by ``(seed, layer, head, draw, kind)`` only (a stream
-    distinct from :func:`attnsvm.real.probe.baseline_rng`'s, which has three words of entropy)."""
+    distinct from :func:`attnsvm.real.probe_steps.baseline_rng`'s, which has three words of entropy)."""
     tag = _TRANSPLANT_TAG if kind == "transplant" else NULLS[kind].tag if kind in NULLS else None
     if tag is None:
         raise ValidationError(f"kind must be one of {tuple(NULLS) + ('transplant',)}, got {kind!r}")
@@ -313,7 +313,7 @@ def select_tokens(att_rows: np.ndarray, mask: np.ndarray, threshold: float) -> n
 def top_selection(scores: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Each sentence's top ``sizes[i]`` tokens among ``mask`` by ``scores``: (..., n, T) bool.
 
-    The rule of :func:`attnsvm.real.probe.random_like` (which applies it to uniform scores): rank the
+    The rule of :func:`attnsvm.real.probe_steps.random_like` (which applies it to uniform scores): rank the
     candidates by decreasing score (padding last), keep the first ``sizes`` of them.
 
     Parameters

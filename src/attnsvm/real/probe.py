@@ -13,7 +13,7 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    constant 1 (the key-bias convention of :mod:`attnsvm.real.minilm`), the query is
    ``z_i = x~_{i q_i}``. The nuclear-norm Gen-SVM of the selections (the implicit
    bias of the (K, Q) parameterization) is solved on the first ``svm_sentences``
-   sentences by :func:`head_svm`: the Gen-SVM rows of the real tokens only
+   sentences by :meth:`attnsvm.real.layer.LayerInputs.svm`: the Gen-SVM rows of the real tokens only
    (:func:`attnsvm.svm.gen_constraints` with ``valid`` = the attention
    mask) and the exact interior-point solver of :func:`attnsvm.svm.solve` (norm "nuclear";
    beyond ~800 rows inside the working set, which certifies over all rows) (relative duality
@@ -61,7 +61,7 @@ which is the causal Gen-SVM of one query per sentence. ``query="cls"`` is refuse
 Why a subset for the SVM: with m sentences of ~20 tokens the Gen-SVM has N ~ 19 m rows of
 dimension 385. Up to :data:`attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows the dense interior-point
 method solves it (per iteration O(N^2 (385 + m) + N^3 / 3)); beyond, the working-set method
-(:func:`head_svm`, method "auto") solves the exact SVM of a growing subset of rows with the same
+(:meth:`~attnsvm.real.layer.LayerInputs.svm`, method "auto") solves the exact SVM of a growing subset of rows with the same
 interior-point method and checks all N margins. Its cost grows with the working set, and random
 selections need larger working sets than the heads. ``python benchmarks/probe_scale.py`` and
 ``python benchmarks/probe_cost.py`` measure it (the figures are in the probe guide,
@@ -95,7 +95,7 @@ from attnsvm.real.nulls import (  # noqa: F401
 )
 from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported under their old import path)
     QUERIES, ProbeSetup, baseline_rng, baselines as _baselines, check_indices, head_selections, head_seq_svm,
-    head_svm, head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
+    head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
     resolve_model, row_statistic, seq_layer_inputs, view_arrays,
 )
 from attnsvm.real.pretrained import PretrainedTransformer
@@ -186,7 +186,7 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         names, below) override it; every setting is defaulted and validated there, once
     model : None (the shipped MiniLM), a model directory (str or path: see
         :func:`attnsvm.real.minilm.load_model`; BERT-like encoders, GPT-2-like and rotary Llama/GPT-NeoX decoders) or a
-        loaded :class:`attnsvm.real.minilm.PretrainedTransformer`
+        loaded :class:`attnsvm.real.pretrained.PretrainedTransformer`
     sentences : list of str, optional (default: ``corpus_sentences(n_sentences, seed)``)
     n_sentences : number of corpus sentences when ``sentences`` is None
     layers, heads : indices to probe (default all: 0..5, 0..11)
@@ -277,7 +277,7 @@ def probe(model=None, texts=None, *, tokenizer=None, layers=None, heads=None, nu
     Parameters
     ----------
     model : None (the shipped MiniLM), a model directory (str or path, written by ``save_pretrained``), a loaded
-        :class:`attnsvm.real.minilm.PretrainedTransformer`, or a ``transformers`` model object already loaded
+        :class:`attnsvm.real.pretrained.PretrainedTransformer`, or a ``transformers`` model object already loaded
         (BERT-like, GPT-2-like or rotary, e.g. ``BertModel``, ``GPT2Model``, ``LlamaModel``, or one with a task
         head) with its tokenizer as ``tokenizer`` (:meth:`attnsvm.real.pretrained.PretrainedTransformer.from_model`:
         both are copied, the caller's objects stay as they were)

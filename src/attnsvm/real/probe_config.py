@@ -8,7 +8,7 @@ steps below it take the validated values.
 What is *not* a setting: the memory limit (``max_memory``, a property of the machine, passed explicitly to
 both paths and never part of a stored probe's identity), a progress callback, and a loaded model object
 (``model`` here is a directory or None; :func:`attnsvm.real.probe.probe_heads` also takes a loaded
-:class:`~attnsvm.real.minilm.PretrainedTransformer` beside the config).
+:class:`~attnsvm.real.pretrained.PretrainedTransformer` beside the config).
 """
 
 from __future__ import annotations

@@ -26,13 +26,14 @@ import numpy as np
 from attnsvm.errors import ValidationError
 from attnsvm.real import cache
 from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
-from attnsvm.real.minilm import PretrainedTransformer, augment, check_sentences, load_minilm, load_model
+from attnsvm.real.minilm import load_minilm, load_model
+from attnsvm.real.pretrained import PretrainedTransformer, augment, check_sentences
 from attnsvm.real.nulls import (
     candidate_softmax, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
 from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import stop_level, stop_reason
-from attnsvm.svm import gen_constraints, seq_constraints, solve
+from attnsvm.svm import seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
 QUERIES = ("word", "cls", "all")
@@ -81,30 +82,6 @@ def baselines(sel: np.ndarray, mask: np.ndarray, seed: int, layer: int, heads, d
     return out.reshape((draws * sel.shape[0],) + sel.shape[1:])
 
 
-def head_svm(X: np.ndarray, Z: np.ndarray, mask: np.ndarray, selected: np.ndarray, *, method: str = "auto",
-             **solver_options):
-    """Nuclear-norm Gen-SVM of one head's selections on padded sentences.
-
-    Parameters
-    ----------
-    X : (n, T, d) tokens (padded positions are ignored but must be finite)
-    Z : (n, d) queries
-    mask : (n, T) bool, real tokens
-    selected : (n, T) bool, the sets O_i (inside ``mask``, at least one token per sentence)
-    method : "auto" (default: the dense interior-point solver up to
-        :data:`attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
-        "dense" or "working_set" (see :func:`attnsvm.svm.solve`)
-    **solver_options : passed to :func:`attnsvm.svm.solve` (norm "nuclear"), e.g. ``device``
-
-    Returns
-    -------
-    SVMSolution (``W (d, d)``, formulation "gen", norm "nuclear"; status "infeasible" with
-    a Farkas certificate if no W separates the selections).
-    """
-    return solve(gen_constraints(X, Z, selected, valid=mask), "nuclear", formulation="gen", method=method,
-                 **solver_options)
-
-
 def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected: np.ndarray, *, causal: bool = False,
                  method: str = "auto", **solver_options):
     """Nuclear-norm sequence Gen-SVM of one head's selections from many queries per sentence.
@@ -117,7 +94,10 @@ def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected:
     queries : (n, T) bool, the query positions (inside ``mask``)
     selected : (n, T, T) bool ``[sentence, query, token]``, a non-empty set of candidates per query
     causal : the candidates of query k are the real tokens ``t <= k``
-    method, **solver_options : as :func:`head_svm`
+    method : "auto" (default: the dense interior-point solver up to
+        :data:`attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows, the working set around it beyond),
+        "dense" or "working_set" (see :func:`attnsvm.svm.solve`)
+    **solver_options : passed to :func:`attnsvm.svm.solve` (norm "nuclear"), e.g. ``device``
 
     Returns
     -------
@@ -131,7 +111,7 @@ def head_seq_svm(X: np.ndarray, mask: np.ndarray, queries: np.ndarray, selected:
 def resolve_model(model, max_memory=None) -> PretrainedTransformer:
     """The model a probe runs on: None -> the shipped MiniLM, a directory (str or path) -> :func:`load_model`
     (refused before loading when it would not fit ``max_memory``), a loaded
-    :class:`~attnsvm.real.minilm.PretrainedTransformer` as it is; anything else is a ValidationError."""
+    :class:`~attnsvm.real.pretrained.PretrainedTransformer` as it is; anything else is a ValidationError."""
     if model is None:
         return load_minilm()
     if isinstance(model, PretrainedTransformer):

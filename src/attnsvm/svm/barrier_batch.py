@@ -33,7 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attnsvm.svm.ipm import (GAMMA_START, GUARD_SHRINK, GUARD_TRIES, Problem, blocks, centering, clean_primal,
+from attnsvm.svm.ipm import (GAMMA_START, GUARD_SHRINK, GUARD_TRIES, MAX_ITER, Problem, blocks, centering, clean_primal,
                              ipm_result, is_optimal, mT, next_gamma, nuclear_ipm, reduce_problem, stall_limit,
                              start_point, stops_at_optimum, sym, violation, z_half)
 
@@ -273,7 +273,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
              stopped[k]) for k in range(R)]
 
 
-def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, max_iter: int = 80) -> list:
+def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = MAX_ITER) -> list:
     """Solve many ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` problems (as :func:`~attnsvm.svm.ipm.nuclear_ipm`).
 
     Parameters
@@ -281,7 +281,8 @@ def nuclear_ipm_batch(problems, *, tol: float = 1e-9, feas_tol: float = 1e-10, m
     problems : list of tuples ``(U (N, d1), V (N, d2), rhs (N,), is_equality (N,) bool, lam_init (N,) or
         None, W_init (d1, d2) or None)``, each a feasible constraint set (feasibility is decided by
         the caller); sizes may differ (problems are stacked by reduced shape)
-    tol, feas_tol, max_iter : as :func:`~attnsvm.svm.ipm.nuclear_ipm`
+    tol, feas_tol, max_iter : as :func:`~attnsvm.svm.ipm.nuclear_ipm` (the caller's resolved ``gap_tol`` and
+        ``feas_tol``, :class:`~attnsvm.svm.settings.SolverSettings`)
 
     Returns
     -------

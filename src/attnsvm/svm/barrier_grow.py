@@ -7,7 +7,7 @@ rows outside the subset are checked *during* one run instead, against the primal
 every iteration once the relative duality gap is below 0.1 (and when the subset is solved): the
 violated rows join the running problem with the slack ``max(m_k - rhs_k, 0) + sqrt(mu)`` and the
 multiplier ``mu / s_k`` (on the central path), together with up to twice as many rows that the iterate nearly
-violates (:func:`_with_band`: each join makes the path retreat, so rows about to be violated join early), the
+violates (:func:`join_with_band`: each join makes the path retreat, so rows about to be violated join early), the
 multipliers are then scaled into the spectral-norm ball (:func:`_into_ball`), and the path-following goes on.
 Between gaps 1e-3 and ``100 tol`` clearly slack rows leave (:func:`_drop`). Rows that are still violated by
 more than 1e-3 when the gap is below 1e-4 join once (``late_joins``: the path retreats, ~10 iterations, where
@@ -39,11 +39,11 @@ __all__ = ["GrowthLimits", "nuclear_ipm_grow"]
 def _violated(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> np.ndarray:
     """Indices of the live rows outside the subset whose (scaled) violation exceeds ``thr``, and the largest
     violation among them (0 when none)."""
-    new, v = _outside(allr, X12, in_set, thr)
+    new, v = rows_outside(allr, X12, in_set, thr)
     return new, float(v[new].max()) if new.size else 0.0
 
 
-def _outside(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
+def rows_outside(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
     """``(idx, v)``: the indices of the live rows outside the subset whose (scaled) violation ``v`` (N,) exceeds
     ``thr`` (``|rhs_k - m_k|`` on equality rows, ``rhs_k - m_k`` else; a negative ``thr`` takes in satisfied rows)."""
     v = allr.rhs - allr.margins(X12)
@@ -52,24 +52,24 @@ def _outside(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, thr: float) -> t
 
 
 #: rows whose margin is within this band above their right-hand side (relative to ``1 + max |rhs|``) join with the
-#: violated rows, at most :data:`_JOIN_BAND_SHARE` times as many as those (see :func:`_with_band`)
-_JOIN_BAND = 0.05
-_JOIN_BAND_SHARE = 2.0
+#: violated rows, at most :data:`JOIN_BAND_SHARE` times as many as those (see :func:`join_with_band`)
+JOIN_BAND = 0.05
+JOIN_BAND_SHARE = 2.0
 
 
-def _with_band(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
+def join_with_band(allr: RowSet, X12: np.ndarray, in_set: np.ndarray, new: np.ndarray, vscale: float,
                room: int) -> np.ndarray:
     """The joining rows ``new`` (violated; indices, ascending) with the rows outside the subset that ``X12`` nearly
-    violates: margin below ``rhs_k +`` :data:`_JOIN_BAND` ``* vscale``, the least slack first, at most
-    :data:`_JOIN_BAND_SHARE` ``* new.size`` and ``room`` of them. A violated row joins with the slack and multiplier
+    violates: margin below ``rhs_k +`` :data:`JOIN_BAND` ``* vscale``, the least slack first, at most
+    :data:`JOIN_BAND_SHARE` ``* new.size`` and ``room`` of them. A violated row joins with the slack and multiplier
     of :func:`_join` and leaves the iterate primal infeasible by its violation plus ``sqrt(mu)``, whose repair costs
     the path a few iterations at every join (the multipliers are scaled back into the ball, mu and the gap move up); a
     nearly active row joins before it is violated, with the violated rows' join, and saves a later join of its own
     (measured in docs/guide/performance.md, "Nuclear iterations"). Rows that stay inactive may leave (:func:`_drop`)."""
-    k = min(int(_JOIN_BAND_SHARE * new.size), room)
+    k = min(int(JOIN_BAND_SHARE * new.size), room)
     if k <= 0:
         return new
-    near, v = _outside(allr, X12, in_set, -_JOIN_BAND * vscale)
+    near, v = rows_outside(allr, X12, in_set, -JOIN_BAND * vscale)
     near = near[~np.isin(near, new)]
     near = near[np.argsort(-v[near], kind="stable")[:k]]
     return np.union1d(new, near)
@@ -139,7 +139,7 @@ class _Growth:
 
     Rows leave between the gaps ``100 tol`` and 1e-3 when their slack exceeds 0.5% of ``1 + max |rhs|`` and their
     multiplier is below 1e-3 of the largest (at least 5% of the subset at once). The slack bar sits below the band's
-    width (:data:`_JOIN_BAND`), so the band's rows that stay inactive can leave; at 5% they stayed, at 0.05% dropped
+    width (:data:`JOIN_BAND`), so the band's rows that stay inactive can leave; at 5% they stayed, at 0.05% dropped
     rows came back (docs/guide/performance.md, "Nuclear iterations"). Rows still violated by more than 1e-3 below
     the gap 1e-4 join ``late_joins`` times, then are left to the caller.
     """
@@ -181,7 +181,7 @@ class _Growth:
                 return "stop"
             new = new[:0]
         if new.size:
-            new = _with_band(allr, X12, in_set, new, vscale, (N if self.max_rows is None else self.max_rows)
+            new = join_with_band(allr, X12, in_set, new, vscale, (N if self.max_rows is None else self.max_rows)
                              - rows.size - new.size)
         self.joined.append(int(new.size))
         changed = None
@@ -227,9 +227,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
         All rows (a feasible set; feasibility is decided by the caller).
     start_rows : (N,) bool, the first subset (e.g. the Frobenius support and the equality rows)
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
-    settings : :class:`~attnsvm.svm.settings.SolverSettings`: ``gap_tol`` (the relative duality gap on the
-        final subset; 1e-8 when None), ``feas_tol`` and ``time_limit`` as the ``tol``, ``feas_tol`` and
-        ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`; default ``SolverSettings()``
+    settings : :class:`~attnsvm.svm.settings.SolverSettings` (default ``SolverSettings()``): ``gap_tol`` (the
+        relative duality gap on the final subset; None: that of the working set's subsets,
+        :meth:`~attnsvm.svm.settings.SolverSettings.resolved`), ``feas_tol`` and ``time_limit`` as the ``tol``,
+        ``feas_tol`` and ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`
     verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm`
     limits : :class:`GrowthLimits` (default ``GrowthLimits()``): ``max_iter`` iterations of the whole run;
         ``max_rows`` largest subset (None: no limit), rows stop joining when it would be exceeded;
@@ -245,10 +246,10 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     subset as a bool mask (N,). Rows outside it may still be violated at the end (the caller checks).
     """
     t0 = time.perf_counter()
-    settings = SolverSettings() if settings is None else settings
+    settings = (SolverSettings() if settings is None else settings).resolved("nuclear", "working_set")
     limits = GrowthLimits() if limits is None else limits
     max_iter, max_rows, late_joins = limits.max_iter, limits.max_rows, limits.late_joins
-    tol = 1e-8 if settings.gap_tol is None else settings.gap_tol
+    tol = settings.gap_tol
     feas_tol, time_limit = settings.feas_tol, settings.time_limit
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra) with rows joining during the run"}

@@ -156,6 +156,15 @@ def _gram_qp(G: np.ndarray, cs_n: ConstraintSet, tol: float, method: str) -> QPR
         raise RuntimeError(f"the Frobenius SVM solver failed: {exc}") from None
 
 
+def dense_start(cs: ConstraintSet, formulation: str | None, options):
+    """The start every dense solve of one constraint set shares (:func:`solve_frobenius`, :func:`solve_frobenius_rhs`,
+    :func:`attnsvm.svm.nuclear.solve_nuclear`): the refusal (ResourceLimitError) before building the N x N
+    matrices of ``cs`` (N rows) when they need more than the resolved ``options``' ``max_memory``; returns
+    ``(options, formulation)``, the label defaulting to ``cs.kind``."""
+    require_dense_memory(cs.N, options.settings.max_memory)
+    return options, formulation or cs.kind
+
+
 def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, options: FrobeniusOptions | None = None,
                     **kw) -> SVMSolution:
     """Solve ``min ||W||_F s.t.`` the rows of ``cs`` exactly.
@@ -175,10 +184,8 @@ def solve_frobenius(cs: ConstraintSet, *, formulation: str | None = None, option
     SVMSolution with ``W (d1, d2)`` (status "optimal", or "optimal_inaccurate" when the
     certificate does not pass) or a Farkas certificate (status "infeasible", ``W is None``).
     """
-    o = FrobeniusOptions.resolve(options, kw, "solve_frobenius")
-    formulation = formulation or cs.kind
+    o, formulation = dense_start(cs, formulation, FrobeniusOptions.resolve(options, kw, "solve_frobenius"))
     t0 = time.perf_counter()
-    require_dense_memory(cs.N, o.settings.max_memory)
     normalized = cs.normalized()
     res, G = frobenius_qp(normalized[0], o.settings, o.method)
     return _finish(cs, normalized, G, res, o, formulation, t0)
@@ -199,9 +206,8 @@ def solve_frobenius_rhs(cs: ConstraintSet, rhs: np.ndarray, *, formulation: str 
     if rhs.shape[1] != cs.N:
         raise ValidationError(f"rhs must have shape (R, N) with N = {cs.N} (the rows of cs), got {rhs.shape}")
     rhs.flags.writeable = False                                      # the rows become the sets' rhs
-    formulation = formulation or cs.kind
+    o, formulation = dense_start(cs, formulation, o)
     t0 = time.perf_counter()
-    require_dense_memory(cs.N, o.settings.max_memory)
     scalings = [RowScaling.unit_rows(cs.U, cs.V, b) for b in rhs]      # the same row factors, E per rhs
     if not scalings:
         return []

@@ -34,7 +34,7 @@ from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
 from attnsvm.svm.ipm import nuclear_ipm, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, row_gram
-from attnsvm.svm.frobenius import (farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
+from attnsvm.svm.frobenius import (dense_start, farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
                                    row_sizes)
 from attnsvm.svm.options import NuclearOptions
 from attnsvm.svm.settings import SolverSettings
@@ -154,8 +154,7 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
 
     Parameters
     ----------
-    cs : ConstraintSet with ``U (N, d1)``, ``V (N, d2)``
-    formulation : label stored in the solution (defaults to ``cs.kind``)
+    cs, formulation : as :func:`~attnsvm.svm.frobenius.solve_frobenius`
     options : :class:`~attnsvm.svm.options.NuclearOptions`, or its settings and knobs as keywords:
         the settings (:class:`~attnsvm.svm.settings.SolverSettings`) ``feas_tol`` (the Frobenius start's
         KKT tolerance and the interior-point method's feasibility target), ``gap_tol`` (the relative
@@ -180,16 +179,14 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
     ``info["solver_status"]`` is the inner method's own verdict ("optimal" or "inaccurate"
     for the IPM; cvxpy's status otherwise).
     """
-    o = NuclearOptions.resolve(options, kw, "solve_nuclear")
+    o, formulation = dense_start(cs, formulation, NuclearOptions.resolve(options, kw, "solve_nuclear"))
     st, solver, device = o.settings, o.solver, o.device
     max_memory = st.max_memory
-    formulation = formulation or cs.kind
     backend = _device_backend(device, solver)
     t0 = time.perf_counter()
     # feasibility (and the Farkas certificate) from the exact Frobenius dual QP of the
     # row-normalized set, whose solution is also the warm start; nothing is mapped back, so
     # only the nuclear solution itself has to fit in float64
-    require_dense_memory(cs.N, max_memory)
     if max_memory is not None or nuclear_bytes(cs.N, cs.d1, cs.d2) >= 2**24:   # below 16 MiB: not checked
         require_memory(nuclear_bytes(cs.N, cs.d1, cs.d2), f"nuclear-norm solve of {cs.N} constraints "
                        "(N x N Schur complement)", max_memory,

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from attnsvm._validate import check_choice, check_number
+from attnsvm.svm.settings import FEAS_TOL
 
 __all__ = ["QPResult", "solve_gram_qp", "goldfarb_idnani", "pdas", "pdas_rhs", "pdas_batch"]
 
@@ -82,7 +83,7 @@ def kkt_ok(G, b, eq, lam, tol) -> bool:
     return bool(np.all(np.abs(lam * slack) <= btol * scale))
 
 
-def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int = 60):
+def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL, maxit: int = 60):
     """Primal-dual active-set method for ``min 1/2 lam^T G lam - b^T lam``, ``lam >= 0`` off ``eq``.
 
     Parameters
@@ -147,7 +148,7 @@ def _free_solve(Gff: np.ndarray, bf: np.ndarray):
     return x
 
 
-def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10) -> list:
+def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL) -> list:
     """:func:`pdas` of one Gram matrix with R right-hand sides: the result of ``pdas(G, B[r], eq)`` for each r.
 
     Parameters
@@ -179,7 +180,7 @@ def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10
     return out
 
 
-def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10, maxit: int = 40):
+def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL, maxit: int = 40):
     """Batched :func:`pdas` over R independent instances of equal size.
 
     Parameters
@@ -371,7 +372,7 @@ def _polish_active(G: np.ndarray, b: np.ndarray, eq: np.ndarray, active: list[in
     return lam
 
 
-def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10,
+def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL,
                     maxit: int | None = None) -> QPResult:
     """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
 
@@ -448,7 +449,7 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     return QPResult("optimal", lam, iterations=it, method="goldfarb-idnani")
 
 
-def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 1e-10,
+def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL,
                   method: str = "auto") -> QPResult:
     """Solve the Frobenius dual QP given its Gram matrix (see module docstring).
 

@@ -4,7 +4,10 @@
 (through :func:`attnsvm.svm.dispatch.solve_dispatch`) builds it once from the caller's keywords, which
 checks each setting once (:func:`check_setting`, a :class:`~attnsvm.errors.ValidationError` naming the
 setting and its range). The per-method views of :mod:`attnsvm.svm.options` carry the object down;
-no inner function has a default of its own for a setting.
+no inner function has a default of its own for a setting: each default is written once, ``feas_tol`` here
+(:data:`FEAS_TOL`), ``gap_tol`` and ``support_tol`` in the norm's :class:`~attnsvm.svm.norms.Norm`, and
+the lower-level entry points (:func:`attnsvm.svm.ipm.nuclear_ipm`, :mod:`attnsvm.svm.qp`,
+:func:`attnsvm.svm.barrier_grow.nuclear_ipm_grow`) read them from there.
 
 ==============  ===========================================================================================
 setting         meaning (default)
@@ -46,7 +49,7 @@ from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.svm.norms import NormTable, get_norm
 
-__all__ = ["SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS", "settings_of"]
+__all__ = ["FEAS_TOL", "SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS", "settings_of"]
 
 #: the settings of the soft margin (one cvxpy solve at fixed tolerances), and its default support_tol
 SOFT_SETTINGS = ("support_tol", "max_memory")
@@ -56,6 +59,10 @@ SOFT_SUPPORT_TOL = 1e-6
 #: where the norm's methods are iterative), and under "soft" those of the soft margin: a read-only view of
 #: :data:`~attnsvm.svm.norms.NORMS`
 NORM_SETTINGS = NormTable("settings", {"soft": SOFT_SETTINGS})
+
+#: the default ``feas_tol`` (one value for every norm and method; also the default ``tol`` of the dense QPs of
+#: :mod:`attnsvm.svm.qp`, which is this setting)
+FEAS_TOL = 1e-10
 
 #: old name -> setting, accepted with a DeprecationWarning until 0.3
 DEPRECATED_SETTINGS = {"tol": "feas_tol"}
@@ -94,7 +101,7 @@ class SolverSettings:
     depend on the norm and the method (``None`` fields) without checking again.
     """
 
-    feas_tol: float = 1e-10
+    feas_tol: float = FEAS_TOL
     gap_tol: float | None = None
     support_tol: float | None = None
     time_limit: float | None = None

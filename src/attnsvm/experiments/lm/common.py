@@ -278,21 +278,3 @@ def decided_by_control(fit, control):
                  fit.kind, fit.detail, verdict="inconclusive", power=None,
                  alternative="random directions fitted the same way (the control did not pass)", spec_ref=fit.spec_ref,
                  claim_is=fit.claim_is, p_value=fit.p_value)
-
-
-def every_run_check(name: str, diffs, min_runs: int = 3, detail: str = "", *, source: str, reason: str):
-    """A qualitative ordering "A exceeds B in every run" on per-run paired differences ``diffs (R,)``.
-
-    For claims about each run's trajectory when only a few runs have the comparator: value = the
-    smallest difference, passes when it is > 0 in every one of at least ``min_runs`` runs (a random
-    ordering passes with probability 2^-R). Fewer runs, or a NaN, fail the check.
-    """
-    vals = np.asarray(diffs, dtype=float).ravel()
-    R = vals.size
-    value = float(vals.min()) if R >= min_runs and np.all(np.isfinite(vals)) else float("nan")
-    why = (f"{reason}; an ordering in every run (no tolerance): at least {min_runs} runs, where a random ordering passes "
-           f"with probability 2^-R")
-    # under a random ordering every run is a fair coin: all R runs above 0 has probability 2^-R
-    return check(name, value, ">", 0.0, (detail + "; " if detail else "") + f"{R} runs"
-                 + (f", mean {vals.mean():.4g}" if R else ""), source=source, reason=why, kind="qualitative",
-                 claim_is="alternative", p_value=2.0 ** -R if value > 0 else None)

@@ -234,17 +234,6 @@ def locally_optimal_from_rows(cons: pd.DataFrame) -> float:
     return float(locally_optimal_rows(sup, cons["gamma_sel"].to_numpy(float), cons["gamma_tok"].to_numpy(float)))
 
 
-def max_dev(a, b) -> float:
-    """Largest absolute deviation between two arrays (how a fact is compared with the spec)."""
-    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
-
-
-def support_str(mask_row) -> str:
-    """Indices of a boolean mask as ``"i,j,..."`` (a table cell)."""
-    idx = np.flatnonzero(np.asarray(mask_row, bool))
-    return ",".join(str(int(i)) for i in idx)
-
-
 # ------------------------------------------------------------------ SVMs of the prompt model
 
 

@@ -17,7 +17,7 @@ its own selections) and compares the measurement with a comparator fixed in adva
 measured on the same units: uniform attention, the initialization, Gaussian random
 directions, the other norm's SVM, random selections of the same sizes. The margin is a
 sampling interval over those units (:func:`paired_check`, :func:`sign_share_check`) or a
-permutation level (:func:`_random_direction_check`), so a table of noise fails every check.
+permutation level (:func:`random_direction_check`), so a table of noise fails every check.
 Every SVM a comparison uses is certified (``SVMSolution.certified``); an uncertified one is
 never compared with (its correlations are NaN) and fails the integrity check.
 
@@ -88,14 +88,14 @@ def uniform_correct(problem: TokenProblem) -> np.ndarray:
     return (np.sign(problem.X.mean(axis=1) @ problem.v) == problem.Y).astype(np.float64)
 
 
-def _corr_curve(Ws: np.ndarray, W) -> np.ndarray:
+def corr_curve(Ws: np.ndarray, W) -> np.ndarray:
     """corr(W(k), W_svm) per checkpoint: Ws (C, d, d) -> (C,); NaN without a (certified) SVM."""
     if W is None:
         return np.full(Ws.shape[0], np.nan)
     return np.asarray(correlation(Ws, W[None]), dtype=np.float64)
 
 
-def _certified_svm(problem: TokenProblem, alpha: np.ndarray, norm: str):
+def certified_svm(problem: TokenProblem, alpha: np.ndarray, norm: str):
     """Att-SVM of the selection ``alpha (n,)``: ``(W or None, record)``.
 
     W is returned only when the solution is certified (``sol.certified``); ``record`` holds the
@@ -111,7 +111,7 @@ def _certified_svm(problem: TokenProblem, alpha: np.ndarray, norm: str):
     return (sol.W if sol.certified else None), rec
 
 
-def _random_direction_corrs(W, draws: int, rng: np.random.Generator) -> np.ndarray:
+def random_direction_corrs(W, draws: int, rng: np.random.Generator) -> np.ndarray:
     """corr(G_k, W) for ``draws`` standard Gaussian matrices G_k of W's shape: (draws,) (NaN if W is None).
 
     Sampled exactly without forming G: by rotation invariance ``<G, W / ||W||> = z ~ N(0, 1)`` and
@@ -195,7 +195,7 @@ def train_param(problem: TokenProblem, param: str, config, seed: int):
     alpha, O = _selection_sets(res.softmax[0, -1], config.select_threshold)
     svms, extra = {}, {}
     for key in SVMS[param]:
-        svms[key], rec = _certified_svm(problem, alpha, _NORM[key])
+        svms[key], rec = certified_svm(problem, alpha, _NORM[key])
         for field, val in rec.items():
             extra[f"{key}_{field}"] = val
     a, b = svms.get("att_fro"), svms.get("att_nuc")
@@ -204,7 +204,7 @@ def train_param(problem: TokenProblem, param: str, config, seed: int):
     rng = np.random.default_rng([int(seed), 7919, PARAMS.index(param)])
     nulls = pd.DataFrame({"kind": "null", "seed": seed, "param": param, "svm": key,
                           "draw": np.arange(config.null_draws),
-                          "corr_random_dir": _random_direction_corrs(svms[key], config.null_draws, rng)})
+                          "corr_random_dir": random_direction_corrs(svms[key], config.null_draws, rng)})
     return res, alpha, O, svms, extra, nulls
 
 
@@ -218,7 +218,7 @@ def curve_rows(seed, param, result, train_p, test_p, svms, extra=None):
         "train_acc": _accuracy(train_p, att_tr), "test_acc": _accuracy(test_p, att_te),
     })
     for key in ("att_fro", "att_nuc"):
-        rows[f"corr_{key}"] = _corr_curve(Ws, svms.get(key))
+        rows[f"corr_{key}"] = corr_curve(Ws, svms.get(key))
     for key, val in (extra or {}).items():
         rows[key] = val
     return rows
@@ -368,7 +368,7 @@ def _exchangeable_p(wins: int, total: int, level: float) -> float | None:
     return float(binom.sf(wins - 1, total, level)) if total > 0 else None
 
 
-def _random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
+def random_direction_check(name: str, own: pd.Series, nulls: pd.DataFrame, draws: int, *, source: str,
                             detail: str = "", effect: float | None = None, sigma: float | None = None,
                             sigma_source: str = "", plan_key: str | None = None) -> Check:
     """Every run's correlation with its SVM beats all ``draws`` Gaussian random directions' correlations.
@@ -477,7 +477,7 @@ def direction_checks(config, table: pd.DataFrame, fin: pd.DataFrame, experiment:
         norm = "Frobenius" if key == "att_fro" else "nuclear"
         label = "W" if param == "W" else "KQ^T"
         name = f"{param}: final corr({label}, {norm} Att-SVM of its selections) above random directions in every run"
-        out.append(_random_direction_check(
+        out.append(random_direction_check(
             name, own, nulls[(nulls["param"] == param) & (nulls["svm"] == key)], config.null_draws,
             source=SRC_DIRECTION[param], effect=LEVEL_CORR, plan_key=f"{experiment}: {name}" if experiment else None))
     return out

@@ -6,7 +6,7 @@ SVMs) is stored as a shard when it finishes, so a killed probe resumes where it 
 (``DIR/probe/shards/<config hash>/L<layer>-H<head>.parquet``), ``--workers N`` shares the heads
 among N local processes and ``--scheduler ADDRESS`` among the workers of a Dask cluster. A head's
 row equals its row of one in-process ``probe_heads`` call over all heads (its random baselines come
-from its own generator, :func:`attnsvm.real.probe.baseline_rng`). ``DIR/probe`` holds the runner's
+from its own generator, :func:`attnsvm.real.probe_steps.baseline_rng`). ``DIR/probe`` holds the runner's
 ``meta.json``, ``checks.json`` and ``results.parquet``, so ``attnsvm report DIR`` shows the probe as
 a section (its checks are those of ``real-minilm-heads``).
 

@@ -76,8 +76,9 @@ steps at (n, T, d) = (64, 32, 768)); the primal iterate X removes that (~25
 iterations).
 """
 
-from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, IPMResult, PathState, ipm_arrays, ipm_result, is_optimal,
-                                    measure, nuclear_ipm, path_following, stall_limit, stopping_test, stops_at_optimum)
+from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, MAX_ITER, IPMResult, PathState, ipm_arrays, ipm_result,
+                                    is_optimal, measure, nuclear_ipm, path_following, stall_limit, stopping_test,
+                                    stops_at_optimum)
 from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm,
                                     row_space_basis, singular_values, spectral_norm, sym, z_half)
 from attnsvm.svm.ipm.newton import NewtonSystem, centering, ipm_step, mehrotra_direction, next_step
@@ -86,7 +87,7 @@ from attnsvm.svm.ipm.problem import (Dual, Iterate, NUMPY_NEWTON, NumpyNewton, P
 from attnsvm.svm.ipm.steps import GAMMA_START, GUARD_SHRINK, GUARD_TRIES, next_gamma
 from attnsvm.svm.ipm.trace import trace, trace_iterate, tracing
 
-__all__ = ["Dual", "EQUAL_STEPS_MAX_ROWS", "GAMMA_START", "GUARD_SHRINK", "GUARD_TRIES", "IPMResult", "Iterate",
+__all__ = ["Dual", "EQUAL_STEPS_MAX_ROWS", "GAMMA_START", "GUARD_SHRINK", "GUARD_TRIES", "IPMResult", "Iterate", "MAX_ITER",
            "NUMPY_NEWTON", "NewtonSystem", "NumpyNewton", "PathState", "Problem", "Reduction", "RowSet", "blocks",
            "centering", "chol", "chol_S", "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays",
            "ipm_result", "ipm_step", "is_optimal", "mT", "measure", "mehrotra_direction", "next_gamma", "next_step",

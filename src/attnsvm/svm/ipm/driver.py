@@ -106,6 +106,9 @@ def stall_limit(merit):
 #: ones (with equal steps it stalled where they converged)
 EQUAL_STEPS_MAX_ROWS = 1024
 
+#: the iteration limit of :func:`nuclear_ipm` and of the batched runs (:mod:`attnsvm.svm.barrier_batch`)
+MAX_ITER = 80
+
 
 class PathState:
     """What the path-following loop carries from one iteration to the next, and the two halves of an iteration:
@@ -200,6 +203,17 @@ def path_following(pb: Problem, x: Iterate, path: PathState, max_iter: int):
     return path.final_best(pb, x), path.status, it, x
 
 
+def default_tolerances(tol: float | None, feas_tol: float | None) -> tuple[float, float]:
+    """``(tol, feas_tol)`` with None replaced by the settings' defaults for a dense nuclear solve: the one
+    place those defaults are written is :class:`~attnsvm.svm.settings.SolverSettings` and the norm's
+    :attr:`~attnsvm.svm.norms.Norm.gap_tol` (imported here, not at module level: the settings module imports
+    the norms, which import this package)."""
+    from attnsvm.svm.settings import SolverSettings
+
+    st = SolverSettings().resolved("nuclear", "dense")
+    return (st.gap_tol if tol is None else tol), (st.feas_tol if feas_tol is None else feas_tol)
+
+
 def ipm_arrays(U, V, rhs, is_equality):
     """The IPM's inputs as arrays: ``(U (N, d1), V (N, d2), rhs (N,), eq (N,) bool, N, d1, d2)``."""
     U = np.asarray(U, float)
@@ -209,8 +223,8 @@ def ipm_arrays(U, V, rhs, is_equality):
 
 
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
-                lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float = 1e-9,
-                feas_tol: float = 1e-10, max_iter: int = 80, time_limit: float | None = None,
+                lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float | None = None,
+                feas_tol: float | None = None, max_iter: int = MAX_ITER, time_limit: float | None = None,
                 verbose: bool = False, backend=None) -> IPMResult:
     """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows).
 
@@ -227,8 +241,10 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     lam_init : (N,) optional multipliers to start from (e.g. the Frobenius dual)
     W_init : (d1, d2) optional primal point to start from (e.g. the Frobenius solution)
     tol : relative duality gap ``(||W||_* - rhs^T lam) / max(1, ||W||_*)`` at which the result counts
-        as optimal (the iteration goes on towards ``tol / 10`` while every step still gains)
-    feas_tol : target constraint violation of W relative to ``1 + max |rhs|``
+        as optimal (the iteration goes on towards ``tol / 10`` while every step still gains); None: the
+        ``gap_tol`` of a dense nuclear solve (:meth:`attnsvm.svm.settings.SolverSettings.resolved`)
+    feas_tol : target constraint violation of W relative to ``1 + max |rhs|``; None: the ``feas_tol`` of
+        :class:`~attnsvm.svm.settings.SolverSettings`
     max_iter, time_limit : limits; the best iterate is then returned with status "inaccurate"
     verbose : print one line per iteration
     backend : None (default: numpy / scipy) or a Newton backend (the interface:
@@ -240,6 +256,8 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
     -------
     IPMResult with ``W (d1, d2)`` (``W = P M B^T``) and ``lam (N,)`` (strictly dual feasible).
     """
+    if tol is None or feas_tol is None:
+        tol, feas_tol = default_tolerances(tol, feas_tol)
     check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_number(feas_tol, "feas_tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_number(max_iter, "max_iter", low=1, integer=True)
