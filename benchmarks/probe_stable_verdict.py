@@ -9,6 +9,7 @@ the max-margin solution of those 8 only: at m = 6 its corr_restricted against th
 head's is against a sample it was not fitted to (docs/guide/probe.md, "Which statistic is consistent as m grows").
 """
 
+import argparse
 import os
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from attnsvm.real.probe import probe_heads  # noqa: E402
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     root = tempfile.mkdtemp()
     kw = dict(svm_sentences=[6, 8], threshold=THRESHOLD, max_length=24, spectrum_draws=0)
     t = probe_heads(SENTENCES, model=random_model("bert", os.path.join(root, "r")), **kw).table

@@ -48,8 +48,9 @@ import numpy as np
 __all__ = ["FarkasProof", "exact_farkas", "norm_lower_bound", "EXACT_BUDGET", "EXACT_MAX_ROWS"]
 
 #: at most this many rows take part in an exact proof: the elimination costs ``|J|^3`` operations on integers of
-#: ``|J|`` times ~200 bits (measured on random dense rows, 2 loaded cores: 0.1 s at 17 rows, 4 s at 37, over a
-#: minute at 65; exactly dependent rows such as repeated tokens give far smaller integers)
+#: ``|J|`` times ~200 bits, seconds at a few tens of rows and minutes beyond this limit on random dense rows
+#: (exactly dependent rows such as repeated tokens give far smaller integers; the timings:
+#: docs/guide/performance.md, "Solver design decisions and their measurements")
 EXACT_MAX_ROWS = 64
 #: at most this many big-integer multiply-adds in the final exact check (step 4: a few seconds)
 EXACT_BUDGET = 2.0e7

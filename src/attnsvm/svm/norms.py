@@ -202,8 +202,8 @@ def _nuclear_soft_program(M, squared, r):
 #: The stationarity threshold: like the violation a relative backward error of the returned pair
 #: (W, lam); an exact pair leaves only the rounding of a sum of N rank-one terms (about ``N eps``,
 #: below 1e-10 up to a million rows), so 1e-8 fails only a W that is not the combination of its
-#: multipliers. d1 x d2 arrays: measured about 6 (dense) and 4 (working set) at N = 5, d = 2000 and
-#: 3000 (``python benchmarks/memory_estimates.py``), budgeted above.
+#: multipliers. d1 x d2 arrays: 7 budgeted, above the peaks ``python benchmarks/memory_estimates.py`` measures
+#: (docs/guide/performance.md, "Solver design decisions and their measurements").
 FROBENIUS = Norm(name="fro", title="Frobenius", value=_fro_value, dual=_fro_dual, multipliers="squared",
                  objective=_fro_objective, certified_gap=1e-8, certified_stationarity=1e-8, support_tol=1e-6,
                  gap_tol=None, solution_arrays=7, soft_stationarity=_fro_soft_stationarity,
@@ -211,7 +211,8 @@ FROBENIUS = Norm(name="fro", title="Frobenius", value=_fro_value, dual=_fro_dual
 
 #: ``min ||W||_*`` (interior-point method: it stops at a looser gap than the exact Frobenius active set, its
 #: margins are less exact, and its residual is only stationary to the order of its gap, which the gap
-#: threshold already bounds: not thresholded). d1 x d2 arrays: measured about 7 (dense) and 8 (working set).
+#: threshold already bounds: not thresholded). d1 x d2 arrays: 9 budgeted, above the peaks
+#: ``python benchmarks/memory_estimates.py`` measures (docs/guide/performance.md).
 NUCLEAR = Norm(name="nuclear", title="nuclear", value=_nuclear_value, dual=spectral_norm, multipliers="norm",
                objective=_nuclear_objective, certified_gap=1e-6, certified_stationarity=None, support_tol=1e-5,
                gap_tol={"dense": 1e-9, "working_set": 1e-8}, solution_arrays=9,

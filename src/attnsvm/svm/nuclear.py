@@ -81,8 +81,8 @@ def _certify(cs: ConstraintSet, W: np.ndarray, lam: np.ndarray,
 
 def nuclear_bytes(N: int, d1: int, d2: int) -> float:
     """Peak bytes of the nuclear interior-point solve of N rows: the Frobenius start (4 N x N
-    arrays) and then the Schur complement with its factor and products (measured with
-    tracemalloc at N = 400: 5.7 N x N float64 arrays; 6 are budgeted) plus the SDP blocks."""
+    arrays) and then the Schur complement with its factor and products (6 N x N float64 arrays
+    budgeted, above the tracemalloc peak in docs/guide/performance.md) plus the SDP blocks."""
     r = min(d1, N) + min(d2, N)
     return 8.0 * (6.0 * float(N) ** 2 + 6.0 * float(r) ** 2 + 4.0 * float(N) * (d1 + d2))
 

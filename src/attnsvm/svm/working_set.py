@@ -304,8 +304,8 @@ def _one_blas_thread():
     """One BLAS thread for the subset QP, the caller's setting restored afterwards (a context manager).
 
     Its factor has a few thousand rows and most of its work is triangular solves with few
-    right-hand sides, too small to share between threads (two threads were measured slower than
-    one: docs/guide/performance.md, "Frobenius at N = 10^6"). The margins of all N rows keep the
+    right-hand sides, too small to share between threads (two threads are slower than one; the
+    timings: docs/guide/performance.md, "Frobenius at N = 10^6"). The margins of all N rows keep the
     caller's threads, and so do the QP's whole-block Cholesky factorizations
     (:func:`attnsvm.svm.pdas.caller_threads` runs them with the number recorded here).
     """

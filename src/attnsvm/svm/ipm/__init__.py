@@ -70,10 +70,10 @@ least-Frobenius-norm correction on the nearly active rows, which makes equality 
 exact.
 
 Why not the simpler dual barrier (Newton on ``-t rhs^T lam - log det S - sum log lam``,
-which needs no X): tried first, it stalls near the curved boundary of the
-spectral-norm ball, where Newton steps keep pointing out of the ball (hundreds of
-steps at (n, T, d) = (64, 32, 768)); the primal iterate X removes that (~25
-iterations).
+which needs no X): it stalls near the curved boundary of the spectral-norm ball, where
+Newton steps keep pointing out of the ball; the primal iterate X removes that (the
+iteration counts: docs/guide/performance.md, "Solver design decisions and their
+measurements").
 """
 
 from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, MAX_ITER, IPMResult, PathState, ipm_arrays, ipm_result,

@@ -54,7 +54,7 @@ def measure(pb: Problem, x: Iterate, du: Dual, best, tol: float, feas_tol: float
         # near the end rounding leaves violations of ~1e-10: try the least-norm correction. Only there: a gap below
         # -10 tol means (weak duality) a violation far above rounding, whose least-norm correction over many nearly
         # singular rows (an all-rows start: hundreds of rows, r1 r2 unknowns) is a regularized solve whose answer
-        # moves with the last bits and made the merit, and the stall test on it, a lottery
+        # moves with the last bits, which would make the merit, and the stall test on it, depend on rounding
         Xc, viol_c, gap_c = clean_primal(pb, x.X12, x.lam, feas_tol)
         if viol_c < viol:
             gap, viol = gap_c, viol_c
@@ -99,11 +99,11 @@ def stall_limit(merit):
     return np.where(merit < 1e-7, 4, 10) if isinstance(merit, np.ndarray) else (4 if merit < 1e-7 else 10)
 
 
-#: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond.
-#: Measured (docs/guide/performance.md): equal steps took fewer iterations on every tried shape of 42 to 990 rows
-#: (random and planted Att-SVMs, real-minilm-heads' 299-row Gen-SVMs), more on 4 of 6 planted sets of 1380 to 1500;
-#: the growing set of :mod:`attnsvm.svm.barrier_grow`, whose new rows leave the primal infeasible, keeps separate
-#: ones (with equal steps it stalled where they converged)
+#: :func:`nuclear_ipm` takes equal primal and dual step lengths up to this many (live) rows, separate ones beyond:
+#: equal steps save iterations on sets of up to about a thousand rows and not on larger ones. The growing set of
+#: :mod:`attnsvm.svm.barrier_grow`, whose new rows leave the primal infeasible, always takes separate ones: equal
+#: steps can stall it where separate ones converge (the iteration counts: docs/guide/performance.md, "Solver design
+#: decisions and their measurements")
 EQUAL_STEPS_MAX_ROWS = 1024
 
 #: the iteration limit of :func:`nuclear_ipm` and of the batched runs (:mod:`attnsvm.svm.barrier_batch`)

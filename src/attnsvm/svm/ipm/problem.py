@@ -25,8 +25,9 @@ GROUPED_MIN_ROWS = 128
 
 #: :meth:`Problem.XY` forms ``X Y`` as one product up to this reduced size ``r1 + r2``, from the low-rank factors
 #: of :meth:`Problem.XY_factors` beyond (at the probe's r1 + r2 = 315, k = 16: about 5x fewer multiply-adds).
-#: The small solves keep their arithmetic: the growing set's IPM (:mod:`attnsvm.svm.barrier_grow`) stalled on
-#: tests/test_svm_nuclear_grow.py's all-rows start (6 x 6) with the factored product's last-bit differences
+#: Small solves keep the single product: the growing set's IPM (:mod:`attnsvm.svm.barrier_grow`) on small all-rows
+#: starts is sensitive to the factored product's last-bit differences (docs/guide/performance.md, "Solver design
+#: decisions and their measurements")
 XY_DENSE_MAX = 64
 
 
@@ -109,8 +110,8 @@ class Problem:
         """``sym(X Y)`` (r1 + r2 square, exactly symmetric; or a stack) for the symmetric ``X`` and
         ``Y = -dZ Z^{-1}`` of :meth:`Y` (``Y`` when already computed for this ``dG``), as ``sym(F Vt)`` from
         :meth:`XY_factors` (``factors`` when already computed): ``2 n k (r1 + r2 + n)`` multiply-adds instead of
-        ``n^3 + 2 r1 r2 n``; up to ``n =`` :data:`XY_DENSE_MAX` (and without ``factors``) as ``X Y``, the
-        product small solves were measured with."""
+        ``n^3 + 2 r1 r2 n``; up to ``n =`` :data:`XY_DENSE_MAX` (and without ``factors``) as ``X Y``, which
+        keeps small solves' rounding as it is."""
         if factors is None and X.shape[-1] <= XY_DENSE_MAX:
             T = X @ (self.Y(dG, du) if Y is None else Y)
         else:
@@ -326,10 +327,10 @@ def start_point(pb, lam_init, M_init):
 
     ``X = [P; Q] diag(sv) [P; Q]^T + eps0 I`` (``M0 = P diag(sv) Q^T``) has trace ``2 sum(sv) + eps0 (r1 + r2)``;
     ``eps0 = 2 sum(sv) / (r1 + r2)`` gives the identity the same share of it as M0's part, whatever the shape
-    (for ``r1 = r2`` it is the mean singular value ``sum(sv) / r1``, bit for bit). The mean singular value on
-    unequal shapes gave the identity ``(r1 + r2) / (2 min(r1, r2))`` times M0's share: at the 16-sentence
-    Gen-SVMs of real-minilm-heads (r1, r2 = 299, 16: ten times) the first iterations' steps stayed short
-    (docs/guide/performance.md has the measured iterations)."""
+    (for ``r1 = r2`` it is the mean singular value ``sum(sv) / r1``, bit for bit). The mean singular value would
+    give the identity ``(r1 + r2) / (2 min(r1, r2))`` times M0's share on unequal shapes (ten times at real-minilm-
+    heads' reduced 299 x 16), which keeps the first iterations' steps short (docs/guide/performance.md has the
+    measured iterations)."""
     I = pb.ineq
     y = np.zeros(pb.N) if lam_init is None else np.asarray(lam_init, float).copy()
     y[I] = np.maximum(y[I], 0.0)

@@ -103,7 +103,7 @@ def min_eig_congruent(L, dX, Li=None) -> float:
 PSD_STEP_DENSE_MAX = 256
 
 #: :func:`lanczos_min` accepts a Ritz pair whose residual is at most this times ``max(|theta|, eps^(2/3))``
-#: (ARPACK's test, at the tolerance :func:`psd_step` called ARPACK's ``eigsh`` with before)
+#: (the residual test ARPACK's ``eigsh`` applies with ``tol=``)
 LANCZOS_TOL = 1e-8
 
 
