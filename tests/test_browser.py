@@ -587,6 +587,8 @@ def test_several_m_thumbnails_mark_the_stable_verdict(driver, curve_page):
     assert [v[1] for v in meta[1]] == ["stable: depends on sample size", f"m = 6: {r1['verdict']}"]
     assert meta[1][0][2] == _css_rgb(HEAD_MARKS["depends on sample size"][1])
     assert [v[1] for v in meta[0]] == ["stable: no SVM", "m = 6: no SVM"]
+    legend = driver.execute_script("return document.getElementById('explorer').textContent")
+    assert "Thumbnail marks:" in legend and "the head's stable verdict" in legend
 
 
 def test_layer_sections_collapse(driver, view_page):

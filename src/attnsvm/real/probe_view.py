@@ -4,14 +4,16 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
 
 * **Top.** The model, the probe's config and timings, a per-layer summary (mean
   ``corr_restricted`` against the random selections' baseline, heads above it) and layer x head
-  heat maps as HTML tables with cell colours: with null heads ``corr_restricted``, the spectrum nulls'
-  mean ``null_mean`` (one diverging scale) and the verdict map (colour = verdict, text = the upper
-  p-value), then, secondary, the advantage over random selections; without null heads
-  ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown below them by relative path when
-  it was written. Every cell links to its head's section.
+  heat maps as HTML tables with cell colours: with null heads ``corr_restricted``, the verdict nulls'
+  mean ``null_mean`` (one diverging scale; its caption names the run's null kind, :func:`null_kind_of`, and a
+  line below says what those nulls keep, ``NULLS[kind].legend``) and the verdict map (colour = verdict, text =
+  the upper p-value; words, never "nan", for a verdict that is not one), then, secondary, the advantage over
+  random selections; without null heads ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown
+  below them by relative path when it was written. Every cell links to its head's section.
 * **One section per head** (anchor ``head-L-H``), grouped in one collapsible ``<details class='layer'
   id='layer-L'>`` per layer (the first open, so the page opens short; a link to a head of a closed layer
-  opens it): its score against its random baseline, its SVM
+  opens it): its score against its random baseline, how often it selects [CLS] / position 0, [SEP] / the last
+  token and its query-independent share (:func:`share_items`), its SVM
   (status, duality gap, violation, rank, nuclear norm, support tokens) and the first sentences
   kept by the probe (``ProbeResult.attention``, ``view_sentences`` of them) with each token shaded
   by the head's attention from the query and marked by where the selection's SVM puts it:
@@ -30,12 +32,14 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
   such counts do and do not show.
 * **Explorer** (``id='explorer'``): a chooser of layer, sentence and query (every token of the kept
   sentences; clicking a token or a matrix row picks it as the query), one sentence across all heads
-  of the layer (tokens shaded by each head's attention from the query), and the chosen head's
+  of the layer (tokens shaded by each head's attention from the query; each row starts with the head's verdicts,
+  :func:`head_verdicts`, in the verdict map's colours, and its shares), and the chosen head's
   whole attention matrix for the sentence, with a colour scale (this matrix's min and max) and a
   "show values" toggle that prints every cell's value. Above them the **model view**
   (``id='model-view'``): one thumbnail per layer x head, a canvas of that head's attention matrix for
-  the chosen sentence, marked with the head's verdict (:func:`head_mark`); clicking one (or Enter)
-  shows that head in the explorer. The data is one inline JSON block (``<`` written as
+  the chosen sentence, marked with the head's verdict (:func:`head_mark`; with several m its stable verdict,
+  the tooltip saying so); clicking one (or Enter) shows that head in the explorer. Attention that is not a finite
+  number is null in the data and reads "no value" (a grey cell). The data is one inline JSON block (``<`` written as
   ``\u003c``) read by one inline script that builds the nodes with ``textContent`` only.
 * Heads without a number (infeasible or uncertified SVM) say why in plain language.
 
@@ -58,9 +62,9 @@ from attnsvm.errors import ValidationError
 from attnsvm.real.nulls import NULLS
 from attnsvm.real.verdict import DEPENDS, STABLE_VERDICTS, no_svm_reason
 
-__all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "head_mark", "head_verdicts", "share_items", "token_roles",
-           "render_probe_view",
-           "write_probe_view", "head_anchor", "head_reason", "main_columns", "notebook_html"]
+__all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "STABLE_MARKS", "SHARES", "head_mark", "head_verdicts",
+           "share_items", "null_kind_of", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
+           "head_reason", "main_columns", "notebook_html"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
@@ -1073,8 +1077,10 @@ def _explorer_html(result, n_show: int) -> str:
     used = set(payload["marks"].values())
     marks = ", ".join(f"<span class='swatch' style='background:{bg};color:{fg};width:auto;padding:0 .3em'>{_e(short)}"
                       f"</span> {_e(m)}" for m, (short, bg, fg) in HEAD_MARKS.items() if m in used)
-    marks = (f"<p class='small'>Thumbnail marks: {marks} (the head's verdict; without null heads, its advantage "
-             "over random selections).</p>") if used else ""
+    what = ("the head's stable verdict, where the verdicts at the two largest m agree (hover a thumbnail for the "
+            "verdict at the largest m)" if payload["stable_note"] else
+            "the head's verdict; without null heads, its advantage over random selections")
+    marks = f"<p class='small'>Thumbnail marks: {marks} ({what}).</p>" if used else ""
     data = json.dumps(payload, separators=(",", ":"))
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return ("<h2>Explore one sentence</h2><div id='explorer'><p class='small'>Pick a layer, one of the "
