@@ -673,6 +673,57 @@ def test_matrix_colour_scale_and_values(driver, view_page):
     check(4, 1, 1, False)
 
 
+#: the page's visible text, tooltips, labels and alt texts, scripts and styles left out, joined by " | "
+VISIBLE_WORDS = ("const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
+                 "while (w.nextNode()) { if (!w.currentNode.parentElement.closest('script,style')) "
+                 "out.push(w.currentNode.textContent); }"
+                 "document.querySelectorAll('[title],[aria-label],[alt]').forEach(e => ['title', 'aria-label', 'alt']"
+                 ".forEach(a => { if (e.hasAttribute(a)) out.push(e.getAttribute(a)); }));"
+                 "return out.join(' | ');")
+
+
+def nan_words(driver) -> list:
+    """Each "nan", "inf" and the like in the page's :data:`VISIBLE_WORDS`, with some context."""
+    import re
+
+    text = driver.execute_script(VISIBLE_WORDS)
+    return [text[max(0, m.start() - 60):m.end() + 20] for m in re.finditer(NOT_A_NUMBER, text, flags=re.IGNORECASE)]
+
+
+def test_attention_without_a_value_reads_no_value(driver, view_page, tmp_path):
+    """An attention value that is not a number (NaN) reaches the explorer as "no value": a grey matrix cell, a token
+    of the heads' rows and a thumbnail pixel, left out of the colour scale; no "nan" and no huge negative number."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from attnsvm.real.probe_view import write_probe_view
+
+    _, res = view_page
+    mats = {k: np.array(v, dtype=float) for k, v in res.matrices.items()}
+    q = int(np.asarray(res.queries[0]))
+    mats[(4, 1)][0, q, 2] = np.nan
+    path = write_probe_view(type(res)(**{**res.__dict__, "matrices": mats}), str(tmp_path))
+    open_page(driver, path)
+    Select(driver.find_element(By.ID, "pick-head")).select_by_value("1")
+    cell = driver.find_element(By.CSS_SELECTOR, f"#matrix tbody tr[data-query='{q}'] td:nth-of-type(3)")
+    assert cell.get_attribute("data-att") == "no value" and cell.get_attribute("title").endswith(": no value")
+    assert cell.value_of_css_property("background-color") == "rgba(208, 215, 222, 1)"
+    tok = driver.find_element(By.CSS_SELECTOR, "#heads-rows .hrow[data-head='1'] .tok[data-t='2']")
+    assert tok.get_attribute("data-att") == "no value" and "attention no value" in tok.get_attribute("title")
+    m = np.delete(mats[(4, 1)][0, :len(res.tokens[0]), :len(res.tokens[0])].ravel(),
+                  q * len(res.tokens[0]) + 2)
+    assert driver.find_element(By.ID, "scale-min").text == f"{np.rint(1000 * m.min()) / 1000:.3f}"
+    pixel = driver.execute_script(
+        "const c = document.querySelector(\"#model-view .thumb[data-layer='4'][data-head='1'] canvas\");"
+        "return Array.from(c.getContext('2d').getImageData(2, arguments[0], 1, 1).data);", q)
+    assert pixel == [208, 215, 222, 255], pixel
+    driver.find_element(By.ID, "show-values").click()
+    cell = driver.find_element(By.CSS_SELECTOR, f"#matrix tbody tr[data-query='{q}'] td:nth-of-type(3)")
+    assert cell.text == "-"
+    assert nan_words(driver) == [] and console_errors(driver) == []
+
+
 def test_probe_page_shows_no_nan_words(driver, view_page):
     """No "nan", "NaN" or "inf" anywhere on probe.html, tooltips and labels included, in every state of the explorer
     (each sentence, values shown) and on the model view's thumbnail of the head without an SVM (words instead)."""
@@ -683,17 +734,10 @@ def test_probe_page_shows_no_nan_words(driver, view_page):
 
     path, _ = view_page
     open_page(driver, path)
-    words = ("const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
-             "while (w.nextNode()) { if (!w.currentNode.parentElement.closest('script,style')) "
-             "out.push(w.currentNode.textContent); }"
-             "document.querySelectorAll('[title],[aria-label],[alt]').forEach(e => ['title', 'aria-label', 'alt']"
-             ".forEach(a => { if (e.hasAttribute(a)) out.push(e.getAttribute(a)); }));"
-             "return out.join(' | ');")
     assert re.search(NOT_A_NUMBER, "p nan |", flags=re.IGNORECASE)  # the pattern finds the word
 
     def check(state):
-        text = driver.execute_script(words)
-        hits = [text[max(0, m.start() - 60):m.end() + 20] for m in re.finditer(NOT_A_NUMBER, text, flags=re.IGNORECASE)]
+        hits = nan_words(driver)
         assert not hits, (state, hits)
 
     check("as loaded")
