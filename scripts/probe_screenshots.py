@@ -7,7 +7,8 @@ heads per head: a few minutes on a busy 2-core machine), writes its probe.html a
 headless Chromium (as tests/test_browser.py drives it: /usr/bin/chromium, /usr/bin/chromedriver, selenium):
 
 - ``probe-top.png``: the verdict and the layer x head maps;
-- ``probe-model-view.png``: the model view, one thumbnail per head, for the first sentence;
+- ``probe-model-view.png``: the model view, one thumbnail per head, for the first sentence, and the explorer's
+  rows below it (each head's verdict, shares and tokens);
 - ``probe-matrix.png``: the chosen head's attention matrix with its colour scale and "show values" on;
 - ``probe-layers.png``: the heads' sections, one collapsible section per layer, all closed.
 
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     try:
         driver.get((work / "probe.html").resolve().as_uri())
         _shot(driver, "h1", "#heatmap + p + .maps", dest / "probe-top.png")
-        _shot(driver, "#model-title", "#model-view", dest / "probe-model-view.png")
+        _shot(driver, "#model-title", "#heads-rows", dest / "probe-model-view.png")
         driver.find_element("id", "show-values").click()
         _shot(driver, "#matrix-title", "#matrix", dest / "probe-matrix.png")
         driver.find_element("id", "close-layers").click()

@@ -497,6 +497,100 @@ def test_model_view_in_browser(driver, view_page):
     driver.save_screenshot(str(artifacts_dir() / "probe-model-view.png"))
 
 
+def _css_rgb(colour: str) -> str:
+    """A colour of :data:`attnsvm.real.probe_view.HEAD_MARKS` ("#rrggbb" or "rgb(r,g,b)") as getComputedStyle
+    gives it."""
+    if colour.startswith("#"):
+        hexes = colour[1:] if len(colour) == 7 else "".join(c + c for c in colour[1:])  # "#777" is "#777777"
+        r, g, b = (int(hexes[k:k + 2], 16) for k in (0, 2, 4))
+        return f"rgb({r}, {g}, {b})"
+    return colour.replace(",", ", ")
+
+
+def _row_meta(driver) -> list:
+    """Each explorer row's [head, [[mark, words, background, colour], ...] of its verdicts, shares text, tooltip]."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#heads-rows .hrow')).map(r => [+r.dataset.head, "
+        "Array.from(r.querySelectorAll('.hv')).map(v => [v.dataset.mark, v.textContent, "
+        "getComputedStyle(v).backgroundColor, getComputedStyle(v).color]), "
+        "(r.querySelector('.sh') || {}).textContent || '', (r.querySelector('.sh') || {}).title || '']);")
+
+
+def test_explorer_rows_show_verdicts_and_shares(driver, view_page):
+    """Each head's row in the explorer shows its verdict in words, coloured as in the verdict map, and how often it
+    selects [CLS] and [SEP] and its query-independent share; they follow the chosen layer."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from attnsvm.real.probe_view import HEAD_MARKS
+
+    path, res = view_page
+    open_page(driver, path)
+    rows = {(int(r["layer"]), int(r["head"])): r for _, r in res.table.iterrows()}
+    for layer in ("4", "5"):
+        Select(driver.find_element(By.ID, "pick-layer")).select_by_value(layer)
+        meta = _row_meta(driver)
+        assert [h for h, *_ in meta] == [0, 1]
+        for h, verdicts, shares, tip in meta:
+            r = rows[(int(layer), h)]
+            _, bg, fg = HEAD_MARKS[r["verdict"]]
+            assert verdicts == [[r["verdict"], r["verdict"], _css_rgb(bg), _css_rgb(fg)]], (layer, h, verdicts)
+            qi = "no value" if r["qi_share"] != r["qi_share"] else format(r["qi_share"], ".2f")
+            assert shares == (f"selects [CLS] {r['sel_first']:.2f} \u00b7 selects [SEP] {r['sel_last']:.2f} \u00b7 "
+                              f"query-indep. share {qi}"), shares
+            assert "sel_first" in tip and "qi_share" in tip
+    assert console_errors(driver) == []
+
+
+@pytest.fixture(scope="module")
+def curve_page(tmp_path_factory):
+    """probe.html of a real probe at two numbers of SVM sentences (4 and 6; layer 4, heads 0 and 1, head 0 without
+    an SVM) in which head 1's verdicts at the two m disagree (its row at m = 4 set to "beyond null"), so its
+    stable verdict is "depends on sample size" whatever its verdict at m = 6: (path, table at the largest m)."""
+    pytest.importorskip("transformers")
+    from infeasible_head import probe_with_infeasible_head
+
+    from attnsvm.real.figures import largest_m
+    from attnsvm.real.probe_view import write_probe_view
+    from attnsvm.real.verdict import stable_verdicts
+
+    res = probe_with_infeasible_head(VIEW_SENTENCES, (4, 0), layers=[4], heads=[0, 1], svm_sentences=[4, 6],
+                                     view_sentences=2, null_draws=3)
+    table = res.table.copy()
+    assert sorted(table["m"].unique()) == [4, 6]
+    at6 = table.loc[(table["head"] == 1) & (table["m"] == 6), "verdict"].iloc[0]
+    table.loc[(table["head"] == 1) & (table["m"] == 4), "verdict"] = (
+        "beyond null" if at6 != "beyond null" else "below null")
+    table = stable_verdicts(table)
+    out = tmp_path_factory.mktemp("curve-view")
+    path = write_probe_view(type(res)(**{**res.__dict__, "table": table}), str(out))
+    return pathlib.Path(path), largest_m(table)
+
+
+def test_several_m_thumbnails_mark_the_stable_verdict(driver, curve_page):
+    """With several m the model view's thumbnails carry the stable verdict (not the verdict at the largest m) and
+    their tooltips say so; the explorer rows show both, the stable one first."""
+    from attnsvm.real.probe_view import HEAD_MARKS
+
+    path, table = curve_page
+    open_page(driver, path)
+    assert console_errors(driver) == []
+    r1 = table[table["head"] == 1].iloc[0]
+    assert r1["stable_verdict"] == "depends on sample size" and r1["verdict"] != "depends on sample size"
+    thumbs = {h: (mark, text) for _, h, mark, text, *_ in _thumbs(driver)}
+    assert thumbs[1][0] == "depends on sample size" and HEAD_MARKS["depends on sample size"][0] in thumbs[1][1]
+    assert thumbs[0][0] == "no SVM"  # stable: no SVM at both m
+    title = driver.execute_script("return document.querySelector(\"#model-view .thumb[data-head='1']\").title")
+    assert "stable: depends on sample size" in title and f"m = 6: {r1['verdict']}" in title, title
+    assert "the thumbnail marks the stable verdict" in title, title
+    meta = {h: verdicts for h, verdicts, *_ in _row_meta(driver)}
+    assert [v[1] for v in meta[1]] == ["stable: depends on sample size", f"m = 6: {r1['verdict']}"]
+    assert meta[1][0][2] == _css_rgb(HEAD_MARKS["depends on sample size"][1])
+    assert [v[1] for v in meta[0]] == ["stable: no SVM", "m = 6: no SVM"]
+    legend = driver.execute_script("return document.getElementById('explorer').textContent")
+    assert "Thumbnail marks:" in legend and "the head's stable verdict" in legend
+
+
 def test_layer_sections_collapse(driver, view_page):
     """One collapsible section per layer, the first open: a closed one hides its heads, opening it (click or
     Enter) shows them, a heat-map link into a closed layer opens it, and the explorer works with all closed."""
@@ -579,6 +673,57 @@ def test_matrix_colour_scale_and_values(driver, view_page):
     check(4, 1, 1, False)
 
 
+#: the page's visible text, tooltips, labels and alt texts, scripts and styles left out, joined by " | "
+VISIBLE_WORDS = ("const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
+                 "while (w.nextNode()) { if (!w.currentNode.parentElement.closest('script,style')) "
+                 "out.push(w.currentNode.textContent); }"
+                 "document.querySelectorAll('[title],[aria-label],[alt]').forEach(e => ['title', 'aria-label', 'alt']"
+                 ".forEach(a => { if (e.hasAttribute(a)) out.push(e.getAttribute(a)); }));"
+                 "return out.join(' | ');")
+
+
+def nan_words(driver) -> list:
+    """Each "nan", "inf" and the like in the page's :data:`VISIBLE_WORDS`, with some context."""
+    import re
+
+    text = driver.execute_script(VISIBLE_WORDS)
+    return [text[max(0, m.start() - 60):m.end() + 20] for m in re.finditer(NOT_A_NUMBER, text, flags=re.IGNORECASE)]
+
+
+def test_attention_without_a_value_reads_no_value(driver, view_page, tmp_path):
+    """An attention value that is not a number (NaN) reaches the explorer as "no value": a grey matrix cell, a token
+    of the heads' rows and a thumbnail pixel, left out of the colour scale; no "nan" and no huge negative number."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from attnsvm.real.probe_view import write_probe_view
+
+    _, res = view_page
+    mats = {k: np.array(v, dtype=float) for k, v in res.matrices.items()}
+    q = int(np.asarray(res.queries[0]))
+    mats[(4, 1)][0, q, 2] = np.nan
+    path = write_probe_view(type(res)(**{**res.__dict__, "matrices": mats}), str(tmp_path))
+    open_page(driver, path)
+    Select(driver.find_element(By.ID, "pick-head")).select_by_value("1")
+    cell = driver.find_element(By.CSS_SELECTOR, f"#matrix tbody tr[data-query='{q}'] td:nth-of-type(3)")
+    assert cell.get_attribute("data-att") == "no value" and cell.get_attribute("title").endswith(": no value")
+    assert cell.value_of_css_property("background-color") == "rgba(208, 215, 222, 1)"
+    tok = driver.find_element(By.CSS_SELECTOR, "#heads-rows .hrow[data-head='1'] .tok[data-t='2']")
+    assert tok.get_attribute("data-att") == "no value" and "attention no value" in tok.get_attribute("title")
+    m = np.delete(mats[(4, 1)][0, :len(res.tokens[0]), :len(res.tokens[0])].ravel(),
+                  q * len(res.tokens[0]) + 2)
+    assert driver.find_element(By.ID, "scale-min").text == f"{np.rint(1000 * m.min()) / 1000:.3f}"
+    pixel = driver.execute_script(
+        "const c = document.querySelector(\"#model-view .thumb[data-layer='4'][data-head='1'] canvas\");"
+        "return Array.from(c.getContext('2d').getImageData(2, arguments[0], 1, 1).data);", q)
+    assert pixel == [208, 215, 222, 255], pixel
+    driver.find_element(By.ID, "show-values").click()
+    cell = driver.find_element(By.CSS_SELECTOR, f"#matrix tbody tr[data-query='{q}'] td:nth-of-type(3)")
+    assert cell.text == "-"
+    assert nan_words(driver) == [] and console_errors(driver) == []
+
+
 def test_probe_page_shows_no_nan_words(driver, view_page):
     """No "nan", "NaN" or "inf" anywhere on probe.html, tooltips and labels included, in every state of the explorer
     (each sentence, values shown) and on the model view's thumbnail of the head without an SVM (words instead)."""
@@ -589,17 +734,10 @@ def test_probe_page_shows_no_nan_words(driver, view_page):
 
     path, _ = view_page
     open_page(driver, path)
-    words = ("const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
-             "while (w.nextNode()) { if (!w.currentNode.parentElement.closest('script,style')) "
-             "out.push(w.currentNode.textContent); }"
-             "document.querySelectorAll('[title],[aria-label],[alt]').forEach(e => ['title', 'aria-label', 'alt']"
-             ".forEach(a => { if (e.hasAttribute(a)) out.push(e.getAttribute(a)); }));"
-             "return out.join(' | ');")
     assert re.search(NOT_A_NUMBER, "p nan |", flags=re.IGNORECASE)  # the pattern finds the word
 
     def check(state):
-        text = driver.execute_script(words)
-        hits = [text[max(0, m.start() - 60):m.end() + 20] for m in re.finditer(NOT_A_NUMBER, text, flags=re.IGNORECASE)]
+        hits = nan_words(driver)
         assert not hits, (state, hits)
 
     check("as loaded")

@@ -290,3 +290,35 @@ def test_render_limits_sentences(probe):
     page = _Page()
     page.feed(render_probe_view(res, sentences=1))
     assert {s["i"] for s in page.spans} == {0} and page.imgs == []
+
+
+def test_null_heat_map_caption_names_the_runs_null(probe):
+    """The null-mean map's caption and legend name the verdict's own null kind (the default is the sink null), not
+    always "spectrum"."""
+    import html as _html
+
+    from attnsvm.real.nulls import NULLS
+
+    res, text, _ = probe
+    assert res.config["null_kind"] == "sink" and "verdict" in res.table.columns
+    assert "<caption>null_mean (sink null heads vs their SVMs)</caption>" in text
+    assert "spectrum null heads vs their SVMs" not in text and "vs its spectrum null heads" not in text
+    assert _html.escape(NULLS["sink"].legend, quote=True) in text
+    table = res.table.assign(null_kind="spectrum")
+    page = render_probe_view(type(res)(**{**res.__dict__, "table": table,
+                                          "config": {**res.config, "null_kind": "spectrum"}}))
+    assert "<caption>null_mean (spectrum null heads vs their SVMs)</caption>" in page
+    assert _html.escape(NULLS["spectrum"].summary, quote=True) in page
+
+
+def test_head_sections_show_special_token_shares(probe):
+    """Each head's section shows how often it selects [CLS] (position 0) and [SEP] (the last token) and its
+    query-independent share, as short labelled numbers."""
+    res, text, _ = probe
+    assert {"sel_first", "sel_last", "qi_share"} <= set(res.table.columns)
+    for _, r in res.table.iterrows():
+        anchor = f"id='{head_anchor(int(r['layer']), int(r['head']))}'"
+        sec = text[text.index(anchor):text.index("</section>", text.index(anchor))]
+        for label, col in (("selects [CLS]", "sel_first"), ("selects [SEP]", "sel_last"),
+                           ("query-indep. share", "qi_share")):
+            assert re.search(rf"title='{col}: [^']*'>{re.escape(label)} <b>{r[col]:.2f}</b>", sec), (col, sec[:400])

@@ -217,10 +217,11 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         without a certified SVM);
         the row says why (``null_stop``) and how many were planned (``null_planned``). Default True, as
         ``attnsvm probe`` (False: all ``null_draws`` for every head)
-    null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "spectrum" (default) or
-        "sink" (:func:`attnsvm.real.nulls.sink_null`: the head's W with its query side rotated about the mean query,
-        keeping its attention sink); with "sink" ``null_draws`` spectrum nulls are drawn too, all of them, and
-        reported beside it (``spectrum_mean, spectrum_sd, n_spectrum``; outside the verdict)
+    null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "sink" (the default of
+        :class:`attnsvm.real.probe_config.ProbeConfig`: :func:`attnsvm.real.nulls.sink_null`, the head's W with its
+        query side rotated about the mean query, keeping its attention sink) or "spectrum"; with "sink"
+        ``null_draws`` spectrum nulls are drawn too, all of them, and reported beside it (``spectrum_mean,
+        spectrum_sd, n_spectrum``; outside the verdict)
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see

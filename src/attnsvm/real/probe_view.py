@@ -4,14 +4,16 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
 
 * **Top.** The model, the probe's config and timings, a per-layer summary (mean
   ``corr_restricted`` against the random selections' baseline, heads above it) and layer x head
-  heat maps as HTML tables with cell colours: with null heads ``corr_restricted``, the spectrum nulls'
-  mean ``null_mean`` (one diverging scale) and the verdict map (colour = verdict, text = the upper
-  p-value), then, secondary, the advantage over random selections; without null heads
-  ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown below them by relative path when
-  it was written. Every cell links to its head's section.
+  heat maps as HTML tables with cell colours: with null heads ``corr_restricted``, the verdict nulls'
+  mean ``null_mean`` (one diverging scale; its caption names the run's null kind, :func:`null_kind_of`, and a
+  line below says what those nulls keep, ``NULLS[kind].legend``) and the verdict map (colour = verdict, text =
+  the upper p-value; words, never "nan", for a verdict that is not one), then, secondary, the advantage over
+  random selections; without null heads ``corr_restricted`` and the advantage. ``probe_heatmap.png`` is shown
+  below them by relative path when it was written. Every cell links to its head's section.
 * **One section per head** (anchor ``head-L-H``), grouped in one collapsible ``<details class='layer'
   id='layer-L'>`` per layer (the first open, so the page opens short; a link to a head of a closed layer
-  opens it): its score against its random baseline, its SVM
+  opens it): its score against its random baseline, how often it selects [CLS] / position 0, [SEP] / the last
+  token and its query-independent share (:func:`share_items`), its SVM
   (status, duality gap, violation, rank, nuclear norm, support tokens) and the first sentences
   kept by the probe (``ProbeResult.attention``, ``view_sentences`` of them) with each token shaded
   by the head's attention from the query and marked by where the selection's SVM puts it:
@@ -30,12 +32,14 @@ For an interpretability researcher reading :func:`attnsvm.real.probe.probe_heads
   such counts do and do not show.
 * **Explorer** (``id='explorer'``): a chooser of layer, sentence and query (every token of the kept
   sentences; clicking a token or a matrix row picks it as the query), one sentence across all heads
-  of the layer (tokens shaded by each head's attention from the query), and the chosen head's
+  of the layer (tokens shaded by each head's attention from the query; each row starts with the head's verdicts,
+  :func:`head_verdicts`, in the verdict map's colours, and its shares), and the chosen head's
   whole attention matrix for the sentence, with a colour scale (this matrix's min and max) and a
   "show values" toggle that prints every cell's value. Above them the **model view**
   (``id='model-view'``): one thumbnail per layer x head, a canvas of that head's attention matrix for
-  the chosen sentence, marked with the head's verdict (:func:`head_mark`); clicking one (or Enter)
-  shows that head in the explorer. The data is one inline JSON block (``<`` written as
+  the chosen sentence, marked with the head's verdict (:func:`head_mark`; with several m its stable verdict,
+  the tooltip saying so); clicking one (or Enter) shows that head in the explorer. Attention that is not a finite
+  number is null in the data and reads "no value" (a grey cell). The data is one inline JSON block (``<`` written as
   ``\u003c``) read by one inline script that builds the nodes with ``textContent`` only.
 * Heads without a number (infeasible or uncertified SVM) say why in plain language.
 
@@ -55,10 +59,12 @@ import numpy as np
 
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
-from attnsvm.real.verdict import no_svm_reason
+from attnsvm.real.nulls import NULLS
+from attnsvm.real.verdict import DEPENDS, STABLE_VERDICTS, no_svm_reason
 
-__all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "head_mark", "token_roles", "render_probe_view",
-           "write_probe_view", "head_anchor", "head_reason", "main_columns", "notebook_html"]
+__all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "STABLE_MARKS", "SHARES", "head_mark", "head_verdicts",
+           "share_items", "null_kind_of", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
+           "head_reason", "main_columns", "notebook_html"]
 
 #: token role classes, in the legend's order, with their meaning
 ROLES = {
@@ -106,6 +112,9 @@ details.layer{margin:.8em 0;border:1px solid #ddd;border-radius:6px;padding:0 .8
 details.layer>summary{cursor:pointer;padding:.5em 0;font-weight:600}
 details.layer>summary:focus-visible{outline:2px solid #0969da;outline-offset:2px}
 details.layer section.head{margin:1em 0}
+.hrow .hmeta{flex-basis:100%;display:flex;flex-wrap:wrap;align-items:center;gap:.4em;font-size:.85em}
+.hv{padding:0 .35em;border-radius:3px;border:1px solid #d0d7de}.sh{color:#555}
+.shares{font-size:.9em}.share{margin-right:1em}
 #model-view{margin:.4em 0 1em 0}.mrow{display:flex;flex-wrap:wrap;align-items:center;gap:.3em;margin:.2em 0}
 .mrow .ml{width:4.5em;font-size:.8em;color:#555;flex:none}
 .thumb{display:flex;flex-direction:column;align-items:center;padding:2px;margin:0;border:3px solid #d0d7de;
@@ -255,7 +264,11 @@ HEAD_MARKS = {"beyond null": ("beyond", *VERDICT_COLOURS["beyond null"]),
               "not distinguishable": ("not dist.", "#ffffff", "#222"),
               "below null": ("below", *VERDICT_COLOURS["below null"]),
               "above baseline": ("above", "#1a7f37", "#fff"), "not above baseline": ("not above", "#ffffff", "#222"),
-              "no SVM": ("no SVM", *VERDICT_COLOURS["no SVM"])}
+              "no SVM": ("no SVM", *VERDICT_COLOURS["no SVM"]), DEPENDS: ("depends on m", "#9a6700", "#fff")}
+
+#: a stable verdict's word (``stable_verdict``: :data:`attnsvm.real.verdict.STABLE_VERDICTS`' values and
+#: :data:`attnsvm.real.verdict.DEPENDS`) -> its mark (a key of :data:`HEAD_MARKS`)
+STABLE_MARKS = {**{word: verdict for verdict, word in STABLE_VERDICTS.items()}, DEPENDS: DEPENDS}
 
 
 def head_mark(r) -> str:
@@ -277,6 +290,53 @@ def head_mark(r) -> str:
     return "" if not math.isfinite(adv) else "above baseline" if adv > 0 else "not above baseline"
 
 
+def head_verdicts(r) -> list[tuple[str, str]]:
+    """A head's verdicts as the page shows them, ``[(mark, words), ...]`` (marks: keys of :data:`HEAD_MARKS`), the
+    first the one its thumbnail carries; ``[]`` for a probe without SVMs.
+
+    ``r``: a probe row (mapping). At one number of SVM sentences: ``[(head_mark(r), head_mark(r))]``. At several
+    (a row of the largest ``m`` with a ``stable_verdict``): the stable verdict first, ``"stable: beyond"`` (where
+    the verdicts at the two largest m agree, else "depends on sample size"), then the verdict at that m,
+    ``"m = 48: beyond null"``."""
+    mark = head_mark(r)
+    stable = r.get("stable_verdict")
+    m = r.get("m")
+    if isinstance(stable, str) and stable in STABLE_MARKS and m is not None and m == m:
+        out = [(STABLE_MARKS[stable], f"stable: {stable}")]
+        return out + ([(mark, f"m = {int(m)}: {mark}")] if mark else [])
+    return [(mark, mark)] if mark else []
+
+
+#: the shares a head section and explorer row show: ``(column, label for encoders, label for decoders, meaning)``
+SHARES = (("sel_first", "selects [CLS]", "selects pos 0",
+           "share of queries whose selection holds position 0 ([CLS] in encoders, the first token in decoders)"),
+          ("sel_last", "selects [SEP]", "selects last",
+           "share of queries whose selection holds the sentence's last token ([SEP] in encoders)"),
+          ("qi_share", "query-indep. share", "query-indep. share",
+           "query-independent share of the head's scores (the part every query shares, the source of attention sinks)"))
+
+
+def share_items(r, family: str = "bert") -> list[tuple[str, str, str]]:
+    """A head's special-token and position-0 shares, ``[(label, value, meaning), ...]``: ``sel_first``,
+    ``sel_last`` and ``qi_share`` where the row has them (:data:`SHARES`); the value with two decimals, "no value"
+    for NaN. ``family``: the model's family (``"bert"``: labels [CLS] and [SEP], else position 0 and last)."""
+    out = []
+    for col, enc, dec, meaning in SHARES:
+        if col in r:
+            out.append((enc if family == "bert" else dec, _num(r.get(col), ".2f"), f"{col}: {meaning}"))
+    return out
+
+
+def _shares_html(r, family: str) -> str:
+    """The shares of :func:`share_items` as short labelled numbers (``<p class='shares'>``; "" without any)."""
+    items = share_items(r, family)
+    if not items:
+        return ""
+    spans = " ".join(f"<span class='share' title='{_e(tip)}'>{_e(label)} <b>{value}</b></span>"
+                     for label, value, tip in items)
+    return f"<p class='shares'>{spans}</p>"
+
+
 def _mark_css() -> str:
     """The thumbnails' border and label colours per mark (:data:`HEAD_MARKS`)."""
     return "".join(f".thumb[data-mark='{m}']{{border-color:{bg if bg != '#ffffff' else '#8c959f'}}}"
@@ -286,22 +346,50 @@ def _mark_css() -> str:
 
 def _verdict_grid(table, layers, heads) -> str:
     """The verdict map: each cell coloured by the head's verdict (:data:`VERDICT_COLOURS`) and showing its upper
-    p-value (the predictive t against its spectrum nulls; hover: q-values, null mean and sd, the reason)."""
+    p-value (the predictive t against its nulls; hover: q-values, null mean and sd, the reason). A verdict or
+    reason that is not a word (a NaN cell) reads "no SVM" (a head without a number) or "no verdict"."""
     def cell(l, h, r):
-        v = str(r.get("verdict", ""))
+        v = r.get("verdict")
+        v = v if isinstance(v, str) and v else "no verdict" if _has_number(r) else "no SVM"
         bg, fg = VERDICT_COLOURS.get(v, ("#eeeeee", "#777"))
-        p = float(r.get("p_upper", float("nan")))
+        try:
+            p = float(r.get("p_upper", float("nan")))
+        except (TypeError, ValueError):
+            p = float("nan")
         text = "-" if p != p else (_num(p, ".0e") if p < 0.01 else _num(p, ".2f"))
         if _has_number(r):
+            reason = r.get("verdict_reason")
             tip = (f"layer {l}, head {h}: {v}; p_upper {_num(p, '.2g')}, q_upper {_num(r.get('q_upper'), '.2g')}, "
                    f"q_lower {_num(r.get('q_lower'), '.2g')}; corr_restricted {_num(r.get('corr_restricted'))} vs null "
-                   f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {r.get('verdict_reason', '')}")
+                   f"{_num(r.get('null_mean'))} +- {_num(r.get('null_sd'))}. {reason if isinstance(reason, str) else ''}")
         else:
             tip = f"layer {l}, head {h}: {v}, so no p-value. {head_reason(r)}"
         return bg, fg, tip, text, f" data-verdict='{_e(v)}'"
 
     caption = ("verdict (cell: p_upper; red beyond null, blue below, white not distinguishable, grey no SVM)")
     return _layer_head_table(table, layers, heads, "grid-verdict", caption, cell)
+
+
+def null_kind_of(table, cfg) -> str:
+    """The verdict's null kind of a probe (a key of :data:`attnsvm.real.nulls.NULLS`): the config's ``null_kind``,
+    else the table's ``null_kind`` column, else "" (unknown)."""
+    kind = cfg.get("null_kind")
+    if not isinstance(kind, str) and "null_kind" in table.columns and table["null_kind"].notna().any():
+        kind = str(table["null_kind"].dropna().iloc[0])
+    return kind if isinstance(kind, str) else ""
+
+
+def _null_caption(kind: str) -> str:
+    """The null-mean heat map's caption for null ``kind`` (:func:`null_kind_of`)."""
+    return f"null_mean ({kind + ' null heads' if kind else 'the null heads'} vs their SVMs)"
+
+
+def _null_legend(kind: str) -> str:
+    """What the verdict's null heads are (``NULLS[kind].legend``, else its summary), one small paragraph."""
+    null = NULLS.get(kind)
+    if null is None:
+        return ""
+    return f"<p class='small' id='null-legend'>{_e(null.legend or 'null_kind ' + kind + ': ' + null.summary)}</p>"
 
 
 def _layer_summary(table) -> str:
@@ -375,8 +463,10 @@ def _head_section(result, r, n_show: int) -> str:
         adv = float(r["advantage"])
         cls = "above" if adv > 0 else "below"
         if "verdict" in r.index and isinstance(r["verdict"], str):
+            kind = null_kind_of(result.table, dict(result.config))
             out.append(f"<p class='score'>verdict <b>{_e(r['verdict'])}</b>: corr_restricted "
-                       f"<b>{_num(r['corr_restricted'])}</b> vs its spectrum null heads {_num(r['null_mean'])} +- "
+                       f"<b>{_num(r['corr_restricted'])}</b> vs its {_e(kind or 'verdict')} null heads "
+                       f"{_num(r['null_mean'])} +- "
                        f"{_num(r['null_sd'])} ({_e(r.get('n_null', ''))} draws), p_upper {_num(r['p_upper'], '.2g')}, "
                        f"q_upper {_num(r['q_upper'], '.2g')} ({_e(r.get('verdict_reason', ''))})"
                        + (f"; null draws {_e(r['null_stop'])}" if isinstance(r.get("null_stop"), str)
@@ -401,6 +491,7 @@ def _head_section(result, r, n_show: int) -> str:
             out.append(f"<p class='reason'>{_e(reason)}</p>")
     else:
         out.append("<p class='small'>No SVM was solved (svm_sentences = 0): selections only.</p>")
+    out.append(_shares_html(r, str(dict(result.config).get("family", "bert"))))
     out.append(f"<p class='small'>mean |O_i| {_num(r['mean_selected'], '.2f')}, mean largest attention "
                f"{_num(r['max_attention'], '.3f')}; argmax on [CLS] {_num(r['frac_cls'], '.2f')}, [SEP] "
                f"{_num(r['frac_sep'], '.2f')}, self {_num(r['frac_self'], '.2f')}, previous {_num(r['frac_prev'], '.2f')}, "
@@ -532,17 +623,19 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
         lim = float(np.abs(vals).max()) if vals.size else 1.0
         h.append(_grid(table, "corr_restricted", lim, layers, heads, "corr_restricted (head vs its SVM)"))
         if "verdict" in table.columns:
-            h.append(_grid(table, "null_mean", lim, layers, heads, "null_mean (spectrum null heads vs their SVMs)"))
+            kind = null_kind_of(table, cfg)
+            h.append(_grid(table, "null_mean", lim, layers, heads, _null_caption(kind)))
             h.append(_verdict_grid(table, layers, heads))
-            h.append("</div><p class='small'>Secondary: random selections of the same sizes (any bilinear head beats "
-                     "them).</p><div class='maps'>")
+            h.append("</div>" + _null_legend(kind) + "<p class='small'>Secondary: random selections of the same sizes "
+                     "(any bilinear head beats them).</p><div class='maps'>")
         h.append(_grid(table, "advantage", lim, layers, heads, "advantage over random selections"))
     else:
         lim = float(table["mean_selected"].abs().max() or 1.0)
         h.append(_grid(table, "mean_selected", lim, layers, heads, "mean |O_i| (no SVMs solved)"))
     h.append("</div>")
     if heatmap:
-        alt = ("heat maps of corr_restricted, the spectrum nulls' mean and the excess over them"
+        alt = (f"heat maps of corr_restricted, the {null_kind_of(table, cfg) or 'verdict'} nulls' mean and the "
+               "excess over them"
                if "verdict" in table.columns else "heat maps of corr_restricted, its random baseline and the advantage")
         h.append(f"<p><img src='{_e(heatmap)}' alt='{alt}'></p>")
     if "m" in full.columns:
@@ -772,9 +865,20 @@ def _verdict_html(table, cfg) -> str:
             f"<p class='small'>{sentence}</p></div>")
 
 
+def _permille(mat) -> list:
+    """An attention matrix ``(T, T)`` as permille integers, ``None`` (JSON null, shown as "no value") where a
+    cell is NaN or infinite: never the huge negative integer a NaN cast to int gives."""
+    mat = np.asarray(mat, dtype=np.float64)
+    ok = np.isfinite(mat)
+    ints = np.rint(1000 * np.where(ok, mat, 0.0)).astype(int)
+    return [[int(a) if o else None for a, o in zip(ra, ro)] for ra, ro in zip(ints, ok)]
+
+
 def _explorer_data(result, n_show: int) -> dict:
-    """The JSON the explorer reads: sentences, their tokens and probe queries, and every head's attention
-    matrices (permille integers) with the support tokens of the probe's query."""
+    """The JSON the explorer reads: sentences, their tokens and probe queries, every head's attention matrices
+    (permille integers, null where a value is not finite) with the support tokens of the probe's query, and per head
+    its verdicts (:func:`head_verdicts`; ``marks``: the thumbnail's, ``colours``: each mark's) and shares
+    (:func:`share_items`)."""
     cfg = dict(result.config)
     keys = sorted(result.matrices) if getattr(result, "matrices", None) else []
     sents = []
@@ -787,19 +891,29 @@ def _explorer_data(result, n_show: int) -> dict:
     for key in keys:
         mats = np.asarray(result.matrices[key])
         name = f"{key[0]}-{key[1]}"
-        att[name] = [np.rint(1000 * mats[i, :len(s["tokens"]), :len(s["tokens"])]).astype(int).tolist()
-                     for i, s in enumerate(sents) if i < len(mats)]
+        att[name] = [_permille(mats[i, :len(s["tokens"]), :len(s["tokens"])]) for i, s in enumerate(sents)
+                     if i < len(mats)]
         sp = result.support.get(key)
         if sp is not None:
             sup[name] = [np.flatnonzero(np.asarray(sp[i])[:len(sents[i]["tokens"])]).tolist()
                          for i in range(min(len(sp), len(sents)))]
     layers = sorted({k[0] for k in keys})
-    marks = {f"{int(r['layer'])}-{int(r['head'])}": head_mark(r) for _, r in result.table.iterrows()}
+    family = str(cfg.get("family", "bert"))
+    verdicts, shares = {}, {}
+    for _, r in result.table.iterrows():
+        name = f"{int(r['layer'])}-{int(r['head'])}"
+        verdicts[name] = [list(v) for v in head_verdicts(r)]
+        shares[name] = [list(x) for x in share_items(r, family)]
+    stable = "stable_verdict" in result.table.columns and "m" in result.table.columns
     return {"threshold": float(cfg.get("threshold", 0.1)), "layers": layers,
             "heads": {str(l): sorted(k[1] for k in keys if k[0] == l) for l in layers},
             "sentences": sents, "att": att, "support": sup, "svm_sentences": support_sentences(cfg),
-            "marks": {k: v for k, v in marks.items() if v},
-            "labels": {m: short for m, (short, _, _) in HEAD_MARKS.items()}}
+            "marks": {k: v[0][0] for k, v in verdicts.items() if v},
+            "verdicts": {k: v for k, v in verdicts.items() if v}, "shares": {k: v for k, v in shares.items() if v},
+            "stable_note": ("the thumbnail marks the stable verdict: the verdict where those at the two largest m "
+                            "agree, else 'depends on sample size'") if stable else "",
+            "labels": {m: short for m, (short, _, _) in HEAD_MARKS.items()},
+            "colours": {m: [bg, fg] for m, (_, bg, fg) in HEAD_MARKS.items()}}
 
 
 _SCRIPT = r"""
@@ -811,6 +925,9 @@ _SCRIPT = r"""
     const o = document.createElement('option'); o.value = value; o.textContent = text; sel.appendChild(o);
   };
   const shade = a => 'rgba(255,140,0,' + Math.sqrt(Math.max(0, Math.min(1, a))).toFixed(3) + ')';
+  // a cell without a value (null in the data: the attention was not a finite number) is grey, "no value"
+  const fill = a => a === null ? '#d0d7de' : shade(a / 1000);
+  const txt = a => a === null ? 'no value' : (a / 1000).toFixed(3);
   D.layers.forEach(l => opt(L, l, 'layer ' + l));
   D.sentences.forEach((s, i) => opt(S, i, i + ': ' + (s.text.length > 70 ? s.text.slice(0, 70) + '...' : s.text)));
   function fillQueries() {
@@ -826,18 +943,25 @@ _SCRIPT = r"""
   function roleOf(row, t, key, i, q) {
     const s = D.sentences[i];
     let best = 0; row.forEach((a, k) => { if (a > row[best]) best = k; });
-    if (row[t] >= 1000 * D.threshold - 0.5 || t === best) return 'sel';
+    if ((row[t] !== null && row[t] >= 1000 * D.threshold - 0.5) || t === best) return 'sel';
     if (q !== s.query || i >= D.svm_sentences || !D.support[key] || !D.support[key][i]) return 'unk';
     return D.support[key][i].includes(t) ? 'sup' : 'oth';
   }
   const MV = $('model-view'), SV = $('show-values');
-  const marks = D.marks || {}, labels = D.labels || {};
+  const marks = D.marks || {}, labels = D.labels || {}, verdicts = D.verdicts || {}, colours = D.colours || {};
+  const shares = D.shares || {};
+  function badge(v) {  // a verdict [mark, words] in the verdict map's colours
+    const b = document.createElement('span'); b.className = 'hv'; b.dataset.mark = v[0]; b.textContent = v[1];
+    const c = colours[v[0]]; if (c) { b.style.background = c[0]; b.style.color = c[1]; }
+    return b;
+  }
   const value = a => { const c = Math.round(a / 10); return a <= 0 ? '0' : c >= 100 ? '1' : '.' + String(c).padStart(2, '0'); };
   function draw(canvas, M) {  // one pixel per cell, white to orange as the matrix cells (alpha sqrt(attention))
     const n = M.length; canvas.width = n; canvas.height = n;
     const ctx = canvas.getContext('2d'), img = ctx.createImageData(n, n);
     M.forEach((r, k) => r.forEach((a, t) => {
       const al = Math.sqrt(Math.max(0, Math.min(1, a / 1000))), p = 4 * (k * n + t);
+      if (a === null) { img.data[p] = 208; img.data[p + 1] = 215; img.data[p + 2] = 222; img.data[p + 3] = 255; return; }
       img.data[p] = 255; img.data[p + 1] = Math.round(255 - 115 * al); img.data[p + 2] = Math.round(255 * (1 - al));
       img.data[p + 3] = 255;
     }));
@@ -851,8 +975,9 @@ _SCRIPT = r"""
         const key = l + '-' + h, m = marks[key] || '';
         const b = document.createElement('button'); b.type = 'button'; b.className = 'thumb';
         b.dataset.layer = l; b.dataset.head = h; b.dataset.mark = m;
-        const what = 'layer ' + l + ', head ' + h + (m ? ': ' + m : '');
-        b.title = what + '. Click: this head in the explorer';
+        const vs = verdicts[key] || [];
+        const what = 'layer ' + l + ', head ' + h + (vs.length ? ': ' + vs.map(v => v[1]).join('; ') : '');
+        b.title = what + (vs.length && D.stable_note ? ' (' + D.stable_note + ')' : '') + '. Click: this head in the explorer';
         b.setAttribute('aria-label', what + '; show this head in the explorer');
         b.appendChild(document.createElement('canvas'));
         const cap = document.createElement('span'); cap.textContent = 'head ' + h; b.appendChild(cap);
@@ -886,13 +1011,21 @@ _SCRIPT = r"""
     D.heads[l].forEach(h => {
       const key = l + '-' + h, row = D.att[key][i][q];
       const div = document.createElement('div'); div.className = 'hrow'; div.dataset.head = h;
-      const lab = document.createElement('span'); lab.className = 'hl'; lab.textContent = 'head ' + h; div.appendChild(lab);
+      const meta = document.createElement('div'); meta.className = 'hmeta';
+      const lab = document.createElement('span'); lab.className = 'hl'; lab.textContent = 'head ' + h; meta.appendChild(lab);
+      (verdicts[key] || []).forEach(v => meta.appendChild(badge(v)));
+      if (shares[key]) {
+        const sh = document.createElement('span'); sh.className = 'sh';
+        sh.textContent = shares[key].map(x => x[0] + ' ' + x[1]).join(' \u00b7 ');
+        sh.title = shares[key].map(x => x[2]).join('; '); meta.appendChild(sh);
+      }
+      div.appendChild(meta);
       s.tokens.forEach((t, k) => {
         const sp = document.createElement('span');
         sp.className = 'tok ' + roleOf(row, k, key, i, q) + (k === q ? ' q' : '');
-        sp.textContent = t; sp.dataset.t = k; sp.dataset.att = (row[k] / 1000).toFixed(3);
-        sp.style.background = shade(row[k] / 1000);
-        sp.title = t + ' | attention ' + (row[k] / 1000).toFixed(3) + ' | click: make it the query';
+        sp.textContent = t; sp.dataset.t = k; sp.dataset.att = txt(row[k]);
+        sp.style.background = fill(row[k]);
+        sp.title = t + ' | attention ' + txt(row[k]) + ' | click: make it the query';
         sp.addEventListener('click', () => { Q.value = k; render(); });
         div.appendChild(sp);
       });
@@ -910,18 +1043,18 @@ _SCRIPT = r"""
     M.forEach((r, k) => {
       const tr = document.createElement('tr'); tr.dataset.query = k; if (k === q) tr.className = 'cur';
       const th = document.createElement('th'); th.textContent = s.tokens[k]; tr.appendChild(th);
-      r.forEach((a, t) => { const td = document.createElement('td'); td.style.background = shade(a / 1000);
-        td.dataset.att = (a / 1000).toFixed(3);
-        td.title = s.tokens[k] + ' -> ' + s.tokens[t] + ': ' + (a / 1000).toFixed(3);
-        if (values) { td.textContent = value(a); if (a > 560) td.className = 'dark'; }
+      r.forEach((a, t) => { const td = document.createElement('td'); td.style.background = fill(a);
+        td.dataset.att = txt(a);
+        td.title = s.tokens[k] + ' -> ' + s.tokens[t] + ': ' + txt(a);
+        if (values) { td.textContent = a === null ? '-' : value(a); if (a > 560) td.className = 'dark'; }
         tr.appendChild(td); });
       tr.addEventListener('click', () => { Q.value = k; render(); });
       tb.appendChild(tr);
     });
     tab.appendChild(tb);
-    const flat = [].concat(...M), sc = $('matrix-scale');
-    const lo = flat.reduce((x, y) => Math.min(x, y)), hi = flat.reduce((x, y) => Math.max(x, y));
-    sc.dataset.min = (lo / 1000).toFixed(3); sc.dataset.max = (hi / 1000).toFixed(3);
+    const flat = [].concat(...M).filter(a => a !== null), sc = $('matrix-scale');
+    const lo = flat.length ? Math.min(...flat) : null, hi = flat.length ? Math.max(...flat) : null;
+    sc.dataset.min = txt(lo); sc.dataset.max = txt(hi);
     $('scale-min').textContent = sc.dataset.min; $('scale-max').textContent = sc.dataset.max;
     sc.querySelector('.mark.min').style.left = (lo / 10) + '%'; sc.querySelector('.mark.max').style.left = (hi / 10) + '%';
     renderModel(i);
@@ -944,8 +1077,10 @@ def _explorer_html(result, n_show: int) -> str:
     used = set(payload["marks"].values())
     marks = ", ".join(f"<span class='swatch' style='background:{bg};color:{fg};width:auto;padding:0 .3em'>{_e(short)}"
                       f"</span> {_e(m)}" for m, (short, bg, fg) in HEAD_MARKS.items() if m in used)
-    marks = (f"<p class='small'>Thumbnail marks: {marks} (the head's verdict; without null heads, its advantage "
-             "over random selections).</p>") if used else ""
+    what = ("the head's stable verdict, where the verdicts at the two largest m agree (hover a thumbnail for the "
+            "verdict at the largest m)" if payload["stable_note"] else
+            "the head's verdict; without null heads, its advantage over random selections")
+    marks = f"<p class='small'>Thumbnail marks: {marks} ({what}).</p>" if used else ""
     data = json.dumps(payload, separators=(",", ":"))
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return ("<h2>Explore one sentence</h2><div id='explorer'><p class='small'>Pick a layer, one of the "
