@@ -155,6 +155,21 @@ def random_matrix(rows, prefix="w", k=9, seed=1):
     return chain(*(setv(f"{prefix}{i}", const(R[i]), **rows) for i in range(k)))
 
 
+def beyond_one(col, **where):
+    """Corruption: the first row matching ``where`` holds -(1 + 1e-6) in ``col``: a cosine outside [-1, 1] by more
+    than the integrity partner's rounding tolerance (1e-9), on the negative side (the bound is on |cos|)."""
+    def apply(t):
+        t = t.copy()
+        t.loc[t.index[np.flatnonzero(_mask(t, where))[0]], col] = -(1.0 + 1e-6)
+        return t
+    return apply
+
+
+def partner(what, col):
+    """The start of the name of the integrity partner of cosine column ``col`` (holding ``what``)."""
+    return f"{what} ({col}) lies in [-1, 1]"
+
+
 TRAIN64 = dict(record="train", precision="float64")
 F32 = dict(record="train", precision="float32")
 
@@ -195,6 +210,8 @@ CORRUPT = {
         "[RUN] E1 local runs at iteration 200 (float32": setv("p1", mul(-1), dataset="local", init_y=-1.0,
                                                                step=199, **F32),
         "[RUN] E1 float32 quirk": swap("cos_global", "cos_local", dataset="local", init_y=-1.5, step=999, **F32),
+        partner("cos(p, p^mm_global)", "cos_global"): beyond_one("cos_global", dataset="global", **TRAIN64),
+        partner("cos(p, p^mm_local)", "cos_local"): beyond_one("cos_local", record="converge", dataset="local"),
     },
     "mm-multi-input": {
         "every SVM used is certified": setv("svm_violation", const(1e-3), record="svm", variant="model-W"),
@@ -230,6 +247,8 @@ CORRUPT = {
         "W-equivalence": setv("w0", add(1e-3), record="wsvm"),
         "fact 13:": setv("q_resid", const(1e-6), record="wtrain", optimizer="gd", step=1),
         "GD on W:": random_matrix(dict(record="wtrain", optimizer="ngd", step=1000)),
+        partner("cos(p, p^mm)", "cos"): beyond_one("cos", optimizer="gd", **TRAIN64),
+        partner("cos(W, W^mm)", "cos_wmm"): beyond_one("cos_wmm", record="wtrain"),
     },
     "mm-joint": {
         "every SVM used is certified": setv("svm_gap", const(1e-5), record="svm", dataset="tight", quantity="p_mm"),
@@ -255,6 +274,9 @@ CORRUPT = {
         "[RUN] E3 float32 quirk": swap("cos_p_mm", "cos_p_relax", dataset="relaxed", step=999, **F32),
         "E3 joint NGD (engine": swap("cos_p_mm", "cos_p_relax", run="engine", dataset="relaxed", step=1000,
                                      **TRAIN64),
+        partner("cos(p, p^mm)", "cos_p_mm"): beyond_one("cos_p_mm", run="engine", **TRAIN64),
+        partner("cos(p, p^relax)", "cos_p_relax"): beyond_one("cos_p_relax", run="notebook", **TRAIN64),
+        partner("cos(v, v^mm)", "cos_v_mm"): beyond_one("cos_v_mm", dataset="relaxed", **TRAIN64),
     },
     "mm-loss-functions": {
         "every SVM used is certified": setv("svm_violation", const(1.0), record="svm", C=2.0, a0=1, a1=1),
@@ -268,6 +290,7 @@ CORRUPT = {
         "E4 logistic:": setv("p1", const(-5.0), record="train", loss="logistic", C=3.0, step=199),
         "E4 exponential:": setv("p1", const(0.15), record="train", loss="exponential", C=2.0, step=199),
         "E4: every run heads toward": setv("cos", add(-0.1), record="train", loss="logistic", C=5.0, step=1000),
+        partner("cos(p, p^mm)", "cos"): beyond_one("cos", record="train", loss="exponential"),
     },
     "mm-regularization-path": {
         "every SVM used is certified": setv("svm_violation", const(1e-2), record="svm", quantity="W_mm"),
@@ -295,6 +318,16 @@ CORRUPT = {
                                                        r=10.0, R=20.0),
         "joint path: v direction": setv("cos_v", const(0.99), record="joint-path", dataset="tight", r=5.0, R=5.0),
         "engine W-path": random_matrix(dict(record="w-path", R=20.0)),
+        partner("cos(p(R), p^mm) on the p-path, cos(W(R), W^mm) on the W-path", "cos"): beyond_one("cos",
+                                                                                                  record="w-path"),
+        partner("local path: cos(p(R), its region's target p^mm_global or p^mm_local)", "cos_target"): beyond_one(
+            "cos_target", record="local-path", region="cone"),
+        partner("local path: cos(p(R), p^mm_global)", "cos_global"): beyond_one("cos_global", record="local-path"),
+        partner("local path: cos(p(R), p^mm_local)", "cos_local"): beyond_one("cos_local", record="local-path",
+                                                                              region="wide-cone"),
+        partner("joint path: cos(v, v^mm)", "cos_v"): beyond_one("cos_v", record="joint-path", dataset="relaxed"),
+        partner("joint path: cos(p, p^mm)", "cos_p_mm"): beyond_one("cos_p_mm", record="joint-path"),
+        partner("joint path: cos(p, p^relax)", "cos_p_relax"): beyond_one("cos_p_relax", record="joint-path"),
     },
 }
 

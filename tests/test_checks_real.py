@@ -166,16 +166,23 @@ D_BIAS = "KQ: final corr(KQ^T, nuclear Att-SVM) minus corr(KQ^T, Frobenius Att-S
 CERT = "every SVM compared with is certified"
 
 
+def _partners(pairs) -> set[str]:
+    """The names of the integrity partners (every row of the column in [-1, 1]) of ``(column, what)`` pairs."""
+    return {f"{what} ({col}) lies in [-1, 1] in every row (a correlation of normalized arrays)" for col, what in pairs}
+
+
+#: real-digits' and real-minilm-embeddings' integrity partners
+D_PARTNERS = _partners((("corr_att_fro", "corr with the Frobenius Att-SVM"),
+                        ("corr_att_nuc", "corr with the nuclear Att-SVM"),
+                        ("svm_fro_nuc_corr", "corr of the two SVMs"),
+                        ("corr_random_dir", "corr of a random direction")))
+
+
 def test_digits_real_table_passes(digits):
     _all_checks_pass(digits[0], digits)
     names = set(_checks(digits))
-    partners = {f"{what} ({col}) lies in [-1, 1] in every row (a correlation of normalized arrays)"
-                for col, what in (("corr_att_fro", "corr with the Frobenius Att-SVM"),
-                                  ("corr_att_nuc", "corr with the nuclear Att-SVM"),
-                                  ("svm_fro_nuc_corr", "corr of the two SVMs"),
-                                  ("corr_random_dir", "corr of a random direction"))}
     assert names == {D_ACC.format("W"), D_ACC.format("KQ"), D_SEL.format("W"), D_SEL.format("KQ"),
-                     D_DIR["W"], D_DIR["KQ"], D_BIAS, CERT} | partners
+                     D_DIR["W"], D_DIR["KQ"], D_BIAS, CERT} | D_PARTNERS
 
 
 @pytest.mark.parametrize("kind", ["uniform", "normal"])
@@ -231,7 +238,7 @@ E_KW = "{}: argmax attention on the sentiment word, last step minus initializati
 
 def test_embeddings_real_table_passes(embeddings):
     _all_checks_pass(embeddings[0], embeddings)
-    assert set(_checks(embeddings)) == {E_KW.format("W"), E_KW.format("KQ"), D_DIR["W"], D_DIR["KQ"], CERT}
+    assert set(_checks(embeddings)) == {E_KW.format("W"), E_KW.format("KQ"), D_DIR["W"], D_DIR["KQ"], CERT} | D_PARTNERS
 
 
 @pytest.mark.parametrize("kind", ["uniform", "normal"])
@@ -270,13 +277,18 @@ H_ANY = ("heads beyond their spectrum null (Benjamini-Yekutieli over the probed 
          "rejects the global null that no head agrees with its selections' SVM more than a bilinear head of its spectrum")
 H_MAJ = ("share of heads beyond their spectrum null (the claim 'the heads are max-margin token selectors' read as: most "
          "heads agree with their SVM beyond a same-spectrum bilinear head)")
+H_PARTNERS = _partners((("corr", "corr(W_h, nuclear Gen-SVM of its selections)"),
+                        ("corr_restricted", "corr_restricted(W_h, nuclear Gen-SVM of its selections)"),
+                        ("corr_random", "corr(W_h, nuclear Gen-SVM of random selections)"),
+                        ("corr_random_restricted", "corr_restricted(W_h, nuclear Gen-SVM of random selections)")))
 
 
 def test_heads_real_table_passes(heads):
     _all_checks_pass(heads[0], heads)
     names = set(_checks(heads))
-    assert {H_SHARE, H_MEAN, H_RAW, H_CERT} <= names
-    assert names - {H_SHARE, H_MEAN, H_RAW, H_CERT} == ({H_ANY, H_MAJ} if "p_upper" in heads[2].columns else set())
+    assert {H_SHARE, H_MEAN, H_RAW, H_CERT} | H_PARTNERS <= names
+    assert names - {H_SHARE, H_MEAN, H_RAW, H_CERT} - H_PARTNERS == ({H_ANY, H_MAJ} if "p_upper" in heads[2].columns
+                                                                     else set())
 
 
 @pytest.mark.parametrize("kind", ["uniform", "normal"])

@@ -199,6 +199,15 @@ def _swap(a, b):
 
 _RANGE = "lies in [-1, 1] in every row"
 
+
+def _raw_inner_product(name: str, experiment: str, bug: str, columns: list[str], caught: dict[str, str],
+                       note: str = "") -> Mutation:
+    """Mutation ``raw-inner-product-<name>``: ``columns`` of ``experiment``'s table times :data:`RAW_FACTOR`, caught by
+    the integrity partners of the columns in ``caught`` (column -> what it holds, the start of the partner's name);
+    ``note`` follows the factor in the bug's words."""
+    return Mutation(f"raw-inner-product-{name}", experiment, f"{bug} (x{RAW_FACTOR:g}){note}", _scale(columns),
+                    tuple(f"{what} ({col}) {_RANGE}" for col, what in caught.items()))
+
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("raw-inner-product-convergence-types", "tf-convergence-types",
              f"corr(W, W^mm_alpha) left as the raw inner product <W, W^mm_alpha> (x{RAW_FACTOR:g})",
@@ -275,6 +284,37 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("raw-inner-product-regpath-nonlinear", "mm-regpath-nonlinear",
              f"corr with both p-SVMs left as raw inner products (x{RAW_FACTOR:g})", _scale(["corr_h", "corr_lin"]),
              (f"corr(p(R), p^mm(alpha_h)) (corr_h) {_RANGE}", f"corr(p(R), p^mm(alpha_lin)) (corr_lin) {_RANGE}")),
+    _raw_inner_product("minilm-heads", "real-minilm-heads",
+                       "corr(W_h, SVM) left as raw inner products (the heads' and the null heads' correlations, and "
+                       "the advantage, their difference)",
+                       ["corr", "corr_restricted", "corr_random", "corr_random_restricted", "advantage", "null_mean",
+                        "null_sd"],
+                       {"corr_restricted": "corr_restricted(W_h, nuclear Gen-SVM of its selections)"},
+                       note="; not caught at MiniLM's own factor: ||W_h||_F ||W_svm||_F is about 0.03-0.2 on the quick "
+                            "preset's heads (W_h's Frobenius norm about 1.9-2.8, the SVMs' nuclear norm 0.014-0.073), "
+                            "which keeps every value inside [-1, 1], and every check passes the table scaled by 0.03, "
+                            "0.1 or 0.2"),
+    _raw_inner_product("minilm-embeddings", "real-minilm-embeddings",
+                       "corr with the Att-SVMs, of the two SVMs and of the random directions left as raw inner products",
+                       ["corr_att_fro", "corr_att_nuc", "svm_fro_nuc_corr", "corr_random_dir"],
+                       {"corr_att_fro": "corr with the Frobenius Att-SVM", "corr_att_nuc": "corr with the nuclear Att-SVM",
+                        "svm_fro_nuc_corr": "corr of the two SVMs"}),
+    _raw_inner_product("mm-single-input", "mm-single-input", "cos with both p-SVMs left as raw inner products",
+                       ["cos_global", "cos_local"],
+                       {"cos_global": "cos(p, p^mm_global)", "cos_local": "cos(p, p^mm_local)"}),
+    _raw_inner_product("mm-multi-input", "mm-multi-input",
+                       "cos(p, p^mm) and cos(W, W^mm) left as raw inner products", ["cos", "cos_wmm"],
+                       {"cos": "cos(p, p^mm)", "cos_wmm": "cos(W, W^mm)"}),
+    _raw_inner_product("mm-joint", "mm-joint", "cos with p^mm, p^relax and v^mm left as raw inner products",
+                       ["cos_p_mm", "cos_p_relax", "cos_v_mm"],
+                       {"cos_p_mm": "cos(p, p^mm)", "cos_p_relax": "cos(p, p^relax)", "cos_v_mm": "cos(v, v^mm)"}),
+    _raw_inner_product("mm-loss-functions", "mm-loss-functions", "cos(p, p^mm) left as the raw inner product",
+                       ["cos"], {"cos": "cos(p, p^mm)"}),
+    _raw_inner_product("mm-regularization-path", "mm-regularization-path",
+                       "the paths' cosines left as raw inner products",
+                       ["cos", "cos_target", "cos_global", "cos_local", "cos_v", "cos_p_mm", "cos_p_relax"],
+                       {"cos": "cos(p(R), p^mm) on the p-path, cos(W(R), W^mm) on the W-path",
+                        "cos_local": "local path: cos(p(R), p^mm_local)", "cos_v": "joint path: cos(v, v^mm)"}),
 )
 
 

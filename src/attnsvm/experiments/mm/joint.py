@@ -9,12 +9,22 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, IDENTIFY_COS, PAPER_MM, SUPPORT_REASON, SUPPORT_TOL, certificate_check,
     certified_solution, config_deviations, dense_steps, draw_path, draw_ray, engine_train, exact_check, fact, joint_svms,
     notebook_replay, num, pick, rounding_check, spec_src, svm_record,
 )
+
+
+#: the cosine columns, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos_p_mm": "cos(p, p^mm)",
+    "cos_p_relax": "cos(p, p^relax)",
+    "cos_v_mm": "cos(v, v^mm)",
+}
 
 
 class JointConfig(ExperimentConfig):
@@ -177,6 +187,7 @@ class Joint(Experiment):
                          "(p^mm and p^relax are 11.3 degrees apart)",
                          source=spec_src("6 Joint (v, p) regularization path; 8 E3 outcome"), reason=CONVERGED_REASON,
                          kind="qualitative"))
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

@@ -11,12 +11,20 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsvm.generators import mm_loss
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     PAPER_MM, SUPPORT_REASON, certificate_check, certified_solution, config_deviations, constraint_rows, dense_steps,
     engine_train, exact_check, fact, locally_optimal_from_rows, num, p_svm, pick, rounding_check, spec_src,
     svm_record, uncertified,
 )
+
+
+#: the cosine columns, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos": "cos(p, p^mm)",
+}
 
 
 class LossConfig(ExperimentConfig):
@@ -162,6 +170,7 @@ class LossFunctions(Experiment):
                          source=spec_src("8 E4 outcome [RUN]"),
                          reason="strict increase, except runs already at p^mm (1 - cos <= 1e-12: C = 1, symmetric)",
                          kind="qualitative"))
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

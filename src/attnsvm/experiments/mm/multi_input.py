@@ -13,6 +13,7 @@ from attnsvm.training.kernel import closed_form_step
 from attnsvm.svm import solve_p_svm, solve_svm
 from attnsvm.training.train import train
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON, SVM_PRECISION, certificate_check,
@@ -30,6 +31,14 @@ E2_APPENDIX = np.array([
     [[0.9421, 0.0105, 1.0], [-0.5396, 0.7062, 0.5], [-1.1138, 1.1840, 0.5], [-0.7420, 0.7044, 0.5],
      [-0.5946, -0.2349, 0.5], [-0.6099, -0.5960, 0.5], [-0.7134, -0.2770, 0.5]],
 ])
+
+
+#: the cosine columns, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos": "cos(p, p^mm)",
+    "cos_wmm": "cos(W, W^mm)",
+}
 
 
 class MultiInputConfig(ExperimentConfig):
@@ -392,6 +401,7 @@ class MultiInput(Experiment):
                          cos_between([num(wl, f"w{k}") for k in range(9)], Wmm), ">=", CONVERGED_COS,
                          f"step {config.w_steps}", source=spec_src("6 GD on W [ABS + DER]"), reason=CONVERGED_REASON,
                          kind="qualitative"))
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

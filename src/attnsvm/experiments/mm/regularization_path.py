@@ -11,12 +11,26 @@ from attnsvm.metrics import correlation
 from attnsvm.svm import solve_svm
 from attnsvm.training.train import regularization_path
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, PAPER_MM, certificate_check, certified_solution, config_deviations, cos_between,
     e2_as_cross_attention, joint_svms, num, p_svm, pick, rounding_check, spec_src, svm_record,
 )
 from attnsvm.training.paths import joint_path_2d, positive_margin_half_angle, prompt_path_2d
+
+
+#: the cosine columns, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos": "cos(p(R), p^mm) on the p-path, cos(W(R), W^mm) on the W-path",
+    "cos_target": "local path: cos(p(R), its region's target p^mm_global or p^mm_local)",
+    "cos_global": "local path: cos(p(R), p^mm_global)",
+    "cos_local": "local path: cos(p(R), p^mm_local)",
+    "cos_v": "joint path: cos(v, v^mm)",
+    "cos_p_mm": "joint path: cos(p, p^mm)",
+    "cos_p_relax": "joint path: cos(p, p^relax)",
+}
 
 
 class RegPathConfig(ExperimentConfig):
@@ -192,6 +206,7 @@ class RegularizationPath(Experiment):
                          ", ".join(f"R={R:g}: {c:.5f}" for R, c in zip(wp["R"], wp["cos"])),
                          source=spec_src("6 GD on W (same statements as for p) [ABS + DER]"), reason=CONVERGED_REASON,
                          kind="qualitative"))
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

@@ -9,7 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnsvm.generators import mm_single_input
 from attnsvm.metrics import correlation
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, check, register
-from attnsvm.experiments.checks import Check
+from attnsvm.experiments.checks import Check, correlation_partners
 from attnsvm.plotting import label_axes, save_figure, subplots
 from attnsvm.experiments.mm.common import (
     CONVERGED_COS, CONVERGED_REASON, IDENTIFY_COS, IDENTIFY_REASON, PAPER_MM, SINGLE_INITS, SUPPORT_REASON,
@@ -19,6 +19,14 @@ from attnsvm.experiments.mm.common import (
     locally_optimal_from_rows, notebook_float32, num, p_svm, pick, prompt_grad, rounding_check, rows_at, spec_src,
     support_sets, svm_record, uncertified,
 )
+
+
+#: the cosine columns, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+PARTNERS = {
+    "cos_global": "cos(p, p^mm_global)",
+    "cos_local": "cos(p, p^mm_local)",
+}
 
 
 class SingleInputConfig(ExperimentConfig):
@@ -241,6 +249,7 @@ class SingleInput(Experiment):
                                  f"y=-1.5: cos_g={num(b, 'cos_global'):.4f}, cos_l={num(b, 'cos_local'):.4f}",
                                  source=spec_src("8 E1 quirk [RUN]; 10 pitfall 1"), reason=IDENTIFY_REASON,
                                  kind="qualitative"))
+        out += correlation_partners(table, PARTNERS)
         return out
 
     def deviations(self, config):

@@ -42,6 +42,21 @@ from attnsvm.experiments.power import LEVEL_CORR
 PARAMS = ("W", "KQ")
 #: the SVM in each parameterization's own norm (the implicit bias the theory predicts)
 OWN_SVM = {"W": "att_fro", "KQ": "att_nuc"}
+#: the correlation columns of real-digits and real-minilm-embeddings, reported together as integrity partners
+#: (:func:`~attnsvm.experiments.checks.correlation_partners`)
+CORR_PARTNERS = {
+    "corr_att_fro": "corr with the Frobenius Att-SVM",
+    "corr_att_nuc": "corr with the nuclear Att-SVM",
+    "svm_fro_nuc_corr": "corr of the two SVMs",
+    "corr_random_dir": "corr of a random direction",
+}
+#: real-minilm-heads' correlation columns (one row per head; NaN for a head without a certified SVM)
+HEAD_PARTNERS = {
+    "corr": "corr(W_h, nuclear Gen-SVM of its selections)",
+    "corr_restricted": "corr_restricted(W_h, nuclear Gen-SVM of its selections)",
+    "corr_random": "corr(W_h, nuclear Gen-SVM of random selections)",
+    "corr_random_restricted": "corr_restricted(W_h, nuclear Gen-SVM of random selections)",
+}
 #: the SVMs solved per parameterization (the (K, Q) Frobenius SVM is the comparator of its bias)
 SVMS = {"W": ("att_fro",), "KQ": ("att_nuc", "att_fro")}
 _NORM = {"att_fro": "fro", "att_nuc": "nuclear"}

@@ -11,6 +11,7 @@ from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, registe
 from attnsvm.experiments.checks import correlation_partners
 from attnsvm.experiments.power import CORR_EFFECT, SHARE_SHIFT
 from attnsvm.experiments.real.common import (
+    CORR_PARTNERS,
     NO_PROTOCOL,
     PARAMS,
     SRC_ACCURACY,
@@ -35,15 +36,6 @@ from attnsvm.plotting import save_figure, subplots
 from attnsvm.real.errors import INSTALL_HINT
 
 # ---------------------------------------------------------------- real-digits
-
-
-#: the correlation columns reported together (:func:`~attnsvm.experiments.checks.correlation_partners`)
-PARTNERS = {
-    "corr_att_fro": "corr with the Frobenius Att-SVM",
-    "corr_att_nuc": "corr with the nuclear Att-SVM",
-    "svm_fro_nuc_corr": "corr of the two SVMs",
-    "corr_random_dir": "corr of a random direction",
-}
 
 
 class DigitsConfig(ExperimentConfig):
@@ -184,7 +176,7 @@ class RealDigits(Experiment):
             effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1",
             detail=f"corr(Frobenius SVM, nuclear SVM) {kq['svm_fro_nuc_corr'].mean():.3f} on average"))
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
-        out += correlation_partners(table, PARTNERS)
+        out += correlation_partners(table, CORR_PARTNERS)
         return out
 
     def deviations(self, config):

@@ -8,8 +8,10 @@ import pandas as pd
 from pydantic import PositiveFloat, PositiveInt
 
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
+from attnsvm.experiments.checks import correlation_partners
 from attnsvm.experiments.power import SHARE_SHIFT
 from attnsvm.experiments.real.common import (
+    CORR_PARTNERS,
     MINILM_STATE,
     NO_PROTOCOL,
     PARAMS,
@@ -164,6 +166,7 @@ class RealMinilmEmbeddings(Experiment):
                         f"{s['correct_uniform'].mean():.3f}")))
         out += direction_checks(config, table, fin, self.name)
         out.append(certified_check("every SVM compared with is certified", run_statuses(fin)))
+        out += correlation_partners(table, CORR_PARTNERS)
         return out
 
     def deviations(self, config):

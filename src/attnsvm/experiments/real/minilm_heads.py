@@ -12,9 +12,10 @@ from attnsvm._files import atomic_write
 from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.real.nulls import NULL_DRAWS, NULLS
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import Check
+from attnsvm.experiments.checks import Check, correlation_partners
 from attnsvm.experiments.power import CORR_EFFECT, MAJORITY_WIN
 from attnsvm.experiments.real.common import (
+    HEAD_PARTNERS,
     MINILM_STATE,
     SRC_HEADS, paired_check, sign_share_check, certified_check, nanmean, deviation_quick, NO_PROTOCOL,
 )
@@ -150,7 +151,7 @@ class RealMinilmHeads(Experiment):
                          allow_missing=True, detail=f"mean {nanmean(own):.3f} vs baseline {nanmean(rnd):.3f}",
                          effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1"),
             certified_check("every SVM compared with is certified (heads and baselines)", status, detail=gap),
-        ]
+        ] + correlation_partners(table, HEAD_PARTNERS)
 
     def deviations(self, config):
         return [
