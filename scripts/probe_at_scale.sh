@@ -36,6 +36,10 @@ stored out-L3 --stop-after-m 512 $L3 "svm_sentences=[128,256,512,1000]"
 # spread over query draws, against its score in 3.
 stored out-L3-q1 layers=[3] heads=[0,1,2,3,4,5,6,7,8,9,10,11] n_sentences=1000 null_draws=0 baseline_max_m=128 \
   max_length=128 svm_sentences=1000 query_seed=1
+# 2b. the same head SVMs on the first query draw (the m = 1000 run below computes them again beside its nulls; this
+# run has them within minutes)
+stored out-L3-q0heads layers=[3] heads=[0,1,2,3,4,5,6,7,8,9,10,11] n_sentences=1000 null_draws=0 baseline_max_m=128 \
+  max_length=128 svm_sentences=1000
 # 3. m = 1000 with the same verdict nulls (the same draws: each is seeded by seed, layer, head and draw only) and
 # 2 spectrum nulls beside; scripts/probe_table.py reads out-L3 and out-L3-m1000 as one table
 stored out-L3-m1000 $L3 svm_sentences=1000 spectrum_draws=2
