@@ -281,6 +281,10 @@ H_PARTNERS = _partners((("corr", "corr(W_h, nuclear Gen-SVM of its selections)")
                         ("corr_restricted", "corr_restricted(W_h, nuclear Gen-SVM of its selections)"),
                         ("corr_random", "corr(W_h, nuclear Gen-SVM of random selections)"),
                         ("corr_random_restricted", "corr_restricted(W_h, nuclear Gen-SVM of random selections)")))
+#: the partners that recompute corr and corr_restricted from the parts stored beside them
+H_PARTNERS |= {f"{what} ({col}) equals <A, B> / (||A|| ||B||) of its stored parts in every row" for col, what in
+               (("corr", "corr(W_h, nuclear Gen-SVM of its selections)"),
+                ("corr_restricted", "corr_restricted(W_h, nuclear Gen-SVM of its selections)"))}
 
 
 def test_heads_real_table_passes(heads):

@@ -13,8 +13,8 @@ from scipy import stats
 
 from attnsvm.experiments import build_config, registry
 from attnsvm.experiments.checks import (CLAIM_IS, CORR_TOL, Check, band_check, bounded_check, check,
-                                        correlation_partners, correlation_range_check, mean_check,
-                                        share_check, share_difference_check)
+                                        correlation_partners, correlation_parts_check, correlation_parts_checks,
+                                        correlation_range_check, mean_check, share_check, share_difference_check)
 from attnsvm.experiments.claims import claim_cell, claims_page
 from attnsvm.experiments.lm.common import grouped_ordering_check, ordering_check
 from attnsvm.experiments.real.common import random_direction_check, paired_check, sign_share_check
@@ -148,6 +148,39 @@ def test_correlation_range_check_fails_outside_the_range_and_names_the_bug():
     assert [c.verdict for c in got] == ["pass"] and "(corr)" in got[0].name
     t["corr"] *= 5
     assert correlation_partners(t, {"corr": "corr(W, W^mm)"})[0].verdict == "fail"
+
+
+def test_correlation_parts_check_fails_on_a_raw_inner_product_whatever_the_norms():
+    """The recomputation from stored parts catches a raw inner product whose norms' product keeps it inside [-1, 1]
+    (MiniLM's heads: 0.03-0.2), which the range partner passes."""
+    from attnsvm.real.layer import corr, corr_parts
+
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((4, 6, 6)), 0.01 * rng.standard_normal((4, 6, 6))  # ||A|| ||B|| ~ 0.4 < 1
+    parts = np.array([corr_parts(a, b) for a, b in zip(A, B)])  # (4, 3): inner, ||A||, ||B||
+    good = np.array([corr(a, b) for a, b in zip(A, B)])
+    ok = correlation_parts_check("corr", good, *parts.T)
+    assert ok.verdict == "pass" and ok.kind == "integrity" and ok.value <= CORR_TOL and "raw inner product" in ok.alternative
+    raw = parts[:, 0]  # the bug: the inner product left undivided
+    assert np.abs(raw).max() < 1 and correlation_range_check("corr", raw).verdict == "pass"  # [-1, 1] misses it
+    bad = correlation_parts_check("corr", raw, *parts.T)
+    assert bad.verdict == "fail" and bad.value > 1e-3
+    # a correlation off by a relative 1e-6 (any scaling but 1) fails; a row without an SVM (NaN parts) is skipped
+    assert correlation_parts_check("corr", good * (1 + 1e-6), *parts.T).verdict == "fail"
+    nan = np.r_[good, np.nan], *(np.r_[p, np.nan] for p in parts.T)
+    skipped = correlation_parts_check("corr", *nan)
+    assert skipped.verdict == "pass" and "1 without a value skipped" in skipped.detail
+    # a value on one side only disagrees (value inf); no finite row at all fails
+    one_side = correlation_parts_check("corr", np.r_[good, 0.5], *(np.r_[p, np.nan] for p in parts.T))
+    assert one_side.verdict == "fail" and one_side.value == np.inf
+    assert correlation_parts_check("corr", [np.nan], [np.nan], [np.nan], [np.nan]).verdict == "fail"
+    with pytest.raises(ValueError, match="one length"):
+        correlation_parts_check("corr", good, parts[:3, 0], parts[:, 1], parts[:, 2])
+    # a table without the parts' columns fails the check (never skipped)
+    t = pd.DataFrame({"corr": good, "inner": parts[:, 0], "na": parts[:, 1], "nb": parts[:, 2]})
+    assert correlation_parts_checks(t, {"corr": ("inner", "na", "nb")}, {"corr": "c"})[0].verdict == "pass"
+    missing = correlation_parts_checks(t.drop(columns="nb"), {"corr": ("inner", "na", "nb")}, {"corr": "c"})[0]
+    assert missing.verdict == "fail" and "stores no nb" in missing.detail
 
 
 def test_bounded_check_states_its_bound_reason_and_bug():

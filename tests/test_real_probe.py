@@ -182,3 +182,21 @@ def test_probe_memory_limit_refuses_before_allocating(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "1M")
     with pytest.raises(ResourceLimitError, match=r"loading MiniLM \(float64\) needs about .*ATTNSVM_MAX_MEMORY"):
         MiniLM()
+
+
+def test_a_raw_inner_product_in_the_probe_fails_the_recomputation_from_its_parts(monkeypatch):
+    """The bug itself, not a rewritten table: the probe's corr left as the raw inner product <A, B> (MiniLM's norms'
+    products keep it inside [-1, 1], so the range partners pass) fails real-minilm-heads' integrity checks that
+    recompute each correlation from the parts stored beside it; the probe as shipped passes them."""
+    import attnsvm.real.probe_steps as steps
+    from attnsvm.experiments.checks import correlation_parts_checks, correlation_partners
+    from attnsvm.experiments.real.common import HEAD_PARTNERS, HEAD_PARTS
+
+    args = dict(n_sentences=6, layers=[2], heads=[0], svm_sentences=4, null_draws=0, seed=3)
+    table = probe_heads(**args).table
+    assert [c.verdict for c in correlation_parts_checks(table, HEAD_PARTS, HEAD_PARTNERS)] == ["pass", "pass"]
+    monkeypatch.setattr(steps, "corr", lambda A, B: steps.corr_parts(A, B)[0])  # <A, B>, not divided
+    raw = probe_heads(**args).table
+    assert np.isfinite(raw["corr_restricted"]).all() and (raw["corr_restricted"] != table["corr_restricted"]).all()
+    assert all(c.verdict == "pass" for c in correlation_partners(raw, HEAD_PARTNERS))  # [-1, 1] does not see it
+    assert [c.verdict for c in correlation_parts_checks(raw, HEAD_PARTS, HEAD_PARTNERS)] == ["fail", "fail"]

@@ -64,7 +64,7 @@ __all__ = [
     "Check", "check", "share_check", "mean_check", "share_difference_check", "band_check", "integrity_check",
     "ALPHA", "KINDS", "VERDICTS", "Finding", "load_findings", "FINDINGS_FILE", "mark_findings", "count_failures",
     "count_verdicts", "counts_against", "CLAIM_IS", "CORR_TOL", "bounded_check", "correlation_range_check",
-    "correlation_partners", "majority_check",
+    "correlation_partners", "correlation_parts_check", "correlation_parts_checks", "majority_check",
 ]
 
 #: One-sided level of every statistical check (false-alarm rate per check when the claim holds exactly).
@@ -296,6 +296,56 @@ def correlation_partners(table, columns: dict) -> list[Check]:
     words) that the table has: the integrity partners of an experiment's correlation checks."""
     return [correlation_range_check(f"{what} ({col})", table[col].to_numpy(np.float64))
             for col, what in columns.items() if col in table.columns]
+
+
+def correlation_parts_check(what: str, corr, inner, norm_a, norm_b, detail: str = "") -> Check:
+    """Integrity partner of a correlation stored with the parts it was computed from: in every row of the arrays
+    ``corr, inner, norm_a, norm_b (N,)``, ``corr`` equals ``inner / (norm_a norm_b)`` to :data:`CORR_TOL`.
+
+    Unlike :func:`correlation_range_check`, this catches a raw inner product whatever the norms' product: a value
+    left unnormalized is ``norm_a norm_b`` times the correlation, off the recomputed one by ``|corr| |1 - norm_a
+    norm_b|`` (MiniLM's heads: norms' products 0.03-0.2, inside [-1, 1]). A row whose ``corr`` and recomputed value
+    are both NaN (no certified SVM: no comparison made) is skipped and counted in the detail; a row where only one of
+    them is NaN disagrees (value inf); no row with both finite fails (value NaN).
+
+    Value: the largest ``|corr - inner / (norm_a norm_b)|`` over the rows."""
+    c, i, a, b = (np.asarray(x, dtype=np.float64).ravel() for x in (corr, inner, norm_a, norm_b))
+    if not c.shape == i.shape == a.shape == b.shape:
+        raise ValueError(f"corr, inner, norm_a and norm_b must have one length, got {c.size}, {i.size}, {a.size}, "
+                         f"{b.size}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        again = i / (a * b)
+    again = np.where(np.isfinite(again), again, np.nan)  # a zero norm: no correlation (corr is NaN there too)
+    both, neither = np.isfinite(c) & np.isfinite(again), np.isnan(c) & np.isnan(again)
+    odd = int(np.sum(~both & ~neither))
+    value = float("inf") if odd else (float(np.abs(c - again)[both].max()) if both.any() else float("nan"))
+    extra = f"{int(both.sum())} rows" + (f" ({int(neither.sum())} without a value skipped)" if neither.any() else "")
+    extra += f"; {odd} rows with a value on one side only" if odd else ""
+    return check(f"{what} equals <A, B> / (||A|| ||B||) of its stored parts in every row", value, "<=", CORR_TOL,
+                 (detail + "; " if detail else "") + extra, source="attnsvm (integrity of the run)",
+                 reason=f"the correlation recomputed from the inner product and the two Frobenius norms stored beside "
+                        f"it; tolerance {CORR_TOL:g} for float64 rounding (the same float64 operations: 0 here)",
+                 kind="integrity",
+                 alternative="a plausible bug: a raw inner product <A, B> instead of the correlation (the arrays not "
+                             "normalized): the value is ||A|| ||B|| times the correlation, which [-1, 1] does not "
+                             "catch when ||A|| ||B|| < 1")
+
+
+def correlation_parts_checks(table, parts: dict, names: dict) -> list[Check]:
+    """:func:`correlation_parts_check` of every correlation column of ``table`` named in ``parts`` (column -> the
+    columns of its inner product and its two norms); ``names``: column -> what it holds, in words. A table without
+    some part's column gets the check failed (value NaN, the missing columns in its detail), never skipped."""
+    out = []
+    for col, cols in parts.items():
+        missing = [c for c in (col, *cols) if c not in table.columns]
+        what = f"{names[col]} ({col})"
+        if missing:
+            nan = np.full(len(table), np.nan)
+            out.append(correlation_parts_check(what, nan, nan, nan, nan,
+                                               f"the table stores no {', '.join(missing)}: nothing to recompute"))
+            continue
+        out.append(correlation_parts_check(what, *(table[c].to_numpy(np.float64) for c in (col, *cols))))
+    return out
 
 
 def share_check(name: str, successes, total, op: str, target: float, detail: str = "", *, source: str,

@@ -38,14 +38,23 @@ from attnsvm.svm.analysis import row_basis
 SPAN_TOL = 1e-10
 
 
-def corr(A: np.ndarray, B) -> float:
-    """Cosine of two matrices; NaN if either is zero or B is None (an infeasible SVM)."""
+def corr_parts(A: np.ndarray, B) -> tuple[float, float, float]:
+    """The parts :func:`corr` divides: ``(<A, B>, ||A||_F, ||B||_F)`` of two matrices of one shape (float64); three
+    NaNs if B is None (an infeasible SVM). Stored beside a correlation so that a check can recompute it
+    (:func:`attnsvm.experiments.checks.correlation_parts_check`)."""
     if B is None:
+        return float("nan"), float("nan"), float("nan")
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    return float(np.sum(A * B)), float(np.linalg.norm(A)), float(np.linalg.norm(B))
+
+
+def corr(A: np.ndarray, B) -> float:
+    """Cosine of two matrices, ``<A, B> / (||A||_F ||B||_F)`` of :func:`corr_parts`; NaN if either is zero or B is
+    None (an infeasible SVM)."""
+    inner, na, nb = corr_parts(A, B)
+    if not (na > 0 and nb > 0):  # zero, or NaN (no SVM)
         return float("nan")
-    na, nb = np.linalg.norm(A), np.linalg.norm(B)
-    if na == 0 or nb == 0:
-        return float("nan")
-    return float(np.sum(A * B) / (na * nb))
+    return float(inner / (na * nb))
 
 
 def margin_ratio(scores: np.ndarray, selected: np.ndarray, cand: np.ndarray, W_visible: np.ndarray,

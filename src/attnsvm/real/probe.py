@@ -111,7 +111,9 @@ class ProbeResult:
     ----------
     table : pandas.DataFrame, one row per (layer, head) with columns
         ``layer, head, corr, corr_restricted, corr_random, corr_random_restricted,
-        advantage`` (corr_restricted - corr_random_restricted), ``mean_selected``
+        advantage`` (corr_restricted - corr_random_restricted), ``inner, inner_restricted, norm_head,
+        norm_head_restricted, norm_svm`` (the parts corr and corr_restricted divide,
+        :func:`attnsvm.real.layer.corr_parts`; NaN without a certified SVM), ``mean_selected``
         (mean ``|O_i|`` over all sentences), ``frac_cls, frac_sep, frac_self, frac_prev,
         frac_next`` (where the argmax goes), ``max_attention`` (mean of the largest
         attention weight), ``svm_status, svm_gap, svm_violation, svm_rank,

@@ -25,7 +25,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real import cache
-from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
+from attnsvm.real.layer import LayerInputs, corr, corr_parts, margin_ratio, summary
 from attnsvm.real.minilm import load_minilm, load_model
 from attnsvm.real.pretrained import PretrainedTransformer, augment, check_sentences
 from attnsvm.real.nulls import (
@@ -421,7 +421,10 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
 
     Returns
     -------
-    row : dict ``corr, corr_restricted, corr_random, corr_random_restricted, advantage, svm_status, svm_gap,
+    row : dict ``corr, corr_restricted, corr_random, corr_random_restricted, advantage``, the parts of the first
+        two (:func:`attnsvm.real.layer.corr_parts`: ``inner`` = <W_h, W_svm>, ``inner_restricted`` = <W_r, W_svm>
+        with W_r the restricted W_h, ``norm_head`` = ||W_h||_F, ``norm_head_restricted`` = ||W_r||_F, ``norm_svm``
+        = ||W_svm||_F; NaN without a certified SVM), ``svm_status, svm_gap,
         svm_violation, svm_rank, svm_nuclear, svm_support, random_status, random_gap, svm_seconds,
         random_seconds`` (and with one query per sentence ``selected_all``,
         :func:`attnsvm.real.nulls.query_split` ``qi_share, qi_first_logit`` on the m SVM sentences and
@@ -438,6 +441,9 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
            "corr_random": float(np.mean([corr(Wh, d["W"]) for d in draws])) if draws else nan,
            "corr_random_restricted": float(np.mean([corr(Wr, d["W"]) for d in draws])) if draws else nan}
     row["advantage"] = row["corr_restricted"] - row["corr_random_restricted"]
+    # the parts corr and corr_restricted divide, for a check that recomputes them (a raw inner product would differ)
+    row["inner"], row["norm_head"], row["norm_svm"] = corr_parts(Wh, sol["W"])
+    row["inner_restricted"], row["norm_head_restricted"], _ = corr_parts(Wr, sol["W"])
     row.update(svm_status=sol["status"], svm_gap=sol["gap"], svm_violation=sol["violation"])
     sv = np.linalg.svd(sol["W"], compute_uv=False) if sol["W"] is not None else np.zeros(1)
     row["svm_rank"] = int(np.sum(sv > 1e-3 * sv[0])) if sv[0] > 0 else 0

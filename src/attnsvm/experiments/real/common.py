@@ -57,6 +57,13 @@ HEAD_PARTNERS = {
     "corr_random": "corr(W_h, nuclear Gen-SVM of random selections)",
     "corr_random_restricted": "corr_restricted(W_h, nuclear Gen-SVM of random selections)",
 }
+#: real-minilm-heads' correlation columns stored with the parts they divide (column -> its inner product, the head's
+#: Frobenius norm, the SVM's; :func:`attnsvm.real.layer.corr_parts`): recomputed by
+#: :func:`~attnsvm.experiments.checks.correlation_parts_checks`
+HEAD_PARTS = {
+    "corr": ("inner", "norm_head", "norm_svm"),
+    "corr_restricted": ("inner_restricted", "norm_head_restricted", "norm_svm"),
+}
 #: the SVMs solved per parameterization (the (K, Q) Frobenius SVM is the comparator of its bias)
 SVMS = {"W": ("att_fro",), "KQ": ("att_nuc", "att_fro")}
 _NORM = {"att_fro": "fro", "att_nuc": "nuclear"}

@@ -12,10 +12,11 @@ from attnsvm._files import atomic_write
 from attnsvm.real.errors import INSTALL_HINT
 from attnsvm.real.nulls import NULL_DRAWS, NULLS
 from attnsvm.experiments.base import Experiment, ExperimentConfig, Task, register
-from attnsvm.experiments.checks import Check, correlation_partners
+from attnsvm.experiments.checks import Check, correlation_partners, correlation_parts_checks
 from attnsvm.experiments.power import CORR_EFFECT, MAJORITY_WIN
 from attnsvm.experiments.real.common import (
     HEAD_PARTNERS,
+    HEAD_PARTS,
     MINILM_STATE,
     SRC_HEADS, paired_check, sign_share_check, certified_check, nanmean, deviation_quick, NO_PROTOCOL,
 )
@@ -61,7 +62,9 @@ class RealMinilmHeads(Experiment):
              "/ below null / no SVM); secondary, the same SVM for random selections of the same sizes "
              "(corr_random_restricted). An SVM that is "
              "infeasible (certified by Farkas multipliers: layer 0 repeats tokens and queries across sentences) or "
-             "not certified has NaN correlations; in the share of heads such a head counts as not closer.")
+             "not certified has NaN correlations; in the share of heads such a head counts as not closer. corr and "
+             "corr_restricted are stored with the parts they divide (inner, inner_restricted, norm_head, "
+             "norm_head_restricted, norm_svm), from which an integrity check recomputes them.")
 
     def tasks(self, config):
         return [Task(f"layer-{l}", len(config.heads), {"layer": int(l)}) for l in config.layers]
@@ -151,7 +154,7 @@ class RealMinilmHeads(Experiment):
                          allow_missing=True, detail=f"mean {nanmean(own):.3f} vs baseline {nanmean(rnd):.3f}",
                          effect=CORR_EFFECT, effect_reason="a difference of correlations: Cohen's small correlation 0.1"),
             certified_check("every SVM compared with is certified (heads and baselines)", status, detail=gap),
-        ] + correlation_partners(table, HEAD_PARTNERS)
+        ] + correlation_partners(table, HEAD_PARTNERS) + correlation_parts_checks(table, HEAD_PARTS, HEAD_PARTNERS)
 
     def deviations(self, config):
         return [
