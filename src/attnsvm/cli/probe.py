@@ -346,6 +346,37 @@ def _run_stored(config, out: str, options: dict):
     return res, stored
 
 
+def write_stored_page(outdir: str) -> str:
+    """Rebuild ``outdir/probe.html`` (``attnsvm report`` on a probe's folder) from the stored run in
+    ``outdir/probe``: its settings (``meta.json``'s config), its verified results and one forward pass for the view's
+    attention (no SVM is solved); every head's task counts as reused. Returns the page's path. A folder without a
+    finished run's results is a :class:`attnsvm.errors.ValidationError` that says to run the probe again."""
+    from attnsvm.experiments.real.probe_run import stored_result
+    from attnsvm.real.probe_config import probe_config
+    from attnsvm.runner import results_problem
+
+    rundir = os.path.join(outdir, "probe")
+    again = "run the same 'attnsvm probe --out' command again (it reuses the stored heads and writes the page)"
+    try:
+        with open(os.path.join(rundir, "meta.json"), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValidationError(f"{outdir}: cannot read the stored probe's settings ({exc}): {again}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValidationError(f"{outdir}: the stored probe's meta.json holds no settings: {again}")
+    if not os.path.isfile(os.path.join(rundir, "results.parquet")):
+        raise ValidationError(f"{outdir}: the stored probe has not finished (no probe/results.parquet): {again}")
+    problem = results_problem(rundir)
+    if problem is not None:
+        raise ValidationError(f"{rundir}: {problem}: {again}")
+    config = probe_config(meta["config"])
+    res = stored_result(config, rundir)
+    tasks = int(meta.get("tasks") or 0)
+    res.seconds.update(tasks_computed=0, tasks_reused=tasks)  # no task ran: the SVM times are the stored run's
+    curve = "probe_curve.png" if "m" in res.table.columns else None
+    return write_probe_view(res, outdir, heatmap="probe_heatmap.png", curve=curve)
+
+
 #: a stored probe's checks in three groups, what each says and whether it matters: (key, label, what it means)
 CHECK_GROUPS = (
     ("integrity", "integrity", "whether the numbers above are sound (certified SVMs, correlations in [-1, 1]): a "
