@@ -87,3 +87,23 @@ def test_a_default_folder_that_cannot_be_made_is_one_line(probe_args):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("attnsvm: error: cannot create the probe's default folder "
                                                    "attnsvm-probe/") and "--no-store" in lines[0], r.stderr
+
+
+def test_report_on_a_probe_folder_rebuilds_its_page(probe_args, tmp_path):
+    """``attnsvm report DIR`` on a probe's folder writes the probe's page from its stored heads (issue 42, item 2),
+    not a "reproduction report" of "preset full"; every task counts as reused."""
+    out = str(tmp_path / "out")
+    r = CliRunner().invoke(cli, probe_args + ["--out", out])
+    assert r.exit_code == 0, r.output
+    first = open(os.path.join(out, "probe.html"), encoding="utf-8").read()
+    os.remove(os.path.join(out, "probe.html"))
+    r = CliRunner().invoke(cli, ["report", out])
+    assert r.exit_code == 0, r.output
+    assert "wrote its page" in r.output and not os.path.exists(os.path.join(out, "report.html"))
+    page = open(os.path.join(out, "probe.html"), encoding="utf-8").read()
+    assert "reproduction report" not in page and "preset full" not in page
+    assert "stored tasks reused</td>" in page or "stored tasks reused" in page
+    assert "4 of 4" in page
+    # the same verdicts as the page the probe wrote
+    verdicts = re.compile(r"(beyond null|not distinguishable|below null|no SVM)")
+    assert verdicts.findall(page) == verdicts.findall(first)

@@ -75,3 +75,28 @@ def test_the_terminal_rounds_values(tmp_path, capsys):
                                    wall_seconds=1.0, outdir=str(tmp_path), recomputed=[]))
     err = capsys.readouterr().err
     assert "value 0.7143 <= 1" in err and "0.7142857142857143" not in err
+
+
+def test_a_grouped_checks_planning_sigma_provenance_is_said_once():
+    """A check decided in every group (lm-cosine's C1, tf-lambda-head's rises) said where its planning sigmas were
+    measured, the effect's reason and "planned with the larger of the planning sigma and this run's own" once per
+    group: three to six times in one cell. Now once, each group with its own numbers."""
+    import numpy as np
+
+    from attnsvm.experiments.lm.common import grouped_ordering_check
+
+    rng = np.random.default_rng(0)
+    groups = {f"(g{i})": rng.normal(0.6, 0.15, 10) for i in range(3)}
+    c = grouped_ordering_check("grouped", groups, source="s", reason="r", effect=0.1, sigma=0.2,
+                               sigma_source="planning sigma measured on the x quick preset (10 runs)",
+                               effect_reason="Cohen's small correlation")
+    alt = c.alternative
+    assert alt.count("measured on the x quick preset") == 1, alt
+    assert alt.count("Cohen's small correlation") == 1 and alt.count("the larger of") == 1, alt
+    assert all(f"(g{i}): true mean difference 0.1 (margin + 0.1), planning sigma 0.2, this run's own" in alt
+               for i in range(3)), alt
+    # one group: the sentence as before, whole
+    one = grouped_ordering_check("grouped", {"a": groups["(g0)"]}, source="s", reason="r", effect=0.1, sigma=0.2,
+                                 sigma_source="planning sigma measured on the x quick preset (10 runs)",
+                                 effect_reason="Cohen's small correlation").alternative
+    assert "(margin + 0.1; Cohen's small correlation), planning sigma 0.2 (planning sigma measured" in one, one

@@ -632,19 +632,17 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 @click.argument("outdir", type=click.Path(file_okay=False))
 def report(outdir):
     """Write OUTDIR/report.html and report.md from finished experiments (a probe's folder, written by
-    'attnsvm probe --out', has its own page, probe.html: named instead)."""
-    import os
-
+    'attnsvm probe --out', gets its own page instead: OUTDIR/probe.html, rebuilt from the stored heads)."""
     from attnsvm.report import probe_folder, write_report
 
     outdir = _outdir(outdir)
-    page = probe_folder(outdir)
-    if page is not None:
-        if not os.path.isfile(page):
-            raise UserError(f"{printable(outdir)} is a probe's folder without its page {printable(page)}: run the same "
-                            "'attnsvm probe --out' command again (it reuses the stored heads and writes the page)")
-        click.echo(f"{printable(outdir)} is a probe's folder (attnsvm probe --out): its page is {printable(page)} "
-                   "(the reproduction report is for 'attnsvm reproduce' folders)")
+    if probe_folder(outdir) is not None:
+        from attnsvm.cli.probe import write_stored_page
+
+        page = write_stored_page(outdir)
+        click.echo(f"{printable(outdir)} is a probe's folder (attnsvm probe --out): wrote its page {printable(page)} "
+                   "from the stored heads (no SVM solved again; the reproduction report is for 'attnsvm reproduce' "
+                   "folders)")
         return
     html_path, md_path = write_report(outdir)
     click.echo(f"report: {html_path} and {md_path}")

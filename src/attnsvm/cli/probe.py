@@ -337,10 +337,100 @@ def _run_stored(config, out: str, options: dict):
         raise StorageError(f"{summary.outdir}: {problem}")
     res = stored_result(config, summary.outdir, max_memory=options.get("max_memory"), t0=t0)
     res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
-    stored = {"dir": summary.outdir, "computed": summary.computed, "resumed": summary.resumed,
+    heads = int(res.table[["layer", "head"]].drop_duplicates().shape[0]) if len(res.table) else 0
+    stored = {"dir": summary.outdir, "heads": heads, "tasks": summary.tasks, "computed": summary.computed,
+              "resumed": summary.resumed,
               "failed": [{"key": f["key"], "error": f["error"]} for f in summary.failed],
-              "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks)}
+              "checks": len(summary.checks), "checks_passed": sum(bool(c["passed"]) for c in summary.checks),
+              "check_groups": check_groups(summary.checks)}
     return res, stored
+
+
+def write_stored_page(outdir: str) -> str:
+    """Rebuild ``outdir/probe.html`` (``attnsvm report`` on a probe's folder) from the stored run in
+    ``outdir/probe``: its settings (``meta.json``'s config), its verified results and one forward pass for the view's
+    attention (no SVM is solved); every head's task counts as reused. Returns the page's path. A folder without a
+    finished run's results is a :class:`attnsvm.errors.ValidationError` that says to run the probe again."""
+    from attnsvm.experiments.real.probe_run import stored_result
+    from attnsvm.real.probe_config import probe_config
+    from attnsvm.runner import results_problem
+
+    rundir = os.path.join(outdir, "probe")
+    again = "run the same 'attnsvm probe --out' command again (it reuses the stored heads and writes the page)"
+    try:
+        with open(os.path.join(rundir, "meta.json"), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValidationError(f"{outdir}: cannot read the stored probe's settings ({exc}): {again}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValidationError(f"{outdir}: the stored probe's meta.json holds no settings: {again}")
+    if not os.path.isfile(os.path.join(rundir, "results.parquet")):
+        raise ValidationError(f"{outdir}: the stored probe has not finished (no probe/results.parquet): {again}")
+    problem = results_problem(rundir)
+    if problem is not None:
+        raise ValidationError(f"{rundir}: {problem}: {again}")
+    config = probe_config(meta["config"])
+    res = stored_result(config, rundir)
+    tasks = int(meta.get("tasks") or 0)
+    res.seconds.update(tasks_computed=0, tasks_reused=tasks)  # no task ran: the SVM times are the stored run's
+    curve = "probe_curve.png" if "m" in res.table.columns else None
+    return write_probe_view(res, outdir, heatmap="probe_heatmap.png", curve=curve)
+
+
+#: a stored probe's checks in three groups, what each says and whether it matters: (key, label, what it means)
+CHECK_GROUPS = (
+    ("integrity", "integrity", "whether the numbers above are sound (certified SVMs, correlations in [-1, 1]): a "
+                               "fail means the run is broken"),
+    ("claim", "the claim", "the verdict above restated (do the heads beat their null heads?): a fail is the answer "
+                           "'no', not a broken run"),
+    ("secondary", "secondary", "against random selections, which any bilinear head passes: context, not the answer"),
+)
+
+
+def check_groups(checks: list[dict]) -> dict:
+    """A stored probe's checks (the runner's check dicts) by group, ``{key: {"n", "pass", "fail", "inconclusive",
+    "finding"}}`` for the keys of :data:`CHECK_GROUPS` that have checks: ``integrity`` (``kind`` "integrity"),
+    ``secondary`` (named "secondary ..."), ``claim`` (the others)."""
+    from attnsvm.experiments.checks import count_verdicts
+
+    out = {}
+    for key, _, _ in CHECK_GROUPS:
+        group = [c for c in checks if _check_group(c) == key]
+        if group:
+            out[key] = {"n": len(group), **count_verdicts(group)}
+    return out
+
+
+def _check_group(check: dict) -> str:
+    if check.get("kind") == "integrity":
+        return "integrity"
+    return "secondary" if str(check.get("name", "")).startswith("secondary") else "claim"
+
+
+def stored_lines(stored: dict) -> list[str]:
+    """The lines ``attnsvm probe --out`` prints about the stored run: heads and the tasks they ran as (a head's
+    task and its null heads' task, at each m), computed now or reused, and the checks by group, each with what it
+    means (:data:`CHECK_GROUPS`); ``stored``: the dict of :func:`_run_stored`."""
+    tasks = int(stored.get("tasks", stored["computed"] + stored["resumed"] + len(stored["failed"])))
+    heads = stored.get("heads")
+    what = f"{heads} heads ({tasks} tasks: each head's and its null heads')" if heads and heads != tasks else \
+        f"{tasks} tasks"
+    lines = [f"heads stored in {stored['dir']}: {what}: {stored['computed']} computed, {stored['resumed']} resumed, "
+             f"{len(stored['failed'])} failed" + (" (resumed: stored by an earlier run)" if stored["resumed"] else "")]
+    lines += [f"  FAILED head {f['key']}: {f['error']}" for f in stored["failed"]]
+    groups = stored.get("check_groups") or {}
+    parts = []
+    for key, label, meaning in CHECK_GROUPS:
+        g = groups.get(key)
+        if not g:
+            continue
+        other = ", ".join(f"{g[v]} {v}" for v in ("fail", "inconclusive", "finding") if g[v])
+        parts.append(f"  {label}: {g['pass']}/{g['n']} pass{' (' + other + ')' if other else ''}: {meaning}")
+    if parts:
+        lines.append(f"checks ({stored['checks_passed']}/{stored['checks']} pass; each in "
+                     f"{os.path.join(stored['dir'], 'checks.json')}):")
+        lines += parts
+    return lines
 
 
 def _write_outputs(res, out: str, payload: dict, agreement) -> list:
@@ -407,9 +497,7 @@ def _text(res, config, length_note: str, stored: dict | None, written: list, agr
         lines.append("note: --curve is deprecated and will be removed in 0.3; --svm-sentences 48,128,512 gives every "
                      "head's score against its null heads at each m and a stable verdict")
     if stored is not None:
-        lines.append(f"heads stored in {stored['dir']}: {stored['computed']} computed, {stored['resumed']} resumed, "
-                     f"{len(stored['failed'])} failed; checks {stored['checks_passed']}/{stored['checks']} passed")
-        lines += [f"  FAILED head {f['key']}: {f['error']}" for f in stored["failed"]]
+        lines += stored_lines(stored)
     if written:
         lines.append("wrote " + ", ".join(written))
     return "\n".join(lines)

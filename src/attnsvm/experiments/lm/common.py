@@ -73,17 +73,9 @@ def build_runs(cfg, m: int, n: int, d: int, runs: int, scale: float = 1.0, langu
 # ------------------------------------------------------------------ qualitative checks of the lm-* experiments
 
 
-def _ordering_plan(name: str, margin: float, effect, sigma, sigma_source: str, standardized, effect_reason: str,
-                   label: str | None = None):
-    """``(effect, sigma, alternative)`` of an ordering: a standardized effect (sigma 1), else the stated ``effect``
-    with the given ``sigma`` or the stored planning sigma of the check ``name`` (group ``label``: its own sigma
-    when the planning entry has one); ``(None, None, "")`` without an effect."""
-    why = f"; {effect_reason}" if effect_reason else ""
-    if standardized is not None:
-        return float(standardized), 1.0, (f"a mean difference {standardized:g} standard deviations above the margin "
-                                          f"{margin:g}{why}")
-    if effect is None:
-        return None, None, ""
+def _plan_sigma(name: str, sigma, sigma_source: str, label: str | None = None) -> tuple:
+    """``(sigma, sigma_source)``: the given sigma, else the stored planning sigma of the check ``name`` (group
+    ``label``: its own sigma when the planning entry has one) and where it was measured."""
     if sigma is None:
         from attnsvm.experiments.planning import lookup
 
@@ -91,10 +83,49 @@ def _ordering_plan(name: str, margin: float, effect, sigma, sigma_source: str, s
         if entry is not None:
             sigma = entry.get("sigmas", {}).get(label, entry["sigma"]) if label is not None else entry["sigma"]
             sigma_source = f"planning sigma measured on the {entry['measured']} ({entry['runs']} runs)"
+    return sigma, sigma_source
+
+
+def _ordering_plan(name: str, margin: float, effect, sigma, sigma_source: str, standardized, effect_reason: str,
+                   label: str | None = None, *, with_source: bool = True):
+    """``(effect, sigma, alternative)`` of an ordering: a standardized effect (sigma 1), else the stated ``effect``
+    with the given ``sigma`` or the stored planning sigma of the check ``name`` (group ``label``: its own sigma
+    when the planning entry has one, :func:`_plan_sigma`); ``(None, None, "")`` without an effect.
+    ``with_source=False`` leaves out where the sigma was measured (said once for all groups)."""
+    why = f"; {effect_reason}" if effect_reason else ""
+    if standardized is not None:
+        return float(standardized), 1.0, (f"a mean difference {standardized:g} standard deviations above the margin "
+                                          f"{margin:g}{why}")
+    if effect is None:
+        return None, None, ""
+    sigma, sigma_source = _plan_sigma(name, sigma, sigma_source, label)
     if sigma is None:
         return float(effect), None, f"true mean difference {margin + effect:g} (margin + {effect:g}{why}); no planning sigma"
     return float(effect), float(sigma), (f"true mean difference {margin + effect:g} (margin + {effect:g}{why}), "
-                                         f"planning sigma {sigma:g}" + (f" ({sigma_source})" if sigma_source else ""))
+                                         f"planning sigma {sigma:g}"
+                                         + (f" ({sigma_source})" if sigma_source and with_source else ""))
+
+
+def _run_own(inputs: dict) -> str:
+    """A group's own spread, when its power was planned with it (:func:`attnsvm.experiments.power.plan_with_run`)."""
+    run = inputs.get("sigma_judged")
+    if run is None:
+        return ""
+    return ", this run's own " + (", ".join(f"{x:.4g}" for x in run) if isinstance(run, list) else f"{run:.4g}")
+
+
+def _shared_plan(name: str, sigma, sigma_source: str, standardized, effect_reason: str, parts: list) -> str:
+    """The head of a grouped ordering's alternative: what its groups share, said once (the effect's reason, where
+    the planning sigmas were measured, that each group's power used the larger of its planning sigma and its own
+    spread); the groups' own numbers follow it."""
+    said = [effect_reason] if effect_reason else []
+    if standardized is None:
+        _, source = _plan_sigma(name, sigma, sigma_source)
+        if source:
+            said.append(source.replace("planning sigma measured", "planning sigmas measured", 1))
+    if any(p.get("sigma_judged") is not None for p in parts):
+        said.append("each planned with the larger of its planning sigma and this run's own")
+    return "in every group" + (f" ({'; '.join(said)})" if said else "") + ": "
 
 
 def _t_p_value(excess: float, se: float, R: int) -> float | None:
@@ -219,9 +250,11 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
             record_spread(name, None, ">", min(effect.values()) if isinstance(effect, dict) else effect,
                           groups=groups)
         powers, plans, runs, alts, parts_in = [], [], [], [], []
+        several = len(groups) > 1  # what every group shares (the effect's reason, where sigma was measured) once
         for label, v in groups.items():
             e = effect.get(label) if isinstance(effect, dict) else effect
-            e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized, effect_reason, str(label))
+            e, sg, alt = _ordering_plan(name, margin, e, sigma, sigma_source, standardized,
+                                        "" if several else effect_reason, str(label), with_source=not several)
             if sg is None:
                 powers.append(None)
             else:
@@ -232,14 +265,15 @@ def grouped_ordering_check(name: str, groups: dict, margin: float = 0.0, detail:
                 parts_in.append(inp)
                 plans.append(p_plan)
                 runs.append(p_run)
-                alt += run_note(inp)
+                alt += run_note(inp) if not several else _run_own(inp)
             alts.append(f"{label}: {alt}")
         if all(p is not None for p in powers):
             power = float(np.prod(powers))
             power_planned = float(np.prod(plans))
             power_judged = float(np.prod(runs)) if all(p is not None for p in runs) else None
             inputs = dict(fn="product", parts=parts_in, groups=len(parts_in))
-        alternative = "in every group, " + "; ".join(alts) if len(alts) > 1 else alts[0]
+        alternative = (_shared_plan(name, sigma, sigma_source, standardized, effect_reason, parts_in) + "; ".join(alts)
+                       if several else alts[0])
     parts, worst, ok, p_value = [], float("inf"), True, 0.0
     for label, diffs in groups.items():
         c = ordering_check(str(label), diffs, 0.0, source=source, reason=reason, alpha=alpha, record=False)
