@@ -57,3 +57,15 @@ def test_verdicts_follow_from_the_table():
         want = short.get(a, a) if a == b else "depends on sample size"
         assert set(g["stable_verdict"]) == {want}, head
     assert np.isfinite(t[["null_mean", "null_sd", "p_upper", "q_upper"]].to_numpy()).all()
+
+
+def test_the_guide_shows_the_query_draws_table():
+    q = pd.read_csv(os.path.join(ROOT, "docs", "data", "probe_minilm_L3_query_draws.csv"))
+    text = open(os.path.join(ROOT, "docs", "guide", "probe.md"), encoding="utf-8").read()
+    assert sorted(q["head"]) == list(range(12)) and set(q["m"]) == {1000}
+    np.testing.assert_allclose(q["diff"], q["corr_restricted_b"] - q["corr_restricted_a"], atol=1e-6)
+    for col in ("corr_restricted_a", "corr_restricted_b"):
+        assert " | ".join(f"{v:.3f}" for v in q[col]) in text, col
+    assert f"at most {q['diff'].abs().max():.4f}" in text
+    prov = json.load(open(os.path.join(ROOT, "docs", "data", "probe_minilm_L3_query_draws.json"), encoding="utf-8"))
+    assert prov["runs"]["a"]["query_seed"] != prov["runs"]["b"]["query_seed"] and len(prov["commit"]) == 40
