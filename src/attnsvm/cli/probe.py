@@ -220,17 +220,9 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
-    null_draws : spectrum null heads per head (None: :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: no verdict);
-        ``query="all"`` draws none (nulls of the sequence SVM are not implemented yet), nor does ``curve``
-    null_kind : the verdict's null, None (the default of :class:`attnsvm.real.probe_config.ProbeConfig`: "sink",
-        :func:`attnsvm.real.nulls.sink_null`; the spectrum nulls are then drawn too and reported in ``spectrum_*``
-        columns) or a kind of :data:`attnsvm.real.nulls.NULLS` such as "spectrum"
-    null_stop : a head's spectrum nulls stop once no further draw can change any verdict (default; False: all
-        ``null_draws`` for every head; :func:`attnsvm.real.verdict.stop_reason`)
-    query_seed : another draw of the queries on the same sentences (None: ``seed``; ``ProbeConfig.query_seed``)
-    spectrum_draws : spectrum nulls beside a verdict of another kind (None: ``null_draws``;
-        ``ProbeConfig.spectrum_draws``)
-    baseline_max_m : the random-selection baseline only at m <= this (None: every m; ``ProbeConfig.baseline_max_m``)
+    null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m : the fields of those names of
+        :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; ``null_draws`` 0: no verdict; ``query="all"``
+        and ``curve`` draw no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
     device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
