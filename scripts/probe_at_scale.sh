@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MiniLM layer 3 at up to 1000 SVM sentences as resumable stored tasks from a worktree frozen at one commit
-# (issue 39). Stop it any time (Ctrl-C, a lost machine); the same command resumes where it stopped.
+# (issue 39), then the other layers. Stop it any time (Ctrl-C, a lost machine); the same command resumes where it stopped.
 #
 #   bash scripts/probe_at_scale.sh COMMIT [WORKDIR]
 #
@@ -43,3 +43,7 @@ stored out-L3-q0heads layers=[3] heads=[0,1,2,3,4,5,6,7,8,9,10,11] n_sentences=1
 # 3. m = 1000 with the same verdict nulls (the same draws: each is seeded by seed, layer, head and draw only) and
 # 2 spectrum nulls beside; scripts/probe_table.py reads out-L3 and out-L3-m1000 as one table
 stored out-L3-m1000 $L3 svm_sentences=1000 spectrum_draws=2
+# 4. the other five layers at m = 256 and 512 (the stable verdict over both; layer 3 has them in out-L3): every head,
+# the same verdict nulls, 2 spectrum nulls beside; about 5 h of one core on this machine by layer 3's m = 512 cost
+stored out-layers layers=[0,1,2,4,5] heads=[0,1,2,3,4,5,6,7,8,9,10,11] n_sentences=1000 null_draws=8 \
+  baseline_max_m=128 max_length=128 "svm_sentences=[256,512]" spectrum_draws=2
