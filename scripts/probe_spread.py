@@ -13,7 +13,6 @@ commit, the model digest). Shards are verified (checksums) as they are read.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -24,21 +23,17 @@ KEEP = ("corr_restricted", "sel_first", "qi_share", "mean_selected", "svm_status
 
 
 def heads(out: str):
-    """``(table, provenance)`` of the head tasks stored in ``out`` (one row per layer, head and m)."""
+    """``(table, provenance)`` of the head tasks stored in ``out`` (one row per layer, head and m), read and verified
+    by :func:`probe_table.read_shards`."""
     import pandas as pd
 
-    from attnsvm.runner.storage import read_shard
+    from probe_table import read_shards
 
-    rows, provs = [], []
-    for path in sorted(glob.glob(os.path.join(out, "probe", "shards", "*", "*.parquet"))):
-        table, prov = read_shard(path)
-        if prov["params"]["part"] != "head":
-            continue
-        rows.append(table.assign(m=int(prov["params"]["m"]))[["layer", "head", "m", *KEEP]])
-        provs.append(prov)
+    tables, provs = read_shards([out])
+    rows = [(t[["layer", "head", "m", *KEEP]], p) for t, p in zip(tables, provs) if p["params"]["part"] == "head"]
     if not rows:
         raise SystemExit(f"probe_spread: no stored head task under {out}/probe/shards")
-    return pd.concat(rows, ignore_index=True), provs
+    return pd.concat([t for t, _ in rows], ignore_index=True), [p for _, p in rows]
 
 
 def main(argv=None) -> int:
