@@ -1,0 +1,89 @@
+"""The test suite's time against an earlier revision's, measured in one run (issue 41: "the test suite (the same
+tests) is not slower than at the base commit on the same machine, measured in one run").
+
+Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--out DIR] [-- PYTEST_ARGS ...]
+
+Both suites run at once by default, each in its own child process (``python -m pytest`` in its own tree, with its
+own ``src`` first on PYTHONPATH, one BLAS thread): this checkout's tests on this checkout's code, and REV's tests on
+REV's code (a temporary git worktree of REV). Running them side by side gives both the same machine over the same
+minutes, which a shared machine's load would otherwise decide (``--serial``: one after the other, ours first).
+Printed: each suite's wall and CPU seconds and test count, then the seconds pytest recorded for the tests both
+suites hold (the same node ids: "the same tests"), summed, and the ratio baseline / ours (above 1: ours is faster),
+and the ten tests whose time moved most. The JUnit XML files are kept under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _baseline import ROOT, baseline_src, child_env  # noqa: E402
+
+
+def start(tree: str, xml: str, log: str, pytest_args: list[str]) -> tuple[subprocess.Popen, float]:
+    """Start ``python -m pytest`` in ``tree`` on ``tree/src`` writing JUnit XML to ``xml``; (process, start time)."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}", *pytest_args]
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=tree, env=child_env(os.path.join(tree, "src")), stdout=fh,
+                                stderr=subprocess.STDOUT)
+    return proc, time.perf_counter()
+
+
+def finish(proc: subprocess.Popen, t0: float) -> dict:
+    """Wait for ``proc``; its exit code, wall seconds and CPU seconds (its own and its children's, from wait4)."""
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"rc": proc.returncode, "wall": time.perf_counter() - t0, "cpu": ru.ru_utime + ru.ru_stime}
+
+
+def junit_times(xml: str) -> dict[str, float]:
+    """Seconds per test node id (``classname::name``) from a JUnit XML file."""
+    return {f"{c.get('classname')}::{c.get('name')}": float(c.get("time") or 0.0)
+            for c in ET.parse(xml).getroot().iter("testcase")}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline-rev", required=True, metavar="REV", help="the revision whose suite is compared")
+    ap.add_argument("--serial", action="store_true", help="run the two suites one after the other, not at once")
+    ap.add_argument("--out", default=None, help="where the JUnit XML files and logs go (default: a temporary folder)")
+    ap.add_argument("pytest_args", nargs="*", help="passed to both pytest runs (after --)")
+    args = ap.parse_args(argv)
+    out = args.out or tempfile.mkdtemp(prefix="attnsvm-suite-")
+    os.makedirs(out, exist_ok=True)
+    with baseline_src(args.baseline_rev) as base_src:
+        trees = {"ours": ROOT, "baseline": os.path.dirname(base_src)}
+        results = {}
+        if args.serial:
+            for name, tree in trees.items():
+                proc, t0 = start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args)
+                results[name] = finish(proc, t0)
+        else:
+            running = {name: start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args)
+                       for name, tree in trees.items()}
+            results = {name: finish(*pt) for name, pt in running.items()}
+        times = {name: junit_times(f"{out}/{name}.xml") for name in trees}
+    for name, r in results.items():
+        print(f"{name}: {len(times[name])} tests, exit {r['rc']}, wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s "
+              f"(log {out}/{name}.log)")
+    common = sorted(set(times["ours"]) & set(times["baseline"]))
+    ours, base = (sum(times[n][t] for t in common) for n in ("ours", "baseline"))
+    print(f"the same tests ({len(common)} node ids in both): baseline {base:.1f} s, ours {ours:.1f} s, "
+          f"baseline / ours {base / ours:.3f}" if ours else "no common tests")
+    print(f"only in ours: {len(times['ours']) - len(common)} tests, {max(0.0, sum(times['ours'].values()) - ours):.1f} s; "
+          f"only in the baseline: {len(times['baseline']) - len(common)} tests, "
+          f"{max(0.0, sum(times['baseline'].values()) - base):.1f} s")
+    moved = sorted(common, key=lambda t: abs(times["ours"][t] - times["baseline"][t]), reverse=True)[:10]
+    for t in moved:
+        print(f"  {times['baseline'][t]:7.2f} s -> {times['ours'][t]:7.2f} s  {t}")
+
+
+if __name__ == "__main__":
+    main()
