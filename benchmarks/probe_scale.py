@@ -21,12 +21,8 @@ selecting by its own attention at the threshold; corr_restricted then against th
 BLAS and torch use ``--threads`` threads (default 1, through threadpoolctl). The CPU column is the
 process CPU time of the solve: when it is well below the wall time another process shared the cores.
 Default runtime (sizes 48 128 256, dense up to 128, heads 0 and 5 of layer 3): about 2 minutes on one core
-(``--dense-max 256`` adds 2 to 4 minutes per head). Measured (one thread, idle 2-core machine), working set vs
-dense seconds: m = 48 (N = 921) 1.3 vs 1.6 and 1.1 vs 1.3; m = 128 7.7 vs 21.5 and 4.9 vs 16.0; m = 256
-24.7 vs 123.5 and 13.7 vs 233.7, same certified optima (W within 6e-6 relative, corr_restricted equal to 6 digits).
-Since the Schur complement on distinct queries (two processes of one thread on the 2-core machine):
-``--sizes 1000 --heads 0 .. 11`` took 19-223 s per head of layer 3, 1148 s for all 12; ``--sizes 1000
---heads 3 --baseline``: head 3 19 s, its random baseline 322 s (working set 4312 rows).
+(``--dense-max 256`` adds 2 to 4 minutes per head). The measured seconds of the defaults and of ``--sizes 1000``
+are in docs/guide/performance.md ("Figures recorded in the source before this page" and the sections below).
 ``--export DIR`` writes each case's arrays (as below) to DIR and solves nothing.
 ``--baseline-rev REV``: every solve runs in two child processes with one thread each, on this checkout and on a
 git worktree of REV (benchmarks/_baseline.py); the parent builds the selections once and hands each child the

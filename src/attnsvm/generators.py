@@ -46,8 +46,9 @@ def _unit_rows(A: np.ndarray) -> np.ndarray:
     return A / np.linalg.norm(A, axis=-1, keepdims=True)
 
 
-#: below this many bytes an instance is not checked against the default memory limit (reading the available
-#: memory costs about 0.15 ms, a quarter of drawing a small instance; experiments draw thousands)
+#: below this many bytes an instance is not checked against the default memory limit: reading the available
+#: memory costs a sizeable share of drawing a small instance, and experiments draw thousands (the timing:
+#: docs/guide/performance.md, "Design decisions outside svm/ and their measurements")
 _UNCHECKED_BYTES = 1 << 28
 
 

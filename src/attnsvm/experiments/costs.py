@@ -6,9 +6,9 @@ the long tasks do not run last on a half-idle pool. The estimate only orders the
 is seeded by its own parameters, so no result depends on it.
 
 :data:`RUN_SECONDS` holds, per experiment, the CPU seconds of its computed tasks divided by its runs
-(``task_cpu_seconds / runs`` of its ``meta.json``) in a cold full ``attnsvm reproduce`` at d4984ba on the
-idle 2-core machine (``/usr/bin/time -v attnsvm reproduce --out /work/runs/full33``, default pool of 2
-workers). Re-measure from any results folder of a pooled ``reproduce`` with::
+(``task_cpu_seconds / runs`` of its ``meta.json``) in one cold full ``attnsvm reproduce`` on an idle machine
+(which run: docs/guide/performance.md, "Design decisions outside svm/ and their measurements"). Re-measure
+from any results folder of a pooled ``reproduce`` with::
 
     python -m attnsvm.experiments.costs RESULTS_DIR
 
@@ -24,7 +24,7 @@ import sys
 
 __all__ = ["RUN_SECONDS", "DEFAULT_RUN_SECONDS", "run_seconds", "measured_run_seconds"]
 
-#: CPU seconds per run at the full preset (see the module docstring for the command that measured them)
+#: CPU seconds per run at the full preset, from one idle cold full ``reproduce`` (the module docstring says which)
 RUN_SECONDS = {
     "lm-cosine": 0.2171,
     "lm-margins": 0.08043,

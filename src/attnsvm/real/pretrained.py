@@ -80,7 +80,8 @@ from attnsvm.real.errors import require
 
 BIAS_MODES = ("augment", "drop")
 #: memory that building one transformer layer takes beyond its parameters (torch modules and their Python
-#: objects; measured about 55 KB per BERT layer and 41 KB per GPT-2 layer with transformers 5, width 8)
+#: objects), budgeted above the sizes measured for BERT and GPT-2 layers (the measurement:
+#: docs/guide/performance.md, "Design decisions outside svm/ and their measurements")
 MODULE_BYTES_PER_LAYER = 64 * 2**10
 #: the largest config.json read (real ones are a few KB) and the deepest nesting of its values
 MAX_CONFIG_BYTES = 16 * 2**20

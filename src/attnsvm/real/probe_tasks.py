@@ -171,7 +171,7 @@ def combine(config: ProbeConfig, table):
     if table.empty or "part" not in table.columns:
         return table
     # layer and head stay integers: a task that stored no rows (a head without an SVM draws no nulls) is a
-    # zero-row shard, and concatenating it made them float (printed "3.0000  0.0000", stored "3.0,0.0")
+    # zero-row shard, and concatenating it makes them float (printed "3.0000  0.0000", stored "3.0,0.0")
     table = table.astype({c: "int64" for c in ("layer", "head", "m") if c in table.columns})
     nulls = table[table["part"] == "null"]
     heads = table[table["part"] == "head"].drop(columns=[c for c in NULL_ONLY if c in table])
@@ -179,7 +179,7 @@ def combine(config: ProbeConfig, table):
     # one order on both paths: by layer, head (and m), whatever order the tasks ran or were stored in
     heads = heads.sort_values([c for c in ("layer", "head", "m") if c in heads.columns], kind="stable")
     heads = heads.reset_index(drop=True)
-    for c in INT_COLUMNS:  # integers, as a head's row has them (the null rows' NaN made the column float)
+    for c in INT_COLUMNS:  # integers, as a head's row has them (the null rows' NaN make the column float)
         if c in heads.columns and heads[c].notna().all() and len(heads):
             heads[c] = heads[c].astype("int64")
     if nulls.empty and not config.has_nulls:

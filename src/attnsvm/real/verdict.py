@@ -150,7 +150,7 @@ def reachable_pvalues(real: float, nulls, remaining: int) -> tuple[float, float]
     return out[0], out[1]
 
 
-#: the old, weakest stopping level (no number of tested heads known): Benjamini-Yekutieli's q is at least
+#: the weakest stopping level, for when no number of tested heads is known: Benjamini-Yekutieli's q is at least
 #: ``c(m) p >= p`` for every number of heads m, so a head whose p stays above it is never rejected
 STOP_LEVEL = LEVEL
 

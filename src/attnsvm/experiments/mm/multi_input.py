@@ -427,7 +427,8 @@ class MultiInput(Experiment):
     # ------------------------------------------------------------------ plot
     def plot(self, config, table, outdir):
         # legends at fixed corners (where "best" put them): "best" searches every vertex of the long NGD/GD paths,
-        # which took up to 0.4 s per legend on an idle machine and over matplotlib's 1 s warning during reproduce
+        # slow enough per legend to trip matplotlib's slow-legend warning during reproduce (the timing:
+        # docs/guide/performance.md, "Design decisions outside svm/ and their measurements")
         prob = mm_multi_input()
         svm = table[table["record"] == "svm"].set_index("variant")
         pm = svm.loc["model-W", ["p0", "p1"]].to_numpy(float)
