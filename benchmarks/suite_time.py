@@ -2,14 +2,17 @@
 tests) is not slower than at the base commit on the same machine, measured in one run").
 
 Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--out DIR] [-- PYTEST_ARGS ...]
+       python benchmarks/suite_time.py --from-xml DIR
 
 Both suites run at once by default, each in its own child process (``python -m pytest`` in its own tree, with its
 own ``src`` first on PYTHONPATH, one BLAS thread): this checkout's tests on this checkout's code, and REV's tests on
 REV's code (a temporary git worktree of REV). Running them side by side gives both the same machine over the same
 minutes, which a shared machine's load would otherwise decide (``--serial``: one after the other, ours first).
 Printed: each suite's wall and CPU seconds and test count, then the seconds pytest recorded for the tests both
-suites hold (the same node ids: "the same tests"), summed, and the ratio baseline / ours (above 1: ours is faster),
-and the ten tests whose time moved most. The JUnit XML files are kept under ``--out``.
+suites passed (the same node ids: "the same tests"; a failed, errored or skipped test is left out), summed, and
+the ratio baseline / ours (above 1: ours is faster), and the ten tests whose time moved most. The JUnit XML files
+are kept under ``--out``. Tests that start a browser can collide when both suites run at once (``--serial`` avoids
+it); they then error in one suite and drop out of the comparison.
 """
 
 from __future__ import annotations
@@ -42,37 +45,57 @@ def finish(proc: subprocess.Popen, t0: float) -> dict:
     return {"rc": proc.returncode, "wall": time.perf_counter() - t0, "cpu": ru.ru_utime + ru.ru_stime}
 
 
-def junit_times(xml: str) -> dict[str, float]:
-    """Seconds per test node id (``classname::name``) from a JUnit XML file."""
-    return {f"{c.get('classname')}::{c.get('name')}": float(c.get("time") or 0.0)
-            for c in ET.parse(xml).getroot().iter("testcase")}
+def junit_times(xml: str) -> tuple[dict[str, float], int]:
+    """Seconds per passed test node id (``classname::name``) from a JUnit XML file, and how many tests did not pass
+    (failed, errored or skipped: their seconds say nothing about speed, so "the same tests" leaves them out)."""
+    times, other = {}, 0
+    for c in ET.parse(xml).getroot().iter("testcase"):
+        if any(child.tag in ("failure", "error", "skipped") for child in c):
+            other += 1
+        else:
+            times[f"{c.get('classname')}::{c.get('name')}"] = float(c.get("time") or 0.0)
+    return times, other
+
+
+def run_both(args, out: str) -> dict:
+    """Run this checkout's suite and the baseline's (at once, or one after the other with ``--serial``); their
+    exit codes, wall and CPU seconds by name."""
+    with baseline_src(args.baseline_rev) as base_src:
+        trees = {"ours": ROOT, "baseline": os.path.dirname(base_src)}
+        if args.serial:
+            results = {}
+            for name, tree in trees.items():
+                results[name] = finish(*start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args))
+            return results
+        running = {name: start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args)
+                   for name, tree in trees.items()}
+        return {name: finish(*pt) for name, pt in running.items()}
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--baseline-rev", required=True, metavar="REV", help="the revision whose suite is compared")
+    ap.add_argument("--baseline-rev", metavar="REV", help="the revision whose suite is compared")
+    ap.add_argument("--from-xml", metavar="DIR", help="compare the JUnit XML files an earlier run left in DIR "
+                                                       "(ours.xml, baseline.xml) instead of running")
     ap.add_argument("--serial", action="store_true", help="run the two suites one after the other, not at once")
     ap.add_argument("--out", default=None, help="where the JUnit XML files and logs go (default: a temporary folder)")
     ap.add_argument("pytest_args", nargs="*", help="passed to both pytest runs (after --)")
     args = ap.parse_args(argv)
-    out = args.out or tempfile.mkdtemp(prefix="attnsvm-suite-")
-    os.makedirs(out, exist_ok=True)
-    with baseline_src(args.baseline_rev) as base_src:
-        trees = {"ours": ROOT, "baseline": os.path.dirname(base_src)}
-        results = {}
-        if args.serial:
-            for name, tree in trees.items():
-                proc, t0 = start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args)
-                results[name] = finish(proc, t0)
-        else:
-            running = {name: start(tree, f"{out}/{name}.xml", f"{out}/{name}.log", args.pytest_args)
-                       for name, tree in trees.items()}
-            results = {name: finish(*pt) for name, pt in running.items()}
-        times = {name: junit_times(f"{out}/{name}.xml") for name in trees}
-    for name, r in results.items():
-        print(f"{name}: {len(times[name])} tests, exit {r['rc']}, wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s "
-              f"(log {out}/{name}.log)")
+    if not (args.baseline_rev or args.from_xml):
+        ap.error("give --baseline-rev REV (or --from-xml DIR)")
+    if args.from_xml:
+        out, results = args.from_xml, {}
+    else:
+        out = args.out or tempfile.mkdtemp(prefix="attnsvm-suite-")
+        os.makedirs(out, exist_ok=True)
+        results = run_both(args, out)
+    parsed = {name: junit_times(f"{out}/{name}.xml") for name in ("ours", "baseline")}
+    times = {name: t for name, (t, _) in parsed.items()}
+    for name, (t, other) in parsed.items():
+        r = results.get(name)
+        clock = f", exit {r['rc']}, wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s" if r else ""
+        print(f"{name}: {len(t)} tests passed, {other} failed, errored or skipped{clock} (log {out}/{name}.log)")
     common = sorted(set(times["ours"]) & set(times["baseline"]))
     ours, base = (sum(times[n][t] for t in common) for n in ("ours", "baseline"))
     print(f"the same tests ({len(common)} node ids in both): baseline {base:.1f} s, ours {ours:.1f} s, "
