@@ -74,8 +74,9 @@ def settings_of(norm: str) -> tuple[str, ...]:
     return SOFT_SETTINGS if norm == "soft" else get_norm(norm).settings
 
 
-def check_setting(name: str, value) -> None:
-    """The one check of each setting (ValidationError naming it and the expected range)."""
+def check_setting(name: str, value):
+    """The one check of each setting (ValidationError naming it and the expected range); returns the value as the
+    solvers read it (``max_memory`` in bytes, :func:`attnsvm.memory.parse_size`; the others as given)."""
     if name == "feas_tol":
         check_number(value, name, low=0.0, high=1.0, low_open=True, high_open=True)
     elif name == "gap_tol":
@@ -88,17 +89,19 @@ def check_setting(name: str, value) -> None:
         if value is not None:
             from attnsvm.memory import parse_size
 
-            parse_size(value, name)
+            return parse_size(value, name)
     else:  # pragma: no cover - every field is listed above
         raise AssertionError(name)
+    return value
 
 
 @dataclass(frozen=True)
 class SolverSettings:
     """The settings of the hard-margin solvers (module docstring: meaning, range, default of each).
 
-    Each field is checked once, when the object is built; :meth:`resolved` fills the defaults that
-    depend on the norm and the method (``None`` fields) without checking again.
+    Each field is checked once, when the object is built (``max_memory`` is then held in bytes, so that the
+    memory checks of the solvers do not parse it again); :meth:`resolved` fills the defaults that depend on the
+    norm and the method (``None`` fields) without checking again.
     """
 
     feas_tol: float = FEAS_TOL
@@ -109,7 +112,7 @@ class SolverSettings:
 
     def __post_init__(self):
         for f in fields(self):
-            check_setting(f.name, getattr(self, f.name))
+            object.__setattr__(self, f.name, check_setting(f.name, getattr(self, f.name)))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
