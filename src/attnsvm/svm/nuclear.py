@@ -302,7 +302,7 @@ def _frobenius_starts(sets, settings: SolverSettings, formulation, t0) -> list:
         if len(ks) > 1:
             Un = np.stack([normalized[k][0].U for k in ks])
             Vn = np.stack([normalized[k][0].V for k in ks])
-            lam, ok = pdas_batch(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
+            lam, ok = pdas_batch.unchecked(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
                                  np.stack([normalized[k][0].is_equality for k in ks]), tol=settings.feas_tol)
             for j, k in enumerate(ks):
                 if ok[j]:
