@@ -147,11 +147,11 @@ def test_the_nuclear_start_feasibility_and_ipm_receive_feas_tol(monkeypatch):
     X, Z = rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6))
     cs = att_constraints(X, Z, np.zeros(8, int))
     seen = []
-    qp, ipm, fro_ws = nuclear_mod.frobenius_qp, nuclear_mod.nuclear_ipm, ws_mod.solve_frobenius_ws
+    qp, ipm, fro_ws = nuclear_mod.frobenius_qp, nuclear_mod.nuclear_ipm_unchecked, ws_mod.solve_frobenius_ws
     monkeypatch.setattr(nuclear_mod, "frobenius_qp",
                         lambda cs_n, settings, *a: seen.append(("start", settings.feas_tol)) or qp(cs_n, settings, *a))
-    monkeypatch.setattr(nuclear_mod, "nuclear_ipm",
-                        lambda *a, **kw: seen.append(("ipm", kw["feas_tol"], kw["tol"])) or ipm(*a, **kw))
+    monkeypatch.setattr(nuclear_mod, "nuclear_ipm_unchecked",
+                        lambda *a, **kw: seen.append(("ipm", kw["feas_tol"], kw["gap_tol"])) or ipm(*a, **kw))
     monkeypatch.setattr(ws_mod, "solve_frobenius_ws", lambda cs, **kw: seen.append(
         ("feasibility", kw["options"].settings.feas_tol)) or fro_ws(cs, **kw))
     assert solve(cs, "nuclear", method="dense", feas_tol=2e-10, gap_tol=3e-9).status == "optimal"
@@ -211,9 +211,29 @@ def test_the_ipm_defaults_are_the_settings_defaults():
     grown = settings_mod.SolverSettings().resolved("nuclear", "working_set")
     assert dense.feas_tol == settings_mod.FEAS_TOL and dense.gap_tol != grown.gap_tol
     a = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
-    b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=dense.gap_tol, feas_tol=dense.feas_tol)
+    b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=dense.gap_tol, feas_tol=dense.feas_tol)
     assert np.array_equal(a.W, b.W) and a.info["iterations"] == b.info["iterations"]
     start = np.ones(cs.N, bool)
     c, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start)
     d, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, settings=grown)
     assert np.array_equal(c.W, d.W) and c.info["iterations"] == d.info["iterations"]
+
+
+def test_the_ipm_tol_warns_and_maps_to_gap_tol():
+    """nuclear_ipm's ``tol`` (its gap tolerance, not solve's ``feas_tol``) is now ``gap_tol``: the old keyword warns,
+    names the mapping and gives the same result; both at once, or another keyword, are refused."""
+    from attnsvm.svm.ipm import nuclear_ipm
+
+    rng = np.random.default_rng(9)
+    cs = att_constraints(rng.standard_normal((8, 4, 5)), rng.standard_normal((8, 5)), np.zeros(8, int))
+    a = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=1e-8)
+    with pytest.warns(DeprecationWarning, match="'tol' is deprecated .*maps to 'gap_tol' .*gap_tol=1e-08") as rec:
+        b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=1e-8)
+    assert rec[0].filename == __file__
+    assert np.array_equal(a.W, b.W) and np.array_equal(a.lam, b.lam)
+    with pytest.raises(ValidationError, match="give gap_tol only"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=1e-8, gap_tol=1e-8)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gaptol'"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gaptol=1e-8)
+    with pytest.raises(ValidationError, match="gap_tol must be"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=float("nan"))
