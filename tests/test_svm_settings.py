@@ -90,29 +90,115 @@ def _count_checks(monkeypatch) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("norm", ["fro", "nuclear"])
-@pytest.mark.parametrize("method", ["dense", "working_set"])
+#: the names a check of a setting goes by: the settings, their deprecated names (``tol``, also the dense QPs' name
+#: of ``feas_tol`` and the interior point's old name of ``gap_tol``) and the interior point's ``max_iter``
+SETTING_NAMES = (*settings_mod.SolverSettings.names(), *settings_mod.DEPRECATED_SETTINGS, "max_iter")
+
+
+def _count_validators(monkeypatch) -> dict:
+    """Count the calls of every validator (:mod:`attnsvm._validate`'s ``check_*``, :func:`attnsvm.memory.parse_size`)
+    from every module of the package, by the name of what it checks, for the names of :data:`SETTING_NAMES`."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import attnsvm._validate as validate
+    import attnsvm.memory as memory
+    import attnsvm.svm
+
+    for m in pkgutil.walk_packages(attnsvm.svm.__path__, "attnsvm.svm."):
+        if m.name != "attnsvm.svm.torch_backend":          # (imports torch; only for a device)
+            importlib.import_module(m.name)                  # the lazily imported solvers too
+    counts: dict = {}
+
+    def counted(fn):
+        def wrapper(value, name, *a, **kw):
+            if name in SETTING_NAMES:
+                counts[name] = counts.get(name, 0) + 1
+            return fn(value, name, *a, **kw)
+        return wrapper
+
+    originals = [getattr(validate, n) for n in dir(validate) if n.startswith("check_")] + [memory.parse_size]
+    for mod in [m for name, m in sys.modules.items() if name == "attnsvm" or name.startswith("attnsvm.")]:
+        for fn in originals:
+            for attr, val in list(vars(mod).items()):
+                if val is fn:
+                    monkeypatch.setattr(mod, attr, counted(fn))
+    return counts
+
+
+#: every method of each norm that solves one set, and a second problem whose nuclear working set runs more
+#: than one round (its later rounds run the dense solve on a subset)
+SOLVE_METHODS = {"fro": ("dense", "working_set", "pdas", "goldfarb-idnani"), "nuclear": ("dense", "working_set")}
+
+
+@pytest.mark.parametrize("norm,method", [(n, m) for n, ms in SOLVE_METHODS.items() for m in ms])
 def test_each_setting_is_checked_once_per_solve(norm, method, monkeypatch):
+    """One check of each setting per solve (:func:`~attnsvm.svm.settings.check_setting`), and no validator
+    called on a setting's name anywhere else during the solve: the inner entry points (the interior-point method,
+    the dense QPs, the memory checks) do not check again."""
     from attnsvm.problem import TokenProblem
 
     rng = np.random.default_rng(5)
     p = TokenProblem(rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6)))
     cs = att_constraints(p.X, p.queries, np.zeros(8, int))
     counts = _count_checks(monkeypatch)
+    validators = _count_validators(monkeypatch)
     sol = solve(cs, norm, method=method, **SETTINGS[norm])      # a real solve, through every inner layer
     assert sol.status == "optimal"
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    once = {name: 1 for name in settings_mod.SolverSettings.names()}
+    assert counts == once, counts
+    assert validators == once, validators
+
+
+def test_a_working_set_of_several_rounds_checks_each_setting_once(monkeypatch):
+    """The nuclear working set round by round (its grown first run turned off, two rows joining per round): each
+    round's dense solve of a subset (Frobenius start, interior-point method, memory check) checks nothing again."""
+    rng = np.random.default_rng(1)
+    X, Z = rng.standard_normal((30, 6, 12)), rng.standard_normal((30, 12))
+    cs = att_constraints(X, Z, rng.integers(0, 6, 30))
+    monkeypatch.setattr(nuclear_mod, "solve_nuclear_grown", lambda *a, **kw: None)
+    validators = _count_validators(monkeypatch)
+    sol = solve(cs, "nuclear", method="working_set", batch=2, **SETTINGS["nuclear"])
+    assert sol.status == "optimal" and sol.info["rounds"] > 1, sol.info.get("rounds")
+    assert validators == {name: 1 for name in settings_mod.SolverSettings.names()}, validators
+
+
+def test_the_validator_count_sees_a_check_inside_a_solve(monkeypatch):
+    """The counting of :func:`_count_validators` reaches the inner modules: a check added to the interior-point
+    method's core, or the direct callers' QP entry, is counted."""
+    from attnsvm.svm.ipm import driver
+
+    core = driver.nuclear_ipm_unchecked
+    monkeypatch.setattr(driver, "nuclear_ipm_unchecked", lambda *a, **kw: driver.check_number(
+        kw["feas_tol"], "feas_tol", low=0.0) and core(*a, **kw))
+    monkeypatch.setattr(nuclear_mod, "nuclear_ipm_unchecked", driver.nuclear_ipm_unchecked)
+    validators = _count_validators(monkeypatch)
+    rng = np.random.default_rng(5)
+    cs = att_constraints(rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6)), np.zeros(8, int))
+    solve(cs, "nuclear", method="dense", **SETTINGS["nuclear"])
+    assert validators["feas_tol"] == 2
+    validators.clear()
+    from attnsvm.svm import qp
+
+    qp.solve_gram_qp(np.eye(2), np.ones(2), np.zeros(2, bool), tol=1e-9)
+    assert validators == {"tol": 1}
 
 
 def test_the_batch_and_soft_paths_check_their_settings_once(monkeypatch):
     rng = np.random.default_rng(6)
     X, Z = rng.standard_normal((2, 5, 4, 6)), rng.standard_normal((2, 5, 6))
     counts = _count_checks(monkeypatch)
-    solve_svm_batch(X, Z, np.zeros((2, 5), int), norm="nuclear", feas_tol=1e-10)
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    validators = _count_validators(monkeypatch)
+    solve_svm_batch(X, Z, np.zeros((2, 5), int), norm="nuclear", feas_tol=1e-10, max_memory="4G")
+    once = {name: 1 for name in settings_mod.SolverSettings.names()}
+    assert counts == once, counts
+    assert validators == once, validators
     counts.clear()
-    solve(att_constraints(X[0], Z[0], np.zeros(5, int)), "nuclear", C=1.0, support_tol=1e-6)
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    validators.clear()
+    solve(att_constraints(X[0], Z[0], np.zeros(5, int)), "nuclear", C=1.0, support_tol=1e-6, max_memory="4G")
+    assert counts == once, counts
+    assert validators == once, validators
 
 
 @pytest.mark.parametrize("norm", ["fro", "nuclear"])
