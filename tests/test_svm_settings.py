@@ -323,3 +323,19 @@ def test_the_ipm_tol_warns_and_maps_to_gap_tol():
         nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gaptol=1e-8)
     with pytest.raises(ValidationError, match="gap_tol must be"):
         nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=float("nan"))
+
+
+def test_max_memory_is_held_in_bytes_and_an_int_limit_is_not_parsed_again():
+    """The checked ``max_memory`` is a byte count, which :func:`attnsvm.memory.max_memory` takes as it is; a byte
+    count that is not a positive int still goes through the parser (and is refused)."""
+    from attnsvm import memory
+
+    assert settings_mod.SolverSettings(max_memory="4G").max_memory == 4 * 2**30
+    assert settings_mod.SolverSettings(max_memory=1.5e9).max_memory == 1_500_000_000
+    assert settings_mod.SolverSettings().max_memory is None
+    assert memory.max_memory(4096) == 4096
+    for bad in (0, -1, True, "lots"):
+        with pytest.raises(ValidationError, match="max_memory"):
+            memory.max_memory(bad)
+        with pytest.raises(ValidationError, match="max_memory"):
+            settings_mod.SolverSettings(max_memory=bad)
