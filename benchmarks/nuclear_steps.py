@@ -28,6 +28,7 @@ by ``nuclear_ipm``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import runpy
 import sys
@@ -37,23 +38,24 @@ import _baseline
 
 
 def export(out: str, argv: list) -> None:
-    """Run probe_cost.py with ``svm.nuclear.nuclear_ipm``'s inputs written to ``out/inst_NNN.npz``."""
+    """Run probe_cost.py with ``svm.nuclear.nuclear_ipm_unchecked``'s inputs written to ``out/inst_NNN.npz``
+    (the key ``tol`` holds the run's ``gap_tol``)."""
     import numpy as np
 
     import attnsvm.svm.nuclear as nuc
 
     os.makedirs(out, exist_ok=True)
-    real, count = nuc.nuclear_ipm, [0]
+    real, count = nuc.nuclear_ipm_unchecked, [0]
 
     def dump(U, V, rhs, eq, **kw):
         lam0, W0 = kw.get("lam_init"), kw.get("W_init")
         np.savez(os.path.join(out, f"inst_{count[0]:03d}.npz"), U=U, V=V, rhs=rhs, eq=eq,
                  lam_init=np.zeros(0) if lam0 is None else lam0, W_init=np.zeros((0, 0)) if W0 is None else W0,
-                 tol=kw.get("tol", 1e-9))
+                 tol=kw["gap_tol"])
         count[0] += 1
         return real(U, V, rhs, eq, **kw)
 
-    nuc.nuclear_ipm = dump
+    nuc.nuclear_ipm_unchecked = dump
     sys.argv = ["probe_cost.py"] + argv
     runpy.run_path(os.path.join(_baseline.HERE, "probe_cost.py"), run_name="__main__")
 
@@ -97,7 +99,9 @@ def _solve(z):
                                 W_init=z["W_init"], settings=SolverSettings(gap_tol=float(z["tol"])),
                                 limits=GrowthLimits(max_rows=int(z["max_rows"])))[0]
     kw = {"lam_init": z["lam_init"], "W_init": z["W_init"]} if z["lam_init"].size else {}
-    return nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], tol=float(z["tol"]), **kw)
+    # a baseline revision before gap_tol took the gap tolerance as tol
+    kw["gap_tol" if "gap_tol" in inspect.signature(nuclear_ipm).parameters else "tol"] = float(z["tol"])
+    return nuclear_ipm(z["U"], z["V"], z["rhs"], z["eq"], **kw)
 
 
 def child(files: list) -> None:

@@ -73,7 +73,7 @@ def _loose_prediction(cs, first, sup, loose_gap: float, band: float) -> str:
     lam0 = sc.lam_to_n(fro.duals[first], "squared")
     c0 = time.process_time()
     res = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=cs_n.combine(lam0),
-                      tol=loose_gap)
+                      gap_tol=loose_gap)
     c_loose = time.process_time() - c0
     lam = np.zeros(cs.N)
     lam[first] = np.abs(sc.lam(res.lam, "norm"))

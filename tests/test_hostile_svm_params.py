@@ -100,7 +100,7 @@ def test_lower_level_and_analysis_parameters_are_validated():
     with pytest.raises(ValidationError, match="method"):
         solve_gram_qp(G, b, eq, method="bogus")
     cs = att_constraints(X0, Z0, SEL)
-    for kw in ({"tol": float("nan")}, {"feas_tol": -1.0}, {"max_iter": 0}, {"time_limit": float("nan")}):
+    for kw in ({"gap_tol": float("nan")}, {"feas_tol": -1.0}, {"max_iter": 0}, {"time_limit": float("nan")}):
         with pytest.raises(ValidationError, match=next(iter(kw))):
             nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, **kw)
     p = TokenProblem(X0, Z0, Y=Y0, v=v0)

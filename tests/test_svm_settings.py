@@ -48,7 +48,7 @@ def test_every_method_accepts_the_same_settings_at_every_size(norm, received):
             solve(cs, norm, method=method, **SETTINGS[norm])
             (opts,) = received
             got = {name: getattr(opts.settings, name) for name in SETTINGS[norm]}
-            assert got == SETTINGS[norm], (N, method)
+            assert got == dict(SETTINGS[norm], max_memory=4 * 2**30), (N, method)      # max_memory held in bytes
             seen.add(type(opts).__name__)
             # and a bad value of each is refused, naming the setting and its range, whatever N and method
             for name, bad in (("feas_tol", 1.0), ("support_tol", -1e-3), ("time_limit", 0.0)):
@@ -90,29 +90,115 @@ def _count_checks(monkeypatch) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("norm", ["fro", "nuclear"])
-@pytest.mark.parametrize("method", ["dense", "working_set"])
+#: the names a check of a setting goes by: the settings, their deprecated names (``tol``, also the dense QPs' name
+#: of ``feas_tol`` and the interior point's old name of ``gap_tol``) and the interior point's ``max_iter``
+SETTING_NAMES = (*settings_mod.SolverSettings.names(), *settings_mod.DEPRECATED_SETTINGS, "max_iter")
+
+
+def _count_validators(monkeypatch) -> dict:
+    """Count the calls of every validator (:mod:`attnsvm._validate`'s ``check_*``, :func:`attnsvm.memory.parse_size`)
+    from every module of the package, by the name of what it checks, for the names of :data:`SETTING_NAMES`."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import attnsvm._validate as validate
+    import attnsvm.memory as memory
+    import attnsvm.svm
+
+    for m in pkgutil.walk_packages(attnsvm.svm.__path__, "attnsvm.svm."):
+        if m.name != "attnsvm.svm.torch_backend":          # (imports torch; only for a device)
+            importlib.import_module(m.name)                  # the lazily imported solvers too
+    counts: dict = {}
+
+    def counted(fn):
+        def wrapper(value, name, *a, **kw):
+            if name in SETTING_NAMES:
+                counts[name] = counts.get(name, 0) + 1
+            return fn(value, name, *a, **kw)
+        return wrapper
+
+    originals = [getattr(validate, n) for n in dir(validate) if n.startswith("check_")] + [memory.parse_size]
+    for mod in [m for name, m in sys.modules.items() if name == "attnsvm" or name.startswith("attnsvm.")]:
+        for fn in originals:
+            for attr, val in list(vars(mod).items()):
+                if val is fn:
+                    monkeypatch.setattr(mod, attr, counted(fn))
+    return counts
+
+
+#: every method of each norm that solves one set, and a second problem whose nuclear working set runs more
+#: than one round (its later rounds run the dense solve on a subset)
+SOLVE_METHODS = {"fro": ("dense", "working_set", "pdas", "goldfarb-idnani"), "nuclear": ("dense", "working_set")}
+
+
+@pytest.mark.parametrize("norm,method", [(n, m) for n, ms in SOLVE_METHODS.items() for m in ms])
 def test_each_setting_is_checked_once_per_solve(norm, method, monkeypatch):
+    """One check of each setting per solve (:func:`~attnsvm.svm.settings.check_setting`), and no validator
+    called on a setting's name anywhere else during the solve: the inner entry points (the interior-point method,
+    the dense QPs, the memory checks) do not check again."""
     from attnsvm.problem import TokenProblem
 
     rng = np.random.default_rng(5)
     p = TokenProblem(rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6)))
     cs = att_constraints(p.X, p.queries, np.zeros(8, int))
     counts = _count_checks(monkeypatch)
+    validators = _count_validators(monkeypatch)
     sol = solve(cs, norm, method=method, **SETTINGS[norm])      # a real solve, through every inner layer
     assert sol.status == "optimal"
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    once = {name: 1 for name in settings_mod.SolverSettings.names()}
+    assert counts == once, counts
+    assert validators == once, validators
+
+
+def test_a_working_set_of_several_rounds_checks_each_setting_once(monkeypatch):
+    """The nuclear working set round by round (its grown first run turned off, two rows joining per round): each
+    round's dense solve of a subset (Frobenius start, interior-point method, memory check) checks nothing again."""
+    rng = np.random.default_rng(1)
+    X, Z = rng.standard_normal((30, 6, 12)), rng.standard_normal((30, 12))
+    cs = att_constraints(X, Z, rng.integers(0, 6, 30))
+    monkeypatch.setattr(nuclear_mod, "solve_nuclear_grown", lambda *a, **kw: None)
+    validators = _count_validators(monkeypatch)
+    sol = solve(cs, "nuclear", method="working_set", batch=2, **SETTINGS["nuclear"])
+    assert sol.status == "optimal" and sol.info["rounds"] > 1, sol.info.get("rounds")
+    assert validators == {name: 1 for name in settings_mod.SolverSettings.names()}, validators
+
+
+def test_the_validator_count_sees_a_check_inside_a_solve(monkeypatch):
+    """The counting of :func:`_count_validators` reaches the inner modules: a check added to the interior-point
+    method's core, or the direct callers' QP entry, is counted."""
+    from attnsvm.svm.ipm import driver
+
+    core = driver.nuclear_ipm_unchecked
+    monkeypatch.setattr(driver, "nuclear_ipm_unchecked", lambda *a, **kw: driver.check_number(
+        kw["feas_tol"], "feas_tol", low=0.0) and core(*a, **kw))
+    monkeypatch.setattr(nuclear_mod, "nuclear_ipm_unchecked", driver.nuclear_ipm_unchecked)
+    validators = _count_validators(monkeypatch)
+    rng = np.random.default_rng(5)
+    cs = att_constraints(rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6)), np.zeros(8, int))
+    solve(cs, "nuclear", method="dense", **SETTINGS["nuclear"])
+    assert validators["feas_tol"] == 2
+    validators.clear()
+    from attnsvm.svm import qp
+
+    qp.solve_gram_qp(np.eye(2), np.ones(2), np.zeros(2, bool), tol=1e-9)
+    assert validators == {"tol": 1}
 
 
 def test_the_batch_and_soft_paths_check_their_settings_once(monkeypatch):
     rng = np.random.default_rng(6)
     X, Z = rng.standard_normal((2, 5, 4, 6)), rng.standard_normal((2, 5, 6))
     counts = _count_checks(monkeypatch)
-    solve_svm_batch(X, Z, np.zeros((2, 5), int), norm="nuclear", feas_tol=1e-10)
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    validators = _count_validators(monkeypatch)
+    solve_svm_batch(X, Z, np.zeros((2, 5), int), norm="nuclear", feas_tol=1e-10, max_memory="4G")
+    once = {name: 1 for name in settings_mod.SolverSettings.names()}
+    assert counts == once, counts
+    assert validators == once, validators
     counts.clear()
-    solve(att_constraints(X[0], Z[0], np.zeros(5, int)), "nuclear", C=1.0, support_tol=1e-6)
-    assert counts == {name: 1 for name in settings_mod.SolverSettings.names()}, counts
+    validators.clear()
+    solve(att_constraints(X[0], Z[0], np.zeros(5, int)), "nuclear", C=1.0, support_tol=1e-6, max_memory="4G")
+    assert counts == once, counts
+    assert validators == once, validators
 
 
 @pytest.mark.parametrize("norm", ["fro", "nuclear"])
@@ -147,11 +233,11 @@ def test_the_nuclear_start_feasibility_and_ipm_receive_feas_tol(monkeypatch):
     X, Z = rng.standard_normal((8, 4, 6)), rng.standard_normal((8, 6))
     cs = att_constraints(X, Z, np.zeros(8, int))
     seen = []
-    qp, ipm, fro_ws = nuclear_mod.frobenius_qp, nuclear_mod.nuclear_ipm, ws_mod.solve_frobenius_ws
+    qp, ipm, fro_ws = nuclear_mod.frobenius_qp, nuclear_mod.nuclear_ipm_unchecked, ws_mod.solve_frobenius_ws
     monkeypatch.setattr(nuclear_mod, "frobenius_qp",
                         lambda cs_n, settings, *a: seen.append(("start", settings.feas_tol)) or qp(cs_n, settings, *a))
-    monkeypatch.setattr(nuclear_mod, "nuclear_ipm",
-                        lambda *a, **kw: seen.append(("ipm", kw["feas_tol"], kw["tol"])) or ipm(*a, **kw))
+    monkeypatch.setattr(nuclear_mod, "nuclear_ipm_unchecked",
+                        lambda *a, **kw: seen.append(("ipm", kw["feas_tol"], kw["gap_tol"])) or ipm(*a, **kw))
     monkeypatch.setattr(ws_mod, "solve_frobenius_ws", lambda cs, **kw: seen.append(
         ("feasibility", kw["options"].settings.feas_tol)) or fro_ws(cs, **kw))
     assert solve(cs, "nuclear", method="dense", feas_tol=2e-10, gap_tol=3e-9).status == "optimal"
@@ -211,9 +297,45 @@ def test_the_ipm_defaults_are_the_settings_defaults():
     grown = settings_mod.SolverSettings().resolved("nuclear", "working_set")
     assert dense.feas_tol == settings_mod.FEAS_TOL and dense.gap_tol != grown.gap_tol
     a = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality)
-    b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=dense.gap_tol, feas_tol=dense.feas_tol)
+    b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=dense.gap_tol, feas_tol=dense.feas_tol)
     assert np.array_equal(a.W, b.W) and a.info["iterations"] == b.info["iterations"]
     start = np.ones(cs.N, bool)
     c, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start)
     d, _ = nuclear_ipm_grow(cs.U, cs.V, cs.rhs, cs.is_equality, start, settings=grown)
     assert np.array_equal(c.W, d.W) and c.info["iterations"] == d.info["iterations"]
+
+
+def test_the_ipm_tol_warns_and_maps_to_gap_tol():
+    """nuclear_ipm's ``tol`` (its gap tolerance, not solve's ``feas_tol``) is now ``gap_tol``: the old keyword warns,
+    names the mapping and gives the same result; both at once, or another keyword, are refused."""
+    from attnsvm.svm.ipm import nuclear_ipm
+
+    rng = np.random.default_rng(9)
+    cs = att_constraints(rng.standard_normal((8, 4, 5)), rng.standard_normal((8, 5)), np.zeros(8, int))
+    a = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=1e-8)
+    with pytest.warns(DeprecationWarning, match="'tol' is deprecated .*maps to 'gap_tol' .*gap_tol=1e-08") as rec:
+        b = nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=1e-8)
+    assert rec[0].filename == __file__
+    assert np.array_equal(a.W, b.W) and np.array_equal(a.lam, b.lam)
+    with pytest.raises(ValidationError, match="give gap_tol only"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, tol=1e-8, gap_tol=1e-8)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gaptol'"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gaptol=1e-8)
+    with pytest.raises(ValidationError, match="gap_tol must be"):
+        nuclear_ipm(cs.U, cs.V, cs.rhs, cs.is_equality, gap_tol=float("nan"))
+
+
+def test_max_memory_is_held_in_bytes_and_an_int_limit_is_not_parsed_again():
+    """The checked ``max_memory`` is a byte count, which :func:`attnsvm.memory.max_memory` takes as it is; a byte
+    count that is not a positive int still goes through the parser (and is refused)."""
+    from attnsvm import memory
+
+    assert settings_mod.SolverSettings(max_memory="4G").max_memory == 4 * 2**30
+    assert settings_mod.SolverSettings(max_memory=1.5e9).max_memory == 1_500_000_000
+    assert settings_mod.SolverSettings().max_memory is None
+    assert memory.max_memory(4096) == 4096
+    for bad in (0, -1, True, "lots"):
+        with pytest.raises(ValidationError, match="max_memory"):
+            memory.max_memory(bad)
+        with pytest.raises(ValidationError, match="max_memory"):
+            settings_mod.SolverSettings(max_memory=bad)

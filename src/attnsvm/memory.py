@@ -78,8 +78,12 @@ def available_memory() -> int:
 
 
 def max_memory(limit=None) -> int:
-    """The memory limit in bytes: ``limit`` if given, else ``$ATTNSVM_MAX_MEMORY``, else 80 % of available."""
+    """The memory limit in bytes: ``limit`` if given (a positive int is taken as a byte count, as the solver
+    settings hold a checked ``max_memory``; anything else is parsed, :func:`parse_size`), else
+    ``$ATTNSVM_MAX_MEMORY``, else 80 % of available."""
     if limit is not None:
+        if type(limit) is int and limit > 0:
+            return limit
         return parse_size(limit, "max_memory")
     env = os.environ.get(ENV_VAR)
     if env:

@@ -13,7 +13,7 @@ centering (:func:`~attnsvm.svm.ipm.newton.centering`), the step fraction
 (:data:`~attnsvm.svm.ipm.steps.GAMMA_START`, :func:`~attnsvm.svm.ipm.steps.next_gamma`) and the step guard's
 backtracking (:data:`~attnsvm.svm.ipm.steps.GUARD_SHRINK`, :data:`~attnsvm.svm.ipm.steps.GUARD_TRIES`). A problem
 leaves the stack when it stops; the others go on. Problems with equality rows, rows that constrain nothing, or a
-shape of their own are solved one by one by :func:`~attnsvm.svm.ipm.nuclear_ipm`.
+shape of their own are solved one by one by :func:`~attnsvm.svm.ipm.nuclear_ipm_unchecked`.
 
 The stacked arithmetic is its own (calling the single solve's functions per problem would give up the batching),
 so results agree with the single solve to the certificate's tolerances (tested), not bit for bit: the Schur
@@ -22,7 +22,7 @@ PSD and LMI step bounds are eigenvalues of the stacked congruent matrices (not C
 and the dual one is sought up to 1, not below the primal one (no equal steps); the LP bound is the smallest ratio
 ``-x / dx`` (not ``-1 / min(dx / x)``); ``mu``, the predictor's ``mu_aff`` and the nuclear norm are summed in
 another order (two traces, ``np.sum`` and numpy's SVD, not one diagonal sum, ``vdot`` and gesdd); the least-norm
-clean-up is tried at gaps ``<= 10 tol`` (the single solve: ``|gap| <= 10 tol``), and there is no time limit, step
+clean-up is tried at gaps ``<= 10 gap_tol`` (the single solve: ``|gap| <= 10 gap_tol``), and there is no time limit, step
 guard's G / factor carried to the next iteration, or trace.
 """
 
@@ -34,7 +34,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnsvm.svm.ipm import (GAMMA_START, GUARD_SHRINK, GUARD_TRIES, MAX_ITER, Problem, blocks, centering, clean_primal,
-                             ipm_result, is_optimal, mT, next_gamma, nuclear_ipm, reduce_problem, stall_limit,
+                             ipm_result, is_optimal, mT, next_gamma, nuclear_ipm_unchecked, reduce_problem, stall_limit,
                              start_point, stops_at_optimum, sym, violation, z_half)
 
 __all__ = ["nuclear_ipm_batch"]
@@ -193,7 +193,7 @@ def _newton(pb: Problem, x: _Stack, du, mu: np.ndarray, gamma: np.ndarray):
     return d, ap, ad
 
 
-def _solve_stack(reds, starts, tol, feas_tol, max_iter):
+def _solve_stack(reds, starts, gap_tol, feas_tol, max_iter):
     """The batched path-following loop over problems of equal reduced shape without equality rows.
     Returns per problem ``(best, status, iterations, stopped)``, ``best = (merit, gap, violation, X12, lam)``."""
     R = len(reds)
@@ -227,7 +227,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         nuc = np.linalg.svd(x.X12, compute_uv=False).sum(axis=-1)
         gap = (nuc - np.sum(pb.rhs * x.lam, axis=-1)) / np.maximum(1.0, np.abs(nuc))
         Xc = x.X12.copy()
-        for j in np.flatnonzero((gap <= 10 * tol) & (viol > feas_tol)):
+        for j in np.flatnonzero((gap <= 10 * gap_tol) & (viol > feas_tol)):
             Xj, vj, gj = clean_primal(reds[idx[j]].pb, x.X12[j], x.lam[j], feas_tol)
             if vj < viol[j]:
                 Xc[j], viol[j], gap[j] = Xj, vj, gj
@@ -240,9 +240,9 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
         pobj = 0.5 * (np.trace(x.X11, axis1=-2, axis2=-1) + np.trace(x.X22, axis1=-2, axis2=-1))
         mu = (pobj - np.sum(x.X12 * du.G, axis=(-2, -1)) + np.sum(x.s * x.lam, axis=-1)) / pb.n_tot
         # stopping test (as ipm.stopping_test)
-        optimal = is_optimal(best_gap[idx], best_viol[idx], tol, feas_tol)
+        optimal = is_optimal(best_gap[idx], best_viol[idx], gap_tol, feas_tol)
         status[idx[optimal]] = "optimal"
-        done = optimal & stops_at_optimum(best_gap[idx], since[idx], tol)
+        done = optimal & stops_at_optimum(best_gap[idx], since[idx], gap_tol)
         stall = ~done & (since[idx] >= stall_limit(best_merit[idx]))
         stopped[idx[done]] = ""
         stopped[idx[stall]] = "stalled"
@@ -273,7 +273,7 @@ def _solve_stack(reds, starts, tol, feas_tol, max_iter):
              stopped[k]) for k in range(R)]
 
 
-def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = MAX_ITER) -> list:
+def nuclear_ipm_batch(problems, *, gap_tol: float, feas_tol: float, max_iter: int = MAX_ITER) -> list:
     """Solve many ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` problems (as :func:`~attnsvm.svm.ipm.nuclear_ipm`).
 
     Parameters
@@ -281,13 +281,13 @@ def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = 
     problems : list of tuples ``(U (N, d1), V (N, d2), rhs (N,), is_equality (N,) bool, lam_init (N,) or
         None, W_init (d1, d2) or None)``, each a feasible constraint set (feasibility is decided by
         the caller); sizes may differ (problems are stacked by reduced shape)
-    tol, feas_tol, max_iter : as :func:`~attnsvm.svm.ipm.nuclear_ipm` (the caller's resolved ``gap_tol`` and
-        ``feas_tol``, :class:`~attnsvm.svm.settings.SolverSettings`)
+    gap_tol, feas_tol, max_iter : as :func:`~attnsvm.svm.ipm.nuclear_ipm` (the caller's resolved and checked
+        ``gap_tol`` and ``feas_tol``, :class:`~attnsvm.svm.settings.SolverSettings`: not checked again)
 
     Returns
     -------
     list of :class:`~attnsvm.svm.ipm.IPMResult`, one per problem, in order; ``info["batch"]`` is the
-    number of problems it was stacked with (1: solved alone by ``nuclear_ipm``).
+    number of problems it was stacked with (1: solved alone by ``nuclear_ipm_unchecked``).
     """
     out: list = [None] * len(problems)
     groups: dict = {}
@@ -297,8 +297,8 @@ def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = 
         info = {"method": "primal-dual interior point (HKM, Mehrotra), batched"}
         red = None if eq.any() else reduce_problem(U, V, rhs, eq, info)
         if red is None or not red.live.all():
-            out[k] = nuclear_ipm(U, V, rhs, eq, lam_init=lam0, W_init=W0, tol=tol, feas_tol=feas_tol,
-                                 max_iter=max_iter)
+            out[k] = nuclear_ipm_unchecked(U, V, rhs, eq, lam_init=lam0, W_init=W0, gap_tol=gap_tol,
+                                           feas_tol=feas_tol, max_iter=max_iter, time_limit=None)
             out[k].info["batch"] = 1
             continue
         start = start_point(red.pb, None if lam0 is None else np.asarray(lam0, float), red.M_init(W0))
@@ -307,12 +307,12 @@ def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = 
         if len(members) == 1:             # alone in its shape: the single solve
             k = members[0][0]
             U, V, rhs, eq, lam0, W0 = problems[k]
-            out[k] = nuclear_ipm(U, V, rhs, eq, lam_init=lam0, W_init=W0, tol=tol, feas_tol=feas_tol,
-                                 max_iter=max_iter)
+            out[k] = nuclear_ipm_unchecked(U, V, rhs, eq, lam_init=lam0, W_init=W0, gap_tol=gap_tol,
+                                           feas_tol=feas_tol, max_iter=max_iter, time_limit=None)
             out[k].info["batch"] = 1
             continue
         t1 = time.perf_counter()
-        results = _solve_stack([m[1] for m in members], [m[2] for m in members], tol, feas_tol, max_iter)
+        results = _solve_stack([m[1] for m in members], [m[2] for m in members], gap_tol, feas_tol, max_iter)
         secs = (time.perf_counter() - t1) / len(members)
         for (k, red, _, info, N), (best, status, its, stopped) in zip(members, results):
             merit, gap, viol, X12, lam_l = best
@@ -321,5 +321,5 @@ def nuclear_ipm_batch(problems, *, tol: float, feas_tol: float, max_iter: int = 
             if stopped:
                 info["stopped"] = stopped
             info["batch"] = len(members)
-            out[k] = ipm_result(red, best, str(status), its, info, N, tol, feas_tol, secs)
+            out[k] = ipm_result(red, best, str(status), its, info, N, gap_tol, feas_tol, secs)
     return out

@@ -229,8 +229,9 @@ def nuclear_ipm_grow(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality:
     lam_init : (N,) optional multipliers to start from; W_init : (d1, d2) optional primal start
     settings : :class:`~attnsvm.svm.settings.SolverSettings` (default ``SolverSettings()``): ``gap_tol`` (the
         relative duality gap on the final subset; None: that of the working set's subsets,
-        :meth:`~attnsvm.svm.settings.SolverSettings.resolved`), ``feas_tol`` and ``time_limit`` as the ``tol``,
-        ``feas_tol`` and ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm`
+        :meth:`~attnsvm.svm.settings.SolverSettings.resolved`), ``feas_tol`` and ``time_limit`` as the ``gap_tol``,
+        ``feas_tol`` and ``time_limit`` of :func:`attnsvm.svm.ipm.nuclear_ipm` (checked when the object was built:
+        not checked again)
     verbose, backend : as :func:`attnsvm.svm.ipm.nuclear_ipm`
     limits : :class:`GrowthLimits` (default ``GrowthLimits()``): ``max_iter`` iterations of the whole run;
         ``max_rows`` largest subset (None: no limit), rows stop joining when it would be exceeded;

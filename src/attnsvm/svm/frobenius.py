@@ -148,7 +148,7 @@ def frobenius_qp(cs_n: ConstraintSet, settings: SolverSettings, method: str = "a
 def _gram_qp(G: np.ndarray, cs_n: ConstraintSet, tol: float, method: str) -> QPResult:
     """:func:`~attnsvm.svm.qp.solve_gram_qp` of ``cs_n`` with its Gram matrix ``G (N, N)``, failures as errors."""
     try:
-        return solve_gram_qp(G, cs_n.rhs, cs_n.is_equality, tol=tol, method=method)
+        return solve_gram_qp.unchecked(G, cs_n.rhs, cs_n.is_equality, tol=tol, method=method)
     except RuntimeError as exc:
         if method == "pdas":
             raise ValidationError("method='pdas' cannot solve this problem (linearly dependent active rows or "
@@ -214,7 +214,8 @@ def solve_frobenius_rhs(cs: ConstraintSet, rhs: np.ndarray, *, formulation: str 
     U_n, V_n = scalings[0].rows(cs.U, cs.V)
     G = row_gram(U_n, V_n)
     b_n = np.stack([sc.rhs(b) for sc, b in zip(scalings, rhs)])
-    fast = pdas_rhs(G, b_n, cs.is_equality, tol=o.settings.feas_tol) if o.method in ("auto", "pdas") else [None] * len(rhs)
+    fast = (pdas_rhs.unchecked(G, b_n, cs.is_equality, tol=o.settings.feas_tol) if o.method in ("auto", "pdas")
+            else [None] * len(rhs))
     out = []
     for b, sc, bn, res in zip(rhs, scalings, b_n, fast):
         t1 = time.perf_counter() if out else t0
@@ -240,7 +241,7 @@ def _finish(cs: ConstraintSet, normalized: tuple[ConstraintSet, RowScaling], G: 
     sol = frobenius_solution(cs, res.lam, formulation, info, support_tol, normalized)
     if sol.status != "optimal" and method == "auto" and res.method == "pdas":
         # refine: the robust dual active-set method from scratch, keep the better certificate
-        res2 = goldfarb_idnani(G, cs_n.rhs, cs_n.is_equality, tol=tol)
+        res2 = goldfarb_idnani.unchecked(G, cs_n.rhs, cs_n.is_equality, tol=tol)
         if res2.status == "optimal":
             sol2 = frobenius_solution(cs, res2.lam, formulation, dict(info, method=res2.method,
                                                                       iterations=res.iterations + res2.iterations),
@@ -282,14 +283,14 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
     Vn = np.stack([s[0].V for s in sets]) if R else np.zeros((0, N, d2))
     bn = np.stack([s[0].rhs for s in sets]) if R else np.zeros((0, N))
     G = row_gram(Un, Vn)
-    lam_n, ok = pdas_batch(G, bn, is_equality, tol=tol)
+    lam_n, ok = pdas_batch.unchecked(G, bn, is_equality, tol=tol)
     W = np.full((R, d1, d2), np.nan)
     lam = np.zeros((R, N))
     status = np.empty(R, dtype=object)
     certs: list[Certificate] = []
     for r in range(R):
         cs_r, (cs_n, sc) = bare_set(U[r], V[r], rhs[r], is_equality[r], "batch"), sets[r]
-        res = None if ok[r] else goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
+        res = None if ok[r] else goldfarb_idnani.unchecked(G[r], bn[r], is_equality[r], tol=tol)
         if res is not None and res.status == "infeasible":
             f = sc.farkas(res.farkas)
             sol = infeasible_solution(cs_r, f, formulation="batch", norm="fro", residual=farkas_residual_of(cs_r, f))
@@ -300,7 +301,7 @@ def solve_frobenius_batch(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equa
         ln = lam_n[r] if res is None else res.lam
         sol = frobenius_solution(cs_r, ln, "batch", {}, support_tol, (cs_n, sc))
         if sol.status != "optimal" and res is None:
-            res2 = goldfarb_idnani(G[r], bn[r], is_equality[r], tol=tol)
+            res2 = goldfarb_idnani.unchecked(G[r], bn[r], is_equality[r], tol=tol)
             if res2.status == "optimal":
                 sol2 = frobenius_solution(cs_r, res2.lam, "batch", {}, support_tol, (cs_n, sc))
                 if _merit(sol2.certificate) < _merit(sol.certificate):

@@ -32,7 +32,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.memory import require_memory
-from attnsvm.svm.ipm import nuclear_ipm, row_space_basis
+from attnsvm.svm.ipm import MAX_ITER, nuclear_ipm_unchecked, row_space_basis
 from attnsvm.svm.constraints import ConstraintSet, row_gram
 from attnsvm.svm.frobenius import (dense_start, farkas_residual_of, frobenius_qp, not_representable_error, require_dense_memory,
                                    row_sizes)
@@ -198,9 +198,9 @@ def solve_nuclear(cs: ConstraintSet, *, formulation: str | None = None, options:
     cs_n = normalized[0]
     if solver in ("auto", "ipm"):
         try:
-            res, err = nuclear_ipm(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
-                                   tol=st.gap_tol, feas_tol=st.feas_tol, time_limit=st.time_limit,
-                                   backend=backend), ""
+            res, err = nuclear_ipm_unchecked(cs_n.U, cs_n.V, cs_n.rhs, cs_n.is_equality, lam_init=lam0, W_init=W0,
+                                             gap_tol=st.gap_tol, feas_tol=st.feas_tol, max_iter=MAX_ITER,
+                                             time_limit=st.time_limit, backend=backend), ""
         except Exception as exc:  # numerical breakdown the method could not absorb
             if solver == "ipm":
                 raise
@@ -302,7 +302,7 @@ def _frobenius_starts(sets, settings: SolverSettings, formulation, t0) -> list:
         if len(ks) > 1:
             Un = np.stack([normalized[k][0].U for k in ks])
             Vn = np.stack([normalized[k][0].V for k in ks])
-            lam, ok = pdas_batch(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
+            lam, ok = pdas_batch.unchecked(row_gram(Un, Vn), np.stack([normalized[k][0].rhs for k in ks]),
                                  np.stack([normalized[k][0].is_equality for k in ks]), tol=settings.feas_tol)
             for j, k in enumerate(ks):
                 if ok[j]:
@@ -389,7 +389,7 @@ def solve_nuclear_batch(sets, *, formulation: str | None = None, options: Nuclea
             todo.append((k, start))
     problems = [(st[0][0].U, st[0][0].V, st[0][0].rhs, st[0][0].is_equality, st[1], st[2]) for _, st in todo]
     try:
-        results, err = nuclear_ipm_batch(problems, tol=st.gap_tol, feas_tol=st.feas_tol), ""
+        results, err = nuclear_ipm_batch(problems, gap_tol=st.gap_tol, feas_tol=st.feas_tol), ""
     except Exception:  # a numerical breakdown of the stack: every set alone
         return [done if done is not None else solve_nuclear(cs, formulation=formulation, options=o)
                 for done, cs in zip(out, sets)]

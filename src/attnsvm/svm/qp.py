@@ -19,10 +19,16 @@ Two exact active-set methods:
   ``sum_k lam_k A_k = 0`` and ``b^T lam = 1``.
 
 :func:`solve_gram_qp` tries the fast path and falls back to the robust one.
+
+Each public function checks its ``tol`` (the ``feas_tol`` setting, default
+:data:`~attnsvm.svm.settings.FEAS_TOL`) for direct callers; the solvers behind :func:`attnsvm.svm.solve`,
+which checked ``feas_tol`` once, call its ``unchecked`` attribute (the same function without the check
+and without a default, e.g. ``solve_gram_qp.unchecked(G, b, eq, tol=tol, method=method)``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,6 +67,21 @@ def _check_tol(tol) -> None:
     check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
+def _checks_tol(core):
+    """The public function of ``core``: ``tol`` (default :data:`~attnsvm.svm.settings.FEAS_TOL`) checked
+    (:func:`_check_tol`), then ``core``. ``core``, whose ``tol`` has no default, stays reachable as the
+    function's ``unchecked`` attribute for the solvers behind :func:`attnsvm.svm.solve`, which pass the
+    ``feas_tol`` it checked once."""
+
+    @functools.wraps(core)
+    def checked(*args, tol: float = FEAS_TOL, **kw):
+        _check_tol(tol)
+        return core(*args, tol=tol, **kw)
+
+    checked.unchecked = core
+    return checked
+
+
 def _tol_b(b: np.ndarray, tol: float) -> float:
     return tol * max(1.0, float(np.max(np.abs(b))) if b.size else 1.0)
 
@@ -83,7 +104,8 @@ def kkt_ok(G, b, eq, lam, tol) -> bool:
     return bool(np.all(np.abs(lam * slack) <= btol * scale))
 
 
-def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL, maxit: int = 60):
+@_checks_tol
+def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float, maxit: int = 60):
     """Primal-dual active-set method for ``min 1/2 lam^T G lam - b^T lam``, ``lam >= 0`` off ``eq``.
 
     Parameters
@@ -97,7 +119,6 @@ def pdas(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL,
     QPResult or None when the free rows become linearly dependent or it cycles
     (the caller then uses :func:`goldfarb_idnani`).
     """
-    _check_tol(tol)
     N = b.size
     if N == 0:
         return QPResult("optimal", np.zeros(0), iterations=0, method="pdas")
@@ -148,7 +169,8 @@ def _free_solve(Gff: np.ndarray, bf: np.ndarray):
     return x
 
 
-def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL) -> list:
+@_checks_tol
+def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float) -> list:
     """:func:`pdas` of one Gram matrix with R right-hand sides: the result of ``pdas(G, B[r], eq)`` for each r.
 
     Parameters
@@ -163,11 +185,10 @@ def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_
     -------
     list of R QPResult, or None where pdas fails (dependent rows: the caller uses :func:`goldfarb_idnani`)
     """
-    _check_tol(tol)
     B = np.asarray(B, dtype=np.float64)
     R, N = B.shape
     if N == 0 or not np.all(eq):
-        return [pdas(G, b, eq, tol=tol) for b in B]
+        return [pdas.unchecked(G, b, eq, tol=tol) for b in B]
     if R == 0 or np.any(np.diag(G) <= 0):
         return [None] * R
     X = _free_solve(G.copy(), B.T)
@@ -180,7 +201,8 @@ def pdas_rhs(G: np.ndarray, B: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_
     return out
 
 
-def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL, maxit: int = 40):
+@_checks_tol
+def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float, maxit: int = 40):
     """Batched :func:`pdas` over R independent instances of equal size.
 
     Parameters
@@ -195,7 +217,6 @@ def pdas_batch(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEA
     ok : (R,) bool, instances that converged to a verified KKT point (the others
         must be solved by :func:`goldfarb_idnani`)
     """
-    _check_tol(tol)
     R, N = b.shape
     lam = np.zeros((R, N))
     ok = np.zeros(R, bool)
@@ -372,7 +393,8 @@ def _polish_active(G: np.ndarray, b: np.ndarray, eq: np.ndarray, active: list[in
     return lam
 
 
-def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL,
+@_checks_tol
+def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float,
                     maxit: int | None = None) -> QPResult:
     """Goldfarb-Idnani dual active-set method with an identity Hessian, in Gram form.
 
@@ -390,7 +412,6 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     "infeasible" with ``farkas (N,)``: ``lam >= 0`` on inequality rows,
     ``sum lam_k A_k = 0`` (up to rounding), ``b^T lam = 1``.
     """
-    _check_tol(tol)
     N = b.size
     maxit = maxit or (20 * N + 100)
     diag = np.diag(G).copy()
@@ -449,7 +470,8 @@ def goldfarb_idnani(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float 
     return QPResult("optimal", lam, iterations=it, method="goldfarb-idnani")
 
 
-def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = FEAS_TOL,
+@_checks_tol
+def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float,
                   method: str = "auto") -> QPResult:
     """Solve the Frobenius dual QP given its Gram matrix (see module docstring).
 
@@ -460,9 +482,9 @@ def solve_gram_qp(G: np.ndarray, b: np.ndarray, eq: np.ndarray, *, tol: float = 
     """
     check_choice(method, "method", ("auto", "pdas", "goldfarb-idnani"))
     if method in ("auto", "pdas"):
-        res = pdas(G, b, eq, tol=tol)
+        res = pdas.unchecked(G, b, eq, tol=tol)
         if res is not None or method == "pdas":
             if res is None:
                 raise RuntimeError("pdas failed (dependent constraints or cycling)")
             return res
-    return goldfarb_idnani(G, b, eq, tol=tol)
+    return goldfarb_idnani.unchecked(G, b, eq, tol=tol)

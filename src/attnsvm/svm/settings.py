@@ -28,9 +28,21 @@ setting         meaning (default)
 ``time_limit``  seconds (> 0) or None: the working set stops between rounds and the interior-point method
                 between iterations once it has run this long (the status then says what was proven); the
                 dense Frobenius active-set solve, which has no intermediate W, runs to its end
-``max_memory``  bytes or a size string ("8G"), or None (the package limit): refuse (ResourceLimitError)
-                before allocating N x N matrices, or a working set's Gram matrix, that need more
+``max_memory``  bytes or a size string ("8G"), held in bytes, or None (the package limit): refuse
+                (ResourceLimitError) before allocating N x N matrices, or a working set's Gram matrix, that
+                need more
 ==============  ===========================================================================================
+
+There is no ``max_iter``: the iteration caps are safeguards, and none means the same for every method of a
+norm. The Frobenius norm's dense QPs are finite active-set methods: past its cap (60 iterations) the
+primal-dual active-set method hands over to Goldfarb-Idnani, whose cap (``20 N + 100``) is a cycling guard that
+raises; a smaller cap would give an error, not a cruder answer. The nuclear norm's interior-point runs stop at
+``gap_tol`` or by the stall rule (:func:`~attnsvm.svm.ipm.stall_limit`), below their caps: a dense run took 13 to
+23 iterations and the probe's growing first runs up to 53 in the measurements of docs/guide/performance.md,
+against :data:`~attnsvm.svm.ipm.MAX_ITER` (80) for a dense run and 200 for a growing run (whose count includes
+its retreats as rows join); the working set's rounds have their own knob, ``max_rounds``. ``time_limit`` bounds
+the work with one meaning for every method that iterates towards a tolerance (the exact dense Frobenius solve
+runs to its end).
 
 The statuses do not depend on these tolerances: "optimal" means the certificate passes its fixed
 thresholds (:data:`~attnsvm.svm.solution.CERTIFIED_VIOLATION`, :data:`~attnsvm.svm.solution.CERTIFIED_GAP`).
@@ -74,8 +86,9 @@ def settings_of(norm: str) -> tuple[str, ...]:
     return SOFT_SETTINGS if norm == "soft" else get_norm(norm).settings
 
 
-def check_setting(name: str, value) -> None:
-    """The one check of each setting (ValidationError naming it and the expected range)."""
+def check_setting(name: str, value):
+    """The one check of each setting (ValidationError naming it and the expected range); returns the value as the
+    solvers read it (``max_memory`` in bytes, :func:`attnsvm.memory.parse_size`; the others as given)."""
     if name == "feas_tol":
         check_number(value, name, low=0.0, high=1.0, low_open=True, high_open=True)
     elif name == "gap_tol":
@@ -88,17 +101,19 @@ def check_setting(name: str, value) -> None:
         if value is not None:
             from attnsvm.memory import parse_size
 
-            parse_size(value, name)
+            return parse_size(value, name)
     else:  # pragma: no cover - every field is listed above
         raise AssertionError(name)
+    return value
 
 
 @dataclass(frozen=True)
 class SolverSettings:
     """The settings of the hard-margin solvers (module docstring: meaning, range, default of each).
 
-    Each field is checked once, when the object is built; :meth:`resolved` fills the defaults that
-    depend on the norm and the method (``None`` fields) without checking again.
+    Each field is checked once, when the object is built (``max_memory`` is then held in bytes, so that the
+    memory checks of the solvers do not parse it again); :meth:`resolved` fills the defaults that depend on the
+    norm and the method (``None`` fields) without checking again.
     """
 
     feas_tol: float = FEAS_TOL
@@ -109,7 +124,7 @@ class SolverSettings:
 
     def __post_init__(self):
         for f in fields(self):
-            check_setting(f.name, getattr(self, f.name))
+            object.__setattr__(self, f.name, check_setting(f.name, getattr(self, f.name)))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

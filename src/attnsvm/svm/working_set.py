@@ -367,7 +367,7 @@ def _subset_qp(cs, ws: "_GramSet", base: "BasePDAS", new: np.ndarray, cap: int, 
                 info["approximate_rounds"] = info.get("approximate_rounds", 0) + 1
                 return QPResult("optimal", f / t, iterations=it, method="approximate")
     info["dense_fallbacks"] = info.get("dense_fallbacks", 0) + 1
-    return solve_gram_qp(ws.G, b_ws, eq_ws, tol=tol)
+    return solve_gram_qp.unchecked(ws.G, b_ws, eq_ws, tol=tol)
 
 
 #: working sets above this many rows do not fall back to the dense dual active-set method

@@ -4,9 +4,10 @@ Modules, lowest first: :mod:`~attnsvm.svm.ipm.linalg` (LAPACK calls, row bases, 
 :mod:`~attnsvm.svm.ipm.trace` (the DEBUG trace), :mod:`~attnsvm.svm.ipm.steps` (step bounds and the step guard),
 :mod:`~attnsvm.svm.ipm.problem` (the reduced problem, its maps, the start), :mod:`~attnsvm.svm.ipm.newton` (the
 Newton system, Mehrotra's direction, one step) and :mod:`~attnsvm.svm.ipm.driver` (measure, stopping test, the
-loop, :func:`nuclear_ipm`). The growing row set (:mod:`attnsvm.svm.barrier_grow`), the batch
-(:mod:`attnsvm.svm.barrier_batch`) and the torch backend (:mod:`attnsvm.svm.torch_backend`) use the public names
-exported here.
+loop, :func:`nuclear_ipm` for direct callers, which checks its limits, and :func:`nuclear_ipm_unchecked`, which
+the solvers behind :func:`attnsvm.svm.solve` call with the settings it checked once). The growing row set
+(:mod:`attnsvm.svm.barrier_grow`), the batch (:mod:`attnsvm.svm.barrier_batch`) and the torch backend
+(:mod:`attnsvm.svm.torch_backend`) use the public names exported here.
 
 The problem
 -----------
@@ -77,8 +78,8 @@ measurements").
 """
 
 from attnsvm.svm.ipm.driver import (EQUAL_STEPS_MAX_ROWS, MAX_ITER, IPMResult, PathState, ipm_arrays, ipm_result,
-                                    is_optimal, measure, nuclear_ipm, path_following, stall_limit, stopping_test,
-                                    stops_at_optimum)
+                                    is_optimal, measure, nuclear_ipm, nuclear_ipm_unchecked, path_following,
+                                    stall_limit, stopping_test, stops_at_optimum)
 from attnsvm.svm.ipm.linalg import (blocks, chol, chol_S, distinct_rows, factor_lower, mT, nuclear_norm,
                                     row_space_basis, singular_values, spectral_norm, sym, z_half)
 from attnsvm.svm.ipm.newton import NewtonSystem, centering, ipm_step, mehrotra_direction, next_step
@@ -91,6 +92,6 @@ __all__ = ["Dual", "EQUAL_STEPS_MAX_ROWS", "GAMMA_START", "GUARD_SHRINK", "GUARD
            "NUMPY_NEWTON", "NewtonSystem", "NumpyNewton", "PathState", "Problem", "Reduction", "RowSet", "blocks",
            "centering", "chol", "chol_S", "clean_primal", "distinct_rows", "factor_lower", "ipm_arrays",
            "ipm_result", "ipm_step", "is_optimal", "mT", "measure", "mehrotra_direction", "next_gamma", "next_step",
-           "nuclear_ipm", "nuclear_norm", "path_following", "reduce_problem", "row_space_basis",
-           "singular_values", "spectral_norm", "stall_limit", "start_point", "stopping_test", "stops_at_optimum",
-           "sym", "trace", "trace_iterate", "tracing", "violation", "z_half"]
+           "nuclear_ipm", "nuclear_ipm_unchecked", "nuclear_norm", "path_following", "reduce_problem",
+           "row_space_basis", "singular_values", "spectral_norm", "stall_limit", "start_point", "stopping_test",
+           "stops_at_optimum", "sym", "trace", "trace_iterate", "tracing", "violation", "z_half"]

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from attnsvm._validate import check_number
+from attnsvm.errors import ValidationError
 from attnsvm.svm.ipm.linalg import add_reduce, nuclear_norm
 from attnsvm.svm.ipm.newton import next_step
 from attnsvm.svm.ipm.steps import GAMMA_START
@@ -23,7 +25,7 @@ class IPMResult:
 
     Attributes
     ----------
-    status : "optimal" (relative gap <= tol, violation <= feas_tol) or "inaccurate"
+    status : "optimal" (relative gap <= gap_tol, violation <= feas_tol) or "inaccurate"
         (stopped at a limit, a stall or the rounding limit; the best iterate is returned)
     W : (d1, d2) primal solution
     lam : (N,) dual multipliers (strictly dual feasible: ``||sum lam_k u_k w_k^T||_2 < 1``)
@@ -203,15 +205,15 @@ def path_following(pb: Problem, x: Iterate, path: PathState, max_iter: int):
     return path.final_best(pb, x), path.status, it, x
 
 
-def default_tolerances(tol: float | None, feas_tol: float | None) -> tuple[float, float]:
-    """``(tol, feas_tol)`` with None replaced by the settings' defaults for a dense nuclear solve: the one
+def default_tolerances(gap_tol: float | None, feas_tol: float | None) -> tuple[float, float]:
+    """``(gap_tol, feas_tol)`` with None replaced by the settings' defaults for a dense nuclear solve: the one
     place those defaults are written is :class:`~attnsvm.svm.settings.SolverSettings` and the norm's
     :attr:`~attnsvm.svm.norms.Norm.gap_tol` (imported here, not at module level: the settings module imports
     the norms, which import this package)."""
     from attnsvm.svm.settings import SolverSettings
 
     st = SolverSettings().resolved("nuclear", "dense")
-    return (st.gap_tol if tol is None else tol), (st.feas_tol if feas_tol is None else feas_tol)
+    return (st.gap_tol if gap_tol is None else gap_tol), (st.feas_tol if feas_tol is None else feas_tol)
 
 
 def ipm_arrays(U, V, rhs, is_equality):
@@ -223,10 +225,12 @@ def ipm_arrays(U, V, rhs, is_equality):
 
 
 def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
-                lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, tol: float | None = None,
+                lam_init: np.ndarray | None = None, W_init: np.ndarray | None = None, gap_tol: float | None = None,
                 feas_tol: float | None = None, max_iter: int = MAX_ITER, time_limit: float | None = None,
-                verbose: bool = False, backend=None) -> IPMResult:
-    """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows).
+                verbose: bool = False, backend=None, **deprecated) -> IPMResult:
+    """Solve ``min ||W||_* s.t. u_k^T W w_k >= rhs_k`` (``==`` on equality rows), for direct callers: the limits
+    are checked here, then :func:`nuclear_ipm_unchecked` runs (the solvers behind :func:`attnsvm.svm.solve`
+    call that one with the settings ``solve`` checked once).
 
     Steps: :func:`~attnsvm.svm.ipm.problem.reduce_problem` (bases, live rows, scaling),
     :func:`~attnsvm.svm.ipm.problem.start_point` (interior point), :func:`path_following` (per iteration
@@ -240,28 +244,59 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         A feasible constraint set (feasibility is decided by the caller).
     lam_init : (N,) optional multipliers to start from (e.g. the Frobenius dual)
     W_init : (d1, d2) optional primal point to start from (e.g. the Frobenius solution)
-    tol : relative duality gap ``(||W||_* - rhs^T lam) / max(1, ||W||_*)`` at which the result counts
-        as optimal (the iteration goes on towards ``tol / 10`` while every step still gains); None: the
-        ``gap_tol`` of a dense nuclear solve (:meth:`attnsvm.svm.settings.SolverSettings.resolved`)
-    feas_tol : target constraint violation of W relative to ``1 + max |rhs|``; None: the ``feas_tol`` of
-        :class:`~attnsvm.svm.settings.SolverSettings`
-    max_iter, time_limit : limits; the best iterate is then returned with status "inaccurate"
+    gap_tol : in (0, 1): relative duality gap ``(||W||_* - rhs^T lam) / max(1, ||W||_*)`` at which the result
+        counts as optimal (the iteration goes on towards ``gap_tol / 10`` while every step still gains); None:
+        the ``gap_tol`` of a dense nuclear solve (:meth:`attnsvm.svm.settings.SolverSettings.resolved`)
+    feas_tol : in (0, 1): target constraint violation of W relative to ``1 + max |rhs|``; None: the
+        ``feas_tol`` of :class:`~attnsvm.svm.settings.SolverSettings`
+    max_iter : iterations (>= 1, default :data:`MAX_ITER`), time_limit : seconds (> 0) or None: limits; the best
+        iterate is then returned with status "inaccurate"
     verbose : print one line per iteration
     backend : None (default: numpy / scipy) or a Newton backend (the interface:
         :class:`~attnsvm.svm.ipm.problem.NumpyNewton`), e.g. :class:`attnsvm.svm.torch_backend.TorchNewton` (the
         Schur complement, its factorization and the Newton solves on a torch device); everything else, the
         stopping test and the result are the same
+    tol : deprecated name of ``gap_tol`` (DeprecationWarning; removed in 0.3)
 
     Returns
     -------
     IPMResult with ``W (d1, d2)`` (``W = P M B^T``) and ``lam (N,)`` (strictly dual feasible).
     """
-    if tol is None or feas_tol is None:
-        tol, feas_tol = default_tolerances(tol, feas_tol)
-    check_number(tol, "tol", low=0.0, high=1.0, low_open=True, high_open=True)
+    gap_tol = _deprecated_tol(gap_tol, deprecated)
+    if gap_tol is None or feas_tol is None:
+        gap_tol, feas_tol = default_tolerances(gap_tol, feas_tol)
+    check_number(gap_tol, "gap_tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_number(feas_tol, "feas_tol", low=0.0, high=1.0, low_open=True, high_open=True)
     check_number(max_iter, "max_iter", low=1, integer=True)
     check_number(time_limit, "time_limit", low=0.0, low_open=True, allow_none=True)
+    return nuclear_ipm_unchecked(U, V, rhs, is_equality, lam_init=lam_init, W_init=W_init, gap_tol=gap_tol,
+                                 feas_tol=feas_tol, max_iter=max_iter, time_limit=time_limit, verbose=verbose,
+                                 backend=backend)
+
+
+def _deprecated_tol(gap_tol, deprecated: dict):
+    """``gap_tol``, or the value of the deprecated keyword ``tol`` (its old name, with a DeprecationWarning); any
+    other keyword in ``deprecated`` is a TypeError, as for an ordinary signature."""
+    unknown = sorted(set(deprecated) - {"tol"})
+    if unknown:
+        raise TypeError(f"nuclear_ipm() got an unexpected keyword argument {unknown[0]!r}")
+    if "tol" not in deprecated:
+        return gap_tol
+    if gap_tol is not None:
+        raise ValidationError("give gap_tol only: tol is its deprecated name")
+    warnings.warn(f"nuclear_ipm's 'tol' is deprecated and will be removed in 0.3: it maps to 'gap_tol' "
+                  f"(tol={deprecated['tol']!r} -> gap_tol={deprecated['tol']!r})", DeprecationWarning, stacklevel=3)
+    return deprecated["tol"]
+
+
+def nuclear_ipm_unchecked(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.ndarray, *,
+                          lam_init: np.ndarray | None, W_init: np.ndarray | None, gap_tol: float, feas_tol: float,
+                          max_iter: int, time_limit: float | None, verbose: bool = False,
+                          backend=None) -> IPMResult:
+    """:func:`nuclear_ipm` without its checks and defaults: the caller passes every limit, already checked (the
+    solvers behind :func:`attnsvm.svm.solve`, whose :class:`~attnsvm.svm.settings.SolverSettings` checked
+    ``gap_tol``, ``feas_tol`` and ``time_limit`` once; ``max_iter`` is :data:`MAX_ITER` there). Same parameters
+    and result as :func:`nuclear_ipm`."""
     t0 = time.perf_counter()
     U, V, rhs, eq, N, d1, d2 = ipm_arrays(U, V, rhs, is_equality)
     info: dict = {"method": "primal-dual interior point (HKM, Mehrotra)"}
@@ -275,9 +310,9 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         info["device"] = backend.name
     x = Iterate(*start_point(pb, None if lam_init is None else np.asarray(lam_init, float)[red.live],
                              red.M_init(W_init)))
-    path = PathState(tol, feas_tol, t0, time_limit, verbose, info, backend)
+    path = PathState(gap_tol, feas_tol, t0, time_limit, verbose, info, backend)
     best, status, it, x = path_following(pb, x, path, max_iter)
-    return ipm_result(red, best, status, it, info, N, tol, feas_tol, time.perf_counter() - t0)
+    return ipm_result(red, best, status, it, info, N, gap_tol, feas_tol, time.perf_counter() - t0)
 
 
 def ipm_result(red: Reduction, best, status: str, iterations: int, info: dict, N: int, tol: float, feas_tol: float,
