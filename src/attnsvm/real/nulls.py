@@ -79,7 +79,8 @@ class NullKind:
     tag : the last word of its draws' generator seed (:func:`null_rng`), distinct per kind
     prepare : ``prepare(inputs, W_h, s) -> state``, once per head and call: what every draw of the head shares
         (``inputs`` the layer's :class:`~attnsvm.real.layer.LayerInputs`, ``W_h (D, D)``, ``s (r,)`` its spectrum)
-    draw : ``draw(state, rng) -> W_r (D, D)``, one null head from the draw's generator
+    draw : ``draw(state, rng) -> W_r (D, D)``, one null head from the draw's generator; or ``(W_r, Z_r)``, a null
+        head with its own queries ``Z_r (m, D)`` on the layer's tokens (a rotary head's sink null)
     verdict : whether a verdict may use it (``probe_heads(null_kind=)``); the others are descriptive
     summary : one line on what it keeps of the head and what it randomizes (``--help``, legends, checks)
     legend : the line a table's legend adds when the verdict uses it ("" for none)
@@ -210,6 +211,58 @@ def sink_null(W: np.ndarray, mu: np.ndarray, rng: np.random.Generator) -> np.nda
     Q = haar_frame(rng, D - 1, D - 1)
     Wmu = W @ mu
     return np.outer(Wmu, mu) + ((W @ B) @ Q) @ B.T
+
+
+def sink_query_states(S: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A rotary head's sink null (see the module docstring): its query tokens' states rotated at random about their
+    mean, ``S R^T``, R Haar on the orthogonal matrices of the d state coordinates that fix the mean state, the
+    constant coordinate untouched (so ``R`` fixes the unit mean query of :func:`mean_query_direction` too).
+
+    ``R = u u^T + B Q B^T`` on the first d coordinates, u the unit mean of ``S[:, :d]``, ``B (d, d - 1)`` an
+    orthonormal basis of its orthogonal complement, Q Haar on O(d - 1) (:func:`haar_frame`); float64.
+
+    Parameters
+    ----------
+    S : (m, d + 1) bias-augmented states of each sentence's query token (last coordinate 1), d >= 1
+    rng : the draw's generator (:func:`null_rng` of kind "sink")
+
+    Returns
+    -------
+    (m, d + 1) the rotated states (last coordinate as in S)
+    """
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] < 1 or S.shape[1] < 2 or not np.all(np.isfinite(S)):
+        raise ValidationError(f"S must be a finite (m, d + 1) array of query states with m, d >= 1, got shape "
+                              f"{S.shape}")
+    xbar = S[:, :-1].mean(axis=0)
+    nx = np.linalg.norm(xbar)
+    if not nx > 0:
+        raise ValidationError("S must have a nonzero mean query state")
+    d = xbar.size
+    B = np.linalg.qr((xbar / nx)[:, None], mode="complete")[0][:, 1:]  # (d, d - 1), orthogonal to the mean
+    Q = haar_frame(rng, d - 1, d - 1)
+    out = S.copy()
+    X = S[:, :-1]
+    out[:, :-1] = np.outer(X @ xbar, xbar) / nx ** 2 + ((X @ B) @ Q.T) @ B.T
+    return out
+
+
+def _sink_prepare(inputs: LayerInputs, W_h: np.ndarray, s: np.ndarray):
+    """What every sink null draw of a head shares: ``(W_h, mu)`` (:func:`sink_null`), or for a rotary head
+    (``inputs.query_map``) ``(W_h, query_map)`` (:func:`sink_query_states`)."""
+    W = np.asarray(W_h, dtype=np.float64)
+    if inputs.query_map is not None:
+        return W, inputs.query_map
+    return W, mean_query_direction(inputs.Z)
+
+
+def _sink_draw(state, rng: np.random.Generator):
+    """One sink null head: ``W_h R`` (:func:`sink_null`), or for a rotary head ``(W_h, Z_r)``, its own queries of
+    the rotated query states (:func:`sink_query_states`, :meth:`attnsvm.real.layer.QueryMap.queries`)."""
+    W, what = state
+    if isinstance(what, np.ndarray):
+        return sink_null(W, what, rng)
+    return W, what.queries(sink_query_states(what.S, rng))
 
 
 def query_split(W: np.ndarray, X: np.ndarray, Z: np.ndarray, cand: np.ndarray, mu: np.ndarray | None = None) -> dict:
@@ -388,8 +441,10 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     state = null.prepare(inputs, W_h, s)
     out = []
     for j in range(int(start), int(start) + int(draws)):
-        Wr = null.draw(state, null_rng(seed, layer, head, j, kind))
-        out.append({"draw": j, "kind": kind, **_bilinear_draw(inputs, Wr, sizes, threshold, solver_options)})
+        Wr, own = null.draw(state, null_rng(seed, layer, head, j, kind)), inputs
+        if isinstance(Wr, tuple):  # a null head with its own queries (a rotary head's sink null)
+            Wr, own = Wr[0], inputs.with_queries(Wr[1])
+        out.append({"draw": j, "kind": kind, **_bilinear_draw(own, Wr, sizes, threshold, solver_options)})
     return out
 
 
@@ -477,8 +532,7 @@ register_null(NullKind(
     summary="structured null heads (the head's singular values, singular vectors Haar inside the top principal "
             "subspaces of the layer's tokens and queries)"))
 register_null(NullKind(
-    "sink", 4, prepare=lambda inputs, W_h, s: (np.asarray(W_h, dtype=np.float64), mean_query_direction(inputs.Z)),
-    draw=lambda state, rng: sink_null(state[0], state[1], rng), verdict=True,
+    "sink", 4, prepare=_sink_prepare, draw=_sink_draw, verdict=True,
     summary="sink null heads (the head's own W with its query side rotated at random about the mean query: its "
             "query-independent key preference, e.g. an attention sink on [CLS], kept exactly)",
     legend="null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W "
