@@ -48,6 +48,26 @@ head's own: a sink only by chance) and the transplant null (another trained head
 states: descriptive) it keeps this head's sink and key side exactly and randomizes only what the sink
 leaves.
 
+**The sink null of a rotary head** (Llama, GPT-NeoX; probed in its post-rotary query-key space, where
+``W_h = diag(1, ..., 1, 0) / sqrt(m)`` is fixed and the head's weights sit inside its keys and queries): the argument
+above fails for ``W_h R``. W_h is no random draw (``W_h R`` has a nonzero last column where W_h's is zero), and the
+law of a random head's post-rotary queries ``R_(p_i) q_i`` is invariant only under the rotations of the head space
+that commute with every position's rotation (2 x 2 rotations within each frequency pair, any rotation of the
+unrotated coordinates), of which those fixing the mean query leave little or nothing (Llama: nothing). Measured on
+random-weight heads (benchmarks/rotary_sink_null.py, 5 models, m = 16): Llama heads sat above such nulls (KS p 0.005
+over 120 heads, mean z 0.33). A rotary head's sink null therefore rotates what its query reads
+(:func:`sink_query_states`, used when the inputs carry the head's :class:`~attnsvm.real.layer.QueryMap`): the
+bias-augmented states ``S_i`` of the query tokens (the states entering the layer) about their mean, ``S_i -> R S_i``,
+R Haar on the orthogonal matrices of the d state coordinates that fix the mean state (and the constant
+coordinate), and each null is solved on its own queries ``(R_(p_i) A R S_i, 1)`` (``A = [W_Q^T | b_Q]``, ``R_(p_i)``
+the rotation of the query's position) with the same W_h and keys. ``A R`` keeps A's action on the mean query state
+and the bias: the key preference the head applies to every query at each position, where a rotary head's BOS or
+position-0 sink lives. *Exchangeability* as above with A in place of W: given the states entering the layer and the
+keys (W_K, independent of W_Q), a random head's W_Q has i.i.d. Gaussian entries, so ``A R =d A`` for every R of the
+group (R a function of the states), whatever the bias (Llama has none) and with any planted sink ``c u mu^T`` in A
+(``(A + c u mu^T) R = A R + c u mu^T``, mu the unit mean query state). Unlike the non-rotary sink null, R fixes the
+constant coordinate: a rotation mixing it into the states would give a bias-free head's nulls a query bias.
+
 **Transplant null** (:func:`transplant_heads`, descriptive only: it never enters the p-values nor the
 Benjamini-Yekutieli step): other heads of the same model, their key-query matrices ``W_{l', h'}``
 (:meth:`PretrainedTransformer.head_weights`, with their own score scale) applied to *this* layer's token
