@@ -34,15 +34,33 @@ THRESHOLD = 0.1
 
 
 def random_model(kind: str, path, *, seed: int = 0, layers: int = 4, heads: int = 5, width: int = 40,
-                 init: float = INIT) -> str:
-    """A random-weight BERT-like ("bert") or GPT-2-like ("gpt2") model saved in ``path`` with MiniLM's
-    tokenizer files; the query biases are drawn like the weights (N(0, init^2)), so each head's
-    bias-augmented W_h is bi-rotation-invariant in law (the spectrum null's law given its spectrum)."""
+                 init: float = INIT, kv_heads: int | None = None, rotary_pct: float = 0.25) -> str:
+    """A random-weight BERT-like ("bert"), GPT-2-like ("gpt2"), Llama-like ("llama": grouped-query attention,
+    ``kv_heads`` key-value heads, default ``heads // 2``) or GPT-NeoX-like ("neox": partial rotary, ``rotary_pct``)
+    model saved in ``path`` with MiniLM's tokenizer files. BERT and GPT-2: the query biases are drawn like the
+    weights (N(0, init^2)), so each head's bias-augmented W_h is bi-rotation-invariant in law (the spectrum null's
+    law given its spectrum). Llama and GPT-NeoX: query and key weights N(0, init^2), query biases zero (Llama has
+    none), so each head's pre-rotary query map ``[W_Q^T | b_Q]`` is invariant in law under rotations of the states it
+    reads that fix the constant coordinate (the rotary sink null's law, :func:`attnsvm.real.nulls.sink_query_states`)."""
     import torch
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
-    if kind == "bert":
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaModel
+
+        m = LlamaModel(LlamaConfig(vocab_size=30522, hidden_size=width, intermediate_size=2 * width,
+                                   num_hidden_layers=layers, num_attention_heads=heads,
+                                   num_key_value_heads=kv_heads or max(heads // 2, 1), max_position_embeddings=128,
+                                   bos_token_id=101, eos_token_id=102, initializer_range=init))
+    elif kind == "neox":
+        from transformers import GPTNeoXConfig, GPTNeoXModel
+
+        m = GPTNeoXModel(GPTNeoXConfig(vocab_size=30522, hidden_size=width, intermediate_size=2 * width,
+                                       num_hidden_layers=layers, num_attention_heads=heads, rotary_pct=rotary_pct,
+                                       max_position_embeddings=128, bos_token_id=101, eos_token_id=102,
+                                       initializer_range=init))
+    elif kind == "bert":
         m = BertModel(BertConfig(vocab_size=30522, hidden_size=width, num_hidden_layers=layers,
                                  num_attention_heads=heads, intermediate_size=2 * width, max_position_embeddings=128,
                                  initializer_range=init))

@@ -232,3 +232,48 @@ def test_rotary_model_object_probes_like_its_directory(tmp_path):
     assert load_model(lm).family.name == "gpt_neox"
     cols = ["layer", "head", "corr_restricted", "null_mean", "verdict"]
     pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])
+
+
+def test_rotary_sink_null_rotates_the_query_states_about_their_mean(tmp_path):
+    """A rotary head's inputs carry its query map (the queries it gives are the head's post-rotary queries); its
+    sink null rotates the query tokens' states about their mean, the constant coordinate and each state's component
+    along the mean kept, and solves each null on its own queries (not ``W_h R`` in the post-rotary space); a query
+    map that does not give the layer's queries is refused."""
+    from attnsvm.real.layer import LayerInputs, QueryMap
+    from attnsvm.real.nulls import mean_query_direction, null_heads, null_rng, sink_query_states
+    from attnsvm.real.probe_steps import layer_inputs, prepare_probe
+
+    m = load_model(_tiny("llama", tmp_path / "llama"))
+    R = m.rotations(5)
+    np.testing.assert_allclose(R[0], np.eye(8), atol=1e-15)
+    np.testing.assert_allclose(np.einsum("tab,tcb->tac", R, R), np.broadcast_to(np.eye(8), R.shape), atol=1e-12)
+    setup = prepare_probe(SENTENCES, model=m, layers=[1], heads=[1], threshold=0.5)
+    inp = layer_inputs(setup, 1, 6, head=1)
+    qm = inp.query_map
+    assert qm is not None and qm.S.shape == (6, m.d + 1) and qm.A.shape == (8, m.d + 1) and qm.R.shape == (6, 8, 8)
+    np.testing.assert_allclose(qm.queries(), inp.Z, rtol=0, atol=1e-12 * np.abs(inp.Z).max())
+    Sr = sink_query_states(qm.S, null_rng(0, 1, 1, 0, "sink"))
+    mu = mean_query_direction(qm.S)
+    np.testing.assert_array_equal(Sr[:, -1], qm.S[:, -1])  # the constant coordinate
+    np.testing.assert_allclose(Sr @ mu, qm.S @ mu, atol=1e-12)  # each state's component along the mean
+    np.testing.assert_allclose(np.linalg.norm(Sr, axis=1), np.linalg.norm(qm.S, axis=1), rtol=1e-12)
+    assert np.abs(Sr - qm.S).max() > 0.1  # the rest rotated
+    W = m.head_weights(1, 1)
+    kw = dict(seed=0, layer=1, head=1, draws=3, kind="sink", threshold=0.5)
+    rot = null_heads(inp, W, np.ones(6, int), **kw)
+    post = null_heads(LayerInputs.build(inp.X, inp.Z, inp.cand), W, np.ones(6, int), **kw)  # W_h R, no query map
+    assert [d["corr_restricted"] for d in rot] != [d["corr_restricted"] for d in post]
+    assert [d["corr_restricted"] for d in rot] == [d["corr_restricted"] for d in null_heads(inp, W, np.ones(6, int),
+                                                                                           **kw)]
+    with pytest.raises(ValidationError, match="query_map: its queries .* lie"):
+        LayerInputs.build(inp.X, inp.Z, inp.cand, QueryMap(qm.S, 1.01 * qm.A, qm.R))
+    with pytest.raises(ValidationError, match=r"query_map must have S \(m, d \+ 1\)"):
+        LayerInputs.build(inp.X, inp.Z, inp.cand, QueryMap(qm.S[:5], qm.A, qm.R))
+    with pytest.raises(ValidationError, match="nonzero mean query state"):
+        sink_query_states(np.c_[np.r_[qm.S[:1, :-1], -qm.S[:1, :-1]], np.ones(2)], null_rng(0, 1, 1, 0, "sink"))
+    with pytest.raises(ValidationError, match="S must be a finite"):
+        sink_query_states(qm.S[0], null_rng(0, 1, 1, 0, "sink"))
+    with pytest.raises(ValidationError, match="T must be an integer"):
+        m.rotations(0)
+    with pytest.raises(ValidationError, match="no rotary position embeddings"):
+        load_model(_tiny("gpt2", tmp_path / "gpt2")).rotations(3)

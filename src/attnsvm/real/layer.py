@@ -133,6 +133,50 @@ def summary(sol) -> dict:
             "support": sol.support_tokens(), "seconds": secs}
 
 
+#: how far (relative to the largest query coordinate) a :class:`QueryMap`'s queries may lie from the layer's Z
+QUERY_MAP_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class QueryMap:
+    """A rotary head's queries as a function of its query tokens' states (:func:`attnsvm.real.probe_steps.rotary_query_map`):
+    ``z_i = (R_i A s_i, 1)``, the post-rotary bias-augmented query of sentence i.
+
+    Attributes
+    ----------
+    S : (m, d + 1) float64, the bias-augmented states of each sentence's query token (the states the head acts on;
+        last coordinate 1)
+    A : (h, d + 1) float64, the head's pre-rotary query map ``[W_Q^T | b_Q]`` (``q = A s``; h the head size)
+    R : (m, h, h) float64, the rotation of each query's position
+    """
+
+    S: np.ndarray
+    A: np.ndarray
+    R: np.ndarray
+
+    def queries(self, S: np.ndarray | None = None) -> np.ndarray:
+        """``(m, h + 1)`` the post-rotary bias-augmented queries ``(R_i A s_i, 1)`` of the states ``S (m, d + 1)``
+        (default :attr:`S`; a null head's rotated states, :func:`attnsvm.real.nulls.sink_query_states`)."""
+        S = self.S if S is None else np.asarray(S, dtype=np.float64)
+        q = np.einsum("nab,nb->na", self.R, S @ self.A.T)
+        return np.concatenate([q, np.ones((q.shape[0], 1))], axis=1)
+
+    def check(self, Z: np.ndarray) -> None:
+        """Validate the shapes against the layer's queries ``Z (m, h + 1)`` and that :meth:`queries` gives them
+        (within :data:`QUERY_MAP_TOL` of the largest query coordinate); a ValidationError naming ``query_map``."""
+        m, D = Z.shape
+        S, A, R = (np.asarray(a, dtype=np.float64) for a in (self.S, self.A, self.R))
+        if S.ndim != 2 or S.shape[0] != m or A.shape != (D - 1, S.shape[1]) or R.shape != (m, D - 1, D - 1):
+            raise ValidationError(f"query_map must have S (m, d + 1), A (h, d + 1), R (m, h, h) with m = {m}, "
+                                  f"h = D - 1 = {D - 1}; got {S.shape}, {A.shape}, {R.shape}")
+        if not (np.all(np.isfinite(S)) and np.all(np.isfinite(A)) and np.all(np.isfinite(R))):
+            raise ValidationError("query_map must hold finite arrays")
+        gap = float(np.abs(self.queries() - Z).max())
+        if not gap <= QUERY_MAP_TOL * max(1.0, float(np.abs(Z).max())):
+            raise ValidationError(f"query_map: its queries (R_i A s_i, 1) lie {gap:.3g} from Z (more than "
+                                  f"{QUERY_MAP_TOL:g} relative); it is not this layer's query map")
+
+
 @dataclass
 class LayerInputs:
     """The SVM sentences of one layer (one query per sentence), validated once.
@@ -149,6 +193,9 @@ class LayerInputs:
     Zr : (m, r2) ``Z B``, or None with Xr
     span_residual : per unit of multiplier, the bound on the rows' parts outside the bases
         (:func:`span_residual`; inf without Xr); a solve's bound is ``||lam||_1 span_residual``
+    query_map : a rotary head's queries as a function of its query tokens' states (:class:`QueryMap`), which its
+        sink null rotates (:func:`attnsvm.real.nulls.sink_query_states`); None for heads whose queries are the
+        layer's states
     """
 
     X: np.ndarray
@@ -159,11 +206,12 @@ class LayerInputs:
     Xr: np.ndarray | None = None
     Zr: np.ndarray | None = None
     span_residual: float = float("inf")
+    query_map: QueryMap | None = None
 
     @classmethod
-    def build(cls, X, Z, cand) -> "LayerInputs":
+    def build(cls, X, Z, cand, query_map: QueryMap | None = None) -> "LayerInputs":
         """Validate ``X (m, T, D)``, ``Z (m, D)``, ``cand (m, T)`` (at least one candidate per
-        sentence) and compute the bases P, B."""
+        sentence) and ``query_map`` (:meth:`QueryMap.check`: it must give Z) and compute the bases P, B."""
         X = as_float_array(X, "X", 3, "(m, T, D)")
         m, T, D = X.shape
         Z = as_float_array(Z, "Z", 2, f"(m, D) = ({m}, {D})")
@@ -175,12 +223,19 @@ class LayerInputs:
                                   f"{cand.shape}")
         if not cand.any(axis=1).all():
             raise ValidationError("cand must mark at least one token per sentence")
+        if query_map is not None:
+            query_map.check(Z)
         first = np.argmax(cand, axis=1)
         diffs = (X - X[np.arange(m), first][:, None, :])[cand]
         P, B = row_basis(diffs), row_basis(Z)
         if int(cand.sum()) - m >= D:  # as many rows as dimensions: the solver keeps the rows' own coordinates
-            return cls(X, Z, cand, P, B)
-        return cls(X, Z, cand, P, B, X @ P, Z @ B, span_residual(diffs, P, Z, B))
+            return cls(X, Z, cand, P, B, query_map=query_map)
+        return cls(X, Z, cand, P, B, X @ P, Z @ B, span_residual(diffs, P, Z, B), query_map)
+
+    def with_queries(self, Z: np.ndarray) -> "LayerInputs":
+        """The same tokens and candidates with the queries ``Z (m, D)`` (a null head's own, e.g. a rotary head's
+        sink null): validated and its bases computed as :meth:`build` does; no query map."""
+        return LayerInputs.build(self.X, Z, self.cand)
 
     @property
     def m(self) -> int:

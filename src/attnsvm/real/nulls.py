@@ -48,6 +48,26 @@ head's own: a sink only by chance) and the transplant null (another trained head
 states: descriptive) it keeps this head's sink and key side exactly and randomizes only what the sink
 leaves.
 
+**The sink null of a rotary head** (Llama, GPT-NeoX; probed in its post-rotary query-key space, where
+``W_h = diag(1, ..., 1, 0) / sqrt(m)`` is fixed and the head's weights sit inside its keys and queries): the argument
+above fails for ``W_h R``. W_h is no random draw (``W_h R`` has a nonzero last column where W_h's is zero), and the
+law of a random head's post-rotary queries ``R_(p_i) q_i`` is invariant only under the rotations of the head space
+that commute with every position's rotation (2 x 2 rotations within each frequency pair, any rotation of the
+unrotated coordinates), of which those fixing the mean query leave little or nothing (Llama: nothing). Measured on
+random-weight heads (benchmarks/rotary_sink_null.py, 5 models, m = 16): Llama heads sat above such nulls (KS p 0.005
+over 120 heads, mean z 0.33). A rotary head's sink null therefore rotates what its query reads
+(:func:`sink_query_states`, used when the inputs carry the head's :class:`~attnsvm.real.layer.QueryMap`): the
+bias-augmented states ``S_i`` of the query tokens (the states entering the layer) about their mean, ``S_i -> R S_i``,
+R Haar on the orthogonal matrices of the d state coordinates that fix the mean state (and the constant
+coordinate), and each null is solved on its own queries ``(R_(p_i) A R S_i, 1)`` (``A = [W_Q^T | b_Q]``, ``R_(p_i)``
+the rotation of the query's position) with the same W_h and keys. ``A R`` keeps A's action on the mean query state
+and the bias: the key preference the head applies to every query at each position, where a rotary head's BOS or
+position-0 sink lives. *Exchangeability* as above with A in place of W: given the states entering the layer and the
+keys (W_K, independent of W_Q), a random head's W_Q has i.i.d. Gaussian entries, so ``A R =d A`` for every R of the
+group (R a function of the states), whatever the bias (Llama has none) and with any planted sink ``c u mu^T`` in A
+(``(A + c u mu^T) R = A R + c u mu^T``, mu the unit mean query state). Unlike the non-rotary sink null, R fixes the
+constant coordinate: a rotation mixing it into the states would give a bias-free head's nulls a query bias.
+
 **Transplant null** (:func:`transplant_heads`, descriptive only: it never enters the p-values nor the
 Benjamini-Yekutieli step): other heads of the same model, their key-query matrices ``W_{l', h'}``
 (:meth:`PretrainedTransformer.head_weights`, with their own score scale) applied to *this* layer's token
@@ -79,7 +99,8 @@ class NullKind:
     tag : the last word of its draws' generator seed (:func:`null_rng`), distinct per kind
     prepare : ``prepare(inputs, W_h, s) -> state``, once per head and call: what every draw of the head shares
         (``inputs`` the layer's :class:`~attnsvm.real.layer.LayerInputs`, ``W_h (D, D)``, ``s (r,)`` its spectrum)
-    draw : ``draw(state, rng) -> W_r (D, D)``, one null head from the draw's generator
+    draw : ``draw(state, rng) -> W_r (D, D)``, one null head from the draw's generator; or ``(W_r, Z_r)``, a null
+        head with its own queries ``Z_r (m, D)`` on the layer's tokens (a rotary head's sink null)
     verdict : whether a verdict may use it (``probe_heads(null_kind=)``); the others are descriptive
     summary : one line on what it keeps of the head and what it randomizes (``--help``, legends, checks)
     legend : the line a table's legend adds when the verdict uses it ("" for none)
@@ -210,6 +231,58 @@ def sink_null(W: np.ndarray, mu: np.ndarray, rng: np.random.Generator) -> np.nda
     Q = haar_frame(rng, D - 1, D - 1)
     Wmu = W @ mu
     return np.outer(Wmu, mu) + ((W @ B) @ Q) @ B.T
+
+
+def sink_query_states(S: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A rotary head's sink null (see the module docstring): its query tokens' states rotated at random about their
+    mean, ``S R^T``, R Haar on the orthogonal matrices of the d state coordinates that fix the mean state, the
+    constant coordinate untouched (so ``R`` fixes the unit mean query of :func:`mean_query_direction` too).
+
+    ``R = u u^T + B Q B^T`` on the first d coordinates, u the unit mean of ``S[:, :d]``, ``B (d, d - 1)`` an
+    orthonormal basis of its orthogonal complement, Q Haar on O(d - 1) (:func:`haar_frame`); float64.
+
+    Parameters
+    ----------
+    S : (m, d + 1) bias-augmented states of each sentence's query token (last coordinate 1), d >= 1
+    rng : the draw's generator (:func:`null_rng` of kind "sink")
+
+    Returns
+    -------
+    (m, d + 1) the rotated states (last coordinate as in S)
+    """
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] < 1 or S.shape[1] < 2 or not np.all(np.isfinite(S)):
+        raise ValidationError(f"S must be a finite (m, d + 1) array of query states with m, d >= 1, got shape "
+                              f"{S.shape}")
+    xbar = S[:, :-1].mean(axis=0)
+    nx = np.linalg.norm(xbar)
+    if not nx > 0:
+        raise ValidationError("S must have a nonzero mean query state")
+    d = xbar.size
+    B = np.linalg.qr((xbar / nx)[:, None], mode="complete")[0][:, 1:]  # (d, d - 1), orthogonal to the mean
+    Q = haar_frame(rng, d - 1, d - 1)
+    out = S.copy()
+    X = S[:, :-1]
+    out[:, :-1] = np.outer(X @ xbar, xbar) / nx ** 2 + ((X @ B) @ Q.T) @ B.T
+    return out
+
+
+def _sink_prepare(inputs: LayerInputs, W_h: np.ndarray, s: np.ndarray):
+    """What every sink null draw of a head shares: ``(W_h, mu)`` (:func:`sink_null`), or for a rotary head
+    (``inputs.query_map``) ``(W_h, query_map)`` (:func:`sink_query_states`)."""
+    W = np.asarray(W_h, dtype=np.float64)
+    if inputs.query_map is not None:
+        return W, inputs.query_map
+    return W, mean_query_direction(inputs.Z)
+
+
+def _sink_draw(state, rng: np.random.Generator):
+    """One sink null head: ``W_h R`` (:func:`sink_null`), or for a rotary head ``(W_h, Z_r)``, its own queries of
+    the rotated query states (:func:`sink_query_states`, :meth:`attnsvm.real.layer.QueryMap.queries`)."""
+    W, what = state
+    if isinstance(what, np.ndarray):
+        return sink_null(W, what, rng)
+    return W, what.queries(sink_query_states(what.S, rng))
 
 
 def query_split(W: np.ndarray, X: np.ndarray, Z: np.ndarray, cand: np.ndarray, mu: np.ndarray | None = None) -> dict:
@@ -388,8 +461,10 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
     state = null.prepare(inputs, W_h, s)
     out = []
     for j in range(int(start), int(start) + int(draws)):
-        Wr = null.draw(state, null_rng(seed, layer, head, j, kind))
-        out.append({"draw": j, "kind": kind, **_bilinear_draw(inputs, Wr, sizes, threshold, solver_options)})
+        Wr, own = null.draw(state, null_rng(seed, layer, head, j, kind)), inputs
+        if isinstance(Wr, tuple):  # a null head with its own queries (a rotary head's sink null)
+            Wr, own = Wr[0], inputs.with_queries(Wr[1])
+        out.append({"draw": j, "kind": kind, **_bilinear_draw(own, Wr, sizes, threshold, solver_options)})
     return out
 
 
@@ -477,8 +552,7 @@ register_null(NullKind(
     summary="structured null heads (the head's singular values, singular vectors Haar inside the top principal "
             "subspaces of the layer's tokens and queries)"))
 register_null(NullKind(
-    "sink", 4, prepare=lambda inputs, W_h, s: (np.asarray(W_h, dtype=np.float64), mean_query_direction(inputs.Z)),
-    draw=lambda state, rng: sink_null(state[0], state[1], rng), verdict=True,
+    "sink", 4, prepare=_sink_prepare, draw=_sink_draw, verdict=True,
     summary="sink null heads (the head's own W with its query side rotated at random about the mean query: its "
             "query-independent key preference, e.g. an attention sink on [CLS], kept exactly)",
     legend="null_kind sink: null_mean, p_upper, q_upper and the verdict are against sink null heads (the head's own W "

@@ -661,10 +661,9 @@ class PretrainedTransformer:
         """A rotary head's post-rotary keys and queries of every token (``family.rotary`` only).
 
         ``k~_t = R_t (W_K^T x_t + b_K)`` and ``q~_t = R_t (W_Q^T x_t + b_Q)`` with W_K, b_K of the head's key-value
-        head (:meth:`attnsvm.real.adapters.Family.kv_head`) and R_t the rotation of position t, built from the
-        model's own ``rotary_emb`` at positions 0..T-1 (right padding: a sentence's tokens sit at positions 0, 1, ...
-        as in the forward pass), in the rotate-half layout on the first r coordinates (r = the width of the model's
-        cos; GPT-NeoX: m * rotary_pct). The model's score of key t for query s is ``q~_s . k~_t * score_scale``.
+        head (:meth:`attnsvm.real.adapters.Family.kv_head`) and R_t the rotation of position t (:meth:`rotations`,
+        positions 0..T-1: right padding, a sentence's tokens sit at positions 0, 1, ... as in the forward pass).
+        The model's score of key t for query s is ``q~_s . k~_t * score_scale``.
 
         Parameters
         ----------
@@ -677,24 +676,34 @@ class PretrainedTransformer:
         """
         if not self.family.rotary:
             raise ValidationError(f"{self.name} has no rotary position embeddings (family {self.family.name})")
-        torch = require("torch", "probing a pretrained model")
         states = np.asarray(states, dtype=np.float64)
         if states.ndim != 3 or states.shape[2] != self.d:
             raise ValidationError(f"states must have shape (n, T, d) with d = {self.d}, got {states.shape}")
         WK, WQ, bK, bQ = self.key_query(layer, head)
-        T = states.shape[1]
+        R = self.rotations(states.shape[1])
+        return np.einsum("tab,ntb->nta", R, states @ WK + bK), np.einsum("tab,ntb->nta", R, states @ WQ + bQ)
+
+    def rotations(self, T: int) -> np.ndarray:
+        """The rotations ``R_p`` of positions p = 0..T-1 of a rotary model's heads (``family.rotary`` only):
+        (T, m, m) float64, built from the model's own ``rotary_emb`` (its cos and sin at those positions) in the
+        rotate-half layout on the first r coordinates (r = the width of the model's cos; GPT-NeoX: m * rotary_pct),
+        the identity on the rest: HF's ``apply_rotary_pos_emb`` is ``v -> R_p v``; ``R_0`` is the identity."""
+        if not self.family.rotary:
+            raise ValidationError(f"{self.name} has no rotary position embeddings (family {self.family.name})")
+        if isinstance(T, (bool, np.bool_)) or not isinstance(T, (int, np.integer)) or T < 1:
+            raise ValidationError(f"T must be an integer >= 1, got {T!r}")
+        torch = require("torch", "probing a pretrained model")
         with torch.no_grad():
-            pos = torch.arange(T)[None]
+            pos = torch.arange(int(T))[None]
             cos, sin = self.family.body(self.model).rotary_emb(torch.zeros(1, dtype=self.torch_dtype), pos)
         cos, sin = cos[0].to(torch.float64).numpy(), sin[0].to(torch.float64).numpy()  # (T, r)
-        r = cos.shape[1]
-
-        def rotate(v):  # HF's apply_rotary_pos_emb: v_rot cos + rotate_half(v_rot) sin on the first r coordinates
-            rot, rest = v[..., :r], v[..., r:]
-            half = np.concatenate([-rot[..., r // 2:], rot[..., :r // 2]], axis=-1)
-            return np.concatenate([rot * cos + half * sin, rest], axis=-1)
-
-        return rotate(states @ WK + bK), rotate(states @ WQ + bQ)
+        r, h = cos.shape[1], cos.shape[1] // 2
+        R = np.broadcast_to(np.eye(self.head_dim), (int(T), self.head_dim, self.head_dim)).copy()
+        a = np.arange(r)
+        R[:, a, a] = cos  # v_rot cos + rotate_half(v_rot) sin, rotate_half(v)_a = -v_(a+h) (a < h), v_(a-h) (a >= h)
+        R[:, a[:h], a[:h] + h] = -sin[:, :h]
+        R[:, a[h:], a[h:] - h] = sin[:, h:]
+        return R
 
     def score_scale(self, layer: int) -> float:
         """The factor the model multiplies the scores of ``layer`` by (1/sqrt(m); see the family adapter)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from attnsvm.errors import ValidationError
 from attnsvm.real import cache
-from attnsvm.real.layer import LayerInputs, corr, corr_parts, margin_ratio, summary
+from attnsvm.real.layer import LayerInputs, QueryMap, corr, corr_parts, margin_ratio, summary
 from attnsvm.real.minilm import load_minilm, load_model
 from attnsvm.real.pretrained import PretrainedTransformer, augment, check_sentences
 from attnsvm.real.nulls import (
@@ -261,6 +261,19 @@ def rotary_tokens(setup: ProbeSetup, layer: int, head: int, m_svm: int) -> tuple
     return X, augment(Q[np.arange(m_svm), setup.q[:m_svm]])
 
 
+def rotary_query_map(setup: ProbeSetup, layer: int, head: int, m_svm: int) -> QueryMap:
+    """A rotary head's queries on the first ``m_svm`` sentences as a function of its query tokens' states
+    (:class:`attnsvm.real.layer.QueryMap`): ``S (m, d + 1)`` the bias-augmented states entering ``layer`` at each
+    sentence's query token, ``A = [W_Q^T | b_Q] (m_h, d + 1)`` the head's pre-rotary query map and ``R (m, m_h,
+    m_h)`` the rotation of each query's position, so that ``(R_i A S_i, 1)`` is :func:`rotary_tokens`' ``Z[i]``
+    (what the rotary sink null rotates: :func:`attnsvm.real.nulls.sink_query_states`)."""
+    fw, model = setup.fw, setup.model
+    q = setup.q[:m_svm]
+    S = augment(fw.layer_input(layer)[np.arange(m_svm), q])
+    _, WQ, _, bQ = model.key_query(layer, head)
+    return QueryMap(S, np.concatenate([WQ.T, bQ[:, None]], axis=1), model.rotations(fw.mask.shape[1])[q])
+
+
 def head_selections(setup: ProbeSetup, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """One query per sentence (``query`` "word" or "cls"): the attention rows ``A (h, n, T)`` of the
     probed heads from each sentence's query and their selections ``(h, n, T)`` bool
@@ -344,15 +357,15 @@ def layer_inputs(setup: ProbeSetup, layer: int, m_svm: int, head: int | None = N
     """The first ``m_svm`` sentences of ``layer`` for the SVMs (one query per sentence), validated once.
 
     A rotary model's SVMs are per head (``head`` required): its tokens and queries are the head's post-rotary keys
-    and queries (:func:`rotary_tokens`); other models' are the layer's states, shared by its heads (``head``
-    unused)."""
+    and queries (:func:`rotary_tokens`), with the head's query map (:func:`rotary_query_map`, what its sink null
+    rotates); other models' are the layer's states, shared by its heads (``head`` unused)."""
     if setup.model.family.rotary:
         if head is None:
             raise ValidationError(f"head: the rotary model {setup.model.name} is probed per head (its tokens are "
                                   "the head's post-rotary keys); give the head")
         X, Z = rotary_tokens(setup, layer, head, m_svm)
         check_rotary_attention(setup, layer, head, X, Z)
-        return LayerInputs.build(X, Z, setup.cand[:m_svm])
+        return LayerInputs.build(X, Z, setup.cand[:m_svm], rotary_query_map(setup, layer, head, m_svm))
     X = layer_tokens(setup, layer)[:m_svm]
     return LayerInputs.build(X, X[np.arange(m_svm), setup.q[:m_svm]], setup.cand[:m_svm])
 
