@@ -534,10 +534,11 @@ def list_cmd(outdir):
     """
     from attnsvm.cli.catalog import format_catalog, load_catalog
 
+    stored = None if outdir is None else _stored_runs_text(_outdir(outdir))  # a bad folder: one line, nothing else
     click.echo(format_catalog(load_catalog()))
-    if outdir is not None:
+    if stored is not None:
         click.echo("")
-        click.echo(_stored_runs_text(_outdir(outdir)))
+        click.echo(stored)
 
 
 def _stored_runs_text(outdir: str) -> str:

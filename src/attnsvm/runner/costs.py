@@ -24,7 +24,7 @@ from typing import Callable
 from attnsvm._validate import finite_or_none
 
 __all__ = ["TaskCost", "PartCost", "ExperimentCost", "RunCost", "experiment_cost", "run_cost", "seconds_text",
-           "reuse_text", "run_cost_text", "experiment_cost_text"]
+           "reuse_text", "run_cost_text", "experiment_cost_text", "part_cost_text", "part_cost"]
 
 
 def _number(value) -> float | None:
@@ -221,10 +221,20 @@ def run_cost_text(cost: RunCost) -> str:
 
 
 def experiment_cost_text(cost: ExperimentCost) -> str:
-    """One experiment's time: ``"3.6 s, 3.1 CPU-s"`` plus what it reused (``attnsvm run``'s line, the report's
-    section, ``attnsvm list --out``)."""
+    """One experiment's time: ``"3.6 s, its tasks 3.1 CPU-s"`` (its time in the run that wrote it, and the CPU of
+    the tasks that run computed, each in the process that ran it) plus what it reused (``attnsvm run``'s line, the
+    report's section, ``attnsvm list --out``)."""
     text = seconds_text(cost.wall_seconds)
     if cost.cpu_seconds is not None:
-        text += f", {cost.cpu_seconds:.1f} CPU-s"
+        text += f", its tasks {cost.cpu_seconds:.1f} CPU-s"
     reuse = reuse_text(cost.reused, cost.n_tasks, cost.reused_cpu_seconds)
+    return f"{text}; {reuse}" if reuse else text
+
+
+def part_cost_text(part: PartCost) -> str:
+    """One part's tasks (the probe's heads or null heads): ``"N tasks computed: C CPU-s, W s of task time"``
+    (summed over tasks: more than the wall clock when workers ran them together), plus what was reused."""
+    text = (f"{part.computed} task(s) computed: {seconds_text(part.cpu_seconds, 'CPU-s')}, "
+            f"{seconds_text(part.wall_seconds)} of task time" if part.computed else "none computed")
+    reuse = reuse_text(part.reused, part.tasks, part.reused_cpu_seconds)
     return f"{text}; {reuse}" if reuse else text
