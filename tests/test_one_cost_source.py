@@ -106,6 +106,9 @@ def test_the_report_section_and_summary_show_the_records(tmp_path):
     (tmp_path / "exp-a" / "meta.json").write_text(json.dumps(meta))
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
     assert "31.5 s, its tasks 42.0 CPU-s; 1 of 2 tasks reused" in page
+    # and each task's row in the provenance table
+    assert "<td>t1</td>" in page and "42.0 CPU-s, 10.0 s, this run" in page
+    assert "7.2 CPU-s, 9.0 s, reused from an earlier run" in page
 
 
 def test_the_run_line_and_list_out_read_the_records(tmp_path, capsys):

@@ -877,7 +877,7 @@ def _write_pair(outdir: str, h: list, md: list) -> tuple[str, str]:
 
 def _section(e: dict, h: list, md: list, power: bool) -> None:
     """One experiment: title, paper, takeaway, figures, checks, notes, deviations, provenance, config."""
-    from attnsvm.runner.costs import experiment_cost, experiment_cost_text
+    from attnsvm.runner.costs import experiment_cost, experiment_cost_text, task_cost_text
 
     name = e["name"]
     h.append(f"<section id='{_e(name)}'><h2>{_e(name)}: {_e(human(e.get('title', '')))}</h2>")
@@ -925,10 +925,12 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     if prov:
         h.append("<details><summary>provenance: what produced these numbers "
                  f"({len(prov)} shard(s))</summary><table><tr><th>task</th><th>config hash</th><th>code version</th>"
-                 "<th>seeds</th><th>written</th></tr>")
+                 "<th>seeds</th><th>written</th><th>cost (as the task recorded it)</th></tr>")
+        costs = {t.key: t for t in experiment_cost(e).tasks}
         for p in prov:
             h.append(f"<tr><td>{_e(p.get('task'))}</td><td>{_e(p.get('config_hash'))}</td><td>{_e(p.get('version'))}</td>"
-                     f"<td class='small'>{_e(human(p.get('seeds')))}</td><td>{_e(p.get('written'))}</td></tr>")
+                     f"<td class='small'>{_e(human(p.get('seeds')))}</td><td>{_e(p.get('written'))}</td>"
+                     f"<td class='small'>{_e(task_cost_text(costs.get(str(p.get('task')))))}</td></tr>")
         h.append("</table></details>")
     h.append(f"<details><summary>config (hash {_e(e.get('config_hash', ''))}, preset {_e(e.get('preset', ''))})</summary>"
              f"<pre>{_e(e.get('config_text', ''))}</pre></details>")

@@ -24,7 +24,7 @@ from typing import Callable
 from attnsvm._validate import finite_or_none
 
 __all__ = ["TaskCost", "PartCost", "ExperimentCost", "RunCost", "experiment_cost", "run_cost", "seconds_text",
-           "reuse_text", "run_cost_text", "experiment_cost_text", "part_cost_text", "part_cost"]
+           "reuse_text", "run_cost_text", "experiment_cost_text", "part_cost_text", "part_cost", "task_cost_text"]
 
 
 def _number(value) -> float | None:
@@ -238,3 +238,12 @@ def part_cost_text(part: PartCost) -> str:
             f"{seconds_text(part.wall_seconds)} of task time" if part.computed else "none computed")
     reuse = reuse_text(part.reused, part.tasks, part.reused_cpu_seconds)
     return f"{text}; {reuse}" if reuse else text
+
+
+def task_cost_text(task: TaskCost | None) -> str:
+    """One task's record: ``"0.3 CPU-s, 0.8 s, this run"`` (or ``"..., reused from an earlier run"``); ``"not
+    recorded"`` for None or a task stored before tasks recorded their seconds."""
+    if task is None or (task.cpu_seconds is None and task.wall_seconds is None):
+        return "not recorded"
+    when = "this run" if task.computed else "reused from an earlier run"
+    return f"{seconds_text(task.cpu_seconds, 'CPU-s')}, {seconds_text(task.wall_seconds)}, {when}"
