@@ -96,6 +96,9 @@ def test_every_executor_gives_the_tables_and_checks_of_one_process(tmp_path, ref
         assert [(c["name"], c["value"], c["passed"]) for c in a] == [(c["name"], c["value"], c["passed"]) for c in b]
         meta = _json(out, name, "meta.json")
         assert meta["workers"] == workers and meta["computed"] == meta["tasks"]
+        # every executor records each task's own seconds, where it ran (attnsvm.runner.costs reads them)
+        assert all(p["computed"] is True and p["cpu_seconds"] >= 0 and p["wall_seconds"] > 0
+                   for p in meta["provenance"]), meta["provenance"]
         if timed:
             assert meta["task_cpu_seconds"] > 0 and meta["task_seconds"] <= meta["wall_seconds"]
         else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attnsvm.errors import ValidationError
@@ -99,3 +101,15 @@ def check_choice(value, name: str, choices) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValidationError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+def finite_or_none(value) -> float | None:
+    """``float(value)`` when it is a finite number (bools excluded), else None: a number read from a stored file
+    (meta.json, run.json), where a wrong type means "not recorded"."""
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if math.isfinite(out) else None

@@ -34,6 +34,7 @@ import re
 from urllib.parse import quote
 
 from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, printable, read_regular
+from attnsvm._validate import finite_or_none
 from attnsvm.errors import ValidationError
 
 SKIPPED_FILE = "skipped.json"
@@ -68,15 +69,7 @@ def _read_json(path: str, default):
         return default, f"{os.path.basename(path)} is unreadable ({reason}); re-run the experiment"
 
 
-def _number(value):
-    """``float(value)`` when it is a finite number (bools excluded), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return out if math.isfinite(out) else None
+_number = finite_or_none
 
 
 def _load(expdir: str) -> dict | None:
@@ -210,28 +203,32 @@ def record_run(outdir: str, wall_seconds: float, process_cpu_seconds: float, exp
     atomic_write(os.path.join(outdir, RUN_FILE), lambda fh: fh.write(data))
 
 
-def _in_process(e: dict) -> bool:
-    """Whether an experiment's tasks ran in the reproducing process (one worker, no scheduler): their CPU is then
-    part of that process's own."""
-    return e.get("workers") == 1 and not e.get("scheduler")
-
-
 def run_time_text(run, exps: list[dict]) -> str:
-    """The banner's time: the reproduce run's wall clock and CPU (``run``: :data:`RUN_FILE`'s content, None when
-    absent) when it ran every experiment shown, its CPU being its own process's plus what the tasks of worker
-    processes recorded; else the experiments' own recorded task times, said to overlap."""
-    names = {e.get("name") for e in exps}
-    if isinstance(run, dict) and isinstance(run.get("experiments"), list) and names <= set(run["experiments"]):
-        wall, own = _number(run.get("wall_seconds")), _number(run.get("process_cpu_seconds"))
-        if wall is not None and own is not None:
-            workers = sum(_number(e.get("task_cpu_seconds")) or 0.0 for e in exps if not _in_process(e))
-            return (f"the run took {wall:.1f} s of wall clock and {own + workers:.1f} s of CPU (its tasks in worker "
-                    f"processes {workers:.1f} s, the reproducing process {own:.1f} s)")
-    walls = [_seconds(e) for e in exps]
-    cpus = [_number(e.get("task_cpu_seconds")) for e in exps]
-    cpu = f", {sum(c for c in cpus if c is not None):.1f} s of CPU" if any(c is not None for c in cpus) else ""
-    return (f"the experiments' recorded times add up to {sum(walls):.1f} s{cpu}; experiments run together overlap, so "
-            "this is more than the run's wall clock (not recorded for these results)")
+    """The banner's time (:func:`attnsvm.runner.costs.run_cost_text` of :func:`~attnsvm.runner.costs.run_cost`):
+    the reproduce run's wall clock and CPU (``run``: :data:`RUN_FILE`'s content, None when absent) when it ran
+    every experiment shown, its CPU being its own process's plus what the tasks of worker processes recorded; else
+    the experiments' own recorded task times, said to overlap; and what a resumed run reused."""
+    from attnsvm.runner.costs import run_cost, run_cost_text
+
+    return run_cost_text(run_cost(run, exps))
+
+
+def stored_cost(outdir: str):
+    """The :class:`~attnsvm.runner.costs.RunCost` of the results folder ``outdir``: its experiments' meta.json
+    (as the report reads them, :func:`collect`) and its run.json."""
+    from attnsvm.runner.costs import run_cost
+
+    run, _ = _read_json(os.path.join(outdir, RUN_FILE), None)
+    return run_cost(run, collect(outdir))
+
+
+def stored_experiment_cost(expdir: str):
+    """The :class:`~attnsvm.runner.costs.ExperimentCost` recorded in ``expdir/meta.json`` (an unreadable meta: one
+    with nothing recorded)."""
+    from attnsvm.runner.costs import experiment_cost
+
+    meta, _ = _read_json(os.path.join(expdir, "meta.json"), None)
+    return experiment_cost(meta if isinstance(meta, dict) else {"name": os.path.basename(expdir)})
 
 
 def probe_folder(outdir: str) -> str | None:
@@ -338,7 +335,10 @@ def _fmt(value) -> str:
 
 
 def _seconds(e: dict) -> float:
-    return _number(e.get("wall_seconds")) or 0.0
+    """The experiment's recorded time (:func:`attnsvm.runner.costs.experiment_cost`; 0 when not recorded)."""
+    from attnsvm.runner.costs import experiment_cost
+
+    return experiment_cost(e).wall_seconds or 0.0
 
 
 def _e(text) -> str:
@@ -877,6 +877,8 @@ def _write_pair(outdir: str, h: list, md: list) -> tuple[str, str]:
 
 def _section(e: dict, h: list, md: list, power: bool) -> None:
     """One experiment: title, paper, takeaway, figures, checks, notes, deviations, provenance, config."""
+    from attnsvm.runner.costs import experiment_cost, experiment_cost_text, task_cost_text
+
     name = e["name"]
     h.append(f"<section id='{_e(name)}'><h2>{_e(name)}: {_e(human(e.get('title', '')))}</h2>")
     md += [f"## {_md(name)}: {_md(e.get('title', ''))}", ""]
@@ -923,14 +925,16 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
     if prov:
         h.append("<details><summary>provenance: what produced these numbers "
                  f"({len(prov)} shard(s))</summary><table><tr><th>task</th><th>config hash</th><th>code version</th>"
-                 "<th>seeds</th><th>written</th></tr>")
+                 "<th>seeds</th><th>written</th><th>cost (as the task recorded it)</th></tr>")
+        costs = {t.key: t for t in experiment_cost(e).tasks}
         for p in prov:
             h.append(f"<tr><td>{_e(p.get('task'))}</td><td>{_e(p.get('config_hash'))}</td><td>{_e(p.get('version'))}</td>"
-                     f"<td class='small'>{_e(human(p.get('seeds')))}</td><td>{_e(p.get('written'))}</td></tr>")
+                     f"<td class='small'>{_e(human(p.get('seeds')))}</td><td>{_e(p.get('written'))}</td>"
+                     f"<td class='small'>{_e(task_cost_text(costs.get(str(p.get('task')))))}</td></tr>")
         h.append("</table></details>")
     h.append(f"<details><summary>config (hash {_e(e.get('config_hash', ''))}, preset {_e(e.get('preset', ''))})</summary>"
              f"<pre>{_e(e.get('config_text', ''))}</pre></details>")
-    h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {_seconds(e):.1f} s, "
+    h.append(f"<p class='small'>finished {_e(e.get('finished', ''))}, {_e(experiment_cost_text(experiment_cost(e)))}, "
              f"workers: {_e(e.get('workers'))}"
              f"{', scheduler ' + _e(e['scheduler']) if e.get('scheduler') else ''}</p></section>")
     config_text = printable(e.get("config_text", ""), keep="\n\t").rstrip()

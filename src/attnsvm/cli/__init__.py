@@ -414,13 +414,15 @@ def _run_one(experiment, config, out, workers, scheduler, connect_timeout=20.0, 
 def print_summary(summary):
     """Print one experiment's line, its failed, inconclusive and finding checks and failed tasks; returns it."""
     from attnsvm.experiments.checks import count_verdicts
-    from attnsvm.report import inconclusive_reason, value_text
+    from attnsvm.report import inconclusive_reason, stored_experiment_cost, value_text
+    from attnsvm.runner.costs import experiment_cost_text
 
     v = count_verdicts(summary.checks)
+    cost = experiment_cost_text(stored_experiment_cost(summary.outdir))  # the time its meta.json records
     click.echo(f"{summary.name}: {summary.tasks} task(s) ({summary.computed} computed, {summary.resumed} resumed, "
                f"{len(summary.failed)} failed), checks: {v['pass']} pass, {v['fail']} fail, {v['inconclusive']} "
                f"inconclusive, {v['finding']} findings of {len(summary.checks)}, "
-               f"{summary.wall_seconds:.1f} s -> {summary.outdir}")
+               f"{cost} -> {summary.outdir}")
     for c in summary.checks:
         verdict = c.get("verdict") or ("pass" if c["passed"] else "fail")
         if verdict == "finding":
@@ -519,16 +521,38 @@ def _runner_options(workers_opt):
     return apply
 
 @cli.command("list")
-def list_cmd():
+@click.option("--out", "outdir", default=None, metavar="DIR",
+              help="Then list the runs stored in the results folder DIR: each experiment's recorded wall and CPU "
+                   "time and the tasks it reused, and the run's (what its report's banner says).")
+def list_cmd(outdir):
     """List the experiments by paper: name, the extra it needs, its measured quick time, title.
 
     Reads the catalog shipped beside this module (``cli/experiments.json``, written by
     ``scripts/catalog.py`` from the registry and a timed ``reproduce --quick``), so it answers
-    without importing the experiments.
+    without importing the experiments. With ``--out DIR``, also the times the runs stored in DIR
+    recorded (their meta.json and run.json, :mod:`attnsvm.runner.costs`).
     """
     from attnsvm.cli.catalog import format_catalog, load_catalog
 
+    stored = None if outdir is None else _stored_runs_text(_outdir(outdir))  # a bad folder: one line, nothing else
     click.echo(format_catalog(load_catalog()))
+    if stored is not None:
+        click.echo("")
+        click.echo(stored)
+
+
+def _stored_runs_text(outdir: str) -> str:
+    """The runs stored in ``outdir`` as their records give them: one line per experiment (name, preset, its
+    recorded wall and CPU time, what it reused), then the run's time (the report banner's sentence)."""
+    from attnsvm.report import stored_cost
+    from attnsvm.runner.costs import experiment_cost_text, run_cost_text
+
+    cost = stored_cost(outdir)
+    lines = [f"Stored in {printable(outdir)} (recorded by the runs that wrote them):"]
+    for e in cost.experiments:
+        lines.append(f"  {printable(e.name):<24} {e.n_tasks:>4} task(s)  {experiment_cost_text(e)}")
+    lines.append(f"Run: {run_cost_text(cost)}")
+    return "\n".join(lines)
 
 
 @cli.command()
@@ -584,7 +608,8 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
 
     from attnsvm._files import oserror_text
     from attnsvm.experiments import build_config, registry
-    from attnsvm.report import SKIPPED_FILE, record_run, record_skipped, skipped_file_problem, write_report
+    from attnsvm.report import SKIPPED_FILE, record_run, record_skipped, skipped_file_problem, stored_cost, write_report
+    from attnsvm.runner.costs import run_cost_text
 
     # this process's CPU; the worker processes' CPU is what their tasks recorded (meta.json task_cpu_seconds)
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -623,6 +648,7 @@ def reproduce(quick, out, only, workers, scheduler, connect_timeout, worker_time
                "quick" if quick else "full")
     html_path, _ = write_report(out)
     click.echo(f"report: {html_path}")
+    click.echo(f"time: {run_cost_text(stored_cost(out))}")  # the banner's sentence, from the records just written
     if unwritten:
         raise UserError(f"{unwritten}; the report was written without the skipped experiments")
     _finish(summaries, skipped, allow_failures)

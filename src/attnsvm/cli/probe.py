@@ -328,7 +328,8 @@ def _run_stored(config, out: str, options: dict):
     if problem is not None:
         raise StorageError(f"{summary.outdir}: {problem}")
     res = stored_result(config, summary.outdir, max_memory=options.get("max_memory"), t0=t0)
-    res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed))
+    res.seconds.update(tasks_computed=int(summary.computed), tasks_reused=int(summary.resumed),
+                       tasks=task_costs(summary.outdir))
     heads = int(res.table[["layer", "head"]].drop_duplicates().shape[0]) if len(res.table) else 0
     stored = {"dir": summary.outdir, "heads": heads, "tasks": summary.tasks, "computed": summary.computed,
               "resumed": summary.resumed,
@@ -364,9 +365,35 @@ def write_stored_page(outdir: str) -> str:
     config = probe_config(meta["config"])
     res = stored_result(config, rundir)
     tasks = int(meta.get("tasks") or 0)
-    res.seconds.update(tasks_computed=0, tasks_reused=tasks)  # no task ran: the SVM times are the stored run's
+    # no task ran: every task's cost, and the wall clock shown, are the stored run's
+    from attnsvm.report import stored_experiment_cost
+
+    res.seconds.update(tasks_computed=0, tasks_reused=tasks, tasks=task_costs(rundir, this_run=False),
+                       total=stored_experiment_cost(rundir).wall_seconds, total_of="the stored run")
     curve = "probe_curve.png" if "m" in res.table.columns else None
     return write_probe_view(res, outdir, heatmap="probe_heatmap.png", curve=curve)
+
+
+#: the parts of a stored probe whose task costs are shown apart: (name, whether a task key belongs to it)
+PROBE_PARTS = (("heads", lambda key: not key.endswith("-null")), ("null heads", lambda key: key.endswith("-null")))
+
+
+def task_costs(rundir: str, this_run: bool = True) -> dict:
+    """The stored probe's task costs by part, as its records give them (:mod:`attnsvm.runner.costs`, read from
+    ``rundir/meta.json``): ``{"heads": {...}, "null heads": {...}}``, each :meth:`PartCost.as_dict
+    <attnsvm.runner.costs.PartCost.as_dict>` plus ``text`` (:func:`~attnsvm.runner.costs.part_cost_text`), for the
+    terminal, probe.html and probe.json alike. ``this_run`` False (a page rebuilt from the stored run): every task
+    counts as reused, its CPU as the stored run's."""
+    import dataclasses
+
+    from attnsvm.report import stored_experiment_cost
+    from attnsvm.runner.costs import part_cost_text
+
+    cost = stored_experiment_cost(rundir)
+    if not this_run:
+        cost = dataclasses.replace(cost, tasks=tuple(dataclasses.replace(t, computed=False) for t in cost.tasks))
+    parts = cost.parts(lambda key: next(name for name, belongs in PROBE_PARTS if belongs(key)))
+    return {name: {**part.as_dict(), "text": part_cost_text(part)} for name, part in parts.items()}
 
 
 #: a stored probe's checks in three groups, what each says and whether it matters: (key, label, what it means)

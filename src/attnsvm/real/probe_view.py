@@ -736,8 +736,11 @@ def cost_items(seconds: dict, forward_cached: bool = False, null_count: str = ""
 
     ``seconds``: ``forward``, ``forward_cached``, ``svm`` and ``nulls`` (the heads' and null heads' SVM time,
     summed over heads), ``total`` (this command's wall clock); a stored probe (``--out``) adds ``tasks_computed``
-    and ``tasks_reused`` (tasks this command ran / found stored by an earlier run: their SVM times are from when
-    they ran, so the sums can exceed ``total``). ``null_count``: the null heads' count, put before their label."""
+    and ``tasks_reused`` (tasks this command ran / found stored by an earlier run) and ``tasks``: ``{part: {...,
+    "text"}}``, its heads' and null heads' task costs as the stored tasks recorded them (CPU and task time of the
+    tasks computed, and of those reused; :func:`attnsvm.cli.probe.task_costs`), shown instead of the in-task
+    solver sums; ``total_of``: whose wall clock ``total`` is (default "this command"; a page rebuilt from a stored
+    run gives that run's). ``null_count``: the null heads' count, put before their label."""
     computed, reused = seconds.get("tasks_computed"), seconds.get("tasks_reused")
     stored = computed is not None or reused is not None
     if forward_cached or seconds.get("forward_cached") is True:
@@ -745,6 +748,13 @@ def cost_items(seconds: dict, forward_cached: bool = False, null_count: str = ""
                "reused from an earlier forward pass of the same sentences in this process (not re-timed)")
     else:
         fwd = f"{float(seconds.get('forward', 0.0)):.1f} s"
+    parts = seconds.get("tasks")
+    if isinstance(parts, dict) and parts:  # a stored probe: its tasks' own records, by part
+        nulls = f" ({null_count} null heads)" if null_count else ""
+        labels = {"heads": "heads' tasks (SVMs and baselines)", "null heads": f"null heads' tasks{nulls}"}
+        return [("forward pass", fwd)] + [
+            (labels.get(name, name), str(part.get("text", ""))) for name, part in parts.items()
+            if isinstance(part, dict)] + [_wall_item(seconds)]
     summed = " (task time summed over heads)" if stored else ""
     items = [("forward pass", fwd), ("head and baseline SVMs", f"{float(seconds.get('svm', 0.0)):.1f} s{summed}"),
              (f"{null_count} null-head SVMs".strip(), f"{float(seconds.get('nulls', 0.0)):.1f} s{summed}")]
@@ -752,8 +762,15 @@ def cost_items(seconds: dict, forward_cached: bool = False, null_count: str = ""
         items.append(("stored tasks reused", f"{int(reused)} of {int(reused) + int(computed or 0)} (stored by an earlier "
                                              "run of the same probe: their SVM times above are from that run, not this "
                                              "command)"))
-    items.append(("this command", f"{float(seconds.get('total', 0.0)):.1f} s wall clock"))
+    items.append(_wall_item(seconds))
     return items
+
+
+def _wall_item(seconds: dict) -> tuple[str, str]:
+    """``("this command", "W s wall clock")``; a page rebuilt from a stored run (``total_of``): that run's."""
+    total = seconds.get("total")
+    text = "not recorded" if total is None else f"{float(total):.1f} s wall clock"
+    return str(seconds.get("total_of") or "this command"), text
 
 
 # ------------------------------------------------------------------ verdict, reasons, explorer

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Protocol
 from attnsvm.errors import AttnSVMError
 from attnsvm.experiments.base import Task
 from attnsvm.runner.storage import stored_count
-from attnsvm.runner.tasks import execute_task, execute_timed
+from attnsvm.runner.tasks import execute_timed
 
 #: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
 WORKER_TIMEOUT = 60.0
@@ -39,29 +39,29 @@ class Executor(Protocol):
 
 @dataclass(frozen=True)
 class Serial:
-    """Each task in this process, in the order of the queue; timed when its sweep is (``sweep.timed``)."""
+    """Each task in this process, in the order of the queue, timed (:func:`_timed`)."""
 
     max_memory: int | None = None
 
     def outcomes(self, sweeps: list, queue: list[tuple[int, Task]]) -> Iterator[tuple[int, Task, Callable]]:
         for i, task in queue:
-            s = sweeps[i]
-            if s.timed:
-                yield i, task, partial(_run_timed, s, task, self.max_memory)
-            else:
-                yield i, task, partial(execute_task, s.experiment, s.plan.config_json, task, None, self.max_memory)
+            yield i, task, partial(_run_timed, sweeps[i], task, self.max_memory)
 
 
 def _run_timed(sweep, task, max_memory):
-    """Run ``task`` of ``sweep`` in this process; its table, its seconds added to ``sweep``."""
-    return _timed(sweep, execute_timed(sweep.experiment, sweep.plan.config_json, task, max_memory))
+    """Run ``task`` of ``sweep`` in this process; its table, its seconds recorded in ``sweep``."""
+    return _timed(sweep, task, execute_timed(sweep.experiment, sweep.plan.config_json, task, max_memory))
 
 
-def _timed(sweep, outcome):
-    """The table of ``outcome`` (a :func:`execute_timed` result, or a future of one), its seconds added to ``sweep``."""
+def _timed(sweep, task, outcome):
+    """The table of ``outcome`` (a :func:`execute_timed` result, or a future of one); its seconds added to
+    ``sweep``'s sums and, for a computed table, recorded as the cost of ``task`` (``sweep.task_costs``, stored in its
+    shard)."""
     table, wall, cpu = outcome.result() if hasattr(outcome, "result") else outcome
     sweep.task_seconds += wall
     sweep.task_cpu_seconds += cpu
+    if table is not None:
+        sweep.task_costs[task.key] = {"wall_seconds": round(float(wall), 3), "cpu_seconds": round(float(cpu), 3)}
     return table
 
 
@@ -161,7 +161,7 @@ class LocalPool:
                         raise _broken_pool_error(sweeps, i, processes) from None
                     while queue and handed[worker] < LANE_DEPTH:
                         hand(worker)
-                    yield i, task, partial(_timed, sweeps[i], future)
+                    yield i, task, partial(_timed, sweeps[i], task, future)
         finally:
             for lane in lanes:  # cancel what has not started everywhere first, then wait for the running tasks
                 lane.shutdown(wait=False, cancel_futures=True)
@@ -315,10 +315,10 @@ class DaskCluster:
                                       f"task(s) are kept in {folder}: start the scheduler and its workers again, then "
                                       "run the same command to resume")
 
-            def result_of(future):
+            def result_of(i, task, future):
                 def result():
                     try:
-                        return future.result()
+                        return _timed(sweeps[i], task, future.result())
                     except Exception as exc:  # noqa: BLE001 - a task's own error, unless the scheduler is gone
                         if client.status != "running":
                             raise lost(type(exc).__name__) from None
@@ -328,15 +328,15 @@ class DaskCluster:
             try:
                 if scheduler:
                     self._wait_for_a_worker(client)
-                futures = {client.submit(execute_task, sweeps[i].experiment, sweeps[i].plan.config_json, task,
-                                         sweeps[i].shard.get(task.key), self.max_memory, pure=False,
+                futures = {client.submit(execute_timed, sweeps[i].experiment, sweeps[i].plan.config_json, task,
+                                         self.max_memory, sweeps[i].shard.get(task.key), pure=False,
                                          key=f"{sweeps[i].experiment.name}-{task.key}-{time.time_ns()}"): (i, task)
                            for i, task in queue}
                 for future in as_completed(futures):
                     i, task = futures.pop(future)
                     if future.status == "cancelled" or client.status != "running":
                         raise lost(f"task {task.key} {future.status}, client {client.status}")
-                    yield i, task, result_of(future)
+                    yield i, task, result_of(i, task, future)
                     # the result is stored: release it so that a worker lost later does not make Dask recompute it
                     future.release()
             finally:

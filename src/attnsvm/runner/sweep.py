@@ -146,10 +146,16 @@ class Sweep:
         self.done_runs = sum(t.runs for t in tasks if t.key in stored)
         self.failures = []
         self.computed = 0
-        #: the computed tasks' seconds (wall and CPU, each in the process that ran it), when the runner timed them
+        #: the computed tasks' seconds (wall and CPU, each in the process that ran it), summed
         self.task_seconds = 0.0
         self.task_cpu_seconds = 0.0
-        self.timed = False  # set by run_experiments, whose tasks are timed
+        #: each task computed by this run: ``{key: {"wall_seconds", "cpu_seconds"}}`` (stored in its shard's provenance)
+        self.task_costs = {}
+        #: the keys of the tasks this run computed and stored (the others stored shards are reused)
+        self.computed_keys = set()
+        #: set by run_experiments, whose experiments share their time: the meta then gives the sums above and a
+        #: ``wall_seconds`` of the tasks' seconds plus the collection's
+        self.timed = False
 
     def _usable(self, task: Task) -> bool:
         """Whether the shard of ``task`` is stored and verifies; one that does not is set aside as
@@ -172,7 +178,8 @@ class Sweep:
 
     def _provenance(self, task):
         return {**expected_provenance(self.run_prov, task), "seeds": seeds_of(task), "params": task.params,
-                "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}
+                "written": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
+                **self.task_costs.get(task.key, {})}
 
     def record(self, task, result) -> None:
         """Store the outcome of ``task``: ``result()`` returns its table (None: already stored) or raises."""
@@ -191,6 +198,7 @@ class Sweep:
             else:
                 durable_write(self.shard[task.key], data)
                 self.computed += 1
+                self.computed_keys.add(task.key)
             if self.task_hook is not None:
                 self.task_hook(task.key)
 
@@ -280,8 +288,10 @@ class Sweep:
             stored.append(t)
             if isinstance(prov.get("config"), dict) and prov["config"] not in configs:
                 configs.append(prov["config"])
-            provenance.append({k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written",
-                                                        "source", "inputs")})
+            # the task's cost as its shard records it (:mod:`attnsvm.runner.costs`), and whether this run computed it
+            provenance.append({**{k: prov.get(k) for k in ("task", "config_hash", "version", "seeds", "written",
+                                                           "source", "inputs", "wall_seconds", "cpu_seconds")},
+                               "computed": t.key in self.computed_keys})
         return stored, tables, provenance, configs
 
     def _store_table(self, stored: list, tables: list, provenance: list) -> tuple[pd.DataFrame, list]:

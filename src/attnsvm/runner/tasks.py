@@ -124,9 +124,11 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
 
 
 
-def execute_timed(experiment, config_json: dict, task: Task, max_memory: int | None = None):
+def execute_timed(experiment, config_json: dict, task: Task, max_memory: int | None = None,
+                  shard_path: str | None = None):
     """:func:`execute_task`, returning ``(table, wall seconds, CPU seconds of this process)`` (a task's error is
-    raised as it is)."""
+    raised as it is; ``table`` is None, as there, when ``shard_path`` already holds a readable shard). The runner
+    stores the two seconds in the task's shard, the one record of its cost (:mod:`attnsvm.runner.costs`)."""
     wall, cpu = time.perf_counter(), time.process_time()
-    table = execute_task(experiment, config_json, task, None, max_memory)
+    table = execute_task(experiment, config_json, task, shard_path, max_memory)
     return table, time.perf_counter() - wall, time.process_time() - cpu
