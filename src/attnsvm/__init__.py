@@ -11,7 +11,7 @@ against the SVMs of their own selections, for notebooks) is imported on first us
 """
 
 #: The package version.
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
