@@ -1,4 +1,4 @@
-"""`attnsvm probe --curve` (deprecated in 0.2) was removed in 0.3: a one-line usage error naming its replacement,
+"""`attnsvm probe --curve` (deprecated) was removed in 0.3: a one-line usage error naming its replacement,
 `--svm-sentences` with several values, which gives the rows per m."""
 
 import pytest

@@ -82,7 +82,7 @@ def test_infeasible_baseline_is_nan_with_its_status():
 @pytest.mark.parametrize("name, value", [("layers", [LAYER]), ("heads", HEADS), ("query", "cls"), ("threshold", 0.2),
                                          ("baseline_draws", 1), ("seed", 1), ("max_length", 32), ("n_sentences", 8)])
 def test_the_keyword_settings_are_removed(name, value):
-    """The form before 0.3 (the probe's settings as keywords, deprecated in 0.2) is refused as any unknown keyword
+    """The form before 0.3 (the probe's settings as keywords, deprecated) is refused as any unknown keyword
     is, before any work; the settings go in ``config`` (the fixture's call)."""
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
         agreement_curve("unused", corpus_sentences(40, 0), sizes=(8,), **{name: value})

@@ -115,7 +115,7 @@ def test_the_batch_and_soft_paths_check_their_settings_once(monkeypatch):
 
 @pytest.mark.parametrize("norm", ["fro", "nuclear"])
 def test_tol_is_removed_and_names_feas_tol_for_every_method(norm, received):
-    """``tol`` (the name of ``feas_tol`` deprecated in 0.2) is refused in 0.3 by every method at every size, in one
+    """``tol`` (the name of ``feas_tol``, deprecated) is refused in 0.3 by every method at every size, in one
     line naming ``tol`` and its replacement, before any solver runs; ``feas_tol`` reaches the solver."""
     for N in (10, 900):
         for method in METHODS[norm]:

@@ -253,7 +253,7 @@ def _int_list(text, name):
 
 
 def _curve_removed(ctx, param, value):
-    """``--curve`` (deprecated in 0.2) was removed in 0.3: one line naming its replacement, exit 2."""
+    """``--curve`` (deprecated) was removed in 0.3: one line naming its replacement, exit 2."""
     if value is not None:
         raise UserError("--curve was removed in 0.3: use --svm-sentences with several values, e.g. --svm-sentences "
                         "48,128,512 (each head's score, null heads, p and verdict at each m, and a stable verdict)")

@@ -233,7 +233,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         Llama/GPT-NeoX decoder)
     view_sentences : sentences shown per head in ``probe.html`` (their tokens shaded by attention)
 
-    ``curve`` (deprecated in 0.2) was removed in 0.3: ``svm_sentences`` with several values gives each head's
+    ``curve`` (deprecated) was removed in 0.3: ``svm_sentences`` with several values gives each head's
     score, null heads and verdict at each m (:func:`attnsvm.real.agreement.agreement_curve` stays, for the
     agreement alone).
 

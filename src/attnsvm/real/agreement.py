@@ -118,7 +118,7 @@ def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | Non
     progress : optional callable ``progress(message)``
     max_memory : as :func:`probe_heads`
 
-    The keyword forms of the settings (``layers=[2]``, ..., deprecated in 0.2) were removed in 0.3: give them in
+    The keyword forms of the settings (``layers=[2]``, ..., deprecated) were removed in 0.3: give them in
     ``config``.
 
     Returns

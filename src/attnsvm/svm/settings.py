@@ -34,7 +34,7 @@ setting         meaning (default)
 
 The statuses do not depend on these tolerances: "optimal" means the certificate passes its fixed
 thresholds (:data:`~attnsvm.svm.solution.CERTIFIED_VIOLATION`, :data:`~attnsvm.svm.solution.CERTIFIED_GAP`).
-``tol``, the old name of ``feas_tol`` (deprecated in 0.2), was removed in 0.3: giving it is a ValidationError that
+``tol``, the old name of ``feas_tol`` (deprecated), was removed in 0.3: giving it is a ValidationError that
 names ``feas_tol``.
 """
 
@@ -62,7 +62,7 @@ NORM_SETTINGS = NormTable("settings", {"soft": SOFT_SETTINGS})
 #: :mod:`attnsvm.svm.qp`, which is this setting)
 FEAS_TOL = 1e-10
 
-#: old name -> setting: removed in 0.3 (deprecated in 0.2); giving the old name is a ValidationError naming the setting
+#: old name -> setting: removed in 0.3 (deprecated); giving the old name is a ValidationError naming the setting
 REMOVED_SETTINGS = {"tol": "feas_tol"}
 
 
