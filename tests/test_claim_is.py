@@ -194,9 +194,10 @@ def test_margin_bound_fails_on_margins_not_divided_by_the_norm():
 
     t = pd.read_parquet(os.path.join(DATA, "lm-margins.parquet"))
     assert margin_bound_check(t).verdict == "pass"
-    from attnsvm.experiments.mutations import _unnormalized_margins
+    from attnsvm.experiments.mutations import MUTATIONS
 
-    c = margin_bound_check(_unnormalized_margins(t))
+    unnormalized = next(m for m in MUTATIONS if m.name == "unnormalized-margins")
+    c = margin_bound_check(unnormalized.apply(t))
     assert c.verdict == "fail" and "not divided by ||X(k)||_F" in c.alternative
 
 

@@ -143,9 +143,11 @@ def test_every_check_with_a_sampling_tolerance_reports_power():
 
 
 def test_planning_run_set_overrides_are_parsed_and_validated():
-    from attnsvm.experiments.planning_run import _parse_set
+    """planning_run's --set is the CLI's (attnsvm.experiments.parse_assignments): checked before any measurement."""
+    from attnsvm.experiments import parse_assignments
+    from attnsvm.experiments.planning_run import main
 
-    assert _parse_set(["ds=[8]", 'attempts={"8": 1600}', "instances=30", "rng=numpy"]) == {
+    assert parse_assignments(["ds=[8]", 'attempts={"8": 1600}', "instances=30", "rng=numpy"]) == {
         "ds": [8], "attempts": {"8": 1600}, "instances": 30, "rng": "numpy"}
-    with pytest.raises(ValueError, match="KEY=VALUE"):
-        _parse_set(["instances"])
+    with pytest.raises(ValueError, match="--set expects key=value, got 'instances'"):
+        main(["--set", "instances", "tf-svm-rank"])

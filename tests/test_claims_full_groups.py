@@ -81,7 +81,7 @@ def test_the_rise_from_x0_plans_unmeasured_configurations_at_the_largest_quick_s
     parts = {p["label"]: p for p in check["power_inputs"]["parts"]}
     largest = max(p["sigma"] for p in parts.values())
     full = build_config(registry()["lm-cosine"], quick=False)
-    labels = [cosine.config_label(*k) for k in cosine._c1_configs(full)]
+    labels = list(cosine.rise_groups(full))  # one per C1 configuration
     assert len(labels) == 10 and len(set(labels) & set(parts)) == 3
     sig = [parts[k]["sigma"] if k in parts else largest for k in labels]
     p, what = planned_full_power("lm-cosine", check)
@@ -155,7 +155,7 @@ def test_the_gen_svm_comparison_is_planned_from_its_usable_runs_and_sized_for_po
     assert p >= POWER_GOAL, (p, what)
     usable = cosine.gen_svm_runs(full)
     assert what == f"n = {usable}"
-    assert usable < full.runs * len(cosine._c1_configs(full)) / 3, "the full configurations' share is the smaller"
+    assert usable < full.runs * len(cosine.rise_groups(full)) / 3, "the full configurations' share is the smaller"
     sigma = check["power_inputs"]["sigma"]
     assert ordering_power(usable, 0.1, sigma, ALPHA) == pytest.approx(p)
     fewer = cosine.gen_svm_runs(full.model_copy(update={"runs": full.runs - 1}))

@@ -138,14 +138,16 @@ def test_label_axes_sets_what_it_is_given():
 
 @pytest.mark.parametrize("name, home", [("run_experiment", "attnsvm.runner"), ("RunSummary", "attnsvm.runner"),
                                         ("write_report", "attnsvm.report")])
-def test_the_moved_names_are_deprecated_aliases_of_their_home(name, home):
-    """attnsvm.experiments.<name> (0.1) is the runner's / report's object, with a DeprecationWarning naming the new
-    path until 0.3; nothing in the package uses the alias (issue 41), so removing it is one line."""
+def test_the_moved_names_are_gone_and_served_by_their_home(name, home):
+    """attnsvm.experiments.<name> (0.1, deprecated in 0.2) is removed in 0.3: AttributeError / ImportError;
+    the runner / report serves the object."""
     import importlib
 
     import attnsvm.experiments as experiments
 
-    with pytest.warns(DeprecationWarning, match=rf"attnsvm\.experiments\.{name} moved to {home}\.{name}.*0\.3"):
-        alias = getattr(experiments, name)
-    assert alias is getattr(importlib.import_module(home), name)
+    with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+        getattr(experiments, name)
+    with pytest.raises(ImportError):
+        exec(f"from attnsvm.experiments import {name}", {})
+    assert callable(getattr(importlib.import_module(home), name))
     assert name not in experiments.__all__

@@ -36,8 +36,7 @@ BAD_TOL = [float("nan"), -1.0, 0.0, float("inf"), 1.5, "1e-10", True, None]
 
 
 # --------------------------------------------------------------- validation
-@pytest.mark.filterwarnings("ignore:solver option 'tol' is deprecated:DeprecationWarning")
-@pytest.mark.parametrize("name", ["feas_tol", "tol"])          # tol: the deprecated name of feas_tol
+@pytest.mark.parametrize("name", ["feas_tol", "tol"])          # tol: the name of feas_tol removed in 0.3
 @pytest.mark.parametrize("val", BAD_TOL)
 def test_feas_tol_is_validated(val, name):
     for norm in ("fro", "nuclear"):

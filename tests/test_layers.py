@@ -34,8 +34,6 @@ LAYERS = [
 #: the only imports that run up the layers, each with its reason
 ALLOWED_UPWARD = {
     ("attnsvm", "attnsvm.real.probe"): "attnsvm.probe, the notebook entry point, imported on first use (PEP 562)",
-    ("attnsvm.experiments", "attnsvm.report"): "deprecated alias attnsvm.experiments.write_report (removed in 0.3)",
-    ("attnsvm.experiments", "attnsvm.runner"): "deprecated alias attnsvm.experiments.run_experiment (removed in 0.3)",
 }
 
 

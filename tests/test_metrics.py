@@ -110,17 +110,20 @@ def test_convergence_type_local_and_not_locally_optimal():
 
 
 @pytest.mark.parametrize("old, new", [("margins", "token_margins"), ("rank", "matrix_rank")])
-def test_the_0_1_aliases_warn_and_name_the_new_path(old, new):
-    """``attnsvm.margins`` / ``attnsvm.rank`` (and their attnsvm.metrics twins) are the new functions, each use with
-    a DeprecationWarning naming the new path (issue 41: before, they were served silently)."""
+def test_the_0_1_aliases_are_removed_and_the_new_names_work(old, new):
+    """``attnsvm.margins`` / ``attnsvm.rank`` and their attnsvm.metrics twins (deprecated in 0.2) are gone in 0.3:
+    AttributeError / ImportError; ``token_margins`` / ``matrix_rank`` answer under both paths."""
     import attnsvm
     import attnsvm.metrics as metrics
+    from attnsvm.svm.analysis import matrix_rank
 
-    for _ in range(2):  # not cached: the second use warns too
-        with pytest.warns(DeprecationWarning, match=rf"attnsvm\.{old} is deprecated .* 0\.3: use attnsvm\.{new}"):
-            assert getattr(attnsvm, old) is getattr(attnsvm, new)
-    with pytest.warns(DeprecationWarning, match=rf"attnsvm\.metrics\.{old} is deprecated .* attnsvm\.metrics\.{new}"):
-        assert getattr(metrics, old) is getattr(metrics, new)
-    assert old not in attnsvm.__all__
+    for module in (attnsvm, metrics):
+        with pytest.raises(AttributeError, match=f"no attribute '{old}'"):
+            getattr(module, old)
+        with pytest.raises(ImportError):
+            exec(f"from {module.__name__} import {old}", {})
+        assert getattr(module, new) is (matrix_rank if new == "matrix_rank" else metrics.token_margins)
+    assert old not in attnsvm.__all__ and new in attnsvm.__all__
+    assert attnsvm.matrix_rank(np.diag([1.0, 2.0, 0.0])) == 2
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        metrics.not_a_name
+        metrics.not_a_name  # noqa: B018

@@ -46,7 +46,7 @@ def test_one_cache_loads_a_directory_once_and_again_after_its_files_change(model
 
 def test_the_forward_pass_runs_once_for_every_step(models, monkeypatch):
     m = load_model(models["bert"])
-    cache._FORWARD.clear()
+    cache.clear()  # no cached forward pass: the probe below runs one
     calls = []
     orig = type(m).forward
     monkeypatch.setattr(type(m), "forward", lambda self, *a, **k: calls.append(1) or orig(self, *a, **k))
@@ -195,3 +195,31 @@ def test_stored_probe_runs_no_second_probe_and_its_page_leads_with_the_verdict(m
     for r in table.itertuples():
         assert f"data-verdict='{r.verdict}'" in html
     assert os.path.exists(out / "probe_heatmap.png")
+
+
+#: the names attnsvm.real.probe re-exported under their old import path until 0.3 -> (home module, name there)
+OLD_PATHS = {
+    "_LAST_FORWARD": ("attnsvm.real.cache", "_FORWARD"), "_corr": ("attnsvm.real.layer", "corr"),
+    "_summary": ("attnsvm.real.layer", "summary"), "LayerInputs": ("attnsvm.real.layer", "LayerInputs"),
+    **{name: ("attnsvm.real.nulls", name) for name in (
+        "NULL_DRAWS", "NULL_SELECTIONS", "VERDICT_NULL_KINDS", "null_heads", "select_tokens", "top_selection")},
+    "_baselines": ("attnsvm.real.probe_steps", "baselines"),
+    **{name: ("attnsvm.real.probe_steps", name) for name in (
+        "QUERIES", "baseline_rng", "check_indices", "head_selections", "head_seq_svm", "head_task", "layer_inputs",
+        "layer_selections", "layer_tokens", "null_task", "prepare_probe", "random_like", "row_statistic",
+        "seq_layer_inputs")},
+    "head_null_columns": ("attnsvm.real.probe_tasks", "head_null_columns"),
+}
+
+
+@pytest.mark.parametrize("old, home", OLD_PATHS.items(), ids=list(OLD_PATHS))
+def test_the_old_import_paths_of_the_probe_steps_are_gone(old, home):
+    """attnsvm.real.probe no longer re-exports the steps, nulls and layer helpers (0.3): each answers at its home."""
+    import importlib
+
+    import attnsvm.real.probe as probe_mod
+
+    assert not hasattr(probe_mod, old)
+    with pytest.raises(ImportError):
+        exec(f"from attnsvm.real.probe import {old}", {})
+    assert hasattr(importlib.import_module(home[0]), home[1])

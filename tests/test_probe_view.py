@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: E402
+from attnsvm.real.cache import last_forward  # noqa: E402
 from attnsvm.real.probe import probe_heads  # noqa: E402
 from attnsvm.real.probe_view import (  # noqa: E402
     ROLES, head_anchor, head_reason, render_probe_view, token_roles, write_probe_view)
@@ -71,7 +71,7 @@ class _Page(HTMLParser):
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     res = probe_heads(SENTENCES, layers=[LAYER], heads=HEADS, svm_sentences=M_SVM, view_sentences=VIEW)
-    FORWARD["fw"] = _LAST_FORWARD["forward"]
+    FORWARD["fw"] = last_forward()
     out = tmp_path_factory.mktemp("view")
     (out / "probe_heatmap.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # only its name matters here
     path = write_probe_view(res, str(out), heatmap="probe_heatmap.png")

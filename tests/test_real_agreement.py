@@ -79,14 +79,13 @@ def test_infeasible_baseline_is_nan_with_its_status():
     assert np.isfinite(t["corr_restricted"]).all()
 
 
-def test_keyword_settings_are_deprecated_and_give_the_config_result(curve):
-    """The form before 0.3 (the probe's settings as keywords) warns, naming the config, and gives the same rows."""
-    model, sentences, res = curve
-    with pytest.warns(DeprecationWarning, match=r"config=ProbeConfig\(heads=\.\.\., layers=\.\.\.\)"):
-        old = agreement_curve(model, sentences, sizes=(8,), layers=[LAYER], heads=HEADS)
-    new = res.table[res.table["m"] == 8].reset_index(drop=True)
-    for col in ("corr", "corr_restricted", "corr_random_restricted"):
-        np.testing.assert_array_equal(old.table[col].to_numpy(float), new[col].to_numpy(float), err_msg=col)
+@pytest.mark.parametrize("name, value", [("layers", [LAYER]), ("heads", HEADS), ("query", "cls"), ("threshold", 0.2),
+                                         ("baseline_draws", 1), ("seed", 1), ("max_length", 32), ("n_sentences", 8)])
+def test_the_keyword_settings_are_removed(name, value):
+    """The form before 0.3 (the probe's settings as keywords, deprecated) is refused as any unknown keyword
+    is, before any work; the settings go in ``config`` (the fixture's call)."""
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        agreement_curve("unused", corpus_sentences(40, 0), sizes=(8,), **{name: value})
 
 
 def test_unknown_keyword_is_a_type_error():

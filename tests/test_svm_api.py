@@ -61,9 +61,10 @@ def test_public_names_are_exported_with_docstrings():
     for name in ("solve", "certify", "att_constraints", "gen_constraints", "seq_constraints", "fin_constraints",
                  "prompt_constraints", "v_constraints", "lm_constraints", "soft_margin_svm"):
         assert name in svm.__all__
-    # the helpers around the solvers live in two public submodules (their names here are deprecated aliases)
+    # the helpers around the solvers live in two public submodules (their old names here were removed in 0.3)
     assert "prefix_scores" in svm.language.__all__ and "matrix_rank" in svm.analysis.__all__
-    assert not set(svm.DEPRECATED) & set(svm.__all__)
+    assert not (set(svm.analysis.__all__) | set(svm.language.__all__)) & set(svm.__all__) - {
+        "lm_constraints", "soft_margin_svm"}
 
 
 def test_arrays_are_validated_once_on_the_solver_path(monkeypatch):

@@ -1,5 +1,5 @@
 """The solver pipeline: one row scaling, options per method checked before work, one result builder,
-the public names and their deprecated aliases, and the hand-built ConstraintSet's remaining bad cases."""
+the public names (the aliases removed in 0.3 are gone), and the hand-built ConstraintSet's remaining bad cases."""
 
 import warnings
 
@@ -203,13 +203,32 @@ def test_auto_takes_the_working_set_for_its_options_and_dense_otherwise():
 
 
 # ------------------------------------------------------------------ public names
-def test_public_names_are_few_and_retired_ones_warn():
+#: the names retired from attnsvm.svm in 0.2 and removed in 0.3 -> their public module
+REMOVED = {
+    **{name: "attnsvm.svm.analysis" for name in (
+        "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
+        "separation_delta", "matrix_rank", "row_basis")},
+    **{name: "attnsvm.svm.language" for name in (
+        "prefix_scores", "optimal_prefix_tokens", "prefix_problem", "prefix_softmax", "gen_svm_fit",
+        "random_direction_control", "score_ties")},
+}
+
+
+def test_public_names_are_few_and_the_removed_ones_are_gone():
+    """The names deprecated in 0.2 are no longer served by attnsvm.svm (0.3): AttributeError, ImportError; their
+    public module serves each."""
+    import importlib
+
     assert len(svm.__all__) <= 28
-    for name, where in svm.DEPRECATED.items():
+    for name, where in REMOVED.items():
         assert name not in svm.__all__
-        with pytest.warns(DeprecationWarning, match=f"attnsvm.svm.{name} is deprecated .* 0.3: use {where}"):
-            obj = getattr(svm, name)
-        assert obj is getattr(__import__(where, fromlist=[name]), name)
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(svm, name)
+        with pytest.raises(ImportError):
+            exec(f"from attnsvm.svm import {name}", {})
+        assert callable(getattr(importlib.import_module(where), name))
+        assert name in importlib.import_module(where).__all__
+    assert not hasattr(svm, "DEPRECATED")
     with pytest.raises(AttributeError):
         svm.no_such_name  # noqa: B018
     from attnsvm.svm import constraints

@@ -1,9 +1,7 @@
 """The solver settings (attnsvm.svm.settings): every method of a norm accepts the same settings at every
-size N, each setting is checked once per solve, the deprecated ``tol`` warns and maps to ``feas_tol``, and
+size N, each setting is checked once per solve, the removed ``tol`` is refused naming ``feas_tol``, and
 the nuclear solvers' Frobenius start, feasibility phase and interior-point method receive the caller's
 ``feas_tol``."""
-
-import warnings
 
 import numpy as np
 import pytest
@@ -71,7 +69,7 @@ def test_the_settings_object_can_be_given_whole(received):
         solve(_rows(N), "nuclear", settings=st)
         assert received[0].settings == st
     with pytest.raises(ValidationError, match="not both"):
-        solve(_rows(10), "nuclear", settings=st, tol=1e-9)
+        solve(_rows(10), "nuclear", settings=st, feas_tol=1e-9)
     with pytest.raises(ValidationError, match="gap_tol is not a setting of norm='fro'"):
         solve(_rows(10), "fro", settings=st)
     with pytest.raises(ValidationError, match="settings must be a SolverSettings"):
@@ -202,30 +200,30 @@ def test_the_batch_and_soft_paths_check_their_settings_once(monkeypatch):
 
 
 @pytest.mark.parametrize("norm", ["fro", "nuclear"])
-def test_tol_warns_and_maps_to_feas_tol_for_every_method(norm, received):
+def test_tol_is_removed_and_names_feas_tol_for_every_method(norm, received):
+    """``tol`` (the name of ``feas_tol``, deprecated) is refused in 0.3 by every method at every size, in one
+    line naming ``tol`` and its replacement, before any solver runs; ``feas_tol`` reaches the solver."""
     for N in (10, 900):
         for method in METHODS[norm]:
             received.clear()
-            with pytest.warns(DeprecationWarning, match="'tol' is deprecated .*maps to 'feas_tol'") as rec:
+            with pytest.raises(ValidationError, match=r"'tol': removed in 0\.3: use feas_tol") as err:
                 solve(_rows(N), norm, method=method, tol=1e-9)
-            assert rec[0].filename == __file__          # the warning points at the caller
+            assert "\n" not in str(err.value) and received == []
+            solve(_rows(N), norm, method=method, feas_tol=1e-9)
             assert received[0].settings.feas_tol == 1e-9
-    with pytest.raises(ValidationError, match="give feas_tol only"):
+    with pytest.raises(ValidationError, match=r"'tol': removed in 0\.3: use feas_tol"):
         solve(_rows(10), norm, tol=1e-9, feas_tol=1e-9)
+    with pytest.raises(ValidationError, match=r"'tol': removed in 0\.3: use feas_tol"):
+        solve(_rows(10), norm, settings=settings_mod.SolverSettings(), tol=1e-9)
 
 
-def test_tol_gives_the_solution_of_feas_tol():
+def test_tol_is_removed_from_the_batched_solve_too():
     rng = np.random.default_rng(7)
     X, Z = rng.standard_normal((6, 4, 5)), rng.standard_normal((6, 5))
-    cs = att_constraints(X, Z, np.zeros(6, int))
-    for norm in ("fro", "nuclear"):
-        a = solve(cs, norm, feas_tol=1e-9)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            b = solve(cs, norm, tol=1e-9)
-        assert np.array_equal(a.W, b.W) and np.array_equal(a.duals, b.duals)
-    with pytest.warns(DeprecationWarning, match="feas_tol"):
+    with pytest.raises(ValidationError, match=r"'tol': removed in 0\.3: use feas_tol"):
         solve_svm_batch(X[None], Z[None], np.zeros((1, 6), int), tol=1e-9)
+    ok = solve_svm_batch(X[None], Z[None], np.zeros((1, 6), int), feas_tol=1e-9)
+    assert list(ok.status) == list(solve_svm_batch(X[None], Z[None], np.zeros((1, 6), int)).status)
 
 
 def test_the_nuclear_start_feasibility_and_ipm_receive_feas_tol(monkeypatch):

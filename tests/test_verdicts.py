@@ -31,8 +31,6 @@ def test_check_states_its_origin_and_nan_never_passes():
 
 
 def test_check_requires_source_and_reason():
-    if not checks_mod._STRICT:
-        pytest.skip("strict mode is switched on once every experiment states its sources")
     with pytest.raises(ValueError, match="source"):
         check("claim", 1.0, ">=", 0.0, reason="r")
     with pytest.raises(ValueError, match="threshold_reason"):

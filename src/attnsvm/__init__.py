@@ -11,7 +11,7 @@ against the SVMs of their own selections, for notebooks) is imported on first us
 """
 
 #: The package version.
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from attnsvm.errors import AttnSVMError, NonFiniteError, ProblemFileError, ResourceLimitError, ValidationError
 from attnsvm.problem import ProblemBatch, TokenProblem
@@ -19,16 +19,12 @@ from attnsvm.tokens import OptimalTokens, nonlinear_scores, optimal_tokens, scor
 from attnsvm.generators import random_problem
 # Solvers, metrics and training are imported on first use (PEP 562): ``import attnsvm`` loads
 # numpy only, no scipy and no torch; ``attnsvm.solve_svm`` etc. behave as ordinary attributes.
-_SVM = ("Certificate", "ConstraintSet", "SVMSolution", "all_support_vectors", "enumerate_locally_optimal",
-        "is_locally_optimal", "matrix_rank", "separation_delta", "solve_fin", "solve_gen_svm", "solve_p_svm",
-        "solve_seq_svm", "solve_soft_svm", "solve_svm", "solve_svm_batch", "solve_v_svm", "support_indices",
-        "svm_equivalence")
+_SVM = ("Certificate", "ConstraintSet", "SVMSolution", "solve_fin", "solve_gen_svm", "solve_p_svm",
+        "solve_seq_svm", "solve_soft_svm", "solve_svm", "solve_svm_batch", "solve_v_svm", "svm_equivalence")
 _SVM_ANALYSIS = ("all_support_vectors", "enumerate_locally_optimal", "is_locally_optimal", "matrix_rank",
                  "separation_delta", "support_indices")
 _METRICS = ("convergence_type", "correlation", "one_minus_correlation", "read_selection", "selected_mass",
             "softmax_of", "token_margins")
-#: deprecated aliases (0.1 names, removed in 0.3) -> the name that replaces them here, with a DeprecationWarning
-_DEPRECATED = {"margins": "token_margins", "rank": "matrix_rank"}
 _TRAINING = ("train", "train_sequence", "regularization_path", "TrainResult", "PathResult")
 _REAL = ("probe",)
 
@@ -36,13 +32,6 @@ _REAL = ("probe",)
 def __getattr__(name):
     import importlib
 
-    if name in _DEPRECATED:  # not cached: every use warns
-        import warnings
-
-        new = _DEPRECATED[name]
-        warnings.warn(f"attnsvm.{name} is deprecated and will be removed in 0.3: use attnsvm.{new}",
-                      DeprecationWarning, stacklevel=2)
-        return __getattr__(new)
     if name in _SVM_ANALYSIS:
         module = importlib.import_module("attnsvm.svm.analysis")
     elif name in _SVM or name == "svm":
@@ -61,7 +50,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SVM) | set(_METRICS) | set(_TRAINING) | set(_REAL))
+    return sorted(set(globals()) | set(_SVM) | set(_SVM_ANALYSIS) | set(_METRICS) | set(_TRAINING) | set(_REAL))
 
 
 __all__ = [

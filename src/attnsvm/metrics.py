@@ -234,23 +234,6 @@ def token_margins(W, X, Z, select) -> np.ndarray:
     return np.where(is_sel, np.inf, out)
 
 
-#: Deprecated aliases (0.1 names, removed in 0.3), served with a DeprecationWarning: old name -> new name in this
-#: module (``margins`` is :func:`token_margins`, ``rank`` is :func:`attnsvm.svm.analysis.matrix_rank`)
-DEPRECATED = {"margins": "token_margins", "rank": "matrix_rank"}
-
-
-def __getattr__(name: str):
-    """The deprecated aliases of :data:`DEPRECATED`: the same object, with a DeprecationWarning naming the new one."""
-    if name in DEPRECATED:
-        import warnings
-
-        new = DEPRECATED[name]
-        warnings.warn(f"attnsvm.metrics.{name} is deprecated and will be removed in 0.3: use attnsvm.metrics.{new} "
-                      f"(also attnsvm.{new})", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _default_solver(problem: TokenProblem, select, norm):
     from attnsvm.svm import solve_svm
 

@@ -252,16 +252,11 @@ def _int_list(text, name):
         raise UserError(f"{name} expects comma-separated integers, got {text!r}") from None
 
 
-def _sizes(text):
-    """``--curve``: comma-separated integers or 'all' (None: every loaded sentence)."""
-    if text is None:
-        return None
-    parts = [x for x in text.replace(" ", "").split(",") if x != ""]
-    try:
-        return [None if x.lower() == "all" else int(x) for x in parts]
-    except ValueError:
-        raise UserError(f"--curve expects comma-separated integers or 'all', got {text!r}") from None
-
+def _curve_removed(ctx, param, value):
+    """``--curve`` (deprecated) was removed in 0.3: one line naming its replacement, exit 2."""
+    if value is not None:
+        raise UserError("--curve was removed in 0.3: use --svm-sentences with several values, e.g. --svm-sentences "
+                        "48,128,512 (each head's score, null heads, p and verdict at each m, and a stable verdict)")
 
 
 class _NullKinds(click.Choice):
@@ -313,11 +308,7 @@ class _NullKinds(click.Choice):
               help="Run in this process and write nothing (no folder, no resume); not with --out.")
 @click.option("--view-sentences", type=click.IntRange(min=0), default=4, show_default=True,
               help="Sentences per head shown in probe.html, tokens shaded by the head's attention.")
-@click.option("--curve", default=None,
-              help="Comma-separated sentence counts, e.g. 48,128,512,all: also each head's agreement with the SVM "
-                   "fitted on the first m sentences, per m (printed per layer; with --out: probe_agreement.csv and "
-                   "its figure). Deprecated (removed in 0.3): --svm-sentences 48,128,512 gives every head's score, null "
-                   "heads, p and verdict at each m, and a stable verdict; the curve has no null heads.")
+@click.option("--curve", default=None, hidden=True, expose_value=False, callback=_curve_removed)  # removed in 0.3
 @click.option("--null-draws", type=click.IntRange(min=0), default=None,
               help="Null heads per head (of --null-kind; with a kind other than spectrum as many spectrum nulls too) "
                    "behind each head's verdict (default 8; 0: no verdict). Not for --query all.")
@@ -362,7 +353,7 @@ class _NullKinds(click.Choice):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, query_seed, max_length, out,
-          no_store, view_sentences, curve, null_draws, null_kind, null_stop, spectrum_draws, baseline_max_m,
+          no_store, view_sentences, null_draws, null_kind, null_stop, spectrum_draws, baseline_max_m,
           transplant_draws, device,
           as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
@@ -391,7 +382,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
                      as_json, svm_sentences=svm[0] if len(svm) == 1 else svm, threshold=threshold, query=query, seed=seed,
                      max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
-                     view_sentences=view_sentences, curve=_sizes(curve), workers=workers, scheduler=scheduler,
+                     view_sentences=view_sentences, workers=workers, scheduler=scheduler,
                      connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
                      transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
                      baseline_max_m=baseline_max_m, query_seed=query_seed, spectrum_draws=spectrum_draws,

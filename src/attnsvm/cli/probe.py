@@ -31,12 +31,11 @@ def _write_text(path: str, text: str) -> None:
         raise StorageError(f"cannot write {path}: {oserror_text(exc, path)}") from None
 
 
-#: the files ``probe --out DIR`` writes there (and with ``--curve``, :data:`CURVE_FILES`)
+#: the files ``probe --out DIR`` writes there
 OUT_FILES = ("probe.csv", "probe.json", "probe_heatmap.png", "probe_heatmap.pdf", "probe.html")
-CURVE_FILES = ("probe_agreement.csv", "probe_agreement.png", "probe_agreement.pdf")
 
 
-def check_outputs(out: str, curve: bool = False) -> None:
+def check_outputs(out: str) -> None:
     """Refuse, before any work, an output of ``probe --out`` (the tables, the figures, the page) that exists and
     is not a regular file, also through a link (a fifo, a device such as ``/dev/full``, a folder): the same
     one-line error (:func:`attnsvm.npzfile.output_file`) for each."""
@@ -44,7 +43,7 @@ def check_outputs(out: str, curve: bool = False) -> None:
 
     if not os.path.isdir(out):
         return
-    for name in OUT_FILES + (CURVE_FILES if curve else ()):
+    for name in OUT_FILES:
         output_file(os.path.join(out, name), "--out", f"probe's {name}")
 
 
@@ -196,7 +195,7 @@ def default_store(config, root: str = STORE_ROOT) -> tuple[str, str]:
 def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
               as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
               seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
-              view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
+              view_sentences: int = 4, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
               null_kind: str | None = None, baseline_max_m: int | None = None,
@@ -222,7 +221,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
     null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m : the fields of those names of
         :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; ``null_draws`` 0: no verdict; ``query="all"``
-        and ``curve`` draw no null heads)
+        draws no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
     device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
@@ -233,10 +232,10 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     model : None (MiniLM) or a local model directory (``--model``: BERT-like encoder, GPT-2-like or rotary
         Llama/GPT-NeoX decoder)
     view_sentences : sentences shown per head in ``probe.html`` (their tokens shaded by attention)
-    curve : optional list of sentence counts m (int, or None for all loaded sentences): also each
-        head's agreement at each m (:func:`attnsvm.real.agreement.agreement_curve` on the same
-        sentences); printed per layer and, with ``out``, written to ``probe_agreement.csv`` and the
-        figure ``probe_agreement.png/.pdf``
+
+    ``curve`` (deprecated) was removed in 0.3: ``svm_sentences`` with several values gives each head's
+    score, null heads and verdict at each m (:func:`attnsvm.real.agreement.agreement_curve` stays, for the
+    agreement alone).
 
     Returns
     -------
@@ -248,7 +247,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.sentences import check_seed
 
     check_seed(seed)
-    sentences = _checked(sentences, out, curve, max_memory, device, (scheduler or (workers is not None and workers != 1))
+    sentences = _checked(sentences, out, max_memory, device, (scheduler or (workers is not None and workers != 1))
                          and not out and not store)
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
@@ -266,7 +265,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           **({} if null_draws is None else {"null_draws": null_draws}))
     if store and not out:  # the default folder, named by the settings: the same command resumes it
         out, line = default_store(config, store_root)
-        check_outputs(out, curve is not None)
+        check_outputs(out)
         if announce is not None:
             announce(line)
     stored = None
@@ -280,39 +279,24 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     payload = {"config": res.config, "seconds": res.seconds, "heads": json.loads(table.to_json(orient="records"))}
     if stored is not None:
         payload["stored"] = stored
-    agreement = None
-    if curve is not None:  # deprecated: --svm-sentences with several values
-        agreement = _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress,
-                               max_memory)
-        payload["agreement"] = json.loads(agreement.table.to_json(orient="records"))
-    written = _write_outputs(res, out, payload, agreement) if out else []
+    written = _write_outputs(res, out, payload) if out else []
     if as_json:
         return json.dumps(payload, indent=2)
-    return _text(res, config, length_note, stored, written, agreement)
+    return _text(res, config, length_note, stored, written)
 
 
-def _checked(sentences, out, curve, max_memory, device, needs_store: bool):
+def _checked(sentences, out, max_memory, device, needs_store: bool):
     """The checks before any work (the outputs' folder, torch or the device when asked for, workers without a stored
     run); returns the sentences, read from their file when ``sentences`` is a path."""
     from attnsvm.real.probe import solver_options
 
     if out:
-        check_outputs(out, curve is not None)
+        check_outputs(out)
     solver_options(max_memory, device)  # a clear error before any work when torch or the device is missing
     if needs_store:
         raise ValidationError("--workers and --scheduler run the heads as stored tasks: give --out DIR (or leave "
                               "out --no-store)")
     return read_sentences(sentences) if isinstance(sentences, (str, os.PathLike)) else sentences
-
-
-def _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress, max_memory):
-    """The deprecated ``--curve``: :func:`attnsvm.real.agreement.agreement_curve` on the probe's sentences."""
-    from attnsvm.real.agreement import agreement_curve
-    from attnsvm.real.probe_config import probe_config
-
-    config = probe_config(layers=layers, heads=heads, query=query, threshold=threshold, seed=seed,
-                          max_length=max_length)
-    return agreement_curve(model, res.sentences, config, sizes=curve, progress=progress, max_memory=max_memory)
 
 
 def _run_stored(config, out: str, options: dict):
@@ -452,9 +436,9 @@ def stored_lines(stored: dict) -> list[str]:
     return lines
 
 
-def _write_outputs(res, out: str, payload: dict, agreement) -> list:
-    """probe.csv, probe.json, the heat map (and with several m the curve), probe.html and the deprecated curve's
-    files in ``out``; returns the paths written."""
+def _write_outputs(res, out: str, payload: dict) -> list:
+    """probe.csv, probe.json, the heat map (and with several m the curve) and probe.html in ``out``; returns the
+    paths written."""
 
     table = res.table
     os.makedirs(out, exist_ok=True)
@@ -470,19 +454,12 @@ def _write_outputs(res, out: str, payload: dict, agreement) -> list:
         written += paths
         curve_png = next((os.path.basename(p) for p in paths if p.endswith(".png")), None)
     written.append(write_probe_view(res, out, heatmap=png, curve=curve_png))
-    if agreement is not None:
-        from attnsvm.real.agreement import agreement_figure
-
-        _write_text(os.path.join(out, "probe_agreement.csv"), agreement.table.to_csv(index=False))
-        written.append(os.path.join(out, "probe_agreement.csv"))
-        written += _figure(lambda: agreement_figure(agreement.table, out, "probe_agreement"),
-                           os.path.join(out, "probe_agreement"))
     return written
 
 
-def _text(res, config, length_note: str, stored: dict | None, written: list, agreement) -> str:
-    """The text ``attnsvm probe`` prints: the table, its legends, the verdict summary, the costs, the deprecated
-    curve, where the heads are stored and what was written."""
+def _text(res, config, length_note: str, stored: dict | None, written: list) -> str:
+    """The text ``attnsvm probe`` prints: the table, its legends, the verdict summary, the costs, where the heads
+    are stored and what was written."""
     from attnsvm.real.nulls import NULLS
     from attnsvm.real.probe import format_table
     from attnsvm.real.verdict import LEGEND, verdict_summary
@@ -505,16 +482,6 @@ def _text(res, config, length_note: str, stored: dict | None, written: list, agr
     costs = cost_items(res.seconds, res.forward_cached, null_count=str(nnull))
     lines.append(f"{res.config['n_sentences']} sentences, SVMs on {res.config['svm_sentences']}; cost: "
                  + "; ".join(f"{what} {how}" for what, how in costs))
-    if agreement is not None:
-        lines += ["", "agreement with the SVM by the number of sentences m in it (mean over the layer's heads):",
-                  f"{'layer':>5}  {'m':>6}  {'corr_restricted':>15}  {'random':>8}  {'above':>7}  {'certified':>9}"]
-        for (layer, m), g in agreement.table.groupby(["layer", "m"]):
-            lines.append(f"{layer:>5}  {m:>6}  {g['corr_restricted'].mean():>15.4f}  "
-                         f"{g['corr_random_restricted'].mean():>8.4f}  {int((g['advantage'] > 0).sum()):>3}/{len(g):<3}  "
-                         f"{int((g['svm_status'] == 'optimal').sum()):>5}/{len(g):<3}")
-        lines.append(f"agreement curve: SVMs {agreement.seconds['svm']:.1f} s, total {agreement.seconds['total']:.1f} s")
-        lines.append("note: --curve is deprecated and will be removed in 0.3; --svm-sentences 48,128,512 gives every "
-                     "head's score against its null heads at each m and a stable verdict")
     if stored is not None:
         lines += stored_lines(stored)
     if written:

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from attnsvm.experiments.config import parse_assignments
 from attnsvm.experiments.planning import PLANNING_FILE, SEED_OFFSET, _CACHE, effect_rule
 
 __all__ = ["measure", "main"]
@@ -80,20 +81,6 @@ def _fmt(overrides: dict) -> str:
     return ", ".join(f"{k} = {v}" for k, v in overrides.items())
 
 
-def _parse_set(items: list[str]) -> dict:
-    """``KEY=VALUE`` pairs (VALUE as JSON where it parses, else a string) -> dict."""
-    out = {}
-    for item in items:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(val)
-        except json.JSONDecodeError:
-            out[key] = val
-    return out
-
-
 def _version() -> str:
     from attnsvm import __version__
 
@@ -108,7 +95,7 @@ def main(argv=None) -> int:
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set" and i + 1 < len(args)]
     skip = {i + 1 for i, a in enumerate(args) if a == "--set"}
     names = [a for i, a in enumerate(args) if a not in ("--full", "--set") and i not in skip]
-    overrides = _parse_set(sets)
+    overrides = parse_assignments(sets)  # KEY=VALUE, VALUE read as YAML (so JSON too), else a string
     measured = [measure(name, full=full, overrides=overrides) for name in names]
     # read the file only now (after the long measurements), so that a planning run that finished meanwhile
     # keeps its entries

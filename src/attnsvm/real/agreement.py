@@ -22,7 +22,6 @@ for the method); the working-set solver's time grows roughly linearly in m on Mi
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,16 +89,12 @@ def _check_sizes(sizes, n: int) -> list:
     return sorted(set(out))
 
 
-#: the keyword forms of ``config`` settings that :func:`agreement_curve` took before 0.3 (each a field of
-#: :class:`~attnsvm.real.probe_config.ProbeConfig`): accepted with a DeprecationWarning until 0.3
-DEPRECATED_KEYWORDS = ("layers", "heads", "query", "threshold", "baseline_draws", "seed", "max_length", "n_sentences")
-
 #: the corpus sentences loaded when neither ``sentences`` nor the config's ``n_sentences`` is given
 N_SENTENCES = 1000
 
 
 def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | None = None, *,
-                    sizes=(48, 128, 512, None), progress=None, max_memory=None, **deprecated) -> AgreementResult:
+                    sizes=(48, 128, 512, None), progress=None, max_memory=None) -> AgreementResult:
     """Each head's agreement with its nuclear-norm Gen-SVM as the number of sentences m grows.
 
     For every size m, the probe of :func:`attnsvm.real.probe.probe_heads` with ``svm_sentences=m``
@@ -122,8 +117,9 @@ def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | Non
         (all n loaded sentences); duplicates are solved once
     progress : optional callable ``progress(message)``
     max_memory : as :func:`probe_heads`
-    deprecated : the settings of :data:`DEPRECATED_KEYWORDS` as keywords (the form before 0.3, e.g.
-        ``layers=[2]``): a DeprecationWarning, then they override ``config``
+
+    The keyword forms of the settings (``layers=[2]``, ..., deprecated) were removed in 0.3: give them in
+    ``config``.
 
     Returns
     -------
@@ -133,7 +129,7 @@ def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | Non
     import pandas as pd
 
     t_start = time.perf_counter()
-    config = _config_of(config, deprecated)
+    config = probe_config(config)
     if sentences is None:
         sentences = config.sentences
     if sentences is None:
@@ -163,20 +159,6 @@ def agreement_curve(model=None, sentences=None, config: ProbeConfig | dict | Non
     config["sizes"] = list(sizes)
     seconds = {"forward": forward, "svm": svm, "total": time.perf_counter() - t_start}
     return AgreementResult(table, list(sizes), list(sentences), seconds, config)
-
-
-def _config_of(config, deprecated: dict) -> ProbeConfig:
-    """The validated config of :func:`agreement_curve`: ``config`` with the deprecated keyword settings in it (a
-    DeprecationWarning naming them); a keyword that is no setting there is a TypeError, as for any function."""
-    unknown = sorted(set(deprecated) - set(DEPRECATED_KEYWORDS))
-    if unknown:
-        raise TypeError(f"agreement_curve() got unexpected keyword arguments {unknown} (the probe's settings go in "
-                        "config=ProbeConfig(...))")
-    if deprecated:
-        given = ", ".join(f"{name}=..." for name in sorted(deprecated))
-        warnings.warn(f"agreement_curve({given}) is deprecated and will be removed in 0.3: give "
-                      f"config=ProbeConfig({given}) (attnsvm.real.probe_config)", DeprecationWarning, stacklevel=3)
-    return probe_config(config, **deprecated)
 
 
 def agreement_figure(table, out_dir: str, stem: str = "probe_agreement") -> list:

@@ -31,11 +31,11 @@ Results and certificates: :class:`SVMSolution`, :class:`Certificate`, :func:`cer
 
 Two public submodules hold the helpers around the solvers: :mod:`attnsvm.svm.analysis` (support
 tokens, local optimality, ``matrix_rank``, ``row_basis``, ...) and :mod:`attnsvm.svm.language` (prefix
-scores and optimal tokens of causal language modeling, ``gen_svm_fit``, ...). Their names were also
-in this namespace before 0.2: ``attnsvm.svm.<name>`` still works for them, with a DeprecationWarning,
-until 0.3. Inside, a pipeline (``CONTRIBUTING.md``, "Add a solver"): :mod:`.scaling` (one row
-scaling), :mod:`.settings` (the solver settings, one ``SolverSettings``), :mod:`.options` (their
-per-method views), :mod:`.dispatch` (the solver table), the methods
+scores and optimal tokens of causal language modeling, ``gen_svm_fit``, ...); their names are no
+longer served here (``attnsvm.svm.<name>``, deprecated in 0.2, was removed in 0.3). Inside, a pipeline
+(``CONTRIBUTING.md``, "Add a solver"): :mod:`.scaling` (one row scaling), :mod:`.settings` (the solver
+settings, one ``SolverSettings``), :mod:`.options` (their per-method views), :mod:`.dispatch` (the solver
+table), the methods
 (:mod:`.frobenius`, :mod:`.nuclear`, :mod:`.working_set` with :mod:`.pdas`, :mod:`.soft`,
 :mod:`.prompt`) and :mod:`.result` (certificates and the SVMSolution).
 """
@@ -90,26 +90,3 @@ __all__ = [
     "SVMSolution", "Certificate", "certificate_passes", "CERTIFIED_VIOLATION", "CERTIFIED_GAP",
     "CERTIFIED_STATIONARITY",
 ]
-
-#: names retired from this namespace in 0.2 (removed in 0.3) -> their public module
-DEPRECATED = {
-    **{name: "attnsvm.svm.analysis" for name in (
-        "support_indices", "is_locally_optimal", "all_support_vectors", "enumerate_locally_optimal",
-        "separation_delta", "matrix_rank", "row_basis")},
-    **{name: "attnsvm.svm.language" for name in (
-        "prefix_scores", "optimal_prefix_tokens", "prefix_problem", "prefix_softmax", "gen_svm_fit",
-        "random_direction_control", "score_ties")},
-}
-
-
-def __getattr__(name: str):
-    """The deprecated aliases of :data:`DEPRECATED`: the same object, with a DeprecationWarning."""
-    if name in DEPRECATED:
-        import importlib
-        import warnings
-
-        where = DEPRECATED[name]
-        warnings.warn(f"attnsvm.svm.{name} is deprecated and will be removed in 0.3: use {where}.{name}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(where), name)
-    raise AttributeError(f"module 'attnsvm.svm' has no attribute {name!r}")

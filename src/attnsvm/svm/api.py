@@ -130,8 +130,8 @@ def solve(constraints: ConstraintSet, norm: str = "fro", *, C=None, squared: boo
         :data:`~attnsvm.svm.dispatch.AUTO_DENSE_MAX_N` rows if its N x N matrices fit in
         memory, else the working set; "dense"; "working_set"; "pdas"; "goldfarb-idnani"); the settings
         (:class:`~attnsvm.svm.settings.SolverSettings`, the same for every method of a norm) ``feas_tol``,
-        ``support_tol``, ``time_limit``, ``max_memory``, nuclear ``gap_tol`` (``tol``: the deprecated
-        name of ``feas_tol``), or the object itself as ``settings=SolverSettings(...)``; the knobs
+        ``support_tol``, ``time_limit``, ``max_memory``, nuclear ``gap_tol`` (``tol``, the old name of
+        ``feas_tol``, was removed in 0.3: a ValidationError), or the object itself as ``settings=SolverSettings(...)``; the knobs
         nuclear: ``solver``, ``device`` (a torch device such as "cuda"
         for the interior-point method's dense algebra; needs torch), working set: ``batch``,
         ``per_group``, ``max_rounds``, ``verbose``; soft margin: ``support_tol``, ``max_memory``.
@@ -541,8 +541,8 @@ def solve_svm_batch(X, Z=None, select=None, *, query_index=None, norm: str = "fr
     norm : "fro" (default) or "nuclear"
     **settings : the solver settings of ``norm`` (:class:`~attnsvm.svm.settings.SolverSettings`) but
         ``time_limit`` (the batched solves run to their end): ``feas_tol``, ``support_tol``, ``max_memory``
-        (refuse, ResourceLimitError, when the R x N x N Gram matrices need more), nuclear ``gap_tol``;
-        ``tol`` is the deprecated name of ``feas_tol``
+        (refuse, ResourceLimitError, when the R x N x N Gram matrices need more), nuclear ``gap_tol``
+        (``tol``, the old name of ``feas_tol``, was removed in 0.3)
 
     Returns
     -------

@@ -4,8 +4,8 @@ Every method of a norm takes the same :class:`~attnsvm.svm.settings.SolverSettin
 field: tolerances, limits, memory; each checked once, where the object is built) and adds the knobs
 of its strategy (the QP method, the nuclear inner solver and device, the working set's batches and
 rounds). ``SomeOptions.parse(options, what)`` turns the keyword options a caller gave into the
-method's dataclass: the settings into one SolverSettings (``tol`` mapped to ``feas_tol`` with a
-DeprecationWarning), the rest into the knobs; an unknown name is a
+method's dataclass: the settings into one SolverSettings (``tol``, removed in 0.3, is a ValidationError
+naming ``feas_tol``), the rest into the knobs; an unknown name is a
 :class:`~attnsvm.errors.ValidationError` naming it and listing the valid ones, a bad value one naming
 the option. The solvers take an instance (``options=``) or the keywords
 (:meth:`SolverOptions.resolve`); :mod:`attnsvm.svm.dispatch` parses them before it calls a solver.

@@ -46,22 +46,20 @@ runs to its end).
 
 The statuses do not depend on these tolerances: "optimal" means the certificate passes its fixed
 thresholds (:data:`~attnsvm.svm.solution.CERTIFIED_VIOLATION`, :data:`~attnsvm.svm.solution.CERTIFIED_GAP`).
-``tol``, the old name of ``feas_tol``, is accepted with a DeprecationWarning until 0.3.
+``tol``, the old name of ``feas_tol`` (deprecated), was removed in 0.3: giving it is a ValidationError that
+names ``feas_tol``.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import sys
-import warnings
 from dataclasses import dataclass, fields
 
 from attnsvm._validate import check_number
 from attnsvm.errors import ValidationError
 from attnsvm.svm.norms import NormTable, get_norm
 
-__all__ = ["FEAS_TOL", "SolverSettings", "check_setting", "DEPRECATED_SETTINGS", "NORM_SETTINGS", "settings_of"]
+__all__ = ["FEAS_TOL", "SolverSettings", "check_setting", "REMOVED_SETTINGS", "NORM_SETTINGS", "settings_of"]
 
 #: the settings of the soft margin (one cvxpy solve at fixed tolerances), and its default support_tol
 SOFT_SETTINGS = ("support_tol", "max_memory")
@@ -76,8 +74,8 @@ NORM_SETTINGS = NormTable("settings", {"soft": SOFT_SETTINGS})
 #: :mod:`attnsvm.svm.qp`, which is this setting)
 FEAS_TOL = 1e-10
 
-#: old name -> setting, accepted with a DeprecationWarning until 0.3
-DEPRECATED_SETTINGS = {"tol": "feas_tol"}
+#: old name -> setting: removed in 0.3 (deprecated); giving the old name is a ValidationError naming the setting
+REMOVED_SETTINGS = {"tol": "feas_tol"}
 
 
 def settings_of(norm: str) -> tuple[str, ...]:
@@ -134,14 +132,17 @@ class SolverSettings:
     @classmethod
     def take(cls, kw: dict, norm: str) -> "SolverSettings":
         """The settings among the keywords ``kw`` (removed from it) for ``norm`` (a key of
-        :data:`NORM_SETTINGS`, :func:`settings_of`), or the object given as ``settings=``; ``tol`` is mapped to
-        ``feas_tol`` with a DeprecationWarning. A setting the norm does not have stays in ``kw`` (the
-        caller's parser names it as unknown)."""
+        :data:`NORM_SETTINGS`, :func:`settings_of`), or the object given as ``settings=``; a name of
+        :data:`REMOVED_SETTINGS` (``tol``) is a ValidationError naming its replacement. A setting the norm does not
+        have stays in ``kw`` (the caller's parser names it as unknown)."""
+        for old, new in REMOVED_SETTINGS.items():
+            if old in kw and new in settings_of(norm):
+                raise ValidationError(f"solver option {old!r}: removed in 0.3: use {new} ({new}={kw[old]!r})")
         if "settings" in kw:
             given = kw.pop("settings")
             if not isinstance(given, cls):
                 raise ValidationError(f"settings must be a SolverSettings, got {type(given).__name__}")
-            both = [name for name in (*cls.names(), *DEPRECATED_SETTINGS) if name in kw]
+            both = [name for name in cls.names() if name in kw]
             if both:
                 raise ValidationError(f"give settings=SolverSettings(...) or the settings as keywords, not both "
                                       f"(got {', '.join(both)})")
@@ -151,14 +152,6 @@ class SolverSettings:
                 raise ValidationError(f"settings: {', '.join(extra)} is not a setting of norm={norm!r} (its "
                                       f"settings: {', '.join(settings_of(norm))})")
             return given
-        for old, new in DEPRECATED_SETTINGS.items():
-            if old in kw and new in settings_of(norm):
-                if new in kw:
-                    raise ValidationError(f"give {new} only: {old} is its deprecated name")
-                warnings.warn(f"solver option {old!r} is deprecated and will be removed in 0.3: it maps to "
-                              f"{new!r} ({old}={kw[old]!r} -> {new}={kw[old]!r})", DeprecationWarning,
-                              stacklevel=_outside_stacklevel())
-                kw[new] = kw.pop(old)
         return cls(**{name: kw.pop(name) for name in settings_of(norm) if name in kw})
 
     def resolved(self, norm: str, method: str) -> "SolverSettings":
@@ -180,13 +173,3 @@ class SolverSettings:
                 raise AttributeError(name)
             object.__setattr__(new, name, value)
         return new
-
-
-def _outside_stacklevel() -> int:
-    """The stacklevel of the first frame outside the attnsvm package (the caller who gave the option)."""
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg + os.sep):
-        level += 1
-        frame = frame.f_back
-    return level

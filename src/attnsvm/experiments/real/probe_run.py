@@ -38,7 +38,7 @@ import numpy as np
 
 from attnsvm.experiments.base import Task
 from attnsvm.experiments.real.minilm_heads import RealMinilmHeads
-from attnsvm.real.probe_config import ProbeConfig  # noqa: F401  (the stored probe's config; its old import path)
+from attnsvm.real.probe_config import ProbeConfig
 from attnsvm.real.probe_tasks import ProbeTask, combine, probe_tasks
 
 

@@ -256,7 +256,7 @@ def nuclear_ipm(U: np.ndarray, V: np.ndarray, rhs: np.ndarray, is_equality: np.n
         :class:`~attnsvm.svm.ipm.problem.NumpyNewton`), e.g. :class:`attnsvm.svm.torch_backend.TorchNewton` (the
         Schur complement, its factorization and the Newton solves on a torch device); everything else, the
         stopping test and the result are the same
-    tol : deprecated name of ``gap_tol`` (DeprecationWarning; removed in 0.3)
+    tol : deprecated name of ``gap_tol`` (DeprecationWarning; removed in 0.4)
 
     Returns
     -------
@@ -284,7 +284,7 @@ def _deprecated_tol(gap_tol, deprecated: dict):
         return gap_tol
     if gap_tol is not None:
         raise ValidationError("give gap_tol only: tol is its deprecated name")
-    warnings.warn(f"nuclear_ipm's 'tol' is deprecated and will be removed in 0.3: it maps to 'gap_tol' "
+    warnings.warn(f"nuclear_ipm's 'tol' is deprecated and will be removed in 0.4: it maps to 'gap_tol' "
                   f"(tol={deprecated['tol']!r} -> gap_tol={deprecated['tol']!r})", DeprecationWarning, stacklevel=3)
     return deprecated["tol"]
 
