@@ -90,7 +90,7 @@ def _count_checks(monkeypatch) -> dict:
 
 #: the names a check of a setting goes by: the settings, their deprecated names (``tol``, also the dense QPs' name
 #: of ``feas_tol`` and the interior point's old name of ``gap_tol``) and the interior point's ``max_iter``
-SETTING_NAMES = (*settings_mod.SolverSettings.names(), *settings_mod.DEPRECATED_SETTINGS, "max_iter")
+SETTING_NAMES = (*settings_mod.SolverSettings.names(), *settings_mod.REMOVED_SETTINGS, "max_iter")
 
 
 def _count_validators(monkeypatch) -> dict:
