@@ -28,10 +28,13 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    ``P_U W_h P_Z`` (W_h projected onto the span of the token differences on the left
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
-5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
-   singular values, Haar-random singular vectors, selecting by their own attention with the same
-   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
-   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
+5. **Verdict.** ``null_draws`` null heads of ``null_kind`` per head (:mod:`attnsvm.real.nulls`; by default the
+   sink null: the head's own W with its query side rotated at random about the mean query, keeping its
+   query-independent key preference such as a [CLS] sink; "spectrum": the head's singular values with
+   Haar-random singular vectors), each selecting by its own attention with the same threshold, get the same
+   SVM and score; the head's ``corr_restricted`` against theirs gives the p-values, Benjamini-Yekutieli over
+   the probed heads gives the verdict (:mod:`attnsvm.real.verdict`). With the sink null, spectrum nulls are
+   drawn beside it (``spectrum_draws``), descriptive only.
 6. **Transplant** (``transplant_draws``, descriptive only): other heads of the model applied to this
    layer's states (:func:`attnsvm.real.nulls.transplant_heads`), in columns of their own outside the verdict.
 
@@ -211,10 +214,11 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
     view_sentences : the first sentences whose attention rows are kept (``ProbeResult.attention``, for
         :mod:`attnsvm.real.probe_view`); changes no other output
-    null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`NULL_DRAWS`; 0: none,
-        and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
-    null_stop : draw a head's spectrum nulls one at a time and stop once no further draw can change any
-        head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
+    null_draws : null heads of ``null_kind`` per head, the verdict's (:mod:`attnsvm.real.nulls`; sink null heads
+        by default; default :data:`NULL_DRAWS`; 0: none, and no verdict). Query "word" or "cls" only:
+        ``query="all"`` reports no nulls yet
+    null_stop : draw a head's verdict nulls (of ``null_kind``) one at a time and stop once no further draw can
+        change any head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
         the number of probed heads, checked on the finished table: ``null_stop_proven``; none for a head
         without a certified SVM);
         the row says why (``null_stop``) and how many were planned (``null_planned``). Default True, as
@@ -222,8 +226,8 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "sink" (the default of
         :class:`attnsvm.real.probe_config.ProbeConfig`: :func:`attnsvm.real.nulls.sink_null`, the head's W with its
         query side rotated about the mean query, keeping its attention sink) or "spectrum"; with "sink"
-        ``null_draws`` spectrum nulls are drawn too, all of them, and reported beside it (``spectrum_mean,
-        spectrum_sd, n_spectrum``; outside the verdict)
+        ``spectrum_draws`` spectrum nulls (None, the default: as many as ``null_draws``) are drawn too, all of them,
+        and reported beside it (``spectrum_mean, spectrum_sd, n_spectrum``; outside the verdict)
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see
