@@ -123,3 +123,25 @@ def test_several_m_page_shows_the_curve_with_its_null_band(tmp_path):
     near = {name: int((np.abs(rgb - colour).sum(axis=1) <= 6).sum())
             for name, colour in (("head line", (0x15, 0x65, 0xC0)), ("null band", (209, 209, 209)))}
     assert near["head line"] >= 200 and near["null band"] >= 0.01 * len(rgb), (near, len(rgb))
+
+
+@pytest.mark.parametrize("n_heads", [4, 8])
+def test_curve_figure_is_sized_for_the_page(tmp_path, n_heads):
+    """The curve figure is ``2.2 cols + 0.6`` by ``1.9 rows + 0.6`` inches (up to 6 panels a row), so the page shows
+    its panels legibly: it was passed as each panel's size to :func:`attnsvm.plotting.subplots` (which multiplies
+    by the panels), so 4 heads drew a 37.6 x 2.5 in strip (4875 x 349 px), shrunk to a sliver on the page, and 72
+    heads would draw 83 x 280 in."""
+    from PIL import Image
+
+    from attnsvm.plotting import PNG_DPI
+    from attnsvm.real.figures import curve_figure
+
+    rows = [{"layer": 0, "head": h, "m": m, "corr_restricted": 0.2 + 0.01 * h, "null_mean": 0.1, "null_sd": 0.02,
+             "stable_verdict": "beyond null"} for h in range(n_heads) for m in (4, 6)]
+    png = next(p for p in curve_figure(pd.DataFrame(rows), str(tmp_path), "c") if p.endswith(".png"))
+    cols = min(6, n_heads)
+    nrows = -(-n_heads // cols)
+    with Image.open(png) as img:
+        width, height = (v / PNG_DPI for v in img.size)
+    # bbox_inches="tight" trims the margins and adds the caption below: within half an inch of the figure size
+    assert abs(width - (2.2 * cols + 0.6)) <= 0.5 and abs(height - (1.9 * nrows + 0.6)) <= 0.5, (width, height)
