@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the documentation into docs/_build/html with warnings as errors.
+# Build the documentation into docs/_build/html with warnings as errors, then fail if an executed
+# tutorial's page shows a warning in a cell's output (scripts/check_docs_outputs.py).
 #
 #   bash scripts/build_docs.sh            # fresh build: every page read, every notebook executed
 #   ATTNSVM_DOCS_SKIP_TUTORIALS=1 bash scripts/build_docs.sh   # quick: tutorials shown without outputs
@@ -19,3 +20,6 @@ start=$(date +%s.%N)
 end=$(date +%s.%N)
 awk -v s="$start" -v e="$end" -v out="$ROOT/docs/_build/html/index.html" \
     'BEGIN { printf "docs built in %.1f s: %s\n", e - s, out }'
+# -W does not see what a tutorial's cells print while they run: fail on a warning in an executed cell's
+# output (e.g. tqdm's "IProgress not found"), naming the page and the line
+"$PY" "$ROOT/scripts/check_docs_outputs.py" "$ROOT/docs/_build/html"

@@ -46,25 +46,30 @@ def _shot(driver, first: str, last: str, path: pathlib.Path) -> None:
     print(f"{path}: {img.size[0]} x {img.size[1]} px, {path.stat().st_size // 1024} KiB")
 
 
+def chromium(work: pathlib.Path):
+    """Headless Debian Chromium driven by selenium, its profile in ``work``."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for flag in FLAGS + [f"--user-data-dir={work / 'chromium-profile'}"]:
+        opts.add_argument(flag)
+    return webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", default=os.path.join(os.path.dirname(__file__), "..", "docs", "_static"))
     ap.add_argument("--workdir", default=None, help="where the probe is written (default: a temporary folder)")
     args = ap.parse_args(argv)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     from attnsvm.cli.probe import run_probe
 
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="probe-shots-"))
     dest = pathlib.Path(args.dest).resolve()
     run_probe([4, 5], [0, 1, 2, 3], None, n_sentences=16, svm_sentences=12, null_draws=4, view_sentences=2,
               out=str(work))
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for flag in FLAGS + [f"--user-data-dir={work / 'chromium-profile'}"]:
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+    driver = chromium(work)
     try:
         driver.get((work / "probe.html").resolve().as_uri())
         _shot(driver, "h1", "#heatmap + p + .maps", dest / "probe-top.png")

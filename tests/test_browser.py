@@ -546,11 +546,12 @@ def test_explorer_rows_show_verdicts_and_shares(driver, view_page):
 def curve_page(tmp_path_factory):
     """probe.html of a real probe at two numbers of SVM sentences (4 and 6; layer 4, heads 0 and 1, head 0 without
     an SVM) in which head 1's verdicts at the two m disagree (its row at m = 4 set to "beyond null"), so its
-    stable verdict is "depends on sample size" whatever its verdict at m = 6: (path, table at the largest m)."""
+    stable verdict is "depends on sample size" whatever its verdict at m = 6, with its curve figure as
+    ``attnsvm probe --out`` writes it: (path, table at the largest m)."""
     pytest.importorskip("transformers")
     from infeasible_head import probe_with_infeasible_head
 
-    from attnsvm.real.figures import largest_m
+    from attnsvm.real.figures import curve_figure, largest_m
     from attnsvm.real.probe_view import write_probe_view
     from attnsvm.real.verdict import stable_verdicts
 
@@ -563,8 +564,30 @@ def curve_page(tmp_path_factory):
         "beyond null" if at6 != "beyond null" else "below null")
     table = stable_verdicts(table)
     out = tmp_path_factory.mktemp("curve-view")
-    path = write_probe_view(type(res)(**{**res.__dict__, "table": table}), str(out))
+    curve_figure(table, str(out), "probe_curve")
+    path = write_probe_view(type(res)(**{**res.__dict__, "table": table}), str(out), curve="probe_curve.png")
     return pathlib.Path(path), largest_m(table)
+
+
+def test_several_m_page_shows_the_curve_legibly(driver, curve_page):
+    """The "Across sample sizes" section shows the curve figure: one image that loads and decodes in the browser
+    (naturalWidth > 0), at least 150 px tall, its two panels (one per head, side by side) each at most 1.5 times
+    as wide as tall on the page (the figure's size was once passed as each panel's: a 10 x 2.5 in strip here, a
+    4-head one shrank to about 100 px tall)."""
+    path, _ = curve_page
+    open_page(driver, path)
+    imgs = driver.execute_script(
+        "const h = document.getElementById('curve'); const out = [];"
+        "for (let e = h.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling)"
+        "  for (const img of e.querySelectorAll('img'))"
+        "    out.push([img.getAttribute('src'), img.complete, img.naturalWidth, img.getBoundingClientRect().width,"
+        "              img.getBoundingClientRect().height]);"
+        "return out;")
+    assert len(imgs) == 1, imgs
+    src, complete, natural, width, height = imgs[0]
+    assert src == "probe_curve.png" and complete and natural > 0, imgs
+    assert height >= 150 and width / 2 <= 1.5 * height, imgs
+    assert console_errors(driver) == []
 
 
 def test_several_m_thumbnails_mark_the_stable_verdict(driver, curve_page):

@@ -92,7 +92,8 @@ def curve_figure(table, outdir: str, stem: str = "probe_curve") -> list:
     keys = sorted({(int(r.layer), int(r.head)) for r in table.itertuples()})
     cols = min(6, len(keys))
     rows = -(-len(keys) // cols)
-    fig, axes = subplots(rows, cols, width=2.2 * cols + 0.6, height=1.9 * rows + 0.6)
+    # the whole figure 2.2 cols + 0.6 by 1.9 rows + 0.6 inches (subplots takes each panel's size)
+    fig, axes = subplots(rows, cols, width=2.2 + 0.6 / cols, height=1.9 + 0.6 / rows)
     for k, (l, h) in enumerate(keys):
         ax = axes[k // cols][k % cols]
         g = table[(table["layer"] == l) & (table["head"] == h)].sort_values("m")

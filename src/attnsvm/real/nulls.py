@@ -7,7 +7,8 @@ more than a bilinear head of the same spectrum does with the SVM of *its* select
 ``W_r = U diag(s_h) V^T`` (key on the left, as :meth:`PretrainedTransformer.head_weights`) has
 
 * ``s_h``: the head's nonzero singular values (its numerical rank r, at most m + 1);
-* **spectrum null** (:func:`spectrum_null`, the one the verdict uses): Haar-random singular
+* **spectrum null** (:func:`spectrum_null`, the verdict's with ``null_kind="spectrum"``, else drawn beside the
+  default sink null below, descriptive): Haar-random singular
   vectors respecting the head's structure in the bias-augmented space: the key side's constant
   coordinate is a zero row of W_h, so U (d+1, r) is Haar on the first d coordinates with a zero
   last row; the query side V (d+1, r) is Haar over all d + 1 coordinates;
@@ -131,13 +132,15 @@ def register_null(kind: NullKind) -> NullKind:
 
 
 def verdict_null_kinds() -> tuple:
-    """The registered kinds a verdict may use, in registration order (the first is the default)."""
+    """The registered kinds a verdict may use, in registration order (the default, "sink", is
+    :class:`attnsvm.real.probe_config.ProbeConfig`'s, not the first)."""
     return tuple(k for k, v in NULLS.items() if v.verdict)
 
 
 #: the generator tag of the transplant null's choice of source heads (not a drawn null: no registry entry)
 _TRANSPLANT_TAG = 3
-#: spectrum null heads per probed head by default (``probe_heads(null_draws=...)``, ``attnsvm probe --null-draws``)
+#: null heads of the verdict's kind (sink by default) per probed head by default (``probe_heads(null_draws=...)``,
+#: ``attnsvm probe --null-draws``)
 NULL_DRAWS = 8
 #: how a null head selects: "threshold" (its own attention >= the probe's threshold, plus the argmax: the
 #: real head's rule, so an untouched random head is exchangeable with its nulls; the default) or "matched"
@@ -562,7 +565,7 @@ register_null(NullKind(
 
 #: the registered kinds (:data:`NULLS`) at import
 NULL_KINDS = tuple(NULLS)
-#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``); the first is the default
+#: the kinds a verdict can use (``probe_heads(null_kind=...)``, ``attnsvm probe --null-kind``; default "sink")
 VERDICT_NULL_KINDS = verdict_null_kinds()
 #: the kinds of :func:`null_rng` streams: the drawn nulls and the transplant's choice of source heads
 RNG_KINDS = NULL_KINDS + ("transplant",)

@@ -20,18 +20,21 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
-   generator of their own per (seed, layer, head) (:func:`~attnsvm.real.probe_steps.baseline_rng`), so a
-   head's row does not depend on which other heads are probed with it, nor in which order or process.
+   generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
+   depend on which other heads are probed with it, nor in which order or process.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares
    ``P_U W_h P_Z`` (W_h projected onto the span of the token differences on the left
    and the queries on the right, the part of W_h these sentences can see) with the
    SVM solution, which lies in that span. Both are reported for the random baseline.
-5. **Verdict.** ``null_draws`` spectrum null heads per head (:mod:`attnsvm.real.nulls`: the head's
-   singular values, Haar-random singular vectors, selecting by their own attention with the same
-   threshold) get the same SVM and score; the head's ``corr_restricted`` against theirs gives the
-   p-values, Benjamini-Yekutieli over the probed heads gives the verdict (:mod:`attnsvm.real.verdict`).
+5. **Verdict.** ``null_draws`` null heads of ``null_kind`` per head (:mod:`attnsvm.real.nulls`; by default the
+   sink null: the head's own W with its query side rotated at random about the mean query, keeping its
+   query-independent key preference such as a [CLS] sink; "spectrum": the head's singular values with
+   Haar-random singular vectors), each selecting by its own attention with the same threshold, get the same
+   SVM and score; the head's ``corr_restricted`` against theirs gives the p-values, Benjamini-Yekutieli over
+   the probed heads gives the verdict (:mod:`attnsvm.real.verdict`). With the sink null, spectrum nulls are
+   drawn beside it (``spectrum_draws``), descriptive only.
 6. **Transplant** (``transplant_draws``, descriptive only): other heads of the model applied to this
    layer's states (:func:`attnsvm.real.nulls.transplant_heads`), in columns of their own outside the verdict.
 
@@ -46,8 +49,8 @@ selecting ``{t : A[i, h, k, t] >= threshold}`` plus the argmax among its candida
 for decoders the real tokens up to and including the query). Each head's SVM is then the sequence
 Gen-SVM of all these (query, selection) pairs on the first ``svm_sentences`` sentences
 (:func:`attnsvm.svm.seq_constraints` with ``queries`` = the word tokens, ``valid`` = the real tokens,
-``causal`` for decoders; :func:`~attnsvm.real.probe_steps.head_seq_svm`), the random baselines draw, per
-(sentence, query), a set of the same size uniformly among that query's candidates, B spans all the queries used, and the
+``causal`` for decoders; :func:`head_seq_svm`), the random baselines draw, per (sentence, query), a set
+of the same size uniformly among that query's candidates, B spans all the queries used, and the
 ``frac_*``, ``mean_selected`` and ``max_attention`` statistics are over all (sentence, query) pairs.
 It has ~T times the rows of one query per sentence (8 MiniLM corpus sentences give 190 queries and
 5490 rows per head), so keep ``svm_sentences`` small.
@@ -69,8 +72,8 @@ docs/guide/probe.md). With ``--out`` each head is stored as it finishes
 (``attnsvm.experiments.real.probe_run``), so a long probe can be stopped, resumed and shared among
 processes. The heads of a layer share only the tokens, queries and the bases P, B; each selection
 is its own SDP. Selections and their statistics always use all sentences.
-``svm_sentences`` with several values (``attnsvm probe --svm-sentences 48,128,512``) and
-:func:`attnsvm.real.agreement.agreement_curve` show how the agreement changes with m.
+:func:`attnsvm.real.agreement.agreement_curve` (``attnsvm probe --curve``) shows how the agreement
+changes with m.
 
 Infeasible selections: in layer 0 a token's state depends only on its id and position,
 so two sentences that start alike repeat tokens *and* queries exactly; when the head
@@ -88,10 +91,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.probe_steps import ProbeSetup, resolve_model, view_arrays
+from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: F401  (the old name of the forward cache)
+from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary  # noqa: F401  (old import paths)
+from attnsvm.real.nulls import (  # noqa: F401
+    NULL_DRAWS, NULL_SELECTIONS, VERDICT_NULL_KINDS, null_heads, select_tokens, top_selection,
+)
+from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported under their old import path)
+    QUERIES, ProbeSetup, baseline_rng, baselines as _baselines, check_indices, head_selections, head_seq_svm,
+    head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
+    resolve_model, row_statistic, seq_layer_inputs, view_arrays,
+)
 from attnsvm.real.pretrained import PretrainedTransformer
 from attnsvm.real.probe_config import ProbeConfig, probe_config
-from attnsvm.real.probe_tasks import combine, result_settings, run_in_process, setup_of
+from attnsvm.real.probe_tasks import combine, head_null_columns, result_settings, run_in_process, setup_of  # noqa: F401
 
 
 @dataclass
@@ -202,10 +214,11 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         package limit, :mod:`attnsvm.memory`); work that would not fit is refused before it starts
     view_sentences : the first sentences whose attention rows are kept (``ProbeResult.attention``, for
         :mod:`attnsvm.real.probe_view`); changes no other output
-    null_draws : spectrum null heads per head (:mod:`attnsvm.real.nulls`; default :data:`attnsvm.real.nulls.NULL_DRAWS`; 0: none,
-        and no verdict). Query "word" or "cls" only: ``query="all"`` reports no nulls yet
-    null_stop : draw a head's spectrum nulls one at a time and stop once no further draw can change any
-        head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
+    null_draws : null heads of ``null_kind`` per head, the verdict's (:mod:`attnsvm.real.nulls`; sink null heads
+        by default; default :data:`NULL_DRAWS`; 0: none, and no verdict). Query "word" or "cls" only:
+        ``query="all"`` reports no nulls yet
+    null_stop : draw a head's verdict nulls (of ``null_kind``) one at a time and stop once no further draw can
+        change any head's verdict (:func:`attnsvm.real.verdict.stop_reason` at :func:`attnsvm.real.verdict.stop_level` of
         the number of probed heads, checked on the finished table: ``null_stop_proven``; none for a head
         without a certified SVM);
         the row says why (``null_stop``) and how many were planned (``null_planned``). Default True, as
@@ -213,8 +226,8 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     null_kind : the verdict's null (:data:`attnsvm.real.nulls.VERDICT_NULL_KINDS`): "sink" (the default of
         :class:`attnsvm.real.probe_config.ProbeConfig`: :func:`attnsvm.real.nulls.sink_null`, the head's W with its
         query side rotated about the mean query, keeping its attention sink) or "spectrum"; with "sink"
-        ``null_draws`` spectrum nulls are drawn too, all of them, and reported beside it (``spectrum_mean,
-        spectrum_sd, n_spectrum``; outside the verdict)
+        ``spectrum_draws`` spectrum nulls (None, the default: as many as ``null_draws``) are drawn too, all of them,
+        and reported beside it (``spectrum_mean, spectrum_sd, n_spectrum``; outside the verdict)
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see

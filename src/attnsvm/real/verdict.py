@@ -182,7 +182,7 @@ def stop_level(tested: int | None, level: float = LEVEL) -> float:
 
 
 def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -> str | None:
-    """Why a head's spectrum null draws may stop now, or None to draw on.
+    """Why a head's verdict null draws (of its ``null_kind``) may stop now, or None to draw on.
 
     ``real`` is the head's corr_restricted (NaN: no certified SVM, so no verdict can use a null), ``nulls (k,)``
     the draws so far (NaN: dropped), ``remaining`` the draws still planned, ``level`` the stopping level
