@@ -283,7 +283,7 @@ def test_sentence_file_errors_name_the_line(tmp_path, content, match):
 def test_n_sentences_below_one_names_the_option(tmp_path, value):
     r = _cli(["probe", "--no-store", "--n-sentences", value], tmp_path)
     assert r.exit_code == 2 and r.stderr.strip() == \
-        f"attnsvm: error: --n-sentences must be an integer >= 1, got {value}", r.stderr
+        f"attnsvm: error: --n-sentences: Input should be greater than 0, got {value}", r.stderr
 
 
 # --------------------------------------------------------------------- CLI

@@ -193,12 +193,12 @@ def default_store(config, root: str = STORE_ROOT) -> tuple[str, str]:
     return folder, line
 
 
-def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
-              as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
-              view_sentences: int = 4, curve=None, workers: int | None = None, scheduler: str | None = None,
+def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None = None, out: str | None = None,
+              as_json: bool = False, *, svm_sentences=None, threshold: float | None = None, query: str | None = None,
+              seed: int | None = None, max_length: int | None = None, progress=None, max_memory=None, model=None,
+              view_sentences: int | None = None, curve=None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
-              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
+              transplant_draws: int | None = None, device: str | None = None, null_stop: bool | None = None,
               null_kind: str | None = None, baseline_max_m: int | None = None,
               query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False,
               announce=None, store_root: str = STORE_ROOT) -> str:
@@ -220,9 +220,10 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
-    null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m : the fields of those names of
-        :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; ``null_draws`` 0: no verdict; ``query="all"``
-        and ``curve`` draw no null heads)
+    n_sentences, svm_sentences, threshold, query, seed, view_sentences, transplant_draws, null_draws, null_kind,
+    null_stop, spectrum_draws, query_seed, baseline_max_m, device : the fields of those names of
+        :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; every setting validated there, before the
+        model loads; ``null_draws`` 0: no verdict; ``query="all"`` and ``curve`` draw no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
     device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
@@ -247,23 +248,23 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
 
-    check_seed(seed)
+    # the probe's settings, defaulted and validated once (attnsvm.real.probe_config) before any work; unset: None
+    given = dict(n_sentences=n_sentences, svm_sentences=svm_sentences, query=query, threshold=threshold, seed=seed,
+                 max_length=max_length, view_sentences=view_sentences, transplant_draws=transplant_draws,
+                 device=device, null_stop=null_stop, baseline_max_m=baseline_max_m, query_seed=query_seed,
+                 spectrum_draws=spectrum_draws, null_kind=null_kind, null_draws=null_draws)
+    settings = probe_config(**{k: v for k, v in given.items() if v is not None})
+    check_seed(settings.seed)
     sentences = _checked(sentences, out, curve, max_memory, device, (scheduler or (workers is not None and workers != 1))
                          and not out and not store)
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
                       if max_length is None else ""))
-    # the probe's settings, defaulted and validated once (attnsvm.real.probe_config), for both paths below
-    config = probe_config(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
-                          layers=check_indices(layers, loaded.n_layers, "layers"),
-                          heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
-                          seed=seed, max_length=loaded.probe_max_length(max_length), view_sentences=view_sentences,
-                          model=None if model is None else loaded.path, transplant_draws=transplant_draws,
-                          device=device, null_stop=bool(null_stop), baseline_max_m=baseline_max_m,
-                          query_seed=query_seed, spectrum_draws=spectrum_draws,
-                          **({} if null_kind is None else {"null_kind": null_kind}),
-                          **({} if null_draws is None else {"null_draws": null_draws}))
+    # with what the model resolves (sentences, layers, heads, max_length), for both paths below
+    config = probe_config(settings, sentences=sentences, layers=check_indices(layers, loaded.n_layers, "layers"),
+                          heads=check_indices(heads, loaded.n_heads, "heads"),
+                          max_length=loaded.probe_max_length(max_length), model=None if model is None else loaded.path)
     if store and not out:  # the default folder, named by the settings: the same command resumes it
         out, line = default_store(config, store_root)
         check_outputs(out, curve is not None)
@@ -282,8 +283,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
         payload["stored"] = stored
     agreement = None
     if curve is not None:  # deprecated: --svm-sentences with several values
-        agreement = _agreement(model, res, curve, layers, heads, query, threshold, seed, max_length, progress,
-                               max_memory)
+        agreement = _agreement(model, res, curve, layers, heads, config.query, config.threshold, config.seed,
+                               max_length, progress, max_memory)
         payload["agreement"] = json.loads(agreement.table.to_json(orient="records"))
     written = _write_outputs(res, out, payload, agreement) if out else []
     if as_json:
