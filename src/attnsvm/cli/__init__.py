@@ -309,7 +309,8 @@ class _Setting(click.Option):
 @click.option("--layers", cls=_Setting, help="Comma-separated layer indices (default: all; MiniLM has 6).")
 @click.option("--heads", cls=_Setting, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
-              help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
+              help="UTF-8 file, one sentence per line, blank lines only at the end (default: English sentences "
+                   "shipped with Python's docs).")
 @click.option("--n-sentences", cls=_Setting, type=int,
               help="Sentences to read selections from, an integer >= 1 (corpus sentences; not with --sentences).")
 @click.option("--svm-sentences", cls=_Setting,

@@ -69,13 +69,14 @@ def _invisible(line: str) -> bool:
 
 
 def read_sentences(path) -> list[str]:
-    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped; blank lines are skipped.
+    """The lines of a UTF-8 text file (``--sentences``), one sentence per line, stripped; blank lines (empty or
+    whitespace only) are accepted only at the end of the file (a file ending with a newline, or several).
 
     Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
-    allows, empty (0 bytes), holds no non-empty line, a line longer than :data:`MAX_SENTENCE_CHARS`
-    characters or a line with no visible character (only control or zero-width characters, which the
-    tokenizer drops); a line is named by its number in the file (from 1).
+    allows, empty (0 bytes), holds no non-empty line, a blank line before a sentence (line i would no longer be
+    sentence i), a line longer than :data:`MAX_SENTENCE_CHARS` characters or a line with no visible character (only
+    control or zero-width characters, which the tokenizer drops); a line is named by its number in the file (from 1).
     """
     from attnsvm.npzfile import input_file, require_file_memory
 
@@ -96,11 +97,16 @@ def read_sentences(path) -> list[str]:
         raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}); expected one sentence per line in UTF-8") from None
     del raw
-    sentences = []
+    sentences, blank = [], None  # blank: the number of the first blank line since the last sentence
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
+            blank = blank or number
             continue
+        if blank is not None:
+            raise ValidationError(f"--sentences: line {blank} of {path!r} is blank, before the sentence on line "
+                                  f"{number}; expected one sentence per line (blank lines only at the end of the "
+                                  "file): remove it")
         if len(line) > MAX_SENTENCE_CHARS:
             raise ValidationError(f"--sentences: line {number} of {path!r} has {len(line)} characters; a sentence may "
                                   f"have at most {MAX_SENTENCE_CHARS} (the probe reads at most --max-length tokens of "
@@ -208,7 +214,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None =
     ----------
     layers, heads : lists of indices (None: all 6 layers, all 12 heads)
     sentences : None (English sentences from the stdlib documentation), a list of str,
-        or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
+        or a path to a UTF-8 text file with one sentence per line (:func:`read_sentences`: blank lines only at the
+        end)
     n_sentences : sentences drawn when ``sentences`` is None
     out : optional directory: writes ``probe.csv``, ``probe.json``, the heat map
         ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there.
