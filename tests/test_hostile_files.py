@@ -242,8 +242,12 @@ def test_selection_paths_and_limits(tmp_path, monkeypatch):
 # ----------------------------------------------------------- sentence files
 def test_sentence_files(tmp_path):
     ok = tmp_path / "s.txt"
-    ok.write_text("Erste Zeile mit \u00fc.\n\n  Second.  \n", encoding="utf-8")
+    ok.write_text("Erste Zeile mit \u00fc.\n  Second.  \n", encoding="utf-8")
     assert read_sentences(str(ok)) == ["Erste Zeile mit \u00fc.", "Second."]
+    # blank lines at the very end (one newline or several, CRLF too) are accepted; no final newline either
+    for tail in ("\n\n\n", "\r\n\r\n", " \n\t\n", ""):
+        (tmp_path / "end.txt").write_text("One.\nTwo." + tail, encoding="utf-8", newline="")
+        assert read_sentences(str(tmp_path / "end.txt")) == ["One.", "Two."], repr(tail)
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("Zeile mit \u00fc\n".encode("latin1"))
     with pytest.raises(ValidationError, match=r"--sentences: .*latin1\.txt' is not UTF-8 text \(byte 0xfc"):
@@ -262,14 +266,20 @@ def test_sentence_files(tmp_path):
 @pytest.mark.parametrize("content, match", [
     (b"", r"empty\.txt' is empty \(0 bytes\); expected one sentence per line"),
     (b"\n \n\t\n", r"holds no non-empty line; expected one sentence per line"),
-    # the line's number in the file, counting the blank lines skipped before it
-    (b"first.\n\n\n" + b"w" * 100_001 + b"\n", r"line 4 of .* has 100001 characters; a sentence may have at most"),
+    # the line's number in the file
+    (b"first.\nsecond.\n" + b"w" * 100_001 + b"\n", r"line 3 of .* has 100001 characters; a sentence may have at most"),
+    # a blank line before a sentence (line i would no longer be sentence i): the first blank one is named
+    (b"first.\n\n\nsecond.\n", r"line 2 of .* is blank, before the sentence on line 4; expected one sentence per line"),
+    (b"first.\n  \t \nsecond.\n", r"line 2 of .* is blank, before the sentence on line 3"),
+    (b"\nfirst.\n", r"line 1 of .* is blank, before the sentence on line 2"),
+    (b"first.\r\n\r\nsecond.\r\n", r"line 2 of .* is blank, before the sentence on line 3"),
     # zero-width and control characters only: the tokenizer drops them, an empty sentence
     ("one.\n\u200b\u2060\x07\n".encode(), r"line 2 of .* has no visible character"),
 ])
 def test_sentence_file_errors_name_the_line(tmp_path, content, match):
-    """--sentences refuses an empty file, a file of blank lines, an over-long line and a line that only looks
-    non-empty, naming the line by its number in the file (issue 42): one line, exit 2, before any model loads."""
+    """--sentences refuses an empty file, a file of blank lines, a blank line before a sentence, an over-long line
+    and a line that only looks non-empty, naming the line by its number in the file (issue 42): one line, exit 2,
+    before any model loads."""
     f = tmp_path / "empty.txt"
     f.write_bytes(content)
     with pytest.raises(ValidationError, match=match):
@@ -283,7 +293,7 @@ def test_sentence_file_errors_name_the_line(tmp_path, content, match):
 def test_n_sentences_below_one_names_the_option(tmp_path, value):
     r = _cli(["probe", "--no-store", "--n-sentences", value], tmp_path)
     assert r.exit_code == 2 and r.stderr.strip() == \
-        f"attnsvm: error: --n-sentences must be an integer >= 1, got {value}", r.stderr
+        f"attnsvm: error: --n-sentences: Input should be greater than 0, got {value}", r.stderr
 
 
 # --------------------------------------------------------------------- CLI

@@ -132,7 +132,7 @@ def test_run_probe_cli_helper(tmp_path):
     from attnsvm.cli.probe import run_probe
 
     f = tmp_path / "s.txt"
-    f.write_text("First sentence here.\n\nSecond one, a bit longer.\nThird.\n")
+    f.write_text("First sentence here.\nSecond one, a bit longer.\nThird.\n\n")
     text = run_probe([2], [3], str(f), out=str(tmp_path / "out"), as_json=True, svm_sentences=3)
     data = json.loads(text)
     assert data["config"]["n_sentences"] == 3 and len(data["heads"]) == 1

@@ -276,27 +276,52 @@ class _NullKinds(click.Choice):
     def choices(self, value):  # click's constructor sets them: the registry is the source
         pass
 
+class _Setting(click.Option):
+    """An ``attnsvm probe`` option of a :class:`~attnsvm.real.probe_config.ProbeConfig` field (``setting``; default:
+    the option's name): unset, its value is None and left out, so ProbeConfig's default applies and ProbeConfig alone
+    validates it. ``--help`` shows that default, read from the field when the help is written (ProbeConfig imports
+    the solvers: never at ``attnsvm``'s start)."""
+
+    def __init__(self, *args, setting: str | None = None, **kwargs):
+        super().__init__(*args, default=None, **kwargs)
+        self.setting = setting or self.name
+
+    def get_help_record(self, ctx):
+        from attnsvm.real.probe_config import ProbeConfig
+
+        default = ProbeConfig.model_fields[self.setting].default
+        if default is None:
+            return super().get_help_record(ctx)
+        before = self.default, self.show_default
+        self.default, self.show_default = default, True  # click formats it as its own default, for this record only
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.default, self.show_default = before
+
+
 @cli.command()
-@click.option("--layers", default=None, help="Comma-separated layer indices (default: all; MiniLM has 6).")
-@click.option("--heads", default=None, help="Comma-separated head indices (default: all; MiniLM has 12).")
+@click.option("--layers", cls=_Setting, help="Comma-separated layer indices (default: all; MiniLM has 6).")
+@click.option("--heads", cls=_Setting, help="Comma-separated head indices (default: all; MiniLM has 12).")
 @click.option("--sentences", "sentences_file", type=click.Path(dir_okay=False), default=None,
-              help="UTF-8 file, one sentence per line (default: English sentences shipped with Python's docs).")
-@click.option("--n-sentences", type=int, default=256, show_default=True,
+              help="UTF-8 file, one sentence per line, blank lines only at the end (default: English sentences "
+                   "shipped with Python's docs).")
+@click.option("--n-sentences", cls=_Setting, type=int,
               help="Sentences to read selections from, an integer >= 1 (corpus sentences; not with --sentences).")
-@click.option("--svm-sentences", default="48", show_default=True,
+@click.option("--svm-sentences", cls=_Setting,
               help="Sentences per head in the nuclear Gen-SVM; a comma list (e.g. 48,128,256) probes every head at "
                    "each (one row per head and m, BY over the heads at each m, column stable_verdict: the verdict "
                    "where the two largest m agree, else 'depends on sample size'; stored: a task per head and m).")
-@click.option("--threshold", type=float, default=0.1, show_default=True, help="Attention above this marks a selected token.")
-@click.option("--query", type=click.Choice(["word", "cls", "all"]), default="word", show_default=True,
+@click.option("--threshold", cls=_Setting, type=float, help="Attention above this marks a selected token.")
+@click.option("--query", cls=_Setting, type=click.Choice(["word", "cls", "all"]),
               help="Query token per sentence: a random word token, [CLS] (encoders only; decoders use word), or all: "
                    "every word token is a query (one sequence Gen-SVM per head over all of them; slower; no null "
                    "heads (spectrum or transplanted) and no verdict yet: they will be reported later).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--query-seed", type=int, default=None,
+@click.option("--seed", cls=_Setting, type=int)
+@click.option("--query-seed", cls=_Setting, type=int,
               help="Another draw of the queries on the same sentences (default: --seed): run twice to see a head's "
                    "spread over query draws.")
-@click.option("--max-length", type=int, default=None,
+@click.option("--max-length", cls=_Setting, type=int,
               help="Tokens per sentence; longer sentences are truncated (with a warning). Default: the smaller of 128 "
                    "and the model's position limit (printed).")
 @click.option("--out", default=None, help="Folder for probe.csv, probe.json, the heat map and the page probe.html; each "
@@ -306,36 +331,36 @@ class _NullKinds(click.Choice):
                                          "settings resume that folder, others get a new one).")
 @click.option("--no-store", is_flag=True,
               help="Run in this process and write nothing (no folder, no resume); not with --out.")
-@click.option("--view-sentences", type=click.IntRange(min=0), default=4, show_default=True,
+@click.option("--view-sentences", cls=_Setting, type=int,
               help="Sentences per head shown in probe.html, tokens shaded by the head's attention.")
 @click.option("--curve", default=None, hidden=True, expose_value=False, callback=_curve_removed)  # removed in 0.3
-@click.option("--null-draws", type=click.IntRange(min=0), default=None,
+@click.option("--null-draws", cls=_Setting, type=int,
               help="Null heads per head (of --null-kind; with a kind other than spectrum as many spectrum nulls too) "
-                   "behind each head's verdict (default 8; 0: no verdict). Not for --query all.")
-@click.option("--null-kind", type=_NullKinds(), default=None,
-              help="The verdict's null heads (default: sink), a kind of the registry attnsvm.real.nulls.NULLS "
+                   "behind each head's verdict (0: no verdict). Not for --query all.")
+@click.option("--null-kind", cls=_Setting, type=_NullKinds(),
+              help="The verdict's null heads, a kind of the registry attnsvm.real.nulls.NULLS "
                    "(attnsvm.real.nulls.verdict_null_kinds()). spectrum: the head's singular values, Haar-random "
                    "singular vectors; "
                    "sink: the head's own W with its query side rotated at random about the mean query (keeps its "
                    "query-independent key preference, e.g. an attention sink on [CLS], which every trained head shares and "
                    "spectrum nulls do not). With a kind other than spectrum the spectrum nulls are drawn too and "
                    "reported in spectrum_* columns.")
-@click.option("--null-stop/--no-null-stop", default=True, show_default=True,
+@click.option("--null-stop/--no-null-stop", cls=_Setting,
               help="Draw each head's verdict nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
                    "column null_stop). --no-null-stop: all --null-draws for every head.")
-@click.option("--spectrum-draws", type=click.IntRange(min=0), default=None,
+@click.option("--spectrum-draws", cls=_Setting, type=int,
               help="Spectrum nulls per head drawn beside a verdict of another --null-kind, for the descriptive "
                    "spectrum_* columns (default: as many as --null-draws; never stopped early). At large "
                    "--svm-sentences they cost about three times the sink nulls: 2 gives their mean and sd.")
-@click.option("--baseline-max-m", type=click.IntRange(min=1), default=None,
+@click.option("--baseline-max-m", cls=_Setting, type=int,
               help="Draw the secondary random-selection baseline only at SVM sentence counts m <= this (default: at "
                    "every m). At large m the baseline is most of a head's cost and answers nothing the nulls do not.")
-@click.option("--transplant-draws", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--transplant-draws", cls=_Setting, type=int,
               help="Other heads of the model applied to each head's states (transplant null: descriptive columns "
                    "transplant_*, outside the verdict; a GPT-2 head reads this layer's ln_1 output). Not for --query "
                    "all.")
-@click.option("--device", default=None,
+@click.option("--device", cls=_Setting,
               help="Torch device for the nuclear SVM solves' dense algebra, e.g. cuda (needs torch; default: numpy "
                    "on the CPU). Same certified optima.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -371,24 +396,34 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
     """
     from attnsvm.cli.probe import run_probe
 
-    if n_sentences < 1:
-        raise UserError(f"--n-sentences must be an integer >= 1, got {n_sentences}")
     if no_store and out is not None:
         raise UserError("--no-store writes nothing and --out names where to write: give one of them")
     out = _outdir(out) if out is not None else None
     svm = _int_list(svm_sentences, "--svm-sentences")
-    if not svm:
+    if svm_sentences is not None and not svm:
         raise UserError(f"--svm-sentences expects comma-separated integers, got {svm_sentences!r}")
-    text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences, out,
-                     as_json, svm_sentences=svm[0] if len(svm) == 1 else svm, threshold=threshold, query=query, seed=seed,
-                     max_length=max_length, max_memory=_max_memory(max_memory), model=model_dir,
-                     view_sentences=view_sentences, workers=workers, scheduler=scheduler,
-                     connect_timeout=connect_timeout, progress_bar=not as_json, null_draws=null_draws,
-                     transplant_draws=transplant_draws, device=device, null_stop=null_stop, null_kind=null_kind,
-                     baseline_max_m=baseline_max_m, query_seed=query_seed, spectrum_draws=spectrum_draws,
-                     store=not no_store,
-                     announce=lambda line: click.echo(printable(line), err=as_json))
+    try:  # the settings left unset are None: ProbeConfig's defaults, validated there once
+        text = run_probe(_int_list(layers, "--layers"), _int_list(heads, "--heads"), sentences_file, n_sentences,
+                         out, as_json, svm_sentences=svm[0] if svm and len(svm) == 1 else svm, threshold=threshold,
+                         query=query, seed=seed, max_length=max_length, max_memory=_max_memory(max_memory),
+                         model=model_dir, view_sentences=view_sentences, workers=workers,
+                         scheduler=scheduler, connect_timeout=connect_timeout, progress_bar=not as_json,
+                         null_draws=null_draws, transplant_draws=transplant_draws, device=device,
+                         null_stop=null_stop, null_kind=null_kind, baseline_max_m=baseline_max_m,
+                         query_seed=query_seed, spectrum_draws=spectrum_draws, store=not no_store,
+                         announce=lambda line: click.echo(printable(line), err=as_json))
+    except ValidationError as exc:
+        raise UserError(_option_named(str(exc), click.get_current_context())) from None
     click.echo(printable(text, keep="\n"))  # the text may quote names read from the model's files
+
+
+def _option_named(message: str, ctx) -> str:
+    """``message`` of a ProbeConfig setting (``"null_draws: ..."``, :func:`attnsvm.real.probe_config.probe_config`)
+    with the setting's name replaced by its option's (``"--null-draws: ..."``); other messages as they are."""
+    for p in ctx.command.params:
+        if isinstance(p, _Setting) and message.startswith(f"{p.setting}:"):
+            return p.opts[0] + message[len(p.setting):]
+    return message
 
 
 # -------------------------------------------------------------- experiments

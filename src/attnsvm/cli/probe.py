@@ -68,13 +68,14 @@ def _invisible(line: str) -> bool:
 
 
 def read_sentences(path) -> list[str]:
-    """Non-empty lines of a UTF-8 text file (``--sentences``), stripped; blank lines are skipped.
+    """The lines of a UTF-8 text file (``--sentences``), one sentence per line, stripped; blank lines (empty or
+    whitespace only) are accepted only at the end of the file (a file ending with a newline, or several).
 
     Raises :class:`ValidationError` naming ``--sentences`` and the file when it is missing,
     a folder, behind a path through a file, not UTF-8 text, larger than the memory limit
-    allows, empty (0 bytes), holds no non-empty line, a line longer than :data:`MAX_SENTENCE_CHARS`
-    characters or a line with no visible character (only control or zero-width characters, which the
-    tokenizer drops); a line is named by its number in the file (from 1).
+    allows, empty (0 bytes), holds no non-empty line, a blank line before a sentence (line i would no longer be
+    sentence i), a line longer than :data:`MAX_SENTENCE_CHARS` characters or a line with no visible character (only
+    control or zero-width characters, which the tokenizer drops); a line is named by its number in the file (from 1).
     """
     from attnsvm.npzfile import input_file, require_file_memory
 
@@ -95,11 +96,16 @@ def read_sentences(path) -> list[str]:
         raise ValidationError(f"--sentences: {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                               f"{exc.start}); expected one sentence per line in UTF-8") from None
     del raw
-    sentences = []
+    sentences, blank = [], None  # blank: the number of the first blank line since the last sentence
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
+            blank = blank or number
             continue
+        if blank is not None:
+            raise ValidationError(f"--sentences: line {blank} of {path!r} is blank, before the sentence on line "
+                                  f"{number}; expected one sentence per line (blank lines only at the end of the "
+                                  "file): remove it")
         if len(line) > MAX_SENTENCE_CHARS:
             raise ValidationError(f"--sentences: line {number} of {path!r} has {len(line)} characters; a sentence may "
                                   f"have at most {MAX_SENTENCE_CHARS} (the probe reads at most --max-length tokens of "
@@ -192,12 +198,12 @@ def default_store(config, root: str = STORE_ROOT) -> tuple[str, str]:
     return folder, line
 
 
-def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, out: str | None = None,
-              as_json: bool = False, *, svm_sentences: int = 48, threshold: float = 0.1, query: str = "word",
-              seed: int = 0, max_length: int | None = None, progress=None, max_memory=None, model=None,
-              view_sentences: int = 4, workers: int | None = None, scheduler: str | None = None,
+def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None = None, out: str | None = None,
+              as_json: bool = False, *, svm_sentences=None, threshold: float | None = None, query: str | None = None,
+              seed: int | None = None, max_length: int | None = None, progress=None, max_memory=None, model=None,
+              view_sentences: int | None = None, workers: int | None = None, scheduler: str | None = None,
               connect_timeout: float = 20.0, progress_bar: bool = False, null_draws: int | None = None,
-              transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
+              transplant_draws: int | None = None, device: str | None = None, null_stop: bool | None = None,
               null_kind: str | None = None, baseline_max_m: int | None = None,
               query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False,
               announce=None, store_root: str = STORE_ROOT) -> str:
@@ -207,7 +213,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     ----------
     layers, heads : lists of indices (None: all 6 layers, all 12 heads)
     sentences : None (English sentences from the stdlib documentation), a list of str,
-        or a path to a UTF-8 text file with one sentence per line (empty lines skipped)
+        or a path to a UTF-8 text file with one sentence per line (:func:`read_sentences`: blank lines only at the
+        end)
     n_sentences : sentences drawn when ``sentences`` is None
     out : optional directory: writes ``probe.csv``, ``probe.json``, the heat map
         ``probe_heatmap.png/.pdf`` and the page ``probe.html`` (:mod:`attnsvm.real.probe_view`) there.
@@ -219,9 +226,10 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
-    null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m : the fields of those names of
-        :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; ``null_draws`` 0: no verdict; ``query="all"``
-        draws no null heads)
+    n_sentences, svm_sentences, threshold, query, seed, view_sentences, transplant_draws, null_draws, null_kind,
+    null_stop, spectrum_draws, query_seed, baseline_max_m, device : the fields of those names of
+        :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; every setting validated there, before the
+        model loads; ``null_draws`` 0: no verdict; ``query="all"`` draws no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
         ``transplant_*``, outside the verdict; :func:`attnsvm.real.nulls.transplant_heads`)
     device : None or a torch device such as "cuda" for the nuclear solves (``device`` of
@@ -246,23 +254,23 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     from attnsvm.real.probe_config import probe_config
     from attnsvm.real.sentences import check_seed
 
-    check_seed(seed)
+    # the probe's settings, defaulted and validated once (attnsvm.real.probe_config) before any work; unset: None
+    given = dict(n_sentences=n_sentences, svm_sentences=svm_sentences, query=query, threshold=threshold, seed=seed,
+                 max_length=max_length, view_sentences=view_sentences, transplant_draws=transplant_draws,
+                 device=device, null_stop=null_stop, baseline_max_m=baseline_max_m, query_seed=query_seed,
+                 spectrum_draws=spectrum_draws, null_kind=null_kind, null_draws=null_draws)
+    settings = probe_config(**{k: v for k, v in given.items() if v is not None})
+    check_seed(settings.seed)
     sentences = _checked(sentences, out, max_memory, device, (scheduler or (workers is not None and workers != 1))
                          and not out and not store)
     loaded = resolve_model(model, max_memory)  # loaded once: the default max_length needs its position limit
     length_note = (f"max_length {loaded.probe_max_length(max_length)} tokens per sentence"
                    + (f" (default: the smaller of 128 and the model's position limit {loaded.max_length})"
                       if max_length is None else ""))
-    # the probe's settings, defaulted and validated once (attnsvm.real.probe_config), for both paths below
-    config = probe_config(sentences=sentences, n_sentences=n_sentences, svm_sentences=svm_sentences,
-                          layers=check_indices(layers, loaded.n_layers, "layers"),
-                          heads=check_indices(heads, loaded.n_heads, "heads"), query=query, threshold=threshold,
-                          seed=seed, max_length=loaded.probe_max_length(max_length), view_sentences=view_sentences,
-                          model=None if model is None else loaded.path, transplant_draws=transplant_draws,
-                          device=device, null_stop=bool(null_stop), baseline_max_m=baseline_max_m,
-                          query_seed=query_seed, spectrum_draws=spectrum_draws,
-                          **({} if null_kind is None else {"null_kind": null_kind}),
-                          **({} if null_draws is None else {"null_draws": null_draws}))
+    # with what the model resolves (sentences, layers, heads, max_length), for both paths below
+    config = probe_config(settings, sentences=sentences, layers=check_indices(layers, loaded.n_layers, "layers"),
+                          heads=check_indices(heads, loaded.n_heads, "heads"),
+                          max_length=loaded.probe_max_length(max_length), model=None if model is None else loaded.path)
     if store and not out:  # the default folder, named by the settings: the same command resumes it
         out, line = default_store(config, store_root)
         check_outputs(out)

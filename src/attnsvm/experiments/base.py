@@ -8,7 +8,8 @@ An :class:`Experiment` reproduces one figure or claim of the papers:
   by a stable key and the seeds it covers). Finished tasks are stored one by one,
   so an interrupted sweep resumes where it stopped.
 * ``run_task(config, task)``: returns a tidy :class:`pandas.DataFrame` (one row per
-  run x checkpoint or per instance).
+  run x checkpoint or per instance). An experiment with ``takes_max_memory = True`` is called
+  ``run_task(config, task, max_memory=...)`` with the run's memory limit and passes it on itself.
 * ``plot(config, table, outdir)``: writes PNG and PDF figures, returns their paths.
 * ``checks(config, table)``: the paper's claims as :class:`Check` (a measured
   number, a threshold, a verdict).
@@ -65,6 +66,10 @@ class Experiment:
     requires: ClassVar[tuple[str, ...]] = ()
     #: how to install them
     install_hint: ClassVar[str] = ""
+    #: True: the runner calls ``run_task(config, task, max_memory=...)`` with the run's ``--max-memory`` (bytes, or
+    #: None: the package limit) and the task passes it to every check itself; False: the runner makes that limit
+    #: the package's (``$ATTNSVM_MAX_MEMORY``) while the task runs (:func:`attnsvm.runner.tasks.execute_task`)
+    takes_max_memory: ClassVar[bool] = False
 
     def missing(self) -> list[str]:
         """The required packages that cannot be imported here."""

@@ -5,10 +5,12 @@ process), the stored probe's tasks (:mod:`attnsvm.experiments.real.probe_run`, r
 ``attnsvm probe`` (which builds it from its options). A setting is defaulted and checked here only; the
 steps below it take the validated values.
 
-What is *not* a setting: the memory limit (``max_memory``, a property of the machine, passed explicitly to
-both paths and never part of a stored probe's identity), a progress callback, and a loaded model object
-(``model`` here is a directory or None; :func:`attnsvm.real.probe.probe_heads` also takes a loaded
-:class:`~attnsvm.real.pretrained.PretrainedTransformer` beside the config).
+What is *not* a setting: the memory limit (``max_memory``, a property of the machine, passed explicitly on
+both paths: an argument of :func:`~attnsvm.real.probe.probe_heads`, and handed by the runner to each stored
+task's ``run_task``, never through ``$ATTNSVM_MAX_MEMORY``; never part of a stored probe's identity), a progress
+callback, and a loaded model object (``model`` here is a directory or None;
+:func:`attnsvm.real.probe.probe_heads` also takes a loaded :class:`~attnsvm.real.pretrained.PretrainedTransformer`
+beside the config).
 """
 
 from __future__ import annotations

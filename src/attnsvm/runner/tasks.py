@@ -1,8 +1,11 @@
 """One task run where it is sent (this process, a pool worker, a Dask worker): :func:`execute_task`.
 
-While a task runs, the process uses one BLAS and one torch thread, the package's memory limit is the run's
-``--max-memory``, and a task that ends with ``SystemExit`` or its own ``KeyboardInterrupt`` is that task's failure
-(:class:`TaskAborted`), while Ctrl-C still interrupts the sweep. Each setting of the host is restored afterwards.
+While a task runs, the process uses one BLAS and one torch thread, the run's ``--max-memory`` reaches the task
+(passed to ``run_task`` as ``max_memory`` when the experiment takes it,
+:attr:`attnsvm.experiments.base.Experiment.takes_max_memory`; else made the package's limit,
+``$ATTNSVM_MAX_MEMORY``, while the task runs), and a task that ends with ``SystemExit`` or its own
+``KeyboardInterrupt`` is that task's failure (:class:`TaskAborted`), while Ctrl-C still interrupts the sweep.
+Each setting of the host is restored afterwards.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
+from functools import partial
 
 import pandas as pd
 
@@ -48,8 +52,8 @@ def one_thread():
 
 @contextmanager
 def _memory_limit(limit):
-    """Make ``limit`` (bytes, or None: unchanged) the package's memory limit while a task runs,
-    so the solvers' own checks inside the task use the same ``--max-memory``."""
+    """Make ``limit`` (bytes, or None: unchanged) the package's memory limit while a task of an experiment that
+    does not take ``max_memory`` runs, so the solvers' own checks inside the task use the same ``--max-memory``."""
     from attnsvm.memory import ENV_VAR
 
     if limit is None:
@@ -97,6 +101,9 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
                  max_memory: int | None = None) -> pd.DataFrame | None:
     """Run one task (module-level, so Dask can ship it to any worker with the experiment object).
 
+    ``max_memory`` (bytes, or None: the package limit): passed to ``run_task`` when the experiment takes it
+    (:attr:`attnsvm.experiments.base.Experiment.takes_max_memory`), else the package's limit while the task runs.
+
     Returns ``None`` without computing when ``shard_path`` already holds a readable shard
     (a task resubmitted by Dask after a worker died, whose result is already stored).
     A task that raises ``SystemExit``, its own ``KeyboardInterrupt`` (not a SIGINT: Ctrl-C still interrupts) or
@@ -106,9 +113,11 @@ def execute_task(experiment, config_json: dict, task: Task, shard_path: str | No
         return None
     name = experiment.name
     config = experiment.Config(**config_json)
-    with _memory_limit(max_memory), one_thread(), _sigint_watch() as seen:
+    explicit = getattr(experiment, "takes_max_memory", False)  # the limit passed on, no environment variable set
+    run = partial(experiment.run_task, max_memory=max_memory) if explicit else experiment.run_task
+    with _memory_limit(None if explicit else max_memory), one_thread(), _sigint_watch() as seen:
         try:
-            table = experiment.run_task(config, task)
+            table = run(config, task)
         except Exception:
             raise
         except BaseException as exc:

@@ -65,10 +65,10 @@ def _statistic_key(config, task: ProbeTask) -> tuple:
     return hashlib.sha256(config.model_dump_json().encode()).hexdigest(), task.layer, task.head, task.m
 
 
-def _solver(config) -> dict:
+def _solver(config, max_memory) -> dict:
     from attnsvm.real.probe import solver_options
 
-    return solver_options(None, config.device)
+    return solver_options(max_memory, config.device)
 
 
 def _probe_task(params: dict) -> ProbeTask:
@@ -83,29 +83,35 @@ class ProbeRun(RealMinilmHeads):
     title = "Probe: do the heads' key-query matrices point along the nuclear-norm SVM of their own selections?"
     Config = ProbeConfig
     quick = {}
+    takes_max_memory = True  # the run's --max-memory reaches the forward pass and every SVM as an argument
 
     def tasks(self, config):
         return [Task(t.key, 1, {"layer": t.layer, "head": t.head, "m": t.m, "part": t.part, "several": t.several})
                 for t in probe_tasks(config)]
 
-    def run_task(self, config, task):
+    def run_task(self, config, task, max_memory=None):
         """A head task: the head's row (:func:`attnsvm.real.probe_tasks.head_rows`, ``part`` "head"), plus
         ``view_support``: its SVM's support tokens in the first ``view_sentences`` sentences as JSON (for
         probe.html; "[]" without an SVM) and ``seconds_svm``. A null task: one row per null head
-        (:func:`attnsvm.real.probe_tasks.null_rows`, ``part`` "null")."""
+        (:func:`attnsvm.real.probe_tasks.null_rows`, ``part`` "null").
+
+        ``max_memory``: the run's memory limit (bytes; None: the package limit), handed by the runner
+        (:attr:`takes_max_memory`) and passed to the model's loading, the forward pass and every SVM, as
+        :func:`attnsvm.real.probe.probe_heads` passes its own."""
         import pandas as pd
 
         from attnsvm.real.probe_steps import layer_selections, row_statistic
         from attnsvm.real.probe_tasks import head_rows, null_rows, setup_of
 
         t = _probe_task(task.params)
-        setup = setup_of(config, layers=[t.layer], heads=[t.head])
+        setup = setup_of(config, layers=[t.layer], heads=[t.head], max_memory=max_memory)
+        solver = _solver(config, max_memory)
         ls = layer_selections(setup, t.layer)
         if t.part == "null":
             real = _STATISTIC.pop(_statistic_key(config, t), None)
-            return pd.DataFrame(null_rows(config, setup, t, ls.sel[0], _solver(config), real))
+            return pd.DataFrame(null_rows(config, setup, t, ls.sel[0], solver, real))
         t0 = time.perf_counter()
-        row, sup = head_rows(config, setup, t, ls.sel[0], ls.stats[0], _solver(config))
+        row, sup = head_rows(config, setup, t, ls.sel[0], ls.stats[0], solver)
         t_svm = time.perf_counter() - t0 if sup is not None else 0.0
         if sup is not None and config.has_nulls and config.null_stop:  # for its null task, if it runs next here
             if len(_STATISTIC) > 4096:
