@@ -33,8 +33,10 @@ def start(tree: str, xml: str, log: str, pytest_args: list[str]) -> tuple[subpro
     """Start ``python -m pytest`` in ``tree`` on ``tree/src`` writing JUnit XML to ``xml``; (process, start time)."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}", *pytest_args]
     with open(log, "w") as fh:
+        # a session of its own: a test that signals its process group (the runner's hostile tests) reaches only
+        # its own suite, not the other one running beside it
         proc = subprocess.Popen(cmd, cwd=tree, env=child_env(os.path.join(tree, "src")), stdout=fh,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=True)
     return proc, time.perf_counter()
 
 
