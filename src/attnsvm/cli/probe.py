@@ -201,7 +201,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
               transplant_draws: int = 0, device: str | None = None, null_stop: bool = True,
               null_kind: str | None = None, baseline_max_m: int | None = None,
               query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False,
-              announce=None, store_root: str = STORE_ROOT) -> str:
+              statistic: str | None = None, announce=None, store_root: str = STORE_ROOT) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -220,7 +220,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
     workers, scheduler, connect_timeout : share the heads among N local worker processes or the
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
-    null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m : the fields of those names of
+    null_draws, null_kind, null_stop, spectrum_draws, query_seed, baseline_max_m, statistic : the fields of those names of
         :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; ``null_draws`` 0: no verdict; ``query="all"``
         and ``curve`` draw no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
@@ -263,6 +263,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int = 256, o
                           device=device, null_stop=bool(null_stop), baseline_max_m=baseline_max_m,
                           query_seed=query_seed, spectrum_draws=spectrum_draws,
                           **({} if null_kind is None else {"null_kind": null_kind}),
+                          **({} if statistic is None else {"statistic": statistic}),
                           **({} if null_draws is None else {"null_draws": null_draws}))
     if store and not out:  # the default folder, named by the settings: the same command resumes it
         out, line = default_store(config, store_root)

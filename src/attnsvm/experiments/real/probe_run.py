@@ -110,7 +110,7 @@ class ProbeRun(RealMinilmHeads):
         if sup is not None and config.has_nulls and config.null_stop:  # for its null task, if it runs next here
             if len(_STATISTIC) > 4096:
                 _STATISTIC.clear()
-            _STATISTIC[_statistic_key(config, t)] = row_statistic(row)
+            _STATISTIC[_statistic_key(config, t)] = row_statistic(row, config.statistic)
         out = pd.DataFrame([row])
         k = min(config.view_sentences, len(setup.sentences))
         out["view_support"] = json.dumps(np.asarray(sup[:k], bool).tolist() if sup is not None else [])
