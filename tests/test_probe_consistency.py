@@ -237,3 +237,17 @@ def test_stored_null_rows_with_and_without_their_margin_ratio_combine(with_ratio
         assert cr["p_note"].str.contains("no margin-ratio p-value").all()
         assert (mr["verdict"] == "not distinguishable").all()
         assert mr["verdict_reason"].str.contains("no margin-ratio p-value and no verdict on it").all()
+
+
+def test_the_cli_offers_every_statistic_and_refuses_others():
+    """``attnsvm probe --statistic`` offers exactly :data:`attnsvm.real.verdict.STATISTICS` (its choices are spelled
+    out in the CLI, which imports nothing of attnsvm.real at start) and refuses another in one line, exit 2."""
+    from click.testing import CliRunner
+
+    from attnsvm.cli import cli
+    from attnsvm.real.verdict import STATISTICS
+
+    opt = next(p for p in cli.commands["probe"].params if p.name == "statistic")
+    assert tuple(opt.type.choices) == STATISTICS
+    r = CliRunner().invoke(cli, ["probe", "--no-store", "--statistic", "corr"])
+    assert r.exit_code == 2 and "'corr' is not one of" in r.output

@@ -374,7 +374,8 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
 
     For each layer and head: W_h from the key and query weights, the tokens the head
     selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
-    correlation of W_h with it against null heads (by default sink nulls, which keep the
+    correlation of W_h with it (or, with --statistic margin_ratio, the head's own margin on its
+    selections over the SVM's) against null heads (by default sink nulls, which keep the
     head's attention sink; spectrum nulls beside them) for a verdict per head: beyond
     null / not distinguishable / below null / no SVM, Benjamini-Yekutieli over the probed
     heads; with several --svm-sentences also a stable verdict across them. Secondary:
