@@ -251,3 +251,21 @@ def test_the_cli_offers_every_statistic_and_refuses_others():
     assert tuple(opt.type.choices) == STATISTICS
     r = CliRunner().invoke(cli, ["probe", "--no-store", "--statistic", "corr"])
     assert r.exit_code == 2 and "'corr' is not one of" in r.output
+
+
+def test_the_printed_table_shows_the_verdicts_statistic_beside_its_nulls_mean():
+    """With statistic="margin_ratio" the printed table's columns put ``statistic`` and ``margin_ratio`` right before
+    ``null_mean`` (the nulls' mean of the margin ratio) and corr_restricted after the verdict; the default's are as
+    before."""
+    from attnsvm.real.probe_config import ProbeConfig
+    from attnsvm.real.probe_tasks import combine
+    from attnsvm.real.probe_view import main_columns
+
+    stored = pd.DataFrame(_stored(0, with_ratio=True) + _stored(1, with_ratio=True))
+    cols = {s: main_columns(combine(ProbeConfig(layers=[3], heads=[0, 1], null_draws=4, svm_sentences=8,
+                                                n_sentences=16, statistic=s, null_stop=False), stored))
+            for s in ("corr_restricted", "margin_ratio")}
+    assert cols["corr_restricted"] == ["layer", "head", "corr_restricted", "null_mean", "p_upper", "q_upper", "verdict",
+                                       "margin_ratio", "corr_random_restricted", "svm_status"]
+    assert cols["margin_ratio"] == ["layer", "head", "statistic", "margin_ratio", "null_mean", "p_upper", "q_upper",
+                                    "verdict", "corr_restricted", "corr_random_restricted", "svm_status"]

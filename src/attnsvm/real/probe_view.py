@@ -684,13 +684,19 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
 def main_columns(table) -> list:
     """The columns a probe's table is read by, in order (the plain-text table of ``attnsvm probe`` and the notebook
     view): with null heads the verdict first and the random-selection baseline after it, else the agreement and
-    the baseline; only those ``table`` has."""
+    the baseline; only those ``table`` has. A verdict on another statistic than corr_restricted (:func:`statistic_of`)
+    shows ``statistic`` and that statistic right before ``null_mean`` (its nulls' mean), and corr_restricted after
+    the verdict (descriptive then)."""
     names = (("layer", "head", "m", "mean_selected", "sel_first", "corr_restricted", "null_mean", "spectrum_mean",
-              "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "p_margin_ratio",
-              "corr_random_restricted", "svm_status",
+              "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "corr_random_restricted", "svm_status",
               "svm_gap") if "verdict" in table.columns else
              ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
               "advantage", "svm_status", "svm_gap"))
+    stat = statistic_of(table, {}) if "verdict" in table.columns else "corr_restricted"
+    if stat != "corr_restricted":  # the verdict's statistic beside its nulls' mean, and which it is
+        names = tuple(c for c in names if c not in (stat, "corr_restricted"))
+        i = names.index("null_mean")
+        names = names[:i] + ("statistic", stat) + names[i:i + 6] + ("corr_restricted",) + names[i + 6:]
     return [c for c in names if c in table.columns]
 
 
