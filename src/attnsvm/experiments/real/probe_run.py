@@ -161,6 +161,7 @@ class ProbeRun(RealMinilmHeads):
                 + (" (fewer where no further draw can change any verdict)"
                    if config.has_nulls and config.null_stop and config.null_draws else "")
                 + (f" ({NULLS[config.null_kind].summary})" if config.has_nulls and config.null_draws else "")
+                + (f", the verdict on {config.statistic}" if config.has_nulls and config.null_draws else "")
                 + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
                    if config.has_nulls and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
