@@ -230,7 +230,7 @@ def test_stored_null_rows_with_and_without_their_margin_ratio_combine(with_ratio
     assert np.isfinite(cr["p_upper"]).all() and cr["verdict"].tolist() == ["not distinguishable", "beyond null"]
     if with_ratio:
         assert np.isfinite(cr["p_margin_ratio"]).all() and np.allclose(mr["p_upper"], cr["p_margin_ratio"])
-        assert (mr["p_method"] == P_METHOD_LOG).all() and (mr["p_note"] == "").all()
+        assert (mr["p_method"] == P_METHOD_LOG).all() and (mr["p_note"] == "none").all()
         assert mr["verdict"].tolist() == ["beyond null", "beyond null"]  # head 0: beyond in its margin only
     else:
         assert cr["p_margin_ratio"].isna().all() and mr["p_upper"].isna().all()

@@ -243,7 +243,7 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     ``verdict_reason``, ``null_mean, null_sd, z_null`` (descriptive), ``n_null`` (certified draws used),
     ``n_null_dropped``, ``null_kind`` ("spectrum" or "sink"), ``statistic`` (the verdict's), ``p_method``,
     ``p_margin_ratio`` (the margin ratio's upper p-value, whatever the statistic), ``p_note`` (what the p-values could
-    not do, in words; "" when nothing), ``structured_mean``, ``null_seconds``, ``selected_all``;
+    not do, in words; "none" when nothing), ``structured_mean``, ``null_seconds``, ``selected_all``;
     with transplanted heads also :func:`attnsvm.real.verdict.transplant_columns` (``transplant_mean``, ...).
 
     The steps are the functions of :mod:`attnsvm.real.probe_steps`: one forward pass

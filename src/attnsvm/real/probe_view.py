@@ -60,7 +60,7 @@ import numpy as np
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 from attnsvm.real.nulls import NULLS
-from attnsvm.real.verdict import DEPENDS, STABLE_VERDICTS, no_svm_reason
+from attnsvm.real.verdict import DEPENDS, NO_NOTE, STABLE_VERDICTS, no_svm_reason
 
 __all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "STABLE_MARKS", "SHARES", "head_mark", "head_verdicts",
            "share_items", "null_kind_of", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
@@ -820,7 +820,7 @@ def head_reason(r) -> str:
 def _margin_missing(r) -> str:
     """Why a head has no margin-ratio p-value, in words (its ``p_note``, else the usual reasons)."""
     note = r.get("p_note")
-    if isinstance(note, str) and note.strip():
+    if isinstance(note, str) and note.strip() and note != NO_NOTE:
         return note.strip()
     return "no certified SVM, or fewer than 3 null heads with a margin ratio"
 

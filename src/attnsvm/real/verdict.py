@@ -38,6 +38,8 @@ STATISTICS = ("corr_restricted", "margin_ratio")
 P_METHOD_LOG = "predictive t on log(margin_ratio)"
 #: the p-value method where a margin ratio is <= 0 (no log): the exact Monte Carlo ranks of :func:`mc_pvalues`
 P_METHOD_RANKS = "exact Monte Carlo ranks"
+#: ``p_note`` where the p-values have nothing to note (a word, not "": an empty string reads back from CSV as NaN)
+NO_NOTE = "none"
 
 
 def check_statistic(statistic: str) -> str:
@@ -283,8 +285,8 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
     :func:`attnsvm.real.layer.margin_ratio` (None: ``real`` when ``statistic`` is "margin_ratio", else unknown):
     whatever the statistic, the row also has ``p_margin_ratio``, the upper margin-ratio p-value of
     :func:`statistic_pvalues` (before multiple testing; NaN where it has none), and ``p_note``: words on what the
-    p-values could not do ("" when nothing): a ratio <= 0 (ranks instead of the t), or draws without a margin
-    ratio (stored before null heads recorded one: no margin-ratio p-value).
+    p-values could not do (:data:`NO_NOTE` when nothing): a ratio <= 0 (ranks instead of the t), or draws without a margin
+    ratio (stored before null heads recorded one: no margin-ratio p-value); :data:`NO_NOTE` when nothing.
 
     ``planned``: the verdict draws the probe asked for (None: as many as given). With it the row also has
     ``null_planned`` and ``null_stop``: "all drawn", or why the draws stopped early (:func:`stop_reason` at
@@ -337,7 +339,7 @@ def null_columns(real: float, spectrum: list, structured: list | None = None, pl
             "n_null_dropped": int((~ok).sum()), "null_kind": str(kind),
             "structured_mean": float(sv.mean()) if sv.size else float("nan"),
             "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])),
-            "p_margin_ratio": float(p_mr), "p_note": "; ".join(notes), **stop}
+            "p_margin_ratio": float(p_mr), "p_note": "; ".join(notes) or NO_NOTE, **stop}
 
 
 def reference_columns(kind: str, draws: list) -> dict:
@@ -489,8 +491,8 @@ def add_verdict(table, level: float = LEVEL):
     t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
                                                  selected_all=sel_all, level=level)
     if "p_note" in t.columns:  # what the p-values could not do (null_columns), in words beside the verdict
-        note = t["p_note"].fillna("").astype(str)
-        has = (note != "") & (t["verdict"] != "no SVM")
+        note = t["p_note"].fillna(NO_NOTE).astype(str)
+        has = ~note.isin(["", NO_NOTE]) & (t["verdict"] != "no SVM")
         t.loc[has, "verdict_reason"] = t.loc[has, "verdict_reason"] + "; " + note[has]
     if "null_reach_upper" in t.columns:  # null draws that stopped early: prove the verdicts are the full ones
         open_ = stop_undetermined(t["p_upper"].to_numpy(float), t["null_reach_upper"].to_numpy(float), level) | \
