@@ -76,11 +76,12 @@ def plant_sink(inp: LayerInputs, W: np.ndarray, c: float, bilinear: bool = False
 
 
 def judge(setup, positions, kind: str, sink: float = 0.0, planted: dict | None = None,
-          bilinear: bool = False) -> pd.DataFrame:
+          bilinear: bool = False, statistic: str = "corr_restricted") -> pd.DataFrame:
     """Each head at ``positions`` (its W ``planted[(m, l, h)]`` where given, else the model's; plus ``sink`` times the
     planted sink, :func:`plant_sink` with ``bilinear``) against ``DRAWS`` nulls of ``kind`` at each m of :data:`MS`,
-    selecting by its own attention; BY over the heads at each m. ``sink_logit``: the mean over queries of position
-    0's score minus the mean candidate's, less the unplanted head's (the planted sink's advantage)."""
+    selecting by its own attention; BY over the heads at each m, the verdict on ``statistic``. ``sink_logit``: the
+    mean over queries of position 0's score minus the mean candidate's, less the unplanted head's (the planted sink's
+    advantage)."""
     tables = []
     for m in MS:
         rows = []
@@ -92,7 +93,7 @@ def judge(setup, positions, kind: str, sink: float = 0.0, planted: dict | None =
                 inp, W = plant_sink(inp, W, sink, bilinear)
             sel = own_selection(inp.scores(W), inp.cand, THRESHOLD)
             r = head_against_nulls(inp, W, np.ones(m, int), seed=0, layer=l, head=h, draws=DRAWS,
-                                   threshold=THRESHOLD, kind=kind)
+                                   threshold=THRESHOLD, kind=kind, statistic=statistic)
             rows.append({"m": m, "layer": l, "head": h, "selects_first": float(sel[:, 0].mean()),
                          "sink_logit": _lead(inp, W) - lead, **query_split(W, inp.X, inp.Z, inp.cand), **r})
         tables.append(add_verdict(pd.DataFrame(rows)))
@@ -157,6 +158,27 @@ def test_sink_null_p_values_are_uniform_with_and_without_a_planted_sink(random_s
     stable = stable_verdicts(t).drop_duplicates(["layer", "head"])["stable_verdict"]
     print(f"{family}, planted sink {sink}: stable verdicts {stable.value_counts().to_dict()}")
     assert (stable == "not distinguishable").mean() >= 0.8, stable.value_counts().to_dict()
+
+
+@pytest.mark.parametrize("sink", [0.0, SINK], ids=["random", "random+sink"])
+def test_margin_ratio_verdict_is_calibrated_with_and_without_a_planted_sink(random_setup, sink):
+    """statistic="margin_ratio" (the predictive t on log(margin_ratio)) against the sink null: on the random heads and
+    the sink-plus-random heads (both one more draw of their sink null) the p-values are uniform at both m and at most
+    one head per m is called beyond null (a stray false call at FDR 0.05)."""
+    from attnsvm.real.verdict import P_METHOD_LOG
+
+    setup = random_setup("bert")
+    t = judge(setup, positions(setup), "sink", sink, statistic="margin_ratio")
+    for m, g in t.groupby("m"):
+        p = g["p_upper"].to_numpy(float)
+        ks = stats.kstest(p, "uniform").pvalue
+        print(f"\nmargin_ratio, planted sink {sink}, m = {m}: KS p {ks:.3f}, beyond "
+              f"{int((g.verdict == 'beyond null').sum())}, margin_ratio {g.margin_ratio.mean():.4f} vs null "
+              f"{g.null_mean.mean():.4f}")
+        assert (g["statistic"] == "margin_ratio").all() and (g["p_method"] == P_METHOD_LOG).all()
+        assert np.isfinite(p).all() and np.array_equal(p, g["p_margin_ratio"].to_numpy(float))
+        assert ks > 0.01, m
+        assert (g["verdict"] == "beyond null").sum() <= 1, m
 
 
 def test_spectrum_null_flags_sink_plus_random_heads(random_setup):

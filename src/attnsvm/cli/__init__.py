@@ -345,6 +345,11 @@ class _Setting(click.Option):
                    "query-independent key preference, e.g. an attention sink on [CLS], which every trained head shares and "
                    "spectrum nulls do not). With a kind other than spectrum the spectrum nulls are drawn too and "
                    "reported in spectrum_* columns.")
+@click.option("--statistic", cls=_Setting, type=click.Choice(["corr_restricted", "margin_ratio"]),
+              help="What the verdict compares each head with its null heads by. "
+                   "margin_ratio: the head's own margin on its selections over the SVM's, both per unit nuclear norm "
+                   "(predictive t on its log; consistent as --svm-sentences grows, blind to heads whose attention "
+                   "falls off gradually). The margin ratio's p-value is reported either way (p_margin_ratio).")
 @click.option("--null-stop/--no-null-stop", cls=_Setting,
               help="Draw each head's verdict nulls one at a time and stop once no further draw could change any "
                    "head's verdict (a proven bound; none for a head without a certified SVM; the row says why, "
@@ -378,14 +383,15 @@ class _Setting(click.Option):
 @click.option("--connect-timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for the Dask scheduler before giving up with an error.")
 def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, query, seed, query_seed, max_length, out,
-          no_store, view_sentences, null_draws, null_kind, null_stop, spectrum_draws, baseline_max_m,
+          no_store, view_sentences, null_draws, null_kind, statistic, null_stop, spectrum_draws, baseline_max_m,
           transplant_draws, device,
           as_json, max_memory, model_dir, workers, scheduler, connect_timeout):
     """Probe a pretrained model's attention heads (default: MiniLM) against the max-margin picture.
 
     For each layer and head: W_h from the key and query weights, the tokens the head
     selects on real sentences, the nuclear-norm Gen-SVM for those selections, and the
-    correlation of W_h with it against null heads (by default sink nulls, which keep the
+    correlation of W_h with it (or, with --statistic margin_ratio, the head's own margin on its
+    selections over the SVM's) against null heads (by default sink nulls, which keep the
     head's attention sink; spectrum nulls beside them) for a verdict per head: beyond
     null / not distinguishable / below null / no SVM, Benjamini-Yekutieli over the probed
     heads; with several --svm-sentences also a stable verdict across them. Secondary:
@@ -410,7 +416,7 @@ def probe(layers, heads, sentences_file, n_sentences, svm_sentences, threshold, 
                          scheduler=scheduler, connect_timeout=connect_timeout, progress_bar=not as_json,
                          null_draws=null_draws, transplant_draws=transplant_draws, device=device,
                          null_stop=null_stop, null_kind=null_kind, baseline_max_m=baseline_max_m,
-                         query_seed=query_seed, spectrum_draws=spectrum_draws, store=not no_store,
+                         query_seed=query_seed, spectrum_draws=spectrum_draws, store=not no_store, statistic=statistic,
                          announce=lambda line: click.echo(printable(line), err=as_json))
     except ValidationError as exc:
         raise UserError(_option_named(str(exc), click.get_current_context())) from None

@@ -206,7 +206,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None =
               transplant_draws: int | None = None, device: str | None = None, null_stop: bool | None = None,
               null_kind: str | None = None, baseline_max_m: int | None = None,
               query_seed: int | None = None, spectrum_draws: int | None = None, store: bool = False,
-              announce=None, store_root: str = STORE_ROOT) -> str:
+              statistic: str | None = None, announce=None, store_root: str = STORE_ROOT) -> str:
     """Probe a model's heads (default: the shipped MiniLM) and return the text to print.
 
     Parameters
@@ -227,7 +227,7 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None =
         workers of a Dask scheduler (as :func:`attnsvm.runner.run_experiment`; need ``out`` or ``store``)
     progress_bar : show the runner's progress bar over the heads (with ``out`` or ``store``)
     n_sentences, svm_sentences, threshold, query, seed, view_sentences, transplant_draws, null_draws, null_kind,
-    null_stop, spectrum_draws, query_seed, baseline_max_m, device : the fields of those names of
+    null_stop, spectrum_draws, query_seed, baseline_max_m, device, statistic : the fields of those names of
         :class:`attnsvm.real.probe_config.ProbeConfig` (None: its default; every setting validated there, before the
         model loads; ``null_draws`` 0: no verdict; ``query="all"`` draws no null heads)
     transplant_draws : other heads of the model transplanted onto each head's states (descriptive columns
@@ -258,7 +258,8 @@ def run_probe(layers=None, heads=None, sentences=None, n_sentences: int | None =
     given = dict(n_sentences=n_sentences, svm_sentences=svm_sentences, query=query, threshold=threshold, seed=seed,
                  max_length=max_length, view_sentences=view_sentences, transplant_draws=transplant_draws,
                  device=device, null_stop=null_stop, baseline_max_m=baseline_max_m, query_seed=query_seed,
-                 spectrum_draws=spectrum_draws, null_kind=null_kind, null_draws=null_draws)
+                 spectrum_draws=spectrum_draws, null_kind=null_kind, null_draws=null_draws,
+                 statistic=statistic)
     settings = probe_config(**{k: v for k, v in given.items() if v is not None})
     check_seed(settings.seed)
     sentences = _checked(sentences, out, max_memory, device, (scheduler or (workers is not None and workers != 1))

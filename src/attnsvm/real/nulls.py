@@ -87,8 +87,8 @@ from typing import Callable
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.layer import LayerInputs, corr, summary
-from attnsvm.real.verdict import null_columns
+from attnsvm.real.layer import LayerInputs, corr, margin_ratio, summary
+from attnsvm.real.verdict import check_statistic, null_columns
 
 @dataclass(frozen=True)
 class NullKind:
@@ -443,8 +443,10 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
 
     Returns
     -------
-    list of dicts ``{"draw", "kind", "status", "corr_restricted", "mean_selected", "seconds"}``; a draw
-    whose SVM is not certified (or selects every candidate, W = 0) has ``corr_restricted`` NaN (dropped).
+    list of dicts ``{"draw", "kind", "status", "corr_restricted", "margin_ratio", "mean_selected", "seconds"}``
+    (``margin_ratio``: :func:`attnsvm.real.layer.margin_ratio` of the null's W on its own selections against their
+    SVM, exactly as the probe computes the head's); a draw whose SVM is not certified (or selects every candidate,
+    W = 0) has both NaN (dropped).
     """
     if kind not in NULLS:
         raise ValidationError(f"kind must be one of {tuple(NULLS)}, got {kind!r}")
@@ -473,14 +475,16 @@ def null_heads(inputs: LayerInputs, W_h: np.ndarray, sizes: np.ndarray, *, seed:
 
 def _bilinear_draw(inputs: LayerInputs, Wr: np.ndarray, sizes, threshold, solver_options) -> dict:
     """One bilinear head ``Wr (D, D)`` on the layer's SVM sentences: its selections (own top-``sizes`` or own
-    attention >= ``threshold``), their SVM and ``corr_restricted`` (NaN when not certified or every candidate
-    is selected)."""
+    attention >= ``threshold``), their SVM, ``corr_restricted`` and ``margin_ratio`` (NaN when not certified or
+    every candidate is selected)."""
     sc = inputs.scores(Wr)
     sel = top_selection(sc, sizes, inputs.cand) if threshold is None else own_selection(sc, inputs.cand, threshold)
     every = bool((sel == inputs.cand).all())  # all candidates selected: no margin row, W = 0
     sol = summary(inputs.svm(sel, **solver_options))
+    R = inputs.restrict(Wr)
     return {"status": "all selected" if every else sol["status"],
-            "corr_restricted": float("nan") if every else corr(inputs.restrict(Wr), sol["W"]),
+            "corr_restricted": float("nan") if every else corr(R, sol["W"]),
+            "margin_ratio": float("nan") if every else margin_ratio(sc, sel, inputs.cand, R, sol["W"]),
             "mean_selected": float(sel.sum(axis=1).mean()), "seconds": sol["seconds"]}
 
 
@@ -513,19 +517,21 @@ def transplant_heads(inputs: LayerInputs, sources: list, sizes: np.ndarray, *, t
 
 def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *, seed: int, layer: int, head: int,
                        draws: int, selected: np.ndarray | None = None, threshold: float | None = None,
-                       kind: str = "spectrum", **solver_options) -> dict:
+                       kind: str = "spectrum", statistic: str = "corr_restricted", **solver_options) -> dict:
     """One bilinear head against its null heads of ``kind`` (:data:`NULL_KINDS`; default the spectrum null),
     without a model.
 
     ``W: (D, D)``; its selections are ``selected: (m, T)`` bool (default: its own top-``sizes`` tokens, as
-    a null selects). Returns the agreement of W with the SVM of its selections and
-    :func:`attnsvm.real.verdict.null_columns` (p-values before multiple testing). The calibration tests
+    a null selects). Returns the agreement of W with the SVM of its selections, its margin ratio and
+    :func:`attnsvm.real.verdict.null_columns` of ``statistic`` (:data:`attnsvm.real.verdict.STATISTICS`: the
+    p-values before multiple testing; ``p_margin_ratio`` whatever the statistic). The calibration tests
     and ``benchmarks/planted_heads.py`` apply it to structured and partially planted heads.
 
     Returns
     -------
-    dict with ``corr_restricted``, ``svm_status`` and the null columns
+    dict with ``corr_restricted``, ``margin_ratio``, ``svm_status`` and the null columns
     """
+    check_statistic(statistic)
     sizes = np.asarray(sizes)
     if selected is not None:
         sel = np.asarray(selected, bool)
@@ -534,11 +540,12 @@ def head_against_nulls(inputs: LayerInputs, W: np.ndarray, sizes: np.ndarray, *,
     else:
         sel = own_selection(inputs.scores(W), inputs.cand, threshold)
     sol = summary(inputs.svm(sel, **solver_options))
-    real = corr(inputs.restrict(W), sol["W"])
-    out = {"corr_restricted": real, "svm_status": sol["status"]}
-    out.update(null_columns(real, null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
-                                             draws=draws, threshold=threshold, kind=kind, **solver_options),
-                            kind=kind))
+    R = inputs.restrict(W)
+    out = {"corr_restricted": corr(R, sol["W"]), "margin_ratio": margin_ratio(inputs.scores(W), sel, inputs.cand, R,
+                                                                             sol["W"]), "svm_status": sol["status"]}
+    out.update(null_columns(out[statistic], null_heads(inputs, W, sel.sum(axis=1), seed=seed, layer=layer, head=head,
+                                                       draws=draws, threshold=threshold, kind=kind, **solver_options),
+                            kind=kind, statistic=statistic, margin_ratio=out["margin_ratio"]))
     return out
 
 

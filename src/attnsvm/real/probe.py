@@ -228,6 +228,10 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
         query side rotated about the mean query, keeping its attention sink) or "spectrum"; with "sink"
         ``spectrum_draws`` spectrum nulls (None, the default: as many as ``null_draws``) are drawn too, all of them,
         and reported beside it (``spectrum_mean, spectrum_sd, n_spectrum``; outside the verdict)
+    statistic : what the verdict compares each head with its nulls by (:data:`attnsvm.real.verdict.STATISTICS`):
+        "corr_restricted" (the default) or "margin_ratio" (the head's own normalized margin on its selections over
+        the SVM's, :func:`attnsvm.real.layer.margin_ratio`; the predictive t on its log, the exact Monte Carlo
+        ranks where a ratio is <= 0); ``p_margin_ratio`` is reported whatever the statistic
     structured_draws : structured null heads per head (reported as ``structured_mean``; default 0)
     null_selection : "threshold" (default: a null head selects by its own attention >= ``threshold``, the
         real head's rule) or "matched" (its own top-``|O_i|`` tokens with the real head's sizes); see
@@ -241,7 +245,9 @@ def probe_heads(sentences=None, config: ProbeConfig | dict | None = None, *, mod
     ``p_upper_mc, p_lower_mc`` (exact Monte Carlo), ``q_upper, q_lower`` (Benjamini-Yekutieli over the
     probed heads), ``verdict`` ("beyond null", "not distinguishable", "below null", "no SVM"),
     ``verdict_reason``, ``null_mean, null_sd, z_null`` (descriptive), ``n_null`` (certified draws used),
-    ``n_null_dropped``, ``null_kind`` ("spectrum" or "sink"), ``structured_mean``, ``null_seconds``, ``selected_all``;
+    ``n_null_dropped``, ``null_kind`` ("spectrum" or "sink"), ``statistic`` (the verdict's), ``p_method``,
+    ``p_margin_ratio`` (the margin ratio's upper p-value, whatever the statistic), ``p_note`` (what the p-values could
+    not do, in words; "none" when nothing), ``structured_mean``, ``null_seconds``, ``selected_all``;
     with transplanted heads also :func:`attnsvm.real.verdict.transplant_columns` (``transplant_mean``, ...).
 
     The steps are the functions of :mod:`attnsvm.real.probe_steps`: one forward pass

@@ -23,6 +23,7 @@ from pydantic import field_validator, model_validator
 
 from attnsvm.errors import ValidationError
 from attnsvm.real.nulls import NULL_DRAWS, NULL_SELECTIONS, verdict_null_kinds
+from attnsvm.real.verdict import STATISTICS
 
 #: the query rules (:func:`attnsvm.real.probe_steps.choose_queries`)
 QUERIES = ("word", "cls", "all")
@@ -57,6 +58,10 @@ class ProbeConfig(BaseModel):
         query-independent key preference, the attention sink every trained head shares, and passed the spectrum
         null's calibration, tests/test_probe_sink_calibration.py), a kind of :data:`attnsvm.real.nulls.NULLS` that a
         verdict may use (:func:`attnsvm.real.nulls.verdict_null_kinds`)
+    statistic : what the verdict compares a head with its nulls by, one of
+        :data:`attnsvm.real.verdict.STATISTICS`: "corr_restricted" (default) or "margin_ratio"
+        (:func:`attnsvm.real.layer.margin_ratio`, the predictive t on its log; consistent as m grows, blind to heads
+        whose attention falls off gradually: docs/guide/probe.md, "Which statistic is consistent as m grows")
     spectrum_draws : int >= 0 or None, spectrum nulls drawn beside a verdict of another kind, for the descriptive
         ``spectrum_*`` columns (None: ``null_draws``; all drawn, never stopped early)
     null_stop : draw the verdict nulls one at a time and stop once no further draw can change any verdict
@@ -83,6 +88,7 @@ class ProbeConfig(BaseModel):
     view_sentences: NonNegativeInt = 4
     null_draws: NonNegativeInt = NULL_DRAWS
     null_kind: str = "sink"
+    statistic: str = STATISTICS[0]
     spectrum_draws: NonNegativeInt | None = None
     null_stop: bool = True
     structured_draws: NonNegativeInt = 0
@@ -111,11 +117,12 @@ class ProbeConfig(BaseModel):
             raise ValueError(f"null_kind must be one of {verdict_null_kinds()}, got {v!r}")
         return v
 
-    @field_validator("null_selection")
+    @field_validator("null_selection", "statistic")
     @classmethod
-    def _null_selection(cls, v):
-        if v not in NULL_SELECTIONS:
-            raise ValueError(f"null_selection must be one of {NULL_SELECTIONS}, got {v!r}")
+    def _one_of(cls, v, info):
+        choices = {"null_selection": NULL_SELECTIONS, "statistic": STATISTICS}[info.field_name]
+        if v not in choices:
+            raise ValueError(f"{info.field_name} must be one of {choices}, got {v!r}")
         return v
 
     @field_validator("layers", "heads", mode="before")

@@ -32,7 +32,7 @@ from attnsvm.real.nulls import (
     candidate_softmax, head_spectrum, null_heads, query_split, select_tokens, top_selection, transplant_heads,
 )
 from attnsvm.real.sentences import check_seed, corpus_sentences
-from attnsvm.real.verdict import stop_level, stop_reason
+from attnsvm.real.verdict import check_statistic, stop_level, stop_reason, t_scale
 from attnsvm.svm import seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
 
@@ -493,24 +493,32 @@ def transplant_sources(model, layer: int, head: int, draws: int, seed: int) -> l
     return [others[i] for i in order[:draws]]
 
 
-def row_statistic(row: dict) -> float:
-    """The statistic a head's verdict compares with its nulls: ``corr_restricted`` of a :func:`head_task` row
-    when its SVM is certified and not every candidate is selected, else NaN (no verdict: "no SVM")."""
+def row_statistic(row: dict, statistic: str = "corr_restricted") -> float:
+    """The statistic a head's verdict compares with its nulls (:data:`attnsvm.real.verdict.STATISTICS`): the
+    ``statistic`` column (default ``corr_restricted``) of a :func:`head_task` row when its SVM is certified and not
+    every candidate is selected, else NaN (no verdict: "no SVM")."""
+    check_statistic(statistic)
     every = row.get("selected_all", False)
     every = bool(every) if every is not None and every == every else False  # NaN / None: not known, not all
     ok = row.get("svm_status") == "optimal" and not every
-    return float(row["corr_restricted"]) if ok else float("nan")
+    return float(row.get(statistic, float("nan"))) if ok else float("nan")
 
 
 def head_statistic(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray,
-                   **solver_options) -> float:
+                   statistic: str = "corr_restricted", **solver_options) -> float:
     """:func:`row_statistic` of the head without its baselines: the head's SVM on ``selected (m, T)`` and
-    ``corr_restricted`` computed exactly as :func:`head_task` does (same value), for a null task that
-    runs apart from its head's task."""
+    ``statistic`` (``corr_restricted`` or ``margin_ratio``) computed exactly as :func:`head_task` does (same value),
+    for a null task that runs apart from its head's task."""
+    check_statistic(statistic)
     sol = _solved(inp, selected, solver_options)
-    Wr = inp.restrict(setup.model.head_weights(layer, head))
+    Wh = setup.model.head_weights(layer, head)
+    Wr = inp.restrict(Wh)
     every = bool(np.all((selected == inp.cand).all(axis=-1)))
-    return row_statistic({"svm_status": sol["status"], "corr_restricted": corr(Wr, sol["W"]), "selected_all": every})
+    row = {"svm_status": sol["status"], "corr_restricted": corr(Wr, sol["W"]), "selected_all": every}
+    if statistic == "margin_ratio":
+        row["margin_ratio"] = margin_ratio(inp.scores(Wh), selected, inp.cand, Wr,
+                                           sol["W"] if sol["status"] == "optimal" else None)
+    return row_statistic(row, statistic)
 
 
 @dataclass(frozen=True)
@@ -518,7 +526,8 @@ class NullDraws:
     """What a head's null task draws (:func:`null_task`): ``verdict`` nulls of ``kind`` (the verdict's), ``spectrum``
     spectrum nulls beside a verdict of another kind (all drawn; descriptive), ``structured`` structured and
     ``transplant`` transplanted heads (descriptive), each selecting by ``selection`` ("threshold": its own attention
-    >= the probe's threshold, or "matched": its own top-``|O_i|`` tokens)."""
+    >= the probe's threshold, or "matched": its own top-``|O_i|`` tokens); ``statistic``: the verdict's statistic
+    (:data:`attnsvm.real.verdict.STATISTICS`), which early stopping reads."""
 
     verdict: int
     kind: str = "spectrum"
@@ -526,13 +535,15 @@ class NullDraws:
     structured: int = 0
     transplant: int = 0
     selection: str = "threshold"
+    statistic: str = "corr_restricted"
 
     @classmethod
     def of(cls, config) -> "NullDraws":
         """The draws of a :class:`attnsvm.real.probe_config.ProbeConfig`."""
         return cls(int(config.null_draws), config.null_kind,
                    int(config.null_draws if config.spectrum_draws is None else config.spectrum_draws),
-                   int(config.structured_draws), int(config.transplant_draws), config.null_selection)
+                   int(config.structured_draws), int(config.transplant_draws), config.null_selection,
+                   config.statistic)
 
 
 def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, selected: np.ndarray,
@@ -546,10 +557,11 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
     ----------
     selected : (m, T) bool, the head's selections on the m SVM sentences (their sizes, for "matched")
     draws : what to draw; ``null_draws=K`` alone is ``NullDraws(K)`` (K spectrum nulls)
-    real : None (draw all ``draws.verdict`` verdict nulls) or the head's statistic (:func:`row_statistic`, NaN
-        without a certified SVM): the verdict draws are made in order and stop as soon as
-        :func:`attnsvm.real.verdict.stop_reason` says no further draw can change any verdict (none drawn
-        for a head without a certified SVM). Draw j is the same whether or not the draws stop later.
+    real : None (draw all ``draws.verdict`` verdict nulls) or the head's statistic (:func:`row_statistic` of
+        ``draws.statistic``, NaN without a certified SVM): the verdict draws are made in order and stop as soon as
+        :func:`attnsvm.real.verdict.stop_reason` (on :func:`attnsvm.real.verdict.t_scale`) says no further draw
+        can change any verdict (none drawn for a head without a certified SVM). Draw j is the same whether or not
+        the draws stop later.
     tested : the number of heads probed with nulls (Benjamini-Yekutieli's m): the draws stop at
         :func:`attnsvm.real.verdict.stop_level` ``(tested)`` = 0.05 / c(m); None: at 0.05 (valid for any m)
 
@@ -573,7 +585,8 @@ def null_task(setup: ProbeSetup, inp: LayerInputs, layer: int, head: int, select
     else:  # sequentially, one draw at a time, until the stopping rule holds
         level, s = stop_level(tested), head_spectrum(Wh)  # the head's spectrum once, not once per draw
         for j in range(int(null_draws)):
-            if stop_reason(real, [d["corr_restricted"] for d in out], int(null_draws) - j, level) is not None:
+            vals = t_scale([real] + [d[draws.statistic] for d in out], draws.statistic)
+            if stop_reason(float(vals[0]), vals[1:], int(null_draws) - j, level) is not None:
                 break
             out += null_heads(inp, Wh, sizes, seed=setup.seed, layer=layer, head=head, draws=1, start=j,
                               kind=null_kind, threshold=threshold, spectrum=s, **solver_options)

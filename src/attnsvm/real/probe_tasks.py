@@ -12,7 +12,9 @@ A task's rows (``part`` "head" or "null"):
   sentences and, on the first m, its SVM, its random baselines' SVMs and their agreement
   (:func:`attnsvm.real.probe_steps.head_task`);
 * a **null** task (the same key plus ``-null``): one row per null head (``kind``, ``draw``, ``null_status``,
-  ``null_corr_restricted``, ``null_seconds``, ``source`` for a transplant)
+  ``null_corr_restricted``, ``null_margin_ratio``, ``null_seconds``, ``source`` for a transplant; rows stored before
+  null heads recorded ``null_margin_ratio`` lack it, and combine to a table whose margin-ratio p-values are
+  unavailable, said in words in ``p_note``)
   (:func:`attnsvm.real.probe_steps.null_task`).
 """
 
@@ -35,7 +37,7 @@ from attnsvm.real.verdict import (
 #: the integer columns of a head task's row (stored beside null rows, which lack them)
 INT_COLUMNS = ("svm_rank", "svm_support")
 #: the columns only a null task's rows have
-NULL_ONLY = ("kind", "draw", "null_status", "null_corr_restricted", "null_seconds", "source")
+NULL_ONLY = ("kind", "draw", "null_status", "null_corr_restricted", "null_margin_ratio", "null_seconds", "source")
 
 
 @dataclass(frozen=True)
@@ -128,18 +130,22 @@ def null_rows(config: ProbeConfig, setup: ProbeSetup, task: ProbeTask, selected:
         return []
     sel = selected[:task.m]
     if config.null_stop and config.null_draws and real is None:
-        real = head_statistic(setup, inp, task.layer, task.head, sel, **solver)
+        real = head_statistic(setup, inp, task.layer, task.head, sel, config.statistic, **solver)
     draws = null_task(setup, inp, task.layer, task.head, sel, NullDraws.of(config),
                       real=real if config.null_stop else None, tested=config.tested, **solver)
     return [{"part": "null", "layer": task.layer, "head": task.head, **({"m": task.m} if task.several else {}),
              "kind": d["kind"], "draw": d["draw"], "null_status": d["status"],
-             "null_corr_restricted": d["corr_restricted"], "null_seconds": d["seconds"],
+             "null_corr_restricted": d["corr_restricted"], "null_margin_ratio": d["margin_ratio"],
+             "null_seconds": d["seconds"],
              **({"source": d["source"]} if "source" in d else {})} for d in draws]
 
 
 def head_null_columns(real: float, draws: list, planned: int | None = None, tested: int | None = None,
-                      null_kind: str = "spectrum") -> dict:
-    """The null columns of a head's row from its statistic ``real`` (NaN without a certified SVM) and its
+                      null_kind: str = "spectrum", statistic: str = "corr_restricted",
+                      margin_ratio: float | None = None, corr_restricted: float | None = None) -> dict:
+    """The null columns of a head's row from its ``statistic`` ``real`` (NaN without a certified SVM; its
+    ``margin_ratio`` for ``p_margin_ratio`` and its ``corr_restricted`` for the transplant columns, both None: ``real``
+    where that is the statistic, else unknown) and its
     :func:`~attnsvm.real.probe_steps.null_task` draws: with draws of the verdict's ``null_kind`` or structured draws
     (or ``planned`` verdict draws, the probe's ``null_draws`` when they may stop early)
     :func:`attnsvm.real.verdict.null_columns` (the verdict's inputs; ``tested``: the stopping level's m); the draws
@@ -152,12 +158,14 @@ def head_null_columns(real: float, draws: list, planned: int | None = None, test
     out = {}
     verdict, structured = kinds.pop(null_kind, []), kinds.pop("structured", [])
     if verdict or structured or planned:
-        out.update(null_columns(real, verdict, structured or None, planned=planned, tested=tested, kind=null_kind))
+        out.update(null_columns(real, verdict, structured or None, planned=planned, tested=tested, kind=null_kind,
+                                statistic=statistic, margin_ratio=margin_ratio))
     transplant = kinds.pop("transplant", [])
     for kind, ds in kinds.items():
         out.update(reference_columns(kind, ds))
-    if transplant:
-        out.update(transplant_columns(real, transplant))
+    if transplant:  # descriptive, in corr_restricted whatever the verdict's statistic
+        corr = real if statistic == "corr_restricted" else float("nan") if corr_restricted is None else corr_restricted
+        out.update(transplant_columns(corr, transplant))
     return out
 
 
@@ -190,18 +198,24 @@ def combine(config: ProbeConfig, table):
     extra = []
     for r in heads.itertuples():
         g = groups.get(tuple(getattr(r, k) for k in keys))
-        real = row_statistic(r._asdict()) if str(r.svm_status) == "optimal" else float("nan")
+        row = r._asdict()
+        real = row_statistic(row, config.statistic) if str(r.svm_status) == "optimal" else float("nan")
+        ok = np.isfinite(row_statistic(row))  # the head's own values where it has a certified SVM, else NaN
         if g is None and not (planned and not np.isfinite(real)):  # its null task failed: no p-values
             extra.append({})
             continue
         draws = []
         if g is not None:
             g = g.sort_values("draw", kind="stable")
-            draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src}
-                     for k, v, s, src in zip(g["kind"], g["null_corr_restricted"], g["null_seconds"],
-                                             g["source"] if "source" in g.columns else [""] * len(g))]
+            # rows stored before null heads recorded their margin ratio have no such key: no margin-ratio p-value
+            ratios = g["null_margin_ratio"] if "null_margin_ratio" in g.columns else [None] * len(g)
+            draws = [{"kind": k, "corr_restricted": float(v), "seconds": float(s), "source": src,
+                      **({} if mr is None else {"margin_ratio": float(mr)})}
+                     for k, v, mr, s, src in zip(g["kind"], g["null_corr_restricted"], ratios, g["null_seconds"],
+                                                 g["source"] if "source" in g.columns else [""] * len(g))]
+        own = {c: float(row.get(c, float("nan"))) if ok else float("nan") for c in ("corr_restricted", "margin_ratio")}
         extra.append(head_null_columns(real, draws, planned=planned, tested=config.tested,
-                                       null_kind=config.null_kind))
+                                       null_kind=config.null_kind, statistic=config.statistic, **own))
     out = pd.concat([heads, pd.DataFrame(extra, index=heads.index)], axis=1)
     if not config.has_verdict:
         return out
@@ -236,7 +250,7 @@ def run_in_process(config: ProbeConfig, setup: ProbeSetup, solver: dict, say=Non
             rows.append(row)
             if sup is not None:
                 support[(task.layer, task.head)] = sup
-            real[(task.layer, task.head, task.m)] = row_statistic(row) if sup is not None else None
+            real[(task.layer, task.head, task.m)] = row_statistic(row, config.statistic) if sup is not None else None
             seconds["svm"] += time.perf_counter() - t0
         else:
             rows += null_rows(config, setup, task, ls.sel[k], solver, real.get((task.layer, task.head, task.m)))
@@ -265,7 +279,7 @@ def result_settings(config: ProbeConfig, setup: ProbeSetup) -> dict:
                baseline_draws=int(config.baseline_draws), seed=int(setup.seed), max_length=int(setup.max_length))
     if config.query != "all" and ms[-1] >= 1:
         cfg.update(null_draws=int(config.null_draws), structured_draws=int(config.structured_draws),
-                   null_selection=config.null_selection, null_kind=config.null_kind)
+                   null_selection=config.null_selection, null_kind=config.null_kind, statistic=config.statistic)
         if config.transplant_draws:
             cfg.update(transplant_draws=int(config.transplant_draws))
         if config.null_stop and config.null_draws:

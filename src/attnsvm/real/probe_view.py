@@ -60,7 +60,7 @@ import numpy as np
 from attnsvm._files import atomic_write, oserror_text
 from attnsvm.errors import ValidationError
 from attnsvm.real.nulls import NULLS
-from attnsvm.real.verdict import DEPENDS, STABLE_VERDICTS, no_svm_reason
+from attnsvm.real.verdict import DEPENDS, NO_NOTE, STABLE_VERDICTS, no_svm_reason
 
 __all__ = ["ROLES", "PROBE_VERDICTS", "HEAD_MARKS", "STABLE_MARKS", "SHARES", "head_mark", "head_verdicts",
            "share_items", "null_kind_of", "token_roles", "render_probe_view", "write_probe_view", "head_anchor",
@@ -379,6 +379,21 @@ def null_kind_of(table, cfg) -> str:
     return kind if isinstance(kind, str) else ""
 
 
+def statistic_of(table, cfg) -> str:
+    """The verdict's statistic of a probe (:data:`attnsvm.real.verdict.STATISTICS`): the config's ``statistic``, else
+    the table's ``statistic`` column, else "corr_restricted" (runs from before the setting had only it)."""
+    stat = cfg.get("statistic")
+    if not isinstance(stat, str) and "statistic" in table.columns and table["statistic"].notna().any():
+        stat = str(table["statistic"].dropna().iloc[0])
+    return stat if isinstance(stat, str) and stat in table.columns else "corr_restricted"
+
+
+#: what each statistic is, in the words of the page's headline
+STATISTIC_WORDS = {"corr_restricted": "corr_restricted (the cosine of the head's key-query matrix with the SVM)",
+                   "margin_ratio": "margin_ratio (the head's own margin on its selections over the SVM's, both per "
+                                   "unit nuclear norm; its p-values on its log)"}
+
+
 def _null_caption(kind: str) -> str:
     """The null-mean heat map's caption for null ``kind`` (:func:`null_kind_of`)."""
     return f"null_mean ({kind + ' null heads' if kind else 'the null heads'} vs their SVMs)"
@@ -464,8 +479,9 @@ def _head_section(result, r, n_show: int) -> str:
         cls = "above" if adv > 0 else "below"
         if "verdict" in r.index and isinstance(r["verdict"], str):
             kind = null_kind_of(result.table, dict(result.config))
-            out.append(f"<p class='score'>verdict <b>{_e(r['verdict'])}</b>: corr_restricted "
-                       f"<b>{_num(r['corr_restricted'])}</b> vs its {_e(kind or 'verdict')} null heads "
+            stat = statistic_of(result.table, dict(result.config))
+            out.append(f"<p class='score'>verdict <b>{_e(r['verdict'])}</b>: {_e(stat)} "
+                       f"<b>{_num(r[stat])}</b> vs its {_e(kind or 'verdict')} null heads "
                        f"{_num(r['null_mean'])} +- "
                        f"{_num(r['null_sd'])} ({_e(r.get('n_null', ''))} draws), p_upper {_num(r['p_upper'], '.2g')}, "
                        f"q_upper {_num(r['q_upper'], '.2g')} ({_e(r.get('verdict_reason', ''))})"
@@ -473,6 +489,12 @@ def _head_section(result, r, n_show: int) -> str:
                           and r["null_stop"] != "all drawn" else "")
                        + (f"; transplanted heads (descriptive) {_num(r['transplant_mean'])}"
                           if "transplant_mean" in r.index else "") + ".</p>")
+            if "p_margin_ratio" in r.index:
+                out.append(f"<p class='score'>margin_ratio {_num(r.get('margin_ratio'), '.3g')}: p_upper against "
+                           f"the null heads' margin ratios "
+                           f"{_num(r['p_margin_ratio'], '.2g', 'unavailable (' + _margin_missing(r) + ')')}"
+                           + ("" if stat == "margin_ratio" else " (reported; the verdict uses corr_restricted)")
+                           + ".</p>")
         second = "secondary: " if "verdict" in r.index and isinstance(r["verdict"], str) else ""
         out.append(f"<p class='score'>{second}corr_restricted <b>{_num(r['corr_restricted'])}</b> vs random selections "
                    f"{_num(r['corr_random_restricted'])}: advantage <span class='{cls}'>{_num(adv, '+.4f')}</span> "
@@ -662,17 +684,24 @@ def render_probe_view(result, *, heatmap: str | None = None, sentences: int | No
 def main_columns(table) -> list:
     """The columns a probe's table is read by, in order (the plain-text table of ``attnsvm probe`` and the notebook
     view): with null heads the verdict first and the random-selection baseline after it, else the agreement and
-    the baseline; only those ``table`` has."""
+    the baseline; only those ``table`` has. A verdict on another statistic than corr_restricted (:func:`statistic_of`)
+    shows ``statistic`` and that statistic right before ``null_mean`` (its nulls' mean), and corr_restricted after
+    the verdict (descriptive then)."""
     names = (("layer", "head", "m", "mean_selected", "sel_first", "corr_restricted", "null_mean", "spectrum_mean",
               "p_upper", "q_upper", "verdict", "stable_verdict", "margin_ratio", "corr_random_restricted", "svm_status",
               "svm_gap") if "verdict" in table.columns else
              ("layer", "head", "mean_selected", "frac_cls", "corr", "corr_restricted", "corr_random_restricted",
               "advantage", "svm_status", "svm_gap"))
+    stat = statistic_of(table, {}) if "verdict" in table.columns else "corr_restricted"
+    if stat != "corr_restricted":  # the verdict's statistic beside its nulls' mean, and which it is
+        names = tuple(c for c in names if c not in (stat, "corr_restricted"))
+        i = names.index("null_mean")
+        names = names[:i] + ("statistic", stat) + names[i:i + 6] + ("corr_restricted",) + names[i + 6:]
     return [c for c in names if c in table.columns]
 
 
 #: columns shown in scientific notation (p-values, q-values, gaps and violations)
-SCIENTIFIC = ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper", "q_lower")
+SCIENTIFIC = ("svm_gap", "svm_violation", "random_gap", "p_upper", "p_lower", "q_upper", "q_lower", "p_margin_ratio")
 
 
 def notebook_html(result) -> str:
@@ -805,18 +834,27 @@ def head_reason(r) -> str:
     return ""
 
 
-def _effect_html(table) -> str:
+def _margin_missing(r) -> str:
+    """Why a head has no margin-ratio p-value, in words (its ``p_note``, else the usual reasons)."""
+    note = r.get("p_note")
+    if isinstance(note, str) and note.strip() and note != NO_NOTE:
+        return note.strip()
+    return "no certified SVM, or fewer than 3 null heads with a margin ratio"
+
+
+def _effect_html(table, stat: str = "corr_restricted") -> str:
     """The headline's effect size and, at several m, the stable verdicts: the heads' mean excess over their nulls'
-    mean (absolute, in corr_restricted) and in their nulls' sds, against which null; words where no head has one."""
+    mean (absolute, in the verdict's statistic ``stat``) and in their nulls' sds, against which null; words where
+    no head has one."""
     kind = str(table["null_kind"].dropna().iloc[0]) if "null_kind" in table.columns and \
         table["null_kind"].notna().any() else "the"
     out = ""
     if "null_mean" in table.columns:
-        excess = (table["corr_restricted"] - table["null_mean"]).to_numpy(float)
+        excess = (table[stat] - table["null_mean"]).to_numpy(float)
         z = (excess / table["null_sd"].to_numpy(float)) if "null_sd" in table.columns else np.full(len(table), np.nan)
         ok, okz = np.isfinite(excess), np.isfinite(z)
         if ok.any():
-            out += (f" Effect size against the {_e(kind)} nulls: the heads' corr_restricted exceeds their nulls' mean by "
+            out += (f" Effect size against the {_e(kind)} nulls: the heads' {_e(stat)} exceeds their nulls' mean by "
                     f"{_num(float(np.mean(excess[ok])), '.3f')} on average (median {_num(float(np.median(excess[ok])), '.3f')}"
                     + (f"; {_num(float(np.median(z[okz])), '.1f')} null sds in the median" if okz.any() else "")
                     + f", over {int(ok.sum())} heads).")
@@ -848,11 +886,13 @@ def _verdict_html(table, cfg) -> str:
             early = int((table["null_stop"].astype(str) != "all drawn").sum())
             draws = (f" (up to {int(table['null_planned'].max())} null draws per head; {early} heads stopped earlier, "
                      "where no further draw could change any verdict)")
+        stat = statistic_of(table, cfg)
         lead = (f"<b>{tot['beyond null']} of {len(table)} heads</b> point along their own selections' SVM beyond "
                 f"what the null distribution of the score allows{draws}; {tot['not distinguishable']} are not "
-                f"distinguishable from it, {tot['below null']} fall below it and {tot['no SVM']} have no SVM.")
-        lead += _effect_html(table)
-        sentence = ("A head <i>beyond null</i> has a corr_restricted larger than the scores of its null heads at the "
+                f"distinguishable from it, {tot['below null']} fall below it and {tot['no SVM']} have no SVM. "
+                f"The verdict's statistic: <b>{_e(STATISTIC_WORDS.get(stat, stat))}</b>.")
+        lead += _effect_html(table, stat)
+        sentence = (f"A head <i>beyond null</i> has a {_e(stat)} larger than the scores of its null heads at the "
                     "stated false-discovery level (q-value); <i>not distinguishable</i> is no evidence either way at "
                     "these sentence counts.")
     else:

@@ -1,8 +1,10 @@
 """A head's verdict against its null heads: p-values, Benjamini-Yekutieli, and plain words.
 
-For each probed head the statistic is ``corr_restricted`` (the head's key-query matrix against the
-nuclear Gen-SVM of its selections, :mod:`attnsvm.real.probe`); its K null heads
-(:mod:`attnsvm.real.nulls`) give K values of the same statistic. Two p-values per head:
+For each probed head the statistic (:data:`STATISTICS`) is ``corr_restricted`` by default (the head's key-query
+matrix against the nuclear Gen-SVM of its selections, :mod:`attnsvm.real.probe`) or ``margin_ratio`` (the head's
+own normalized margin on its selections over the SVM's, :func:`attnsvm.real.layer.margin_ratio`, taken on its log
+scale: :func:`statistic_pvalues`); its K null heads (:mod:`attnsvm.real.nulls`) give K values of the same
+statistic. Two p-values per head:
 
 * **exact Monte Carlo** (:func:`mc_pvalues`): ``(1 + #{null >= real}) / (K + 1)`` and the lower tail
   alike; valid for any null distribution but never below ``1 / (K + 1)``;
@@ -28,6 +30,60 @@ VERDICTS = ("beyond null", "not distinguishable", "below null", "no SVM")
 #: the verdict's p-value method (the ``p_method`` column)
 P_METHOD = "predictive t"
 LEVEL = 0.05
+#: the statistics a verdict may compare a head with its nulls by (``ProbeConfig.statistic``, ``attnsvm probe
+#: --statistic``; the first is the default): ``corr_restricted`` (:func:`attnsvm.real.layer.corr` of the restricted W
+#: with the SVM) and ``margin_ratio`` (:func:`attnsvm.real.layer.margin_ratio`, its predictive t on the log scale)
+STATISTICS = ("corr_restricted", "margin_ratio")
+#: the p-value method of a margin-ratio comparison where every ratio is positive
+P_METHOD_LOG = "predictive t on log(margin_ratio)"
+#: the p-value method where a margin ratio is <= 0 (no log): the exact Monte Carlo ranks of :func:`mc_pvalues`
+P_METHOD_RANKS = "exact Monte Carlo ranks"
+#: ``p_note`` where the p-values have nothing to note (a word, not "": an empty string reads back from CSV as NaN)
+NO_NOTE = "none"
+
+
+def check_statistic(statistic: str) -> str:
+    """``statistic`` if it is one of :data:`STATISTICS`, else a ValidationError naming it."""
+    if statistic not in STATISTICS:
+        raise ValidationError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    return statistic
+
+
+def t_scale(values, statistic: str = "corr_restricted") -> np.ndarray:
+    """``values`` of ``statistic`` on the scale the predictive t takes them on, float64, same shape.
+
+    ``corr_restricted``: unchanged. ``margin_ratio``: ``log``, because its null values are skewed to the right
+    (docs/guide/probe.md, "Which statistic is consistent as m grows"); a ratio ``<= 0`` (no positive margin: some
+    selected token at or below an unselected one) has no log and maps to ``-inf``, NaN (no certified SVM) stays NaN.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if check_statistic(statistic) == "corr_restricted":
+        return v.copy()
+    out = np.full(v.shape, np.nan)
+    pos, nonpos = np.isfinite(v) & (v > 0), np.isfinite(v) & (v <= 0)
+    out[pos] = np.log(v[pos])
+    out[nonpos] = -np.inf
+    return out
+
+
+def statistic_pvalues(real: float, nulls, statistic: str = "corr_restricted") -> tuple[float, float, float, str]:
+    """The verdict's p-values ``(p_upper, p_lower, z, method)`` of a head's ``real`` value of ``statistic`` against its
+    null heads' values ``nulls (K,)`` (NaN: dropped).
+
+    ``corr_restricted``: :func:`t_pvalues` (method :data:`P_METHOD`). ``margin_ratio``: :func:`t_pvalues` on
+    :func:`t_scale` (the logs; ``z`` on that scale; method :data:`P_METHOD_LOG`), unless the head's or a null's ratio
+    is ``<= 0``: a ratio without a positive margin has no log, so its p-values are then the exact Monte Carlo ranks
+    of the raw ratios (:func:`mc_pvalues`, valid for any null distribution and never below ``1 / (K + 1)``; the order
+    of the ratios is that of their logs; method :data:`P_METHOD_RANKS`, ``z`` NaN). NaN p-values as
+    :func:`t_pvalues` where the head has no value or too few nulls do.
+    """
+    v, r = t_scale(nulls, statistic).ravel(), float(t_scale([real], statistic)[0])
+    if statistic == "corr_restricted":
+        return (*t_pvalues(real, v[np.isfinite(v)]), P_METHOD)
+    if r == -np.inf or np.any(v == -np.inf):
+        raw = np.asarray(nulls, dtype=np.float64).ravel()
+        return (*mc_pvalues(float(real), raw[np.isfinite(raw)]), float("nan"), P_METHOD_RANKS)
+    return (*t_pvalues(r, v[np.isfinite(v)]), P_METHOD_LOG)
 
 
 def mc_pvalues(real: float, nulls) -> tuple[float, float]:
@@ -198,10 +254,15 @@ def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -
     BY step-up of the others unless it stays below the smallest threshold ``level / (m c(m))`` whatever the
     remaining draws are, and a single further draw near 1 (corr_restricted is a cosine, bounded by 1 only)
     spreads the nulls so far that p_upper rises towards 0.5: no such bound holds before the last draw.
+
+    ``-inf`` (the head's or a null's margin ratio <= 0 on :func:`t_scale`: its p-values are then the exact Monte
+    Carlo ranks, :func:`statistic_pvalues`, which no bound of the predictive t covers) never stops.
     """
+    v = np.asarray(nulls, dtype=np.float64).ravel()
+    if real == -np.inf or np.any(v == -np.inf):
+        return None
     if not np.isfinite(real):
         return "no certified head SVM: no null head can give a p-value"
-    v = np.asarray(nulls, dtype=np.float64).ravel()
     if remaining <= 0 or np.isfinite(v).sum() < 3:  # fewer than 3 kept: its p-value would be NaN, out of BY
         return None
     pu, pl = reachable_pvalues(real, v, int(remaining))
@@ -212,43 +273,73 @@ def stop_reason(real: float, nulls, remaining: int, level: float = STOP_LEVEL) -
 
 
 def null_columns(real: float, spectrum: list, structured: list | None = None, planned: int | None = None,
-                 tested: int | None = None, kind: str = "spectrum") -> dict:
-    """The null columns of one head's row from its real ``corr_restricted`` and its null draws
-    (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:data:`attnsvm.real.verdict.P_METHOD`, and
-    the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd, the descriptive z,
-    draws used and dropped (no certified SVM), the structured nulls' mean (NaN if none).
+                 tested: int | None = None, kind: str = "spectrum", statistic: str = "corr_restricted",
+                 margin_ratio: float | None = None) -> dict:
+    """The null columns of one head's row from its real value of ``statistic`` and its null draws
+    (:func:`attnsvm.real.nulls.null_heads` dicts): p-values (:func:`statistic_pvalues`; the method in ``p_method``,
+    and the exact Monte Carlo ones as ``p_upper_mc, p_lower_mc``), null mean / sd (of the statistic's raw values),
+    the descriptive z (on the predictive t's scale, :func:`t_scale`: the logs for ``margin_ratio``), draws used and
+    dropped (no certified SVM), the structured nulls' mean of ``corr_restricted`` (NaN if none), ``statistic``.
 
-    ``planned``: the spectrum draws the probe asked for (None: as many as given). With it the row also has
+    ``statistic``: one of :data:`STATISTICS`, the draws' key the verdict reads. ``margin_ratio``: the head's
+    :func:`attnsvm.real.layer.margin_ratio` (None: ``real`` when ``statistic`` is "margin_ratio", else unknown):
+    whatever the statistic, the row also has ``p_margin_ratio``, the upper margin-ratio p-value of
+    :func:`statistic_pvalues` (before multiple testing; NaN where it has none), and ``p_note``: words on what the
+    p-values could not do (:data:`NO_NOTE` when nothing): a ratio <= 0 (ranks instead of the t), or draws without a margin
+    ratio (stored before null heads recorded one: no margin-ratio p-value); :data:`NO_NOTE` when nothing.
+
+    ``planned``: the verdict draws the probe asked for (None: as many as given). With it the row also has
     ``null_planned`` and ``null_stop``: "all drawn", or why the draws stopped early (:func:`stop_reason` at
-    :func:`stop_level` ``(tested)``, recomputed from the draws in order, so it is the reason the draws stopped
-    for), and ``null_reach_upper, null_reach_lower``: the smallest p-values the full draws could have given
-    (:func:`reachable_pvalues`; the p-values themselves when all were drawn, NaN without a p-value), which
-    :func:`stop_undetermined` uses.
+    :func:`stop_level` ``(tested)`` on the :func:`t_scale` values, recomputed from the draws in order, so it is the
+    reason the draws stopped for), and ``null_reach_upper, null_reach_lower``: the smallest p-values the full draws
+    could have given (:func:`reachable_pvalues`; the p-values themselves when all were drawn, NaN without a p-value),
+    which :func:`stop_undetermined` uses.
 
     ``tested``: the number of heads probed with nulls (the stopping level's m; None: the level of any m).
     ``kind``: the null kind of the draws in ``spectrum`` (the verdict's null; the ``null_kind`` column:
     "spectrum" or "sink", :data:`attnsvm.real.nulls.NULL_KINDS`)."""
-    v = np.array([d["corr_restricted"] for d in spectrum], float)
+    check_statistic(statistic)
+    missing = [d for d in spectrum if statistic not in d]  # draws stored before they recorded this statistic
+    v = np.array([d.get(statistic, np.nan) for d in spectrum], float)
     ok = np.isfinite(v)
+    vt, rt = t_scale(v, statistic), float(t_scale([real], statistic)[0])
     stop = {}
     if planned is not None:
         done = len(spectrum)
-        why = "all drawn" if done >= planned else stop_reason(real, v, int(planned) - done, stop_level(tested))
+        why = "all drawn" if done >= planned else stop_reason(rt, vt, int(planned) - done, stop_level(tested))
         stop = {"null_planned": int(planned), "null_stop": why or f"{done} of {int(planned)} drawn"}
-    pu, pl, z = t_pvalues(real, v[ok])
+    pu, pl, z, method = statistic_pvalues(real, v, statistic)
     if planned is not None:
         reach = (pu, pl)
         if len(spectrum) < planned and np.isfinite(pu):
-            reach = reachable_pvalues(real, v, int(planned) - len(spectrum))
+            reach = reachable_pvalues(rt, vt, int(planned) - len(spectrum))
         stop.update(null_reach_upper=float(reach[0]), null_reach_lower=float(reach[1]))
     mu, ml = mc_pvalues(real, v[ok])
     mean, sd, k = null_moments(v[ok])
     sv = np.array([d["corr_restricted"] for d in (structured or [])], float)
     sv = sv[np.isfinite(sv)]
-    return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": P_METHOD,
-            "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k, "n_null_dropped": int((~ok).sum()),
-            "null_kind": str(kind), "structured_mean": float(sv.mean()) if sv.size else float("nan"),
-            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])), **stop}
+    mr = real if statistic == "margin_ratio" else (float("nan") if margin_ratio is None else float(margin_ratio))
+    notes = []
+    if spectrum and not any("margin_ratio" in d for d in spectrum):
+        p_mr, mr_method = float("nan"), ""
+        notes.append("the null heads have no margin ratio (stored before null heads recorded null_margin_ratio): "
+                     "no margin-ratio p-value" + (" and no verdict on it" if statistic == "margin_ratio" else ""))
+    else:
+        p_mr, _, _, mr_method = statistic_pvalues(mr, [d.get("margin_ratio", np.nan) for d in spectrum],
+                                                  "margin_ratio")
+    if mr_method == P_METHOD_RANKS and np.isfinite(p_mr):
+        notes.append("a margin ratio <= 0 (the head or a null does not separate its selections by a positive margin, "
+                     "so it has no log): the margin-ratio p-values are the exact Monte Carlo ranks, never below "
+                     f"1/(K + 1) = {1.0 / (k + 1):.2g}" if statistic == "margin_ratio" else
+                     "a margin ratio <= 0 (no positive margin, no log): p_margin_ratio is the exact Monte Carlo rank")
+    if missing and len(missing) < len(spectrum):
+        notes.append(f"{len(missing)} null draws have no {statistic} (dropped)")
+    return {"p_upper": pu, "p_lower": pl, "p_upper_mc": mu, "p_lower_mc": ml, "p_method": method,
+            "statistic": statistic, "null_mean": mean, "null_sd": sd, "z_null": z, "n_null": k,
+            "n_null_dropped": int((~ok).sum()), "null_kind": str(kind),
+            "structured_mean": float(sv.mean()) if sv.size else float("nan"),
+            "null_seconds": float(np.nansum([d["seconds"] for d in spectrum + list(structured or [])])),
+            "p_margin_ratio": float(p_mr), "p_note": "; ".join(notes) or NO_NOTE, **stop}
 
 
 def reference_columns(kind: str, draws: list) -> dict:
@@ -389,7 +480,8 @@ def add_verdict(table, level: float = LEVEL):
     ``verdict_reason`` set; a copy. Rows without p-values count as absent from BY. With the columns
     ``null_reach_upper, null_reach_lower`` (draws that may stop early, :func:`null_columns`) also
     ``null_stop_proven``: False for a head whose verdict :func:`stop_undetermined` leaves open (its reason says so).
-    q-values of heads that are not rejected may differ from the full draws' (only rejections are proven)."""
+    q-values of heads that are not rejected may differ from the full draws' (only rejections are proven). With
+    ``p_note`` (:func:`null_columns`: what the p-values could not do) a head's note is appended to its reason."""
     t = table.copy()
     if t.empty or "p_upper" not in t.columns:
         return t
@@ -398,6 +490,10 @@ def add_verdict(table, level: float = LEVEL):
     sel_all = t["selected_all"].to_numpy(bool) if "selected_all" in t.columns else None
     t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
                                                  selected_all=sel_all, level=level)
+    if "p_note" in t.columns:  # what the p-values could not do (null_columns), in words beside the verdict
+        note = t["p_note"].fillna(NO_NOTE).astype(str)
+        has = ~note.isin(["", NO_NOTE]) & (t["verdict"] != "no SVM")
+        t.loc[has, "verdict_reason"] = t.loc[has, "verdict_reason"] + "; " + note[has]
     if "null_reach_upper" in t.columns:  # null draws that stopped early: prove the verdicts are the full ones
         open_ = stop_undetermined(t["p_upper"].to_numpy(float), t["null_reach_upper"].to_numpy(float), level) | \
             stop_undetermined(t["p_lower"].to_numpy(float), t["null_reach_lower"].to_numpy(float), level)
@@ -453,9 +549,10 @@ def verdict_counts(table) -> dict:
 
 
 def verdict_summary(table) -> str:
-    """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean corr_restricted
-    against the verdict nulls' mean (their ``null_kind``: spectrum, or sink with the spectrum nulls' mean beside
-    it), and the random-selection baseline (secondary); then all heads.
+    """Per layer: heads beyond null / not distinguishable / below null / no SVM, the mean of the verdict's statistic
+    (its ``statistic`` column; corr_restricted without one) against the verdict nulls' mean (their ``null_kind``:
+    spectrum, or sink with the spectrum nulls' mean beside it, for corr_restricted), and the random-selection
+    baseline (secondary); then all heads.
     Without a ``verdict`` column (no null heads) only the agreement and the baseline."""
     def mean(col) -> str:  # words where no head has a value (never "nan")
         v = float(col.mean()) if col.notna().any() else float("nan")
@@ -471,11 +568,13 @@ def verdict_summary(table) -> str:
             c = verdict_counts(g)
             kind = str(g["null_kind"].iloc[0]) if "null_kind" in g.columns and g["null_kind"].notna().any() \
                 else "spectrum"
+            stat = str(g["statistic"].dropna().iloc[0]) if "statistic" in g.columns and g["statistic"].notna().any() \
+                else "corr_restricted"
             also = (f" (spectrum nulls {mean(g['spectrum_mean'])}, descriptive)"
-                    if kind != "spectrum" and "spectrum_mean" in g.columns else "")
+                    if kind != "spectrum" and "spectrum_mean" in g.columns and stat == "corr_restricted" else "")
             lines.append(f"{lab}: {c['beyond null']} beyond null, {c['not distinguishable']} not distinguishable, "
-                         f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; corr_restricted "
-                         f"{mean(g['corr_restricted'])} vs {kind} nulls {mean(g['null_mean'])}{also}; "
+                         f"{c['below null']} below null, {c['no SVM']} no SVM of {len(g)}; {stat} "
+                         f"{mean(g[stat])} vs {kind} nulls {mean(g['null_mean'])}{also}; "
                          f"secondary: {base}")
         else:
             lines.append(f"{lab}: corr_restricted {mean(g['corr_restricted'])}, {base} (no null heads: no verdict)")
@@ -490,11 +589,13 @@ def verdict_summary(table) -> str:
 #: what the verdict columns mean, printed under the probe's table
 LEGEND = (
     "columns: corr_restricted = cosine of the head's W_h (projected on the span its sentences reveal) with the "
-    "nuclear Gen-SVM of its own selections; null_mean = the same for the verdict's null heads (null_kind); p_upper = "
-    "predictive-t p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
+    "nuclear Gen-SVM of its own selections; null_mean = the verdict's statistic for its null heads (null_kind); "
+    "p_upper = predictive-t p-value of the head above its nulls; q_upper = Benjamini-Yekutieli over the probed heads; verdict: "
     "'beyond null' (q_upper <= 0.05), 'below null' (q_lower <= 0.05), 'not distinguishable', 'no SVM' (no "
     "certified SVM: infeasible or all candidates selected); sel_first = share of queries whose selection holds "
     "position 0 ([CLS] / BOS); margin_ratio = the head's own margin on its selections over the SVM's, both at nuclear "
-    "norm 1 (1: max-margin; descriptive); corr_random_restricted = random selections of the same sizes (secondary "
+    "norm 1 (1: max-margin); p_margin_ratio = its predictive-t p-value on the log against the null heads' margin ratios "
+    "(the verdict's p_upper where statistic = margin_ratio, else reported beside it); statistic = what the verdict "
+    "compares (corr_restricted by default); corr_random_restricted = random selections of the same sizes (secondary "
     "baseline)."
 )

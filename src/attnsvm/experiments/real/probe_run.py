@@ -116,7 +116,7 @@ class ProbeRun(RealMinilmHeads):
         if sup is not None and config.has_nulls and config.null_stop:  # for its null task, if it runs next here
             if len(_STATISTIC) > 4096:
                 _STATISTIC.clear()
-            _STATISTIC[_statistic_key(config, t)] = row_statistic(row)
+            _STATISTIC[_statistic_key(config, t)] = row_statistic(row, config.statistic)
         out = pd.DataFrame([row])
         k = min(config.view_sentences, len(setup.sentences))
         out["view_support"] = json.dumps(np.asarray(sup[:k], bool).tolist() if sup is not None else [])
@@ -167,6 +167,7 @@ class ProbeRun(RealMinilmHeads):
                 + (" (fewer where no further draw can change any verdict)"
                    if config.has_nulls and config.null_stop and config.null_draws else "")
                 + (f" ({NULLS[config.null_kind].summary})" if config.has_nulls and config.null_draws else "")
+                + (f", the verdict on {config.statistic}" if config.has_nulls and config.null_draws else "")
                 + (f", {config.transplant_draws} transplanted heads per head (descriptive)"
                    if config.has_nulls and config.transplant_draws else "")
                 + (f", model {config.model}" if config.model else ", MiniLM-L6") + ".")
