@@ -21,6 +21,7 @@ SETTINGS = {
     "--max-length": "max_length", "--view-sentences": "view_sentences", "--null-draws": "null_draws",
     "--null-kind": "null_kind", "--null-stop": "null_stop", "--spectrum-draws": "spectrum_draws",
     "--baseline-max-m": "baseline_max_m", "--transplant-draws": "transplant_draws", "--device": "device",
+    "--statistic": "statistic",
 }
 
 

@@ -20,8 +20,8 @@ that :func:`attnsvm.real.minilm.load_model` reads (``model=DIR``; the families a
    gap <= 1e-9, certified by the dual multipliers).
 3. **Baseline.** For each head, ``baseline_draws`` random selections of the same
    sizes (per sentence, uniformly among its real tokens) get the same SVM. They are drawn from a
-   generator of their own per (seed, layer, head) (:func:`baseline_rng`), so a head's row does not
-   depend on which other heads are probed with it, nor in which order or process.
+   generator of their own per (seed, layer, head) (:func:`~attnsvm.real.probe_steps.baseline_rng`), so a
+   head's row does not depend on which other heads are probed with it, nor in which order or process.
 4. **Scores.** ``corr = <W_h, W_svm> / (||W_h|| ||W_svm||)`` with W_h the head's
    key-query matrix (385 x 385, key on the left). Because the sentences only reveal
    how W acts on their token differences and queries, ``corr_restricted`` compares
@@ -49,8 +49,8 @@ selecting ``{t : A[i, h, k, t] >= threshold}`` plus the argmax among its candida
 for decoders the real tokens up to and including the query). Each head's SVM is then the sequence
 Gen-SVM of all these (query, selection) pairs on the first ``svm_sentences`` sentences
 (:func:`attnsvm.svm.seq_constraints` with ``queries`` = the word tokens, ``valid`` = the real tokens,
-``causal`` for decoders; :func:`head_seq_svm`), the random baselines draw, per (sentence, query), a set
-of the same size uniformly among that query's candidates, B spans all the queries used, and the
+``causal`` for decoders; :func:`~attnsvm.real.probe_steps.head_seq_svm`), the random baselines draw, per
+(sentence, query), a set of the same size uniformly among that query's candidates, B spans all the queries used, and the
 ``frac_*``, ``mean_selected`` and ``max_attention`` statistics are over all (sentence, query) pairs.
 It has ~T times the rows of one query per sentence (8 MiniLM corpus sentences give 190 queries and
 5490 rows per head), so keep ``svm_sentences`` small.
@@ -72,8 +72,8 @@ docs/guide/probe.md). With ``--out`` each head is stored as it finishes
 (``attnsvm.experiments.real.probe_run``), so a long probe can be stopped, resumed and shared among
 processes. The heads of a layer share only the tokens, queries and the bases P, B; each selection
 is its own SDP. Selections and their statistics always use all sentences.
-:func:`attnsvm.real.agreement.agreement_curve` (``attnsvm probe --curve``) shows how the agreement
-changes with m.
+``svm_sentences`` with several values (``attnsvm probe --svm-sentences 48,128,512``) and
+:func:`attnsvm.real.agreement.agreement_curve` show how the agreement changes with m.
 
 Infeasible selections: in layer 0 a token's state depends only on its id and position,
 so two sentences that start alike repeat tokens *and* queries exactly; when the head
@@ -91,19 +91,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnsvm.errors import ValidationError
-from attnsvm.real.cache import _FORWARD as _LAST_FORWARD  # noqa: F401  (the old name of the forward cache)
-from attnsvm.real.layer import LayerInputs, corr as _corr, summary as _summary  # noqa: F401  (old import paths)
-from attnsvm.real.nulls import (  # noqa: F401
-    NULL_DRAWS, NULL_SELECTIONS, VERDICT_NULL_KINDS, null_heads, select_tokens, top_selection,
-)
-from attnsvm.real.probe_steps import (  # noqa: F401  (the steps; re-exported under their old import path)
-    QUERIES, ProbeSetup, baseline_rng, baselines as _baselines, check_indices, head_selections, head_seq_svm,
-    head_task, layer_inputs, layer_selections, layer_tokens, null_task, prepare_probe, random_like,
-    resolve_model, row_statistic, seq_layer_inputs, view_arrays,
-)
+from attnsvm.real.probe_steps import ProbeSetup, resolve_model, view_arrays
 from attnsvm.real.pretrained import PretrainedTransformer
 from attnsvm.real.probe_config import ProbeConfig, probe_config
-from attnsvm.real.probe_tasks import combine, head_null_columns, result_settings, run_in_process, setup_of  # noqa: F401
+from attnsvm.real.probe_tasks import combine, result_settings, run_in_process, setup_of
 
 
 @dataclass
