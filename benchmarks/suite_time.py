@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,8 +37,11 @@ def start(tree: str, xml: str, log: str, pytest_args: list[str]) -> tuple[subpro
     with open(log, "w") as fh:
         # a session of its own: a test that signals its process group (the runner's hostile tests) reaches only
         # its own suite, not the other one running beside it
+        # and SIGINT at its default: started from a background job it is inherited ignored, and the runner's tests
+        # of Ctrl-C then end the whole suite as interrupted
         proc = subprocess.Popen(cmd, cwd=tree, env=child_env(os.path.join(tree, "src")), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, time.perf_counter()
 
 
