@@ -2,7 +2,7 @@
 tests) is not slower than at the base commit on the same machine, measured in one run").
 
 Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--out DIR] [-- PYTEST_ARGS ...]
-       python benchmarks/suite_time.py --from-xml DIR
+       python benchmarks/suite_time.py --from-xml DIR [--baseline-rev REV]
 
 Both suites run at once by default, each in its own child process (``python -m pytest`` in its own tree, with its
 own ``src`` first on PYTHONPATH, one BLAS thread): this checkout's tests on this checkout's code, and REV's tests on
@@ -10,7 +10,11 @@ REV's code (a temporary git worktree of REV). Running them side by side gives bo
 minutes, which a shared machine's load would otherwise decide (``--serial``: one after the other, ours first).
 Printed: each suite's wall and CPU seconds and test count, then the seconds pytest recorded for the tests both
 suites passed (the same node ids: "the same tests"; a failed, errored or skipped test is left out), summed, and
-the ratio baseline / ours (above 1: ours is faster), and the ten tests whose time moved most. The JUnit XML files
+the ratio baseline / ours (above 1: ours is faster), and the ten tests whose time moved most. A test whose body was
+edited since REV (another assertion, another workload) has the same node id but is not the same test: the sums are
+printed again over the tests whose function source (decorators included) is identical at REV and here, read from
+git, so that a test that now does more work is not counted as the code being slower (fixtures and the library's
+defaults can still differ: the ten largest moves are listed to look at). The JUnit XML files
 are kept under ``--out``. The suites share the machine's ports and tmp folders: tests that start a browser or a
 Dask cluster can collide when both run at once, and a test's own time limit (``within``) can end a suite on a
 machine loaded by the other; ``--serial`` avoids both.
@@ -19,6 +23,7 @@ machine loaded by the other; ``--serial`` avoids both.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import signal
 import subprocess
@@ -62,6 +67,39 @@ def junit_times(xml: str) -> tuple[dict[str, float], int]:
         else:
             times[f"{c.get('classname')}::{c.get('name')}"] = float(c.get("time") or 0.0)
     return times, other
+
+
+def test_sources(rev: str | None) -> dict[str, str]:
+    """The source of every test function under tests/ at ``rev`` (None: the working tree), by the node id prefix
+    JUnit gives it (``tests.test_x::test_name``, parameters left off; a class's methods as ``Class::name``)."""
+    if rev is None:
+        files = {f: open(os.path.join(ROOT, f), encoding="utf-8").read()
+                 for f in sorted(os.listdir(os.path.join(ROOT, "tests"))) for f in [f"tests/{f}"] if f.endswith(".py")}
+    else:
+        names = subprocess.run(["git", "-C", ROOT, "ls-tree", "--name-only", rev, "tests/"], capture_output=True,
+                               text=True, check=True).stdout.split()
+        files = {f: subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{f}"], capture_output=True, text=True,
+                                   check=True).stdout for f in names if f.endswith(".py")}
+    out = {}
+    for f, text in files.items():
+        mod = f[:-3].replace("/", ".")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            defs = [(node.name, node)] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+            if isinstance(node, ast.ClassDef):
+                defs = [(f"{node.name}::{n.name}", n) for n in node.body if isinstance(n, ast.FunctionDef)]
+                mod_c = f"{mod}.{node.name}"
+                for name, d in defs:
+                    out[f"{mod_c}::{d.name}"] = ast.get_source_segment(text, d) + "".join(
+                        ast.get_source_segment(text, x) or "" for x in d.decorator_list)
+                continue
+            for name, d in defs:
+                out[f"{mod}::{name}"] = ast.get_source_segment(text, d) + "".join(
+                    ast.get_source_segment(text, x) or "" for x in d.decorator_list)
+    return out
 
 
 def run_both(args, out: str) -> dict:
@@ -122,6 +160,15 @@ def main(argv=None) -> None:
     moved = sorted(common, key=lambda t: abs(times["ours"][t] - times["baseline"][t]), reverse=True)[:10]
     for t in moved:
         print(f"  {times['baseline'][t]:7.2f} s -> {times['ours'][t]:7.2f} s  {t}")
+    if args.baseline_rev:
+        then, now = test_sources(args.baseline_rev), test_sources(None)
+        same = [t for t in common if (k := t.split("[", 1)[0]) in then and then[k] == now.get(k)]
+        ours, base = (sum(times[n][t] for t in same) for n in ("ours", "baseline"))
+        print(f"the same tests with the same source ({len(same)} of the {len(common)}; the others were edited "
+              f"since {args.baseline_rev}): baseline {base:.1f} s, ours {ours:.1f} s, baseline / ours "
+              f"{base / ours:.3f}" if ours else "no common test with the same source")
+        for t in sorted(same, key=lambda t: abs(times["ours"][t] - times["baseline"][t]), reverse=True)[:10]:
+            print(f"  {times['baseline'][t]:7.2f} s -> {times['ours'][t]:7.2f} s  {t}")
 
 
 if __name__ == "__main__":
