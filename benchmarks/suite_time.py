@@ -1,7 +1,7 @@
 """The test suite's time against an earlier revision's, measured in one run (issue 41: "the test suite (the same
 tests) is not slower than at the base commit on the same machine, measured in one run").
 
-Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--out DIR] [-- PYTEST_ARGS ...]
+Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--same-source] [--out DIR] [-- PYTEST_ARGS ...]
        python benchmarks/suite_time.py --from-xml DIR [--baseline-rev REV]
 
 Both suites run at once by default, each in its own child process (``python -m pytest`` in its own tree, with its
@@ -102,6 +102,23 @@ def test_sources(rev: str | None) -> dict[str, str]:
     return out
 
 
+def same_source_ids(rev: str) -> list[str]:
+    """pytest node ids (``tests/test_x.py::name``, every parameter of it) of the test functions whose source is the
+    same at ``rev`` and here: the tests both suites run with ``--same-source``."""
+    then, now = test_sources(rev), test_sources(None)
+    ids = []
+    for key in sorted(k for k in now if then.get(k) == now[k]):
+        mod, name = key.split("::", 1)
+        parts = mod.split(".")
+        if not (parts[1].startswith("test_") and name.startswith("test")):
+            continue  # helpers and fixtures: not tests (what they changed shows in the tests that use them)
+        if len(parts) > 2:  # tests.test_x.Class::method
+            ids.append(f"{'/'.join(parts[:2])}.py::{parts[2]}::{name}")
+        else:
+            ids.append(f"{'/'.join(parts)}.py::{name}")
+    return ids
+
+
 def run_both(args, out: str) -> dict:
     """Run this checkout's suite and the baseline's (at once, or one after the other with ``--serial``); their
     exit codes, wall and CPU seconds by name."""
@@ -133,6 +150,9 @@ def main(argv=None) -> None:
     ap.add_argument("--from-xml", metavar="DIR", help="compare the JUnit XML files an earlier run left in DIR "
                                                        "(ours.xml, baseline.xml) instead of running")
     ap.add_argument("--serial", action="store_true", help="run the two suites one after the other, not at once")
+    ap.add_argument("--same-source", action="store_true",
+                    help="run only the test functions whose source is the same at REV and here, in both suites "
+                         "(the same list, so both run the same tests in the same order)")
     ap.add_argument("--out", default=None, help="where the JUnit XML files and logs go (default: a temporary folder)")
     ap.add_argument("pytest_args", nargs="*", help="passed to both pytest runs (after --)")
     args = ap.parse_args(argv)
@@ -143,6 +163,10 @@ def main(argv=None) -> None:
     else:
         out = args.out or tempfile.mkdtemp(prefix="attnsvm-suite-")
         os.makedirs(out, exist_ok=True)
+        if args.same_source:
+            args.pytest_args = [*args.pytest_args, *same_source_ids(args.baseline_rev)]
+            print(f"--same-source: {len(args.pytest_args)} pytest arguments (test functions unchanged since "
+                  f"{args.baseline_rev})", flush=True)
         results = run_both(args, out)
     parsed = {name: junit_times(f"{out}/{name}.xml") for name in ("ours", "baseline")}
     times = {name: t for name, (t, _) in parsed.items()}
