@@ -915,7 +915,8 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
             h.append(f"<div class='fig'><img src='{_e(src)}' alt='{_e(fig)}'></div>")
             md += [f"![{_md(fig)}]({quote(src)})", ""]
     # the check table and the notes, collapsed when every check passed: open (seen without a click) otherwise
-    preset, notes = _preset_line(e), bool(e.get("explain") or _preset_line(e))
+    preset = _preset_line(e)
+    notes = bool(e.get("explain") or preset)
     problem = bool(e.get("problems")) or any(verdict_of(c) != "pass" for c in e["checks"])
     h.append(f"<details class='checks' id='checks-{_e(name)}'{' open' if problem else ''}>"
              f"<summary>{_e(checks_summary(e['checks']))}{'; notes' if notes else ''}</summary>")
