@@ -27,7 +27,7 @@ from unittest import mock
 
 import nbformat
 
-docs = pathlib.Path(sys.argv[1])
+docs, cwd = pathlib.Path(sys.argv[1]), sys.argv[2]
 conf = runpy.run_path(str(docs / "conf.py"))
 for name in conf["extensions"]:
     if (docs / "_ext" / f"{name}.py").is_file():
@@ -37,22 +37,31 @@ from myst_nb.core.execute import direct
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")],
                               metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                        "language": "python"}})
-result = direct.single_nb_execution(nb, cwd=str(docs), allow_errors=False, timeout=60, meta_override=True)
+# as MyST-NB calls it (the notebook's folder as the kernel's working folder), the start's wait shortened from 60 s
+result = direct.single_nb_execution(nb, cwd=cwd, allow_errors=False, timeout=60, meta_override=True,
+                                    startup_timeout=20)
 assert result.err is None, result.exc_string
 print(nb.cells[0].outputs[0]["text"].strip())
 """
 
 
-def run_notebook_as_the_docs_build(docs: pathlib.Path) -> subprocess.CompletedProcess:
-    """Execute a one-cell notebook the way the docs under ``docs`` configure it; its stdout and stderr."""
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(docs)], capture_output=True, text=True, timeout=120,
-                          cwd=docs)
+def run_notebook_as_the_docs_build(docs: pathlib.Path, build: pathlib.Path, notebook: pathlib.Path):
+    """Execute a one-cell notebook the way the docs under ``docs`` configure it, the build running in the folder
+    ``build`` and the kernel in ``notebook`` (as build_docs.sh run from the repository executes a tutorial in
+    docs/tutorials); its ``CompletedProcess`` (stdout, stderr)."""
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(docs), str(notebook)], capture_output=True, text=True,
+                          timeout=120, cwd=build)
 
 
-def test_notebook_kernels_run_without_the_tcp_warning():
-    r = run_notebook_as_the_docs_build(ROOT / "docs")
+def test_notebook_kernels_run_without_the_tcp_warning(tmp_path):
+    build, notebook = tmp_path / "build", tmp_path / "notebook"
+    build.mkdir()
+    notebook.mkdir()
+    r = run_notebook_as_the_docs_build(ROOT / "docs", build, notebook)
     assert r.returncode == 0 and r.stdout.strip().endswith("42"), r.stdout + r.stderr
     assert "without encryption" not in r.stderr and "[IPKernelApp] WARNING" not in r.stderr, r.stderr
+    # the kernel's sockets are in neither working folder (nor left behind)
+    assert list(build.iterdir()) == [] and list(notebook.iterdir()) == []
 
 
 def test_a_kernel_warning_in_the_sphinx_log_fails(tmp_path, capsys):

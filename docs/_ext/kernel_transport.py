@@ -16,6 +16,12 @@ and the build says so once. ``scripts/build_docs.sh`` fails when the build log s
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+
 import zmq
 from jupyter_cache.executors.utils import single_nb_execution
 from jupyter_client.manager import AsyncKernelManager
@@ -26,13 +32,32 @@ from traitlets import default
 logger = logging.getLogger(__name__)
 
 
+_SOCKETS: list[str] = []  # the folder of this process's kernel sockets, made on first use
+
+
+def _socket_folder() -> str:
+    """A folder only this user can enter (``mkdtemp``: mode 0700), removed when the process ends."""
+    if not _SOCKETS:
+        _SOCKETS.append(tempfile.mkdtemp(prefix="attnsvm-kernels-"))
+        atexit.register(shutil.rmtree, _SOCKETS[0], True)
+    return _SOCKETS[0]
+
+
 class IPCKernelManager(AsyncKernelManager):
-    """nbclient's default kernel manager (``AsyncKernelManager``) whose kernels talk over IPC: their sockets are
-    files next to the kernel's connection file in Jupyter's runtime folder, removed when the kernel stops."""
+    """nbclient's default kernel manager (``AsyncKernelManager``) whose kernels talk over IPC.
+
+    A kernel's sockets are the files ``<ip>-<port>``. jupyter_client's default ``ip`` for IPC is the relative
+    path ``kernel-ipc``, which the kernel binds in its own working folder (the notebook's) and the manager looks
+    for in the build's: they differ, and the kernel "didn't respond". Here ``ip`` is an absolute path, unique per
+    kernel, in a private temporary folder (short: a Unix socket's path has at most about 100 bytes)."""
 
     @default("transport")
     def _transport_default(self) -> str:
         return "ipc"
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        return os.path.join(_socket_folder(), f"kernel-{uuid.uuid4().hex[:12]}")
 
 
 #: the options the docs build gives ``nbclient.NotebookClient`` for every notebook it executes
