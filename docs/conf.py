@@ -47,6 +47,7 @@ extensions = [
     "cli_help",  # _ext/: docs/_generated/*.txt from `python -m attnsvm ... --help`
     "api_pages",  # _ext/: docs/api/generated/*.rst from each public module's __all__
     "api_math",  # _ext/: the docstrings' ASCII formulas (``x^T W z >= 1``) rendered as math in the API pages
+    "kernel_transport",  # _ext/: the notebooks' kernels talk over IPC, not unencrypted TCP (no IPKernelApp warning)
 ]
 
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "_generated"]

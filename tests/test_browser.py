@@ -274,6 +274,45 @@ def test_report_in_browser(driver, quick_out):
     path = save_screenshot(driver, "report.png")
     assert path.stat().st_size > 10_000
 
+    # (issue 42, item 6: the page was 81,541 px long) an experiment's check table and notes are collapsed when every
+    # check passed and open otherwise; the page opens shorter than with everything open by at least the collapsed
+    # check tables' height (closing a <details> removes its content's height, tables included, and leaves its line)
+    all_pass = {name: all(verdict_of(c) == "pass" for c in json.loads((quick_out / name / "checks.json").read_text()))
+                for name in ran}
+    holders = driver.execute_script("""
+        return Array.from(document.querySelectorAll('section[id] details.checks')).map(
+            d => [d.closest('section').id, d.open, !!d.querySelector('table.checks')]);""")
+    assert sorted(h[0] for h in holders) == sorted(ran)
+    assert all(is_open == (not all_pass[name]) for name, is_open, _ in holders), holders
+    short = driver.execute_script("return document.body.scrollHeight")
+    hidden = driver.execute_script("""
+        const closed = Array.from(document.querySelectorAll('details')).filter(d => !d.open);
+        closed.forEach(d => { d.open = true; });
+        return Array.from(document.querySelectorAll('details.checks')).filter(d => closed.includes(d))
+            .map(d => d.querySelector('table.checks')).filter(t => t)
+            .reduce((a, t) => a + t.getBoundingClientRect().height, 0);""")
+    full = driver.execute_script("return document.body.scrollHeight")
+    assert hidden > 0 and short <= full - hidden, (short, full, hidden)
+    # a summary-table link to an experiment whose checks all passed lands on its section (figures shown, the check
+    # table collapsed); the link of its "checks passed" count opens the table and lands on it
+    name = next((n for n in ran if all_pass[n]), None)
+    assert name, "the quick run has no experiment whose checks all pass: nothing to show collapsed"
+    open_page(driver, quick_out / "report.html")
+
+    def in_view(element_id):
+        top, height = driver.execute_script(
+            "return [document.getElementById(arguments[0]).getBoundingClientRect().top, window.innerHeight]", element_id)
+        return -5 < top < height
+
+    driver.find_element(By.CSS_SELECTOR, f"table.toc a[href='#{name}']").click()
+    assert in_view(name) and driver.find_element(By.ID, name).find_element(By.TAG_NAME, "img").is_displayed()
+    table = driver.find_element(By.CSS_SELECTOR, f"#checks-{name} table.checks")
+    assert not table.is_displayed()
+    driver.find_element(By.CSS_SELECTOR, "a[href='#summary']").click()
+    driver.find_element(By.CSS_SELECTOR, f"table.toc a[href='#checks-{name}']").click()
+    assert table.is_displayed() and in_view(f"checks-{name}")
+    assert console_errors(driver) == []
+
 
 # ------------------------------------------------------------------ probe.html
 HOSTILE = "A <script>console.error('injected')</script> & \"quoted\" sentence."

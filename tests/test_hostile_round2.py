@@ -25,6 +25,7 @@ from test_hostile_runner import RunnerToy
 from test_reproduce_pool import PoolToy, PoolToyConfig
 from test_results_seal import SealToy, _reseal
 
+from attnsvm._html import REVEAL_SCRIPT
 from attnsvm.errors import ValidationError
 from attnsvm.report import collect, record_skipped, write_report
 from attnsvm.runner import CHECKS_DIGEST_KEY, META_DIGEST_KEY, StorageError, run_experiment, run_experiments
@@ -39,6 +40,7 @@ def _unescaped(page: str, md: str) -> list:
     found = []
     md = re.sub(r"(?ms)^(`{3,})yaml\n.*?^\1$", "", md)   # a config's code block: literal text, its fence longer
     page = page.replace("<div class='fig'><img src='", "")  # the report's own figure tags
+    page = page.replace(f"<script>{REVEAL_SCRIPT}</script>", "")  # and its own script (opens collapsed sections)
     for where, text in (("html", page), ("md", md)):       # than any run of backticks in it
         low = text.lower()
         for tag in ("<script", "<img", "<!--", "<a href=javascript"):

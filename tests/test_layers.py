@@ -18,8 +18,8 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 
 #: (layer, module prefixes), lowest first; the most specific prefix wins
 LAYERS = [
-    ("base", ["attnsvm.errors", "attnsvm._files", "attnsvm._validate", "attnsvm.npzfile", "attnsvm.memory",
-              "attnsvm.plotting"]),
+    ("base", ["attnsvm.errors", "attnsvm._files", "attnsvm._validate", "attnsvm._html", "attnsvm.npzfile",
+              "attnsvm.memory", "attnsvm.plotting"]),
     ("data", ["attnsvm.tokens", "attnsvm.problem", "attnsvm.generators", "attnsvm.language"]),
     ("svm", ["attnsvm.svm"]),
     ("training", ["attnsvm.training"]),

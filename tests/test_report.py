@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
 from sealed_folder import seal
 
+from attnsvm._html import REVEAL_SCRIPT
 from attnsvm.report import counts_line, human, markdown_html, takeaway, verdict_of, write_report
 
 
@@ -78,6 +80,57 @@ def test_figure_before_checks_before_notes_and_deviations_collapsed(tmp_path):
     assert "internal-spec" not in page  # spec_ref is internal, never shown
 
 
+class _ChecksHolders(HTMLParser):
+    """Per check table (``<table class='checks'>``, in document order): the attributes of the innermost
+    ``<details>`` around it, or None when it is inside none."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.holders = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "details":
+            self.stack.append(dict(attrs))
+        elif tag == "table" and ("class", "checks") in attrs:
+            self.holders.append(self.stack[-1] if self.stack else None)
+
+    def handle_endtag(self, tag):
+        if tag == "details":
+            self.stack.pop()
+
+
+def test_check_tables_collapse_when_every_check_passed(tmp_path):
+    """(issue 42, item 6: the report was 81,500 px long) an experiment's check table sits in a ``<details>``
+    collapsed to its line "checks: P/N passed" when every check passed, and open when one did not pass (failed,
+    inconclusive, finding), so a problem is seen without a click; the summary table's count links to it."""
+    _folder(tmp_path, "exp-a-pass", [_check("a"), _check("b")], explain="Some notes.")
+    _folder(tmp_path, "exp-b-inconclusive", [_check("a"), _check("b", passed=False, verdict="inconclusive")])
+    _folder(tmp_path, "exp-c-fail", [_check("a", passed=False)])
+    _folder(tmp_path, "exp-d-finding", [_check("a"), _check("b", passed=False, finding=True)])
+    page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
+    sections = page[page.index("<section"):page.rindex("</section>")]  # the experiments' sections only
+    parser = _ChecksHolders()
+    parser.feed(sections)
+    holders = parser.holders
+    assert len(holders) == 4 and all(holders), holders  # every experiment's table is inside a <details>
+    assert [d.get("id") for d in holders] == ["checks-exp-a-pass", "checks-exp-b-inconclusive", "checks-exp-c-fail",
+                                              "checks-exp-d-finding"]
+    assert ["open" in d for d in holders] == [False, True, True, True]
+    lines = re.findall(r"<details class='checks'[^>]*><summary>(.*?)</summary>", sections)
+    assert lines == ["checks: 2/2 passed; notes", "checks: 1/2 passed, 1 inconclusive", "checks: 0/1 passed, 1 fail",
+                     "checks: 1/2 passed, 1 finding"]
+    # the notes are collapsed with the table (after it, in the same <details>)
+    sec = sections[:sections.index("</section>")]
+    assert sec.index("<details class='checks'") < sec.index("<table class='checks'>") < sec.index("<h3>Notes</h3>") \
+        < sec.index("</details>")
+    # the summary table's "checks passed" cell links to the collapsed table (the page's script opens it)
+    assert "<a class='count' href='#checks-exp-a-pass'>2/2</a>" in page[:page.index("<section")]
+    from attnsvm.report import checks_summary
+
+    assert checks_summary([]) == "no checks"
+    assert checks_summary([_check("a", passed=False, finding=True)] * 2) == "checks: 0/2 passed, 2 findings"
+
+
 def test_every_value_is_escaped(tmp_path):
     evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     _folder(tmp_path, "exp-one", [_check(evil, value=evil, threshold=evil, detail=evil, source=evil,
@@ -85,6 +138,9 @@ def test_every_value_is_escaped(tmp_path):
             title=evil, paper=evil, explain=evil + "\n\n| a | b |\n|---|---|\n| " + evil + " | x |",
             deviations=[{"spec": evil, "here": evil, "reason": evil}], preset=evil, config_hash=evil)
     page = open(write_report(str(tmp_path))[0], encoding="utf-8").read()
+    own = f"<script>{REVEAL_SCRIPT}</script>"  # the page's one script of its own: it opens collapsed sections
+    assert page.count(own) == 1
+    page = page.replace(own, "")
     assert "<script" not in page.lower() and "<img src=x" not in page.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 

@@ -9,10 +9,12 @@ Order of the page, as a paper reader takes it in:
 2. the **summary**: a table of contents grouped by paper, one row per experiment with its title
    and a one-line takeaway generated from its checks;
 3. the failed checks, unreadable folders, findings and skipped experiments;
-4. one **section per experiment**, grouped by paper: figures first, then the checks (claim,
-   source, value, threshold and its origin, verdict), then the notes (Markdown, rendered by
-   :func:`markdown_html`), the deviations from the paper's protocol (collapsed), provenance and
-   config; then the environment.
+4. one **section per experiment**, grouped by paper: its takeaway and figures first, then the
+   checks (claim, source, value, threshold and its origin, verdict) and the notes (Markdown,
+   rendered by :func:`markdown_html`) in one ``<details>``, collapsed to its line "checks: 12/12
+   passed" when every check passed and open otherwise (so the page opens short and a problem is
+   seen without a click; a link into a collapsed one opens it), then the deviations from the
+   paper's protocol, provenance and config (collapsed); then the environment.
 
 A check's verdict is its ``verdict`` field (``pass``, ``fail``, ``inconclusive``, ``finding``)
 when checks.json carries one, else ``pass`` / ``finding`` / ``fail`` from ``passed`` and the
@@ -34,6 +36,7 @@ import re
 from urllib.parse import quote
 
 from attnsvm._files import atomic_write, loads_json, not_regular, oserror_text, printable, read_regular
+from attnsvm._html import REVEAL_SCRIPT
 from attnsvm._validate import finite_or_none
 from attnsvm.errors import ValidationError
 
@@ -496,6 +499,16 @@ def counts_line(checks) -> str:
             f"{n['finding']} findings")
 
 
+def checks_summary(checks) -> str:
+    """The line an experiment's collapsible check table opens with: ``"checks: 12/12 passed"``, ``"checks: 9/12
+    passed, 1 fail, 2 inconclusive"``, or ``"no checks"``."""
+    if not checks:
+        return "no checks"
+    n = {v: sum(verdict_of(c) == v for c in checks) for v in VERDICTS}
+    return ", ".join([f"checks: {n['pass']}/{len(checks)} passed"]
+                     + [f"{n[v]} {v if v != 'finding' or n[v] == 1 else 'findings'}" for v in VERDICTS[1:] if n[v]])
+
+
 def takeaway(checks, problems=()) -> str:
     """One line per experiment, generated from its checks."""
     if problems:
@@ -572,7 +585,8 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em a
           ".toc td.take{font-size:.9em;max-width:44em}"
           ".toc td .small{max-width:34em}.toc tr.paper th{background:#eaeef2;font-size:1.02em}"
           ".notes{max-width:1000px}details{margin:.5em 0}summary{cursor:pointer;color:#0550ae}"
-          "h2.paper{margin-top:2em;border-bottom:3px solid #444}")
+          "h2.paper{margin-top:2em;border-bottom:3px solid #444}details.checks>summary{font-weight:600;font-size:1.1em;"
+          "margin:.6em 0}.toc a.count{color:inherit}")
 
 
 def _check_rows_html(checks, with_experiment=False, exp_name="", power=False):
@@ -770,7 +784,8 @@ def _summary_table(groups: list, skipped: list, h: list, md: list) -> None:
     """The summary by paper: one row per experiment (takeaway, checks passed, preset, runs, wall time) and the
     skipped ones."""
     h.append("<h2 id='summary'>Summary</h2><p class='small'>By paper: each experiment's checks and a one-line "
-             "takeaway generated from them. Click a name for its figures, checks and notes.</p>"
+             "takeaway generated from them. Click a name for its section and figures, the checks passed for its check "
+             "table and notes (collapsed in an experiment whose checks all passed: click its line to open it).</p>"
              "<table class='toc'><tr><th>experiment</th><th>takeaway</th><th>checks passed</th>"
              "<th>preset</th><th>runs</th><th>wall time (s)</th></tr>")
     md += ["## Summary", "", "| experiment | checks passed | preset | runs | wall time (s) | takeaway |",
@@ -788,9 +803,10 @@ def _summary_table(groups: list, skipped: list, h: list, md: list) -> None:
                 cls = ("fail" if ("fail" in verdicts or e.get("problems")) else
                        "finding" if verdicts - {"pass"} else "pass")
             take = takeaway(cs, e.get("problems", []))
+            link = f"<a class='count' href='#checks-{_e(e['name'])}'>{_e(cell)}</a>" if cs else _e(cell)
             h.append(f"<tr data-experiment='{_e(e['name'])}'><td><a href='#{_e(e['name'])}'>{_e(e['name'])}</a>"
                      f"<div class='small'>{_e(human(e.get('title', '')))}</div></td><td class='take'>{_e(take)}</td>"
-                     f"<td class='{cls}'>{_e(cell)}</td><td>{_e(e.get('preset', ''))}</td><td>{_e(e.get('runs', '-'))}</td>"
+                     f"<td class='{cls}'>{link}</td><td>{_e(e.get('preset', ''))}</td><td>{_e(e.get('runs', '-'))}</td>"
                      f"<td>{_seconds(e):.1f}</td></tr>")
             md.append(f"| {_md(e['name'])} | {cell} | {_md(e.get('preset', ''))} | {_md(e.get('runs', '-'))} | "
                       f"{_seconds(e):.1f} | {_md(take)} |")
@@ -860,7 +876,8 @@ def _environment_section(env: dict, h: list, md: list) -> None:
     for k, v in pk.items():
         h.append(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>")
         md.append(f"- {_md(k)} {_md(v)}")
-    h.append("</table><p>Seeds are part of each config above; every run of a task is seeded by its run index.</p></body></html>")
+    h.append("</table><p>Seeds are part of each config above; every run of a task is seeded by its run index.</p>"
+             f"<script>{REVEAL_SCRIPT}</script></body></html>")
 
 
 def _write_pair(outdir: str, h: list, md: list) -> tuple[str, str]:
@@ -897,18 +914,22 @@ def _section(e: dict, h: list, md: list, power: bool) -> None:
             src = f"{e['dir']}/{fig}"
             h.append(f"<div class='fig'><img src='{_e(src)}' alt='{_e(fig)}'></div>")
             md += [f"![{_md(fig)}]({quote(src)})", ""]
-    h.append("<h3>Checks</h3>")
+    # the check table and the notes, collapsed when every check passed: open (seen without a click) otherwise
+    preset = _preset_line(e)
+    notes = bool(e.get("explain") or preset)
+    problem = bool(e.get("problems")) or any(verdict_of(c) != "pass" for c in e["checks"])
+    h.append(f"<details class='checks' id='checks-{_e(name)}'{' open' if problem else ''}>"
+             f"<summary>{_e(checks_summary(e['checks']))}{'; notes' if notes else ''}</summary>")
     if e["checks"]:
         h.append(_check_rows_html(e["checks"], exp_name=name, power=power))
         md += _check_rows_md(e["checks"], exp_name=name) + [""]
     else:
-        h.append("<p class='small'>no checks</p>")
         md += ["no checks", ""]
-    preset = _preset_line(e)
-    if e.get("explain") or preset:
+    if notes:
         h.append("<h3>Notes</h3><div class='notes'>" + (f"<p class='preset'>{_e(preset)}</p>" if preset else "")
                  + markdown_html(e.get("explain") or "") + "</div>")
         md += ["### Notes", ""] + ([_md(preset), ""] if preset else []) + [_md_block(e.get("explain") or ""), ""]
+    h.append("</details>")
     devs = [d for d in (e.get("deviations") or []) if isinstance(d, dict)]
     if devs:
         h.append(f"<details class='deviations'><summary>Deviations from the paper's protocol ({len(devs)})</summary>"

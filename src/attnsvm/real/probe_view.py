@@ -58,6 +58,7 @@ import os
 import numpy as np
 
 from attnsvm._files import atomic_write, oserror_text
+from attnsvm._html import REVEAL_SCRIPT
 from attnsvm.errors import ValidationError
 from attnsvm.real.nulls import NULLS
 from attnsvm.real.verdict import DEPENDS, NO_NOTE, STABLE_VERDICTS, no_svm_reason
@@ -532,20 +533,9 @@ def _layer_counts(g) -> str:
     return f"{len(g)} head{'s' if len(g) != 1 else ''}" + (f": {counts}" if counts else "")
 
 
-_LAYER_SCRIPT = r"""
-(function () {
+_LAYER_SCRIPT = REVEAL_SCRIPT + r"""
+(function () {  // a link to a head in a closed layer opens that layer (REVEAL_SCRIPT); the buttons open or close all
   const layers = () => document.querySelectorAll('details.layer');
-  function reveal() {  // a link to a head in a closed layer opens that layer and scrolls to the head
-    const t = location.hash.length > 1 && document.getElementById(decodeURIComponent(location.hash.slice(1)));
-    if (!t) return;
-    let opened = false;
-    for (let d = t.closest('details'); d; d = d.parentElement && d.parentElement.closest('details')) {
-      if (!d.open) { d.open = true; opened = true; }
-    }
-    if (opened) t.scrollIntoView();
-  }
-  window.addEventListener('hashchange', reveal);
-  reveal();
   document.getElementById('open-layers').addEventListener('click', () => layers().forEach(d => { d.open = true; }));
   document.getElementById('close-layers').addEventListener('click', () => layers().forEach(d => { d.open = false; }));
 })();
