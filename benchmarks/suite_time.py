@@ -1,7 +1,8 @@
 """The test suite's time against an earlier revision's, measured in one run (issue 41: "the test suite (the same
 tests) is not slower than at the base commit on the same machine, measured in one run").
 
-Usage: python benchmarks/suite_time.py --baseline-rev REV [--serial] [--same-source] [--out DIR] [-- PYTEST_ARGS ...]
+Usage: python benchmarks/suite_time.py --baseline-rev REV [--ours-rev REV] [--serial] [--same-source] [--out DIR]
+           [-- PYTEST_ARGS ...]
        python benchmarks/suite_time.py --from-xml DIR [--baseline-rev REV]
 
 Both suites run at once by default, each in its own child process (``python -m pytest`` in its own tree, with its
@@ -102,10 +103,10 @@ def test_sources(rev: str | None) -> dict[str, str]:
     return out
 
 
-def same_source_ids(rev: str) -> list[str]:
+def same_source_ids(rev: str, ours: str | None = None) -> list[str]:
     """pytest node ids (``tests/test_x.py::name``, every parameter of it) of the test functions whose source is the
-    same at ``rev`` and here: the tests both suites run with ``--same-source``."""
-    then, now = test_sources(rev), test_sources(None)
+    same at ``rev`` and here (or at ``ours``): the tests both suites run with ``--same-source``."""
+    then, now = test_sources(rev), test_sources(ours)
     ids = []
     for key in sorted(k for k in now if then.get(k) == now[k]):
         mod, name = key.split("::", 1)
@@ -122,8 +123,10 @@ def same_source_ids(rev: str) -> list[str]:
 def run_both(args, out: str) -> dict:
     """Run this checkout's suite and the baseline's (at once, or one after the other with ``--serial``); their
     exit codes, wall and CPU seconds by name."""
-    with baseline_src(args.baseline_rev) as base_src:
-        trees = {"ours": ROOT, "baseline": os.path.dirname(base_src)}
+    with baseline_src(args.baseline_rev) as base_src, baseline_src(args.ours_rev) as ours_src:
+        # --ours-rev: a worktree of its own, so that editing or merging in this checkout while the suites run
+        # cannot change the code or tests under measurement
+        trees = {"ours": os.path.dirname(ours_src) if ours_src else ROOT, "baseline": os.path.dirname(base_src)}
         if args.serial:
             results = {}
             for name, tree in trees.items():
@@ -150,6 +153,8 @@ def main(argv=None) -> None:
     ap.add_argument("--from-xml", metavar="DIR", help="compare the JUnit XML files an earlier run left in DIR "
                                                        "(ours.xml, baseline.xml) instead of running")
     ap.add_argument("--serial", action="store_true", help="run the two suites one after the other, not at once")
+    ap.add_argument("--ours-rev", metavar="REV", default=None,
+                    help="run our suite from a temporary git worktree of REV (e.g. HEAD) instead of this checkout")
     ap.add_argument("--same-source", action="store_true",
                     help="run only the test functions whose source is the same at REV and here, in both suites "
                          "(the same list, so both run the same tests in the same order)")
@@ -164,7 +169,7 @@ def main(argv=None) -> None:
         out = args.out or tempfile.mkdtemp(prefix="attnsvm-suite-")
         os.makedirs(out, exist_ok=True)
         if args.same_source:
-            args.pytest_args = [*args.pytest_args, *same_source_ids(args.baseline_rev)]
+            args.pytest_args = [*args.pytest_args, *same_source_ids(args.baseline_rev, args.ours_rev)]
             print(f"--same-source: {len(args.pytest_args)} pytest arguments (test functions unchanged since "
                   f"{args.baseline_rev})", flush=True)
         results = run_both(args, out)
@@ -185,7 +190,7 @@ def main(argv=None) -> None:
     for t in moved:
         print(f"  {times['baseline'][t]:7.2f} s -> {times['ours'][t]:7.2f} s  {t}")
     if args.baseline_rev:
-        then, now = test_sources(args.baseline_rev), test_sources(None)
+        then, now = test_sources(args.baseline_rev), test_sources(args.ours_rev)
         same = [t for t in common if (k := t.split("[", 1)[0]) in then and then[k] == now.get(k)]
         ours, base = (sum(times[n][t] for t in same) for n in ("ours", "baseline"))
         print(f"the same tests with the same source ({len(same)} of the {len(common)}; the others were edited "
