@@ -23,6 +23,10 @@ from attnsvm.runner.tasks import execute_timed
 
 #: seconds ``--scheduler`` waits for a first worker before a clear error (``--worker-timeout``)
 WORKER_TIMEOUT = 60.0
+#: where a local Dask cluster's scheduler serves HTTP (its health routes, and the dashboard if bokeh is installed):
+#: this machine only, on a free port. ``dashboard_address=None`` still serves them, at port 8787, and warns "Port 8787
+#: is already in use" when another cluster holds it.
+LOCAL_HTTP = "127.0.0.1:0"
 
 
 class SchedulerError(AttnSVMError, ConnectionError):
@@ -357,7 +361,8 @@ class DaskCluster:
             except Exception as exc:  # noqa: BLE001
                 raise SchedulerError(f"cannot connect to the Dask scheduler at {self.scheduler!r}: "
                                      f"{type(exc).__name__}: {exc}"[:400]) from None
-        cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                               dashboard_address=LOCAL_HTTP)
         return Client(cluster), cluster
 
     def _wait_for_a_worker(self, client) -> None:
