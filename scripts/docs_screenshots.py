@@ -15,6 +15,12 @@ viewport, it writes to ``--dest``:
   about a minute): each head's stable verdict, its verdicts at each m and the curve figure with the nulls' band.
   A random model's heads are not max-margin selectors: the picture shows the layout, not a finding.
 
+With ``--report DIR`` (a ``reproduce`` folder; ``--report-only`` skips the docs pages and the probe), also:
+
+- ``report-top.png``: the top of DIR's report.html as it opens (the verdict banner and the summary table);
+- ``report-sections.png``: around the check line of the first experiment whose checks all passed, as it opens (its table
+  collapsed behind its "checks: N/N passed" line, the next section below it).
+
 Each PNG is reduced to 128 colours (under 300 KB).
 """
 
@@ -63,15 +69,24 @@ def main(argv=None) -> int:
     ap.add_argument("--html", default=str(ROOT / "docs" / "_build" / "html"), help="the built docs")
     ap.add_argument("--dest", default=str(ROOT / "docs" / "_static"))
     ap.add_argument("--workdir", default=None, help="where the probe is written (default: a temporary folder)")
+    ap.add_argument("--report", default=None, metavar="DIR", help="also shoot DIR/report.html (a reproduce folder)")
+    ap.add_argument("--report-only", action="store_true", help="only the report's screenshots (needs --report)")
     args = ap.parse_args(argv)
+    if args.report_only and not args.report:
+        ap.error("--report-only needs --report DIR")
+    report = pathlib.Path(args.report).resolve() / "report.html" if args.report else None
+    if report is not None and not report.is_file():
+        print(f"docs_screenshots: no {report}: run attnsvm reproduce --out DIR first", file=sys.stderr)
+        return 2
     html, dest = pathlib.Path(args.html).resolve(), pathlib.Path(args.dest).resolve()
-    pages = {"docs-install.png": html / "install.html", "docs-probe-guide.png": html / "guide" / "probe.html"}
+    pages = {} if args.report_only else {"docs-install.png": html / "install.html",
+                                         "docs-probe-guide.png": html / "guide" / "probe.html"}
     missing = [str(p) for p in pages.values() if not p.is_file()]
     if missing:
         print(f"docs_screenshots: no built page {', '.join(missing)}: build the docs first", file=sys.stderr)
         return 2
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="docs-shots-"))
-    probe_page = _curve_probe(work)
+    probe_page = None if args.report_only else _curve_probe(work)
     driver = chromium(work)
     try:
         driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
@@ -79,8 +94,21 @@ def main(argv=None) -> int:
         for name, page in pages.items():
             driver.get(page.as_uri())
             _viewport(driver, dest / name)
-        driver.get(probe_page.as_uri())
-        _shot(driver, "#curve", "#curve ~ table", dest / "probe-curve.png")
+        if probe_page is not None:
+            driver.get(probe_page.as_uri())
+            _shot(driver, "#curve", "#curve ~ table", dest / "probe-curve.png")
+        if report is not None:
+            driver.get(report.as_uri())
+            _viewport(driver, dest / "report-top.png")
+            found = driver.execute_script("""
+                const d = document.querySelector('section details.checks:not([open])');
+                if (!d) return false;
+                d.scrollIntoView({block: 'center'}); return true;""")
+            if found:
+                _viewport(driver, dest / "report-sections.png")
+            else:
+                print("docs_screenshots: no collapsed section in the report (every experiment has a check that did "
+                      "not pass): report-sections.png not written", file=sys.stderr)
     finally:
         driver.quit()
     return 0
