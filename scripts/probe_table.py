@@ -1,6 +1,7 @@
 """Commit-sized table of a stored probe, with its provenance (issue 39: the at-scale MiniLM run).
 
     python scripts/probe_table.py OUT [OUT ...] DEST.csv [--command "attnsvm probe ..."] [--m 128,256,512]
+    python scripts/probe_table.py OUT DEST.csv --markdown | --summary   (print the docs' tables of DEST.csv)
 
 OUT is the folder given to ``attnsvm probe --out``. DEST.csv gets one row per head and m with the columns the guide
 reads (layer, head, m, the head's score, both nulls' means and sds, p, q, verdict, stable_verdict, the sink
@@ -161,6 +162,32 @@ def markdown(table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(table) -> str:
+    """The docs' per-layer summary of a probe table (several layers): per layer, at the largest m, how many heads
+    have each stable verdict, the median head's excess over the verdict's null (in its sds and in corr), the median
+    share of queries selecting [CLS], and the heads stably beyond or below the null with their excess."""
+    import math
+
+    ms = sorted(table["m"].unique())
+    top = table[table["m"] == ms[-1]]
+    order = ("beyond", "below", "not distinguishable", "depends on sample size", "no SVM")  # verdict.STABLE_VERDICTS
+    lines = [f"| layer | heads | stably beyond | stably below | n.d. at both m | depends on m | median excess at m = "
+             f"{ms[-1]}: sink sds (corr) | median share selecting [CLS] | beyond (excess in sds) | below |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for layer, g in top.groupby("layer"):
+        counts = g["stable_verdict"].value_counts()
+        ex = g["corr_restricted"] - g["null_mean"]
+        z = ex / g["null_sd"]
+        named = {v: ", ".join(f"H{r.head} ({(r.corr_restricted - r.null_mean) / r.null_sd:+.1f})"
+                              for r in g[g["stable_verdict"] == v].sort_values("head").itertuples()) or "none"
+                 for v in order[:2]}
+        zmed = z[z.apply(math.isfinite)].median()
+        lines.append(f"| {layer} | {len(g)} | " + " | ".join(str(int(counts.get(v, 0))) for v in order[:4])
+                     + f" | {zmed:+.1f} ({ex.median():+.3f}) | {g['sel_first'].median():.2f} | "
+                       f"{named['beyond']} | {named['below']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     import pandas as pd
 
@@ -172,11 +199,13 @@ def main(argv=None) -> int:
     ap.add_argument("--command", default="", help="the command that made OUT (recorded as provenance)")
     ap.add_argument("--markdown", action="store_true", help="print the docs' tables of DEST.csv (already written) "
                     "and write nothing")
+    ap.add_argument("--summary", action="store_true", help="print the docs' per-layer summary of DEST.csv (already "
+                    "written) and write nothing")
     ap.add_argument("--m", default=None, help="comma list of m to table from the stored shards (default: a finished "
                     "run's probe.csv, else every complete m)")
     args = ap.parse_args(argv)
-    if args.markdown:
-        print(markdown(pd.read_csv(args.dest)), end="")
+    if args.markdown or args.summary:
+        print((summary if args.summary else markdown)(pd.read_csv(args.dest)), end="")
         return 0
     tables, provs = read_shards(args.out)
     finished = len(args.out) == 1 and os.path.exists(os.path.join(args.out[0], "probe.csv")) and args.m is None

@@ -69,3 +69,24 @@ def test_the_guide_shows_the_query_draws_table():
     assert f"at most {q['diff'].abs().max():.4f}" in text
     prov = json.load(open(os.path.join(ROOT, "docs", "data", "probe_minilm_L3_query_draws.json"), encoding="utf-8"))
     assert prov["runs"]["a"]["query_seed"] != prov["runs"]["b"]["query_seed"] and len(prov["commit"]) == 40
+
+
+def test_the_per_layer_summary_counts_the_stable_verdicts():
+    """``--summary``: one row per layer, its counts of each stable verdict (from the table's own column) summing to
+    its heads, and the heads named beyond/below are exactly those whose stable verdict says so."""
+    t = pd.read_csv(CSV)
+    text = _script().summary(t)
+    top = t[t["m"] == t["m"].max()]
+    for layer, g in top.groupby("layer"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {layer} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        counts = [int(c) for c in cells[2:6]]
+        vc = g["stable_verdict"].value_counts()
+        assert counts == [int(vc.get(v, 0)) for v in ("beyond", "below", "not distinguishable",
+                                                      "depends on sample size")]
+        assert sum(counts) + int(vc.get("no SVM", 0)) == len(g) == int(cells[1])
+        named = [int(x.split(" ")[0][1:]) for x in cells[8].split(", ")] if cells[8] != "none" else []
+        assert named == sorted(g.loc[g["stable_verdict"] == "beyond", "head"])
+    # a table whose stable verdicts are all "not distinguishable" names no head
+    flat = _script().summary(t.assign(stable_verdict="not distinguishable"))
+    assert "| none | none |" in flat
