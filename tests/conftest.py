@@ -1,6 +1,12 @@
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ctrl-C as Python sets it: a suite started in the background by a non-interactive shell inherits SIGINT
+# ignored, and then the runner's tests of an interrupted run (which send SIGINT to a run they started) ended the
+# whole session as interrupted at about a third of the way (tests/test_conftest_sigint.py)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 # the tests solve many small problems: one BLAS thread avoids oversubscription on small machines
