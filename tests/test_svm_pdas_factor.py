@@ -225,3 +225,19 @@ def test_refactor_in_place_and_its_failure_leave_a_usable_factor():
             assert base.pinned.size == 0
         finally:
             pdas._BLAS.clear()
+
+
+def test_a_run_that_stops_before_its_first_iterate_leaves_no_earlier_iterate():
+    """``BasePDAS.last`` is the iterate of the last run only. A run that returns None before iterating (here a zero
+    row) left the previous run's iterate, sized for another working set, and the working set's fallback read it
+    (``ValueError: operands could not be broadcast together with shapes (1597,) (1607,)`` in 9 of the at-scale
+    probe's null tasks, layer 0 of MiniLM)."""
+    base, ws = _base()
+    n = 20  # fewer rows than the rank (36): the run reaches a KKT point
+    rows, b, eq = ws.rows[:n], base.setup.rhs[ws.rows[:n]], np.zeros(n, bool)
+    assert base.run(rows, ws.G[:n, :n], b, eq, 1e-10) is not None and base.last[0].shape == (n,)
+    k = n - 5
+    G = ws.G[:k, :k].copy()
+    G[0, 0] = 0.0  # a zero row: the run returns before its first iterate
+    assert base.run(rows[:k], G, b[:k], eq[:k], 1e-10) is None and base.why == "zero row"
+    assert base.last is None

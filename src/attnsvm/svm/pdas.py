@@ -436,6 +436,9 @@ class BasePDAS:
         near the rank gives nearly square free sets whose multipliers swing wildly).
         """
         s = ws_rows.size
+        # this run's iterate only: a run that returns before its first iterate must not leave an earlier run's
+        # (another working set's rows, another size) for the caller's fallback to read
+        self.last = None
         if max_enter is not None:
             maxit += 4 * (s // max_enter)
         diag = np.diag(G).copy()
