@@ -72,7 +72,8 @@ def junit_times(xml: str) -> tuple[dict[str, float], int]:
 
 def test_sources(rev: str | None) -> dict[str, str]:
     """The source of every test function under tests/ at ``rev`` (None: the working tree), by the node id prefix
-    JUnit gives it (``tests.test_x::test_name``, parameters left off; a class's methods as ``Class::name``)."""
+    JUnit gives it (``tests.test_x::test_name``, parameters left off; a class's methods as
+    ``tests.test_x.Class::name``)."""
     if rev is None:
         files = {f: open(os.path.join(ROOT, f), encoding="utf-8").read()
                  for f in sorted(os.listdir(os.path.join(ROOT, "tests"))) for f in [f"tests/{f}"] if f.endswith(".py")}
@@ -88,18 +89,13 @@ def test_sources(rev: str | None) -> dict[str, str]:
             tree = ast.parse(text)
         except SyntaxError:
             continue
-        for node in tree.body:
-            defs = [(node.name, node)] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
-            if isinstance(node, ast.ClassDef):
-                defs = [(f"{node.name}::{n.name}", n) for n in node.body if isinstance(n, ast.FunctionDef)]
-                mod_c = f"{mod}.{node.name}"
-                for name, d in defs:
-                    out[f"{mod_c}::{d.name}"] = ast.get_source_segment(text, d) + "".join(
-                        ast.get_source_segment(text, x) or "" for x in d.decorator_list)
-                continue
-            for name, d in defs:
-                out[f"{mod}::{name}"] = ast.get_source_segment(text, d) + "".join(
-                    ast.get_source_segment(text, x) or "" for x in d.decorator_list)
+        funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+        defs = [(mod, n) for n in tree.body if isinstance(n, funcs)]
+        defs += [(f"{mod}.{c.name}", n) for c in tree.body if isinstance(c, ast.ClassDef)
+                 for n in c.body if isinstance(n, funcs)]
+        for prefix, d in defs:  # the def and its decorators (a changed parametrize is a changed test)
+            out[f"{prefix}::{d.name}"] = ast.get_source_segment(text, d) + "".join(
+                ast.get_source_segment(text, x) or "" for x in d.decorator_list)
     return out
 
 
