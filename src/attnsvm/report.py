@@ -490,11 +490,17 @@ def _verdict_label(c: dict) -> str:
     return {"fail": "FAIL", "finding": "FINDING", "inconclusive": "inconclusive"}[v]
 
 
-def counts_line(checks) -> str:
-    """``"N checks: P pass, F fail, I inconclusive, K findings"``."""
+def verdict_counts(checks) -> dict[str, int]:
+    """How many of ``checks`` have each verdict of :data:`VERDICTS`."""
     n = {v: 0 for v in VERDICTS}
     for c in checks:
         n[verdict_of(c)] += 1
+    return n
+
+
+def counts_line(checks) -> str:
+    """``"N checks: P pass, F fail, I inconclusive, K findings"``."""
+    n = verdict_counts(checks)
     return (f"{len(checks)} checks: {n['pass']} pass, {n['fail']} fail, {n['inconclusive']} inconclusive, "
             f"{n['finding']} findings")
 
@@ -504,7 +510,7 @@ def checks_summary(checks) -> str:
     passed, 1 fail, 2 inconclusive"``, or ``"no checks"``."""
     if not checks:
         return "no checks"
-    n = {v: sum(verdict_of(c) == v for c in checks) for v in VERDICTS}
+    n = verdict_counts(checks)
     return ", ".join([f"checks: {n['pass']}/{len(checks)} passed"]
                      + [f"{n[v]} {v if v != 'finding' or n[v] == 1 else 'findings'}" for v in VERDICTS[1:] if n[v]])
 
