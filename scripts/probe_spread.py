@@ -29,7 +29,7 @@ def heads(out: str):
 
     from probe_table import read_shards
 
-    tables, provs = read_shards([out])
+    tables, provs, _ = read_shards([out])
     rows = [(t[["layer", "head", "m", *KEEP]], p) for t, p in zip(tables, provs) if p["params"]["part"] == "head"]
     if not rows:
         raise SystemExit(f"probe_spread: no stored head task under {out}/probe/shards")

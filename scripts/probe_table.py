@@ -17,9 +17,18 @@ over the heads at each m and the stable verdict over the two largest m *of the s
 The shards stay out of the repository; this table is what the docs cite.
 
 Several OUT folders are read as one run when their tasks ran the same code on the same model and their settings
-differ only in :data:`MAY_DIFFER` (which m each ran, and how many descriptive spectrum nulls it drew beside the
-verdict's): e.g. m = 128..512 from one run and m = 1000 from a second one with fewer spectrum nulls. Each m must
-come from one folder; the verdict's nulls of a head at an m are the same draws whichever folder ran them.
+differ only in :data:`MAY_DIFFER` (which m and layers each ran, and how many descriptive spectrum nulls it drew
+beside the verdict's): e.g. m = 128..512 from one run and m = 1000 from a second one with fewer spectrum nulls, or
+layers 1-5 from one run and layer 0 from another. Each layer and m comes from one folder; the verdict's nulls of a
+head at an m are the same draws whichever folder ran them (seeded by seed, layer, head and draw). Benjamini-Yekutieli
+runs over every layer's heads at each m, as one run of all the layers would.
+
+    python scripts/probe_table.py OUT1 OUT2 DEST.csv --replace --mixed-code "REASON"
+
+``--replace``: a layer and m stored in several folders is taken from the last (a rerun of a layer whose tasks
+failed); the provenance's ``replaced`` says what, and ``agreement`` the largest difference, column by column, between
+the tasks both runs stored. ``--mixed-code REASON``: tasks of different code (source digest) in one table, with the
+reason and which layers each code ran in the provenance's ``mixed_code``. Without them such folders are refused.
 """
 
 from __future__ import annotations
@@ -33,11 +42,11 @@ import sys
 
 COLUMNS = ("layer", "head", "m", "mean_selected", "sel_first", "qi_share", "corr_restricted", "null_kind", "null_mean",
            "null_sd", "n_null", "spectrum_mean", "spectrum_sd", "n_spectrum", "p_upper", "p_lower", "q_upper",
-           "q_lower", "verdict", "stable_verdict", "margin_ratio", "svm_status", "svm_gap")
+           "q_lower", "verdict", "stable_verdict", "margin_ratio", "svm_status", "svm_gap", "verdict_reason")
 PROVENANCE = ("provenance", "code_version", "source", "config_hash", "environment", "wall_seconds", "workers",
               "finished", "computed", "resumed", "failed")
 #: settings in which the runs of one table may differ (see the module docstring)
-MAY_DIFFER = ("svm_sentences", "spectrum_draws")
+MAY_DIFFER = ("svm_sentences", "spectrum_draws", "layers")
 
 
 def asked_ms(config: dict) -> list:
@@ -45,52 +54,130 @@ def asked_ms(config: dict) -> list:
     return config["svm_sentences"] if isinstance(config["svm_sentences"], list) else [config["svm_sentences"]]
 
 
-def read_shards(outs: list) -> tuple[list, list]:
-    """Every verified shard of the stored probes in ``outs``: ``(tables, provenances)`` (a shard that fails its
-    checksum raises :class:`attnsvm.runner.storage.ShardError`). Exits when the folders cannot be one table: other
-    code, model or settings (beyond :data:`MAY_DIFFER`), or one m stored in two folders."""
+def _settings(config: dict) -> dict:
+    """A run's settings without :data:`MAY_DIFFER`, with every field an older run did not record at its default
+    (``statistic`` came after the first at-scale runs; their tasks computed the default, corr_restricted)."""
+    from attnsvm.real.probe_config import ProbeConfig
+
+    full = {**ProbeConfig().model_dump(), **config}
+    return {k: v for k, v in full.items() if k not in MAY_DIFFER}
+
+
+def _task(prov: dict) -> tuple:
+    p = prov["params"]
+    return int(p["layer"]), int(p["head"]), int(p["m"]), p["part"]
+
+
+def _agreement(old: list, new: list) -> dict:
+    """How far the tasks stored twice agree: per numeric column both hold, the largest absolute difference over the
+    rows (matched by draw for null tasks) where both are finite, and the number of cells finite in only one."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    worst, one_sided, compared = {}, 0, 0
+    for (a, _), (b, _) in zip(old, new):
+        keys = [k for k in ("kind", "draw") if k in a.columns and k in b.columns]
+        if keys:
+            a, b = a.sort_values(keys, kind="stable"), b.sort_values(keys, kind="stable")
+        if len(a) != len(b):
+            one_sided += abs(len(a) - len(b))
+            continue
+        compared += 1
+        for c in a.columns.intersection(b.columns):
+            numbers = is_numeric_dtype(a[c]) and is_numeric_dtype(b[c]) and not is_bool_dtype(a[c])
+            if c in ("layer", "head", "m", "draw") or "seconds" in c or not numbers:
+                continue
+            x, y = a[c].to_numpy(float), b[c].to_numpy(float)
+            both = np.isfinite(x) & np.isfinite(y)
+            one_sided += int((np.isfinite(x) != np.isfinite(y)).sum())
+            if both.any():
+                worst[c] = max(worst.get(c, 0.0), float(np.abs(x[both] - y[both]).max()))
+    return {"tasks_compared": compared, "cells_finite_in_one_only": one_sided,
+            "max_abs_diff": {c: float(f"{v:.3g}") for c, v in sorted(worst.items())}}
+
+
+def read_shards(outs: list, replace: bool = False, mixed_code: str | None = None) -> tuple[list, list, dict]:
+    """Every verified shard of the stored probes in ``outs``: ``(tables, provenances, merge)`` (a shard that fails
+    its checksum raises :class:`attnsvm.runner.storage.ShardError`).
+
+    Each layer and m comes from one folder. With ``replace`` a later folder that stores a layer at an m replaces an
+    earlier folder's tasks of that layer and m (``merge["replaced"]`` lists them, and ``merge["agreement"]`` measures
+    the tasks both stored: an earlier run's failed task has no shard and is only in the later one). Runs of different
+    code (the tasks' source digest or version) are one table only with ``mixed_code``, the stated reason, kept in
+    ``merge``. Exits when the folders cannot be one table: another model, settings beyond :data:`MAY_DIFFER`, a layer
+    and m stored twice without ``replace``, or other code without ``mixed_code``."""
     from attnsvm.runner.storage import read_shard
 
-    tables, provs, owner = [], [], {}
     real = [os.path.realpath(o) for o in outs]
     if len(set(real)) != len(real):
         raise SystemExit(f"probe_table: a folder is given twice ({outs})")
-    for out in outs:
+    stored = []  # (folder index, table, provenance)
+    for i, out in enumerate(outs):
         found = sorted(glob.glob(os.path.join(out, "probe", "shards", "*", "*.parquet")))
         if not found:
             raise SystemExit(f"probe_table: no stored shards under {out}/probe/shards")
         for path in found:
             table, prov = read_shard(path)
-            m = prov["params"]["m"]
             if "m" not in table.columns:  # a run of one m keys its tasks and rows without it
-                table = table.assign(m=int(m))
-            if owner.setdefault(m, out) != out:
-                raise SystemExit(f"probe_table: m = {m} is stored in both {owner[m]} and {out}; give it once")
-            tables.append(table)
-            provs.append(prov)
-    for key in ("source", "inputs", "attnsvm"):
-        values = {json.dumps(p.get(key), sort_keys=True) for p in provs}
-        if len(values) != 1:
-            raise SystemExit(f"probe_table: the tasks differ in {key} ({sorted(values)}); one table needs one "
-                             "code and model")
-    same = [{k: v for k, v in p["config"].items() if k not in MAY_DIFFER} for p in provs]
+                table = table.assign(m=int(prov["params"]["m"]))
+            stored.append((i, table, prov))
+    owner = {}  # (layer, m) -> the folder whose tasks are used
+    for i, _, prov in stored:
+        key = _task(prov)[0], _task(prov)[2]
+        if owner.setdefault(key, i) != i:
+            if not replace:
+                raise SystemExit(f"probe_table: layer {key[0]} at m = {key[1]} is stored in both {outs[owner[key]]} "
+                                 f"and {outs[i]}; give it once, or --replace to take the later folder's")
+            owner[key] = max(owner[key], i)
+    keep = [(t, p) for i, t, p in stored if owner[_task(p)[0], _task(p)[2]] == i]
+    dropped = {_task(p): (t, p) for i, t, p in stored if owner[_task(p)[0], _task(p)[2]] != i}
+    kept = {_task(p): (t, p) for t, p in keep}
+    twice = sorted(set(dropped) & set(kept))
+    merge = {}
+    if dropped:
+        where = sorted({(k[0], k[2]) for k in dropped})
+        later = [k for k in kept if (k[0], k[2]) in where]
+        merge["replaced"] = {"layer_m": where, "tasks_earlier": len(dropped), "tasks_later": len(later),
+                             "only_in_later": sorted("L{}-H{}-m{}-{}".format(*k) for k in later if k not in dropped)}
+        merge["agreement"] = _agreement([dropped[k] for k in twice], [kept[k] for k in twice])
+    provs = [p for _, p in keep]
+    if len({json.dumps(p.get("inputs"), sort_keys=True) for p in provs}) != 1:
+        raise SystemExit("probe_table: the tasks ran on different models (inputs); one table needs one model")
+    codes = sorted({(p.get("source"), p.get("attnsvm"), p.get("version")) for p in provs}, key=str)
+    if len({c[:2] for c in codes}) != 1:
+        if not mixed_code:
+            raise SystemExit(f"probe_table: the tasks ran different code ({[c[2] or c[0] for c in codes]}); one "
+                             "table needs one code, or --mixed-code REASON to say why they are one")
+        merge["mixed_code"] = {"reason": mixed_code, "codes": [
+            {"source": s, "version": v, "tasks": sum((p.get("source"), p.get("attnsvm"), p.get("version")) == (s, a, v)
+                                                     for p in provs),
+             "layers": sorted({_task(p)[0] for p in provs
+                               if (p.get("source"), p.get("attnsvm"), p.get("version")) == (s, a, v)})}
+            for s, a, v in codes]}
+    same = [_settings(p["config"]) for p in provs]
     if any(c != same[0] for c in same):
         diff = sorted({k for c in same for k in c if c.get(k) != same[0].get(k)})
         raise SystemExit(f"probe_table: the runs' settings differ in {diff} (only {list(MAY_DIFFER)} may)")
-    return tables, provs
+    return [t for t, _ in keep], provs, merge
+
+
+def run_layers(provs: list) -> list:
+    """The layers the runs asked for, together."""
+    return sorted({la for p in provs for la in p["config"]["layers"]})
 
 
 def complete_ms(provs: list) -> list:
     """The m whose head and null tasks are all stored, for every layer and head of the runs' settings."""
     config = provs[0]["config"]
     asked = sorted({m for p in provs for m in asked_ms(p["config"])})
-    have = {(p["params"]["layer"], p["params"]["head"], p["params"]["m"], p["params"]["part"]) for p in provs}
-    return [m for m in asked if all((la, h, m, part) in have for la in config["layers"] for h in config["heads"]
+    have = {_task(p) for p in provs}
+    return [m for m in asked if all((la, h, m, part) in have for la in run_layers(provs) for h in config["heads"]
                                     for part in ("head", "null"))]
 
 
 def partial_table(tables: list, provs: list, ms: list):
-    """The combined per-head table of the tasks at ``ms`` (each complete), as the finished run would make it."""
+    """The combined per-head table of the tasks at ``ms`` (each complete), as one finished run of all their layers
+    would make it (Benjamini-Yekutieli over every layer's heads at each m)."""
     import pandas as pd
 
     from attnsvm.real.probe_config import probe_config
@@ -101,7 +188,7 @@ def partial_table(tables: list, provs: list, ms: list):
     if missing:
         raise SystemExit(f"probe_table: m = {missing} not complete (every layer x head needs its head and null "
                          f"task); complete: {done}")
-    config = dict(provs[0]["config"], svm_sentences=sorted(ms) if len(ms) > 1 else ms[0])
+    config = dict(provs[-1]["config"], layers=run_layers(provs), svm_sentences=sorted(ms) if len(ms) > 1 else ms[0])
     keep = [t for t, p in zip(tables, provs) if p["params"]["m"] in ms]
     return combine(probe_config(**config), pd.concat(keep, ignore_index=True))
 
@@ -164,16 +251,18 @@ def markdown(table) -> str:
 
 def summary(table) -> str:
     """The docs' per-layer summary of a probe table (several layers): per layer, at the largest m, how many heads
-    have each stable verdict, the median head's excess over the verdict's null (in its sds and in corr), the median
+    have each stable verdict (a head without a certified SVM at both m: "no SVM"), the median head's excess over the
+    verdict's null (in its sds and in corr, over the heads with one), the median
     share of queries selecting [CLS], and the heads stably beyond or below the null with their excess."""
     import math
 
     ms = sorted(table["m"].unique())
     top = table[table["m"] == ms[-1]]
     order = ("beyond", "below", "not distinguishable", "depends on sample size", "no SVM")  # verdict.STABLE_VERDICTS
-    lines = [f"| layer | heads | stably beyond | stably below | n.d. at both m | depends on m | median excess at m = "
-             f"{ms[-1]}: sink sds (corr) | median share selecting [CLS] | beyond (excess in sds) | below |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| layer | heads | stably beyond | stably below | n.d. at both m | depends on m | no SVM at both m | "
+             f"median excess at m = {ms[-1]}: sink sds (corr) | median share selecting [CLS] | beyond (excess in sds) "
+             "| below |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for layer, g in top.groupby("layer"):
         counts = g["stable_verdict"].value_counts()
         ex = g["corr_restricted"] - g["null_mean"]
@@ -181,11 +270,18 @@ def summary(table) -> str:
         named = {v: ", ".join(f"H{r.head} ({(r.corr_restricted - r.null_mean) / r.null_sd:+.1f})"
                               for r in g[g["stable_verdict"] == v].sort_values("head").itertuples()) or "none"
                  for v in order[:2]}
-        zmed = z[z.apply(math.isfinite)].median()
-        lines.append(f"| {layer} | {len(g)} | " + " | ".join(str(int(counts.get(v, 0))) for v in order[:4])
-                     + f" | {zmed:+.1f} ({ex.median():+.3f}) | {g['sel_first'].median():.2f} | "
+        zs = z[z.apply(math.isfinite)]
+        median = f"{zs.median():+.1f} ({ex[zs.index].median():+.3f})" if len(zs) else "none (no head has an SVM)"
+        lines.append(f"| {layer} | {len(g)} | " + " | ".join(str(int(counts.get(v, 0))) for v in order)
+                     + f" | {median} | {g['sel_first'].median():.2f} | "
                        f"{named['beyond']} | {named['below']} |")
     return "\n".join(lines) + "\n"
+
+
+def _one_or_all(values):
+    """The one value, or every distinct value (sorted) where the tasks differ."""
+    values = sorted(set(values))
+    return values[0] if len(values) == 1 else values
 
 
 def main(argv=None) -> int:
@@ -203,11 +299,16 @@ def main(argv=None) -> int:
                     "written) and write nothing")
     ap.add_argument("--m", default=None, help="comma list of m to table from the stored shards (default: a finished "
                     "run's probe.csv, else every complete m)")
+    ap.add_argument("--replace", action="store_true", help="a layer and m stored in several folders is taken from "
+                    "the last of them (e.g. a rerun of a layer whose tasks failed); the provenance lists what was "
+                    "replaced and how far the tasks stored in both agree")
+    ap.add_argument("--mixed-code", metavar="REASON", default=None, help="allow tasks of different code (source "
+                    "digest) in one table; REASON, why their numbers are one run's, goes into the provenance")
     args = ap.parse_args(argv)
     if args.markdown or args.summary:
         print((summary if args.summary else markdown)(pd.read_csv(args.dest)), end="")
         return 0
-    tables, provs = read_shards(args.out)
+    tables, provs, merge = read_shards(args.out, replace=args.replace, mixed_code=args.mixed_code)
     finished = len(args.out) == 1 and os.path.exists(os.path.join(args.out[0], "probe.csv")) and args.m is None
     prov = {}
     if finished:
@@ -226,11 +327,12 @@ def main(argv=None) -> int:
         table = partial_table(tables, provs, ms)
         asked = sorted({m for p in provs for m in asked_ms(p["config"])})
         runs = {p["config_hash"]: p["config"] for p in provs}
+        prov.update(merge)
         prov.update(settings=provs[0]["config"] if len(runs) == 1 else runs,
                     from_shards={"m": ms, "runs_asked": asked, "partial": ms != asked,
                                  "tasks_stored": len(provs)},
-                    config_hash=sorted(runs), source=provs[0]["source"],
-                    code_version=provs[0]["version"], written=[min(p["written"] for p in provs),
+                    config_hash=sorted(runs), source=_one_or_all(p["source"] for p in provs),
+                    code_version=_one_or_all(p["version"] for p in provs), written=[min(p["written"] for p in provs),
                                                               max(p["written"] for p in provs)])
     cols = [c for c in COLUMNS if c in table.columns]
     table[cols].to_csv(args.dest, index=False, float_format="%.6g")

@@ -40,6 +40,7 @@ MODULES = [
     "attnsvm.svm.analysis",
     "attnsvm.svm.language",
     "attnsvm.svm.farkas",
+    "attnsvm.svm.gen_ties",
     "attnsvm.training",
     "attnsvm.training.models",
     "attnsvm.training.language_model",

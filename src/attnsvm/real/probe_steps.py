@@ -35,6 +35,7 @@ from attnsvm.real.sentences import check_seed, corpus_sentences
 from attnsvm.real.verdict import check_statistic, stop_level, stop_reason, t_scale
 from attnsvm.svm import seq_constraints, solve
 from attnsvm.svm.analysis import row_basis
+from attnsvm.svm.gen_ties import gen_contradictions
 
 QUERIES = ("word", "cls", "all")
 #: the largest difference allowed between a rotary head's attention computed from its post-rotary formulation
@@ -441,7 +442,9 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
         svm_violation, svm_rank, svm_nuclear, svm_support, random_status, random_gap, svm_seconds,
         random_seconds`` (and with one query per sentence ``selected_all``,
         :func:`attnsvm.real.nulls.query_split` ``qi_share, qi_first_logit`` on the m SVM sentences and
-        :func:`attnsvm.real.layer.margin_ratio` ``margin_ratio``, descriptive: NaN without a certified SVM)
+        :func:`attnsvm.real.layer.margin_ratio` ``margin_ratio``, descriptive: NaN without a certified SVM, and
+        ``svm_contradictions``, the direct contradictions among the SVM's rows,
+        :func:`attnsvm.svm.gen_ties.gen_contradictions`: more than 0 proves it infeasible)
     support : (m, T) bool, the SVM's support tokens
     """
     Wh = setup.model.head_weights(layer, head)
@@ -470,6 +473,8 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
         # descriptive beside corr_restricted: the share of the largest normalized margin the head attains
         row["margin_ratio"] = margin_ratio(inp.scores(Wh), selected, inp.cand, Wr,
                                            sol["W"] if sol["status"] == "optimal" else None)
+        # why a head has no SVM, where two of its rows say it (0 wherever the SVM exists: a check of the solver)
+        row["svm_contradictions"] = len(gen_contradictions(inp.X, inp.Z, selected, valid=inp.cand))
     return row, sol["support"]
 
 

@@ -35,7 +35,7 @@ from attnsvm.real.verdict import (
 )
 
 #: the integer columns of a head task's row (stored beside null rows, which lack them)
-INT_COLUMNS = ("svm_rank", "svm_support")
+INT_COLUMNS = ("svm_rank", "svm_support", "svm_contradictions")
 #: the columns only a null task's rows have
 NULL_ONLY = ("kind", "draw", "null_status", "null_corr_restricted", "null_margin_ratio", "null_seconds", "source")
 

@@ -810,7 +810,8 @@ def head_reason(r) -> str:
     corr = get("corr_restricted")
     nan = corr is None or (isinstance(corr, float) and corr != corr)
     if status == "infeasible":
-        return ("No number: the SVM of this head's selections is " + no_svm_reason("infeasible")
+        return ("No number: the SVM of this head's selections is "
+                + no_svm_reason("infeasible", contradictions=get("svm_contradictions"))
                 + ". So there is no max-margin direction to compare the "
                 "head with; this is no evidence against the head.")
     if status == "optimal_inaccurate":

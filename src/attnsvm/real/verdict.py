@@ -422,18 +422,29 @@ def stop_undetermined(p, reach, level: float = LEVEL) -> np.ndarray:
     return (by_adjust(lo) <= level) != (by_adjust(hi) <= level)
 
 
-def no_svm_reason(status: str, selected_all: bool = False) -> str:
-    """Plain words for a head whose SVM cannot be compared (``status`` of its SVM)."""
+def no_svm_reason(status: str, selected_all: bool = False, contradictions=None) -> str:
+    """Plain words for a head whose SVM cannot be compared (``status`` of its SVM; ``contradictions``: the number of
+    direct contradictions among its selections, :func:`attnsvm.svm.gen_ties.gen_contradictions`, None or NaN: not
+    counted)."""
     if selected_all:
         return "all candidates selected: W = 0"
+    count = int(contradictions) if contradictions is not None and contradictions == contradictions else 0
+    direct = (f"; {count} direct contradiction{'s' if count != 1 else ''} among its rows: two sentences with the same "
+              "query state and the same two key states, one asking them to tie and the other to differ by a margin "
+              "(or by opposite margins), as context-free states such as a first layer's embeddings make them"
+              ) if count > 0 else ""
     if status == "infeasible":
         return ("infeasible: the Gen-SVM asks every selected token of a sentence to tie (equal scores) and beat the "
                 "sentence's other tokens by a margin, and no key-query matrix does that on these sentences (Farkas "
-                "certificate); the head's own scores need not tie, so the head has no SVM to be compared with")
+                "certificate); the head's own scores need not tie, so the head has no SVM to be compared with"
+                + direct)
+    if count > 0:  # not certified by the solver, yet proven infeasible by two rows
+        return f"SVM not certified (status {status}), and none exists" + direct
     return f"SVM not certified (status {status})"
 
 
-def verdicts(q_upper, q_lower, status, *, selected_all=None, level: float = LEVEL) -> tuple[list, list]:
+def verdicts(q_upper, q_lower, status, *, selected_all=None, contradictions=None,
+             level: float = LEVEL) -> tuple[list, list]:
     """Verdict and reason per head.
 
     Parameters
@@ -441,6 +452,8 @@ def verdicts(q_upper, q_lower, status, *, selected_all=None, level: float = LEVE
     q_upper, q_lower : (h,) BY-adjusted p-values (:func:`by_adjust`)
     status : (h,) the status of each head's SVM ("optimal" = certified)
     selected_all : (h,) bool, optional: every sentence's selection is all its candidates (no margin row)
+    contradictions : (h,) optional: direct contradictions among each head's Gen-SVM rows (NaN: not counted), named in
+        the reason of a head without an SVM
     level : the FDR level
 
     Returns
@@ -454,11 +467,12 @@ def verdicts(q_upper, q_lower, status, *, selected_all=None, level: float = LEVE
     if not 0 < level < 1:
         raise ValidationError(f"level must lie in (0, 1), got {level!r}")
     sel_all = np.zeros(len(status), bool) if selected_all is None else np.asarray(selected_all, bool)
+    direct = np.full(len(status), np.nan) if contradictions is None else np.asarray(contradictions, float)
     out, why = [], []
     for k, st in enumerate(status):
         if sel_all[k] or st != "optimal":
             out.append("no SVM")
-            why.append(no_svm_reason(st, bool(sel_all[k])))
+            why.append(no_svm_reason(st, bool(sel_all[k]), direct[k]))
         elif not (np.isfinite(qu[k]) and np.isfinite(ql[k])):
             out.append("not distinguishable")
             why.append("too few certified null heads for a p-value")
@@ -488,8 +502,9 @@ def add_verdict(table, level: float = LEVEL):
     t["q_upper"] = by_adjust(t["p_upper"].to_numpy(float))
     t["q_lower"] = by_adjust(t["p_lower"].to_numpy(float))
     sel_all = t["selected_all"].to_numpy(bool) if "selected_all" in t.columns else None
+    direct = t["svm_contradictions"].to_numpy(float) if "svm_contradictions" in t.columns else None
     t["verdict"], t["verdict_reason"] = verdicts(t["q_upper"], t["q_lower"], t["svm_status"].astype(str),
-                                                 selected_all=sel_all, level=level)
+                                                 selected_all=sel_all, contradictions=direct, level=level)
     if "p_note" in t.columns:  # what the p-values could not do (null_columns), in words beside the verdict
         note = t["p_note"].fillna(NO_NOTE).astype(str)
         has = ~note.isin(["", NO_NOTE]) & (t["verdict"] != "no SVM")
