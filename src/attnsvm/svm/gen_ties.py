@@ -47,12 +47,11 @@ def gen_contradictions(X, Z, selected, valid=None) -> np.ndarray:
 
     Returns
     -------
-    (k, 6) int array, one row per query state and key-state pair whose relations conflict: ``(i, a_i, b_i, j, a_j,
-    b_j)``, sample i's tokens a_i, b_i and sample j's tokens a_j, b_j have the same two states and
-    ``z_i == z_j``, and sample i asks them one relation (tie, or a margin one way) and sample j another, or the two
-    states are one and a sample asks a margin between them (a selected and an unselected token with the same state:
-    its row is ``0 >= 1``).
-    One witness per conflicting (query state, key pair), the first by sample and token. Empty: no direct
+    (k, 6) int array, one row per query state and key-state pair whose relations conflict:
+    ``(i, a_i, b_i, j, a_j, b_j)``, sample i's tokens a_i, b_i and sample j's tokens a_j, b_j have the same two
+    states and ``z_i == z_j``, and sample i asks them one relation (tie, or a margin one way) and sample j another,
+    or the two states are one and a sample asks a margin between them (a selected and an unselected token with the
+    same state: its row is ``0 >= 1``). One witness per conflicting (query state, key pair). Empty: no direct
     contradiction (which does not prove the Gen-SVM feasible).
     """
     X = as_float_array(X, "X", 3, "(n, T, d)")
