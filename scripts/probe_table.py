@@ -143,17 +143,17 @@ def read_shards(outs: list, replace: bool = False, mixed_code: str | None = None
     provs = [p for _, p in keep]
     if len({json.dumps(p.get("inputs"), sort_keys=True) for p in provs}) != 1:
         raise SystemExit("probe_table: the tasks ran on different models (inputs); one table needs one model")
-    codes = sorted({(p.get("source"), p.get("attnsvm"), p.get("version")) for p in provs}, key=str)
+    by_code = {}  # (source digest, attnsvm version, "version (git commit)") -> the provenances of its tasks
+    for p in provs:
+        by_code.setdefault((p.get("source"), p.get("attnsvm"), p.get("version")), []).append(p)
+    codes = sorted(by_code, key=str)
     if len({c[:2] for c in codes}) != 1:
         if not mixed_code:
             raise SystemExit(f"probe_table: the tasks ran different code ({[c[2] or c[0] for c in codes]}); one "
                              "table needs one code, or --mixed-code REASON to say why they are one")
         merge["mixed_code"] = {"reason": mixed_code, "codes": [
-            {"source": s, "version": v, "tasks": sum((p.get("source"), p.get("attnsvm"), p.get("version")) == (s, a, v)
-                                                     for p in provs),
-             "layers": sorted({_task(p)[0] for p in provs
-                               if (p.get("source"), p.get("attnsvm"), p.get("version")) == (s, a, v)})}
-            for s, a, v in codes]}
+            {"source": c[0], "version": c[2], "tasks": len(by_code[c]),
+             "layers": sorted({_task(p)[0] for p in by_code[c]})} for c in codes]}
     same = [_settings(p["config"]) for p in provs]
     if any(c != same[0] for c in same):
         diff = sorted({k for c in same for k in c if c.get(k) != same[0].get(k)})

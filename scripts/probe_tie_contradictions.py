@@ -21,21 +21,21 @@ def counts(setup, layer: int, ms: list) -> list[dict]:
     candidate-token and query states there."""
     import numpy as np
 
-    from attnsvm.real.probe_steps import head_selections, layer_tokens
+    from attnsvm.real.probe_steps import head_selections, layer_inputs
     from attnsvm.svm.gen_ties import gen_contradictions
 
-    X = layer_tokens(setup, layer)
     _, sel = head_selections(setup, layer)  # (h, n, T)
+    rotary = setup.model.family.rotary  # a rotary model's SVM tokens are per head (its post-rotary keys)
     rows = []
     for m in ms:
-        Xm, cand = X[:m], setup.cand[:m]
-        Zm = Xm[np.arange(m), setup.q[:m]]
-        states = len(np.unique(Xm[cand], axis=0))
-        queries = len(np.unique(Zm, axis=0))
         for k, head in enumerate(setup.heads):
-            w = gen_contradictions(Xm, Zm, sel[k, :m], valid=cand)
+            if k == 0 or rotary:
+                inp = layer_inputs(setup, layer, m, head=int(head))  # the SVM's own tokens X, queries Z, candidates
+                states = len(np.unique(inp.X[inp.cand], axis=0))
+                queries = len(np.unique(inp.Z, axis=0))
+            w = gen_contradictions(inp.X, inp.Z, sel[k, :m], valid=inp.cand)
             rows.append({"layer": layer, "head": int(head), "m": m, "contradictions": len(w),
-                         "candidates": int(cand.sum()), "distinct_states": states, "distinct_queries": queries})
+                         "candidates": int(inp.cand.sum()), "distinct_states": states, "distinct_queries": queries})
     return rows
 
 

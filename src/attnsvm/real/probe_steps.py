@@ -473,7 +473,8 @@ def head_task(setup: ProbeSetup, inp, layer: int, head: int, selected: np.ndarra
         # descriptive beside corr_restricted: the share of the largest normalized margin the head attains
         row["margin_ratio"] = margin_ratio(inp.scores(Wh), selected, inp.cand, Wr,
                                            sol["W"] if sol["status"] == "optimal" else None)
-        # why a head has no SVM, where two of its rows say it (0 wherever the SVM exists: a check of the solver)
+        # why a head has no SVM, where two of its rows say it (0 wherever an SVM exists: a direct contradiction proves
+        # there is none, tests/test_svm_gen_ties.py)
         row["svm_contradictions"] = len(gen_contradictions(inp.X, inp.Z, selected, valid=inp.cand))
     return row, sol["support"]
 
